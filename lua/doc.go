@@ -1,0 +1,27 @@
+// Package lua holds tollgate's Redis scripts, one per algorithm, embedded
+// from the *.lua files beside this one and exposed as go-redis Script values
+// (EVALSHA first, EVAL once on NOSCRIPT).
+//
+// Every script has the same calling convention, so that the store can build
+// one argument list for any algorithm:
+//
+//	KEYS[1]  state key       {tag}:<alg>      (sliding window: slot 0)
+//	KEYS[2]  second state    {tag}:<alg>:1    (sliding window: slot 1; other algorithms ignore it)
+//	KEYS[3]  request-id key  {tag}:r:<hash>   (used only when ARGV[5] > 0)
+//	KEYS[4]  decision nonce  {tag}:n:<nonce>  (used only when ARGV[7] > 0)
+//
+//	ARGV[1]  rate             events per period (integer > 0)
+//	ARGV[2]  period           microseconds (integer > 0)
+//	ARGV[3]  capacity         burst for token bucket and GCRA; rate for windows
+//	ARGV[4]  cost             integer, 1 ≤ cost ≤ capacity
+//	ARGV[5]  max replays      0 = no request id; otherwise replays allowed per admitted id
+//	ARGV[6]  replay ttl       milliseconds the request-id key lives
+//	ARGV[7]  nonce ttl        milliseconds the decision nonce lives; 0 = no nonce
+//
+// Every key shares one hash tag, so a decision touches a single Cluster slot.
+// The reply is an array of five integers:
+//
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1)}
+//
+// The clock is redis.call('TIME'); nothing time-related comes from ARGV.
+package lua

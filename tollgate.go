@@ -1,0 +1,241 @@
+// Package tollgate is the vocabulary of a distributed rate limiter for gRPC
+// servers: a Limit says how much is admitted, a Request asks for a decision,
+// a Store makes it and answers with a Decision.
+//
+// Two stores implement Store: store.Redis, which makes every decision with
+// one short Lua script on Redis (single node, Cluster or Sentinel) so that
+// many replicas share one quota, and store.Memory, an in-process store with
+// the same answers. Package interceptor turns a Store into gRPC server
+// interceptors.
+//
+// Time is always the store's: the Redis store reads the Redis server clock
+// inside the script, never the caller's clock. Quantities are integers:
+// time in microseconds, tokens in thousandths of a token, so nothing drifts.
+package tollgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a Limit is enforced.
+type Algorithm uint8
+
+const (
+	// TokenBucket holds up to Burst tokens and refills Rate tokens every
+	// Period, continuously. A request of Cost n takes n tokens or is denied.
+	TokenBucket Algorithm = iota
+	// GCRA is the generic cell rate algorithm with the meaning of Rate,
+	// Period and Burst used by github.com/go-redis/redis_rate: one request
+	// every Period/Rate on average, up to Burst at once. Its state is a single
+	// timestamp (the theoretical arrival time), the smallest of the four.
+	GCRA
+	// SlidingWindow admits up to Rate per Period, estimating the count in the
+	// last Period as (previous window's count × fraction of it still
+	// overlapping) + current window's count. Burst is ignored.
+	SlidingWindow
+	// FixedWindow admits up to Rate per window of length Period, windows
+	// aligned to the store's clock (multiples of Period since the Unix
+	// epoch). Burst is ignored.
+	FixedWindow
+)
+
+// String returns the algorithm's lower-case name as used in metrics and
+// spans: "token_bucket", "gcra", "sliding_window" or "fixed_window".
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucket:
+		return "token_bucket"
+	case GCRA:
+		return "gcra"
+	case SlidingWindow:
+		return "sliding_window"
+	case FixedWindow:
+		return "fixed_window"
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// MaxPeriod is the longest Period a Limit may have (one week). Longer periods
+// belong to billing, not to rate limiting.
+const MaxPeriod = 7 * 24 * time.Hour
+
+// MaxProduct bounds Capacity×Period in microseconds (and Rate×Period for the
+// windows). Scripts run in Lua, whose numbers are IEEE doubles: every integer
+// the algorithms compute stays below 2^53 and so is exact.
+const MaxProduct = 1 << 52
+
+// Limit says how many events are admitted over time for one identity.
+type Limit struct {
+	// Algorithm chooses the enforcement; the zero value is TokenBucket.
+	Algorithm Algorithm
+	// Rate is the number of events admitted per Period; it must be > 0.
+	Rate int64
+	// Period is the time over which Rate events are admitted. It must be at
+	// least 1ms and at most MaxPeriod; it is used at microsecond precision.
+	Period time.Duration
+	// Burst is the capacity for TokenBucket and GCRA: the most that can be
+	// admitted at once after a quiet period. 0 means Rate. Windows ignore it.
+	Burst int64
+}
+
+// PerSecond returns a TokenBucket Limit of n events per second with a burst of n.
+func PerSecond(n int64) Limit {
+	return Limit{Algorithm: TokenBucket, Rate: n, Period: time.Second, Burst: n}
+}
+
+// PerMinute returns a TokenBucket Limit of n events per minute with a burst of n.
+func PerMinute(n int64) Limit {
+	return Limit{Algorithm: TokenBucket, Rate: n, Period: time.Minute, Burst: n}
+}
+
+// PerHour returns a TokenBucket Limit of n events per hour with a burst of n.
+func PerHour(n int64) Limit {
+	return Limit{Algorithm: TokenBucket, Rate: n, Period: time.Hour, Burst: n}
+}
+
+// Capacity is the largest Cost a single request may have under this Limit:
+// Burst (or Rate when Burst is 0) for TokenBucket and GCRA, Rate for the
+// windows.
+func (l Limit) Capacity() int64 {
+	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Rate
+}
+
+// String describes the limit, for example "token_bucket 100/1s burst 100".
+func (l Limit) String() string {
+	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+		return fmt.Sprintf("%s %d/%s burst %d", l.Algorithm, l.Rate, l.Period, l.Capacity())
+	}
+	return fmt.Sprintf("%s %d/%s", l.Algorithm, l.Rate, l.Period)
+}
+
+// Validate reports whether the limit can be enforced. Every error it returns
+// wraps ErrInvalidRequest.
+func (l Limit) Validate() error {
+	switch {
+	case l.Algorithm > FixedWindow:
+		return invalid("unknown algorithm %d", uint8(l.Algorithm))
+	case l.Rate <= 0:
+		return invalid("rate must be > 0, got %d", l.Rate)
+	case l.Period < time.Millisecond:
+		return invalid("period must be at least 1ms, got %s", l.Period)
+	case l.Period > MaxPeriod:
+		return invalid("period must be at most %s, got %s", MaxPeriod, l.Period)
+	case l.Burst < 0:
+		return invalid("burst must be >= 0, got %d", l.Burst)
+	}
+	periodUs := l.Period.Microseconds()
+	if l.Capacity() > MaxProduct/periodUs || l.Rate > MaxProduct/periodUs {
+		return invalid("%s is too large: rate and burst times the period in microseconds must stay below 2^52; use a shorter period", l)
+	}
+	if l.Rate > periodUs {
+		return invalid("%s is too fast: at most one event per microsecond per identity", l)
+	}
+	return nil
+}
+
+// MaxKeyLen is the longest Request.Key a store accepts (64 KiB). Longer
+// identities are an attack or a bug, not an identity.
+const MaxKeyLen = 64 << 10
+
+// MaxRequestIDLen is the longest Request.RequestID a store accepts.
+const MaxRequestIDLen = 128
+
+// Request asks a Store for one decision.
+type Request struct {
+	// Key is the identity of the bucket, any bytes up to MaxKeyLen; the store
+	// makes it safe for Redis. Requests with the same Key and Algorithm share
+	// state, so give each rule its own key space (the interceptor prefixes
+	// keys with the rule name).
+	Key string
+	// Limit is the limit enforced for this Key.
+	Limit Limit
+	// Cost is how many units the request takes; 0 means 1. It must not exceed
+	// Limit.Capacity().
+	Cost int64
+	// RequestID is optional. Retries that carry the same id for the same Key
+	// are not debited twice: once a request with this id has been admitted,
+	// later ones replay as Allowed and Replayed without a debit, a bounded
+	// number of times within a bounded period (store options). A denied
+	// request leaves no trace, so its retry is judged afresh. At most
+	// MaxRequestIDLen bytes of printable ASCII.
+	RequestID string
+}
+
+// Normalized returns the request with Cost 0 replaced by 1, after checking
+// it. Every error wraps ErrInvalidRequest.
+func (r Request) Normalized() (Request, error) {
+	if err := r.Limit.Validate(); err != nil {
+		return r, err
+	}
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	switch {
+	case r.Cost < 0:
+		return r, invalid("cost must be > 0, got %d", r.Cost)
+	case r.Cost > r.Limit.Capacity():
+		return r, invalid("cost %d exceeds the capacity %d of %s: it could never be admitted", r.Cost, r.Limit.Capacity(), r.Limit)
+	case len(r.Key) > MaxKeyLen:
+		return r, invalid("key is %d bytes, more than %d", len(r.Key), MaxKeyLen)
+	}
+	if err := ValidateRequestID(r.RequestID); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// ValidateRequestID reports whether id can be used as Request.RequestID: at
+// most MaxRequestIDLen bytes, each printable ASCII (0x21 to 0x7e). The empty
+// id is valid and means "no id". Every error wraps ErrInvalidRequest.
+func ValidateRequestID(id string) error {
+	if len(id) > MaxRequestIDLen {
+		return invalid("request id is %d bytes, more than %d", len(id), MaxRequestIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x21 || c > 0x7e {
+			return invalid("request id has byte 0x%02x at %d: only printable ASCII without spaces is allowed", c, i)
+		}
+	}
+	return nil
+}
+
+// Decision is a store's answer to one Request.
+type Decision struct {
+	// Allowed reports whether the request is admitted.
+	Allowed bool
+	// Remaining is how many units are left after this decision: the largest
+	// Cost that would be admitted right now. It is never below 0.
+	Remaining int64
+	// RetryAfter is, when denied, how long to wait until the same Cost is
+	// admitted if nobody else consumes in between. It is 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the identity is back to its full
+	// capacity (a full bucket, an empty window) if nothing else is consumed.
+	ResetAfter time.Duration
+	// Replayed reports that a request with the same RequestID was admitted
+	// earlier: this one is allowed again without being debited.
+	Replayed bool
+}
+
+// Store makes rate-limit decisions. Implementations are safe for concurrent
+// use. Allow returns an error wrapping ErrInvalidRequest for a request that
+// can never be decided (see Request.Normalized); any other error means the
+// store could not decide (unreachable, timed out) and the caller's fail
+// policy applies.
+type Store interface {
+	Allow(ctx context.Context, req Request) (Decision, error)
+}
+
+// ErrInvalidRequest is wrapped by every validation error: a bad Limit, a bad
+// Cost, an oversized Key or a malformed RequestID. errors.Is works.
+var ErrInvalidRequest = errors.New("tollgate: invalid request")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidRequest}, args...)...)
+}
