@@ -1,11 +1,38 @@
 // Package keyfunc extracts the identity a rate limit applies to from a gRPC
 // call: a metadata header, the method, the peer, or an identity an
-// authentication interceptor put in the context.
+// authentication interceptor put in the context. Functions combine: Join
+// limits a pair (tenant and method, say) and FirstOf falls back from one
+// source to the next.
+//
+// # Missing values
+//
+// Every Func of this package returns either a non-empty value of at most
+// MaxValueLen bytes and a nil error, or "" and an error. It never returns ""
+// with a nil error: an absent or empty identity is an error wrapping
+// ErrMissing, so that no call slips past a limit under a shared empty
+// identity, and the limiter decides explicitly what a call without one gets.
+// A value that is present but unusable (longer than MaxValueLen) is an error
+// wrapping ErrInvalid, which is the client's fault (codes.InvalidArgument)
+// and, unlike ErrMissing, is never skipped by FirstOf. Any other error means
+// the server is misconfigured. Checked applies the same policy to a Func
+// written elsewhere.
+//
+// Values are opaque bytes: the store escapes or hashes them before they
+// reach Redis, so no value can touch another identity's state.
 package keyfunc
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/realip"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 )
 
 // Func returns the identity to limit for a call to fullMethod
@@ -16,3 +43,273 @@ type Func func(ctx context.Context, fullMethod string) (string, error)
 // ErrMissing is wrapped by the error a Func returns when the value it reads
 // is absent from the call.
 var ErrMissing = errors.New("keyfunc: value missing")
+
+// ErrInvalid is wrapped by the error a Func returns when the value is
+// present but cannot be used as an identity, for example because it is
+// longer than MaxValueLen. It is the caller's fault, so a server answers it
+// with codes.InvalidArgument.
+var ErrInvalid = errors.New("keyfunc: invalid value")
+
+// MaxValueLen is the longest value, in bytes, a Func of this package
+// returns (4 KiB). It bounds what one client can make the limiter hash and
+// store per call; real identities (tenant ids, API key ids, addresses) are
+// far shorter. Join and FirstOf bound their combined result the same way.
+const MaxValueLen = 4 << 10
+
+// Checked returns a Func that enforces this package's policy on the results
+// of f, a Func written elsewhere: ("", nil) becomes an error wrapping
+// ErrMissing and a value longer than MaxValueLen an error wrapping
+// ErrInvalid. Join and FirstOf apply it to every Func they are given, and a
+// limiter can apply it to any Func it is configured with.
+func Checked(f Func) Func {
+	if f == nil {
+		panic("keyfunc.Checked: nil Func")
+	}
+	return func(ctx context.Context, fullMethod string) (string, error) {
+		v, err := f(ctx, fullMethod)
+		if err != nil {
+			return "", err
+		}
+		return check(v, "value")
+	}
+}
+
+// check enforces the policy on one value; what names it in error messages.
+func check(v, what string) (string, error) {
+	if v == "" {
+		return "", fmt.Errorf("%w: %s is empty", ErrMissing, what)
+	}
+	if len(v) > MaxValueLen {
+		return "", fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, what, len(v), MaxValueLen)
+	}
+	return v, nil
+}
+
+// Metadata returns a Func that reads the incoming metadata key header (case
+// insensitive, as gRPC metadata keys are). When the call carries the key
+// several times, the first value counts and the others are ignored, so a
+// client cannot choose between identities by repeating the header; an empty
+// first value is missing. The value is used as received: for a "-bin"
+// header, the decoded bytes.
+//
+// Metadata panics if header is not a valid gRPC metadata key (empty, or with
+// characters other than 0-9 a-z - _ .): that is a configuration error that
+// must show at startup, not per call.
+func Metadata(header string) Func {
+	key := strings.ToLower(header)
+	if !validHeader(key) {
+		panic(fmt.Sprintf("keyfunc.Metadata: %q is not a valid gRPC metadata key", header))
+	}
+	what := "metadata " + strconv.Quote(key)
+	return func(ctx context.Context, _ string) (string, error) {
+		vals := metadata.ValueFromIncomingContext(ctx, key)
+		if len(vals) == 0 {
+			return "", fmt.Errorf("%w: %s is absent", ErrMissing, what)
+		}
+		return check(vals[0], what)
+	}
+}
+
+func validHeader(key string) bool {
+	if key == "" {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Method returns a Func whose value is the full method name of the call,
+// "/pkg.Service/Method". Joined with a client identity it gives every method
+// its own quota per client.
+func Method() Func {
+	return func(_ context.Context, fullMethod string) (string, error) {
+		return check(fullMethod, "method")
+	}
+}
+
+// Peer returns a Func whose value is the address of the connection's remote
+// end without its port, so that one client host has one identity however
+// many connections it opens. IPv4 addresses mapped into IPv6
+// ("::ffff:192.0.2.1") are unmapped to the IPv4 form, so one client is one
+// identity whichever socket family it reached. An address without a port
+// (a Unix socket path, an in-memory listener) is used whole.
+//
+// Behind a proxy or load balancer every call has the proxy's address: use
+// RealIP with go-grpc-middleware's realip interceptor instead.
+func Peer() Func {
+	return func(ctx context.Context, _ string) (string, error) {
+		p, ok := peer.FromContext(ctx)
+		if !ok || p.Addr == nil {
+			return "", fmt.Errorf("%w: the call has no peer", ErrMissing)
+		}
+		addr := p.Addr.String()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+		if ip, err := netip.ParseAddr(addr); err == nil {
+			addr = ip.Unmap().String()
+		}
+		return check(addr, "peer address")
+	}
+}
+
+// RealIP returns a Func whose value is the client IP address found by
+// go-grpc-middleware's realip interceptor
+// (github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/realip),
+// which must be chained before the limiter. That interceptor trusts
+// X-Forwarded-For and similar headers only from the proxies it is told to
+// trust, so a client cannot pick its own address. The value is missing when
+// the interceptor did not run or found no address.
+func RealIP() Func {
+	return func(ctx context.Context, _ string) (string, error) {
+		ip, ok := realip.FromContext(ctx)
+		if !ok || !ip.IsValid() {
+			return "", fmt.Errorf("%w: no real IP in the context (is the realip interceptor chained before the limiter?)", ErrMissing)
+		}
+		return check(ip.Unmap().String(), "real IP")
+	}
+}
+
+// Constant returns a Func whose value is always s: every call shares one
+// bucket, a global quota (for example on an expensive method). It panics if
+// s is empty or longer than MaxValueLen.
+func Constant(s string) Func {
+	if _, err := check(s, "constant"); err != nil {
+		panic("keyfunc.Constant: " + err.Error())
+	}
+	return func(context.Context, string) (string, error) { return s, nil }
+}
+
+// identityKey is the context key under which WithIdentity stores an identity.
+type identityKey struct{}
+
+// WithIdentity returns a copy of ctx that carries id, the authenticated
+// identity of the caller, for Identity to read.
+//
+// An authentication interceptor calls it once it has verified the caller's
+// credentials, and passes the new context on; it must be chained before the
+// limiter (grpc.ChainUnaryInterceptor(auth, limiter)). In a unary
+// interceptor:
+//
+//	ctx = keyfunc.WithIdentity(ctx, claims.Subject)
+//	return handler(ctx, req)
+//
+// In a stream interceptor, wrap the stream so that its Context returns the
+// new context, for example with go-grpc-middleware's WrapServerStream:
+//
+//	w := middleware.WrapServerStream(ss)
+//	w.WrappedContext = keyfunc.WithIdentity(ss.Context(), claims.Subject)
+//	return handler(srv, w)
+func WithIdentity(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// Identity returns a Func whose value is the identity stored by WithIdentity:
+// the authenticated caller, which unlike a header the caller cannot choose
+// freely. It is missing when no authentication interceptor stored one (or
+// stored "").
+func Identity() Func {
+	return Context(identityKey{})
+}
+
+// Context returns a Func whose value is ctx.Value(key), for identities that
+// an existing interceptor stores under its own key. The value must be a
+// string or implement fmt.Stringer; it is missing when there is none (nil).
+// A value of another type is a server configuration error, reported as an
+// error that wraps neither ErrMissing nor ErrInvalid.
+func Context(key any) Func {
+	if key == nil {
+		panic("keyfunc.Context: nil key")
+	}
+	what := fmt.Sprintf("context value %T", key)
+	return func(ctx context.Context, _ string) (string, error) {
+		switch v := ctx.Value(key).(type) {
+		case nil:
+			return "", fmt.Errorf("%w: no %s", ErrMissing, what)
+		case string:
+			return check(v, what)
+		case fmt.Stringer:
+			return check(v.String(), what)
+		default:
+			return "", fmt.Errorf("keyfunc: %s holds a %T, want a string or a fmt.Stringer", what, v)
+		}
+	}
+}
+
+// Join returns a Func whose value combines the values of fs, in order, so
+// that a limit applies to the combination (a tenant on one method, say). The
+// encoding is unambiguous: each value is preceded by its length in decimal
+// and a colon ("3:abc"), so ("a|b", "c") and ("a", "b|c") never give the
+// same value, whatever bytes the values hold. If any of fs fails, Join fails
+// with that error (wrapped, errors.Is works); its combined value is bounded
+// by MaxValueLen like any other.
+//
+// Join panics if fs is empty or holds a nil Func.
+func Join(fs ...Func) Func {
+	fs = checkedAll("Join", fs)
+	return func(ctx context.Context, fullMethod string) (string, error) {
+		var b strings.Builder
+		for i, f := range fs {
+			v, err := f(ctx, fullMethod)
+			if err != nil {
+				return "", fmt.Errorf("keyfunc: join part %d: %w", i, err)
+			}
+			b.WriteString(strconv.Itoa(len(v)))
+			b.WriteByte(':')
+			b.WriteString(v)
+			if b.Len() > MaxValueLen {
+				break // check reports it; stop before building more
+			}
+		}
+		return check(b.String(), "joined value")
+	}
+}
+
+// FirstOf returns a Func whose value is that of the first of fs that
+// succeeds, trying them in order and skipping only those whose value is
+// missing (ErrMissing). Any other error is returned at once: a malformed
+// header must not quietly fall back to another identity. When all are
+// missing the error wraps ErrMissing and names every absent value.
+//
+// The value is prefixed with the position of the Func that supplied it and
+// a colon ("0:acme", "1:192.0.2.1"), so that values from different sources
+// never share a bucket: with FirstOf(Metadata("x-tenant"), Peer()) a client
+// that sends "x-tenant: 192.0.2.1" does not spend that host's quota.
+//
+// FirstOf panics if fs is empty or holds a nil Func.
+func FirstOf(fs ...Func) Func {
+	fs = checkedAll("FirstOf", fs)
+	return func(ctx context.Context, fullMethod string) (string, error) {
+		var missing []error
+		for i, f := range fs {
+			v, err := f(ctx, fullMethod)
+			if err == nil {
+				return check(strconv.Itoa(i)+":"+v, "value")
+			}
+			if !errors.Is(err, ErrMissing) {
+				return "", err
+			}
+			missing = append(missing, err)
+		}
+		return "", fmt.Errorf("keyfunc: none of %d values present: %w", len(fs), errors.Join(missing...))
+	}
+}
+
+func checkedAll(name string, fs []Func) []Func {
+	if len(fs) == 0 {
+		panic("keyfunc." + name + ": no Func given")
+	}
+	out := make([]Func, len(fs))
+	for i, f := range fs {
+		if f == nil {
+			panic(fmt.Sprintf("keyfunc.%s: Func %d is nil", name, i))
+		}
+		out[i] = Checked(f)
+	}
+	return out
+}
