@@ -1,0 +1,146 @@
+package interceptor
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestBreaker(threshold int, coolDown time.Duration) (*breaker, *fakeClock) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	b := newBreaker(threshold, coolDown)
+	b.now = clock.Now
+	return b, clock
+}
+
+func mustAllow(t *testing.T, b *breaker, wantOK, wantProbe bool) bool {
+	t.Helper()
+	ok, probe := b.allow()
+	if ok != wantOK || probe != wantProbe {
+		t.Fatalf("allow() = (%v, %v), want (%v, %v)", ok, probe, wantOK, wantProbe)
+	}
+	return probe
+}
+
+func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
+	b, clock := newTestBreaker(3, time.Second)
+	// Two failures, then a success: the count starts again.
+	for range 2 {
+		mustAllow(t, b, true, false)
+		b.done(false, storeFailed)
+	}
+	mustAllow(t, b, true, false)
+	b.done(false, storeOK)
+	for range 2 {
+		mustAllow(t, b, true, false)
+		b.done(false, storeFailed)
+	}
+	// Cancelled callers say nothing about the store.
+	mustAllow(t, b, true, false)
+	b.done(false, storeNoNews)
+	mustAllow(t, b, true, false)
+	b.done(false, storeFailed) // the third in a row
+	mustAllow(t, b, false, false)
+
+	// A call that started before the breaker opened and succeeds late does
+	// not close it: only a probe does.
+	b.done(false, storeOK)
+	mustAllow(t, b, false, false)
+
+	clock.Advance(time.Second - time.Nanosecond)
+	mustAllow(t, b, false, false)
+	clock.Advance(time.Nanosecond)
+	probe := mustAllow(t, b, true, true)
+	mustAllow(t, b, false, false) // one probe at a time
+	b.done(probe, storeFailed)    // the store is still down: open again
+	clock.Advance(time.Second / 2)
+	mustAllow(t, b, false, false)
+	clock.Advance(time.Second / 2)
+	probe = mustAllow(t, b, true, true)
+	b.done(probe, storeNoNews) // the prober went away: the next call probes at once
+	probe = mustAllow(t, b, true, true)
+	b.done(probe, storeOK)
+	mustAllow(t, b, true, false)
+	// Closed again, with a fresh count.
+	for range 2 {
+		b.done(false, storeFailed)
+	}
+	mustAllow(t, b, true, false)
+}
+
+func TestBreakerDisabled(t *testing.T) {
+	b, _ := newTestBreaker(0, 0)
+	for range 100 {
+		mustAllow(t, b, true, false)
+		b.done(false, storeFailed)
+	}
+}
+
+// Many callers racing past the cool-down: exactly one probes, and the
+// others go to their fail policy without touching the store.
+func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
+	b, clock := newTestBreaker(5, time.Second)
+	const goroutines = 64
+	var wg sync.WaitGroup
+	// Trip it from many goroutines at once: every failure counts.
+	for range goroutines {
+		wg.Go(func() {
+			if ok, probe := b.allow(); ok {
+				b.done(probe, storeFailed)
+			}
+		})
+	}
+	wg.Wait()
+	if ok, _ := b.allow(); ok {
+		t.Fatal("breaker still closed after 64 concurrent failures")
+	}
+	clock.Advance(time.Second)
+	var probes, allowed atomic.Int64
+	start := make(chan struct{})
+	var gotProbe sync.WaitGroup
+	gotProbe.Add(goroutines)
+	for range goroutines {
+		wg.Go(func() {
+			<-start
+			ok, probe := b.allow()
+			if ok {
+				allowed.Add(1)
+			}
+			if probe {
+				probes.Add(1)
+			}
+			gotProbe.Done()
+			gotProbe.Wait() // hold the probe until every caller has asked
+			if ok {
+				b.done(probe, storeOK)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if probes.Load() != 1 || allowed.Load() != 1 {
+		t.Fatalf("probes = %d, allowed = %d; want exactly 1 of %d callers", probes.Load(), allowed.Load(), goroutines)
+	}
+	if ok, probe := b.allow(); !ok || probe {
+		t.Fatalf("after a successful probe allow() = (%v, %v), want closed", ok, probe)
+	}
+}

@@ -1,0 +1,105 @@
+package interceptor
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/idempotency"
+)
+
+// DefaultStoreTimeout is how long one store decision may take before the
+// rule's FailMode applies, when WithStoreTimeout is not given. It is short
+// on purpose: a decision on a healthy Redis takes well under a millisecond,
+// and a hung Redis must not hang every RPC.
+const DefaultStoreTimeout = 50 * time.Millisecond
+
+// DefaultBreakerFailures and DefaultBreakerCoolDown configure the circuit
+// breaker when WithBreaker is not given.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerCoolDown = time.Second
+)
+
+// Option configures a Limiter.
+type Option func(*config)
+
+type config struct {
+	rules           []Rule
+	requestIDHeader string
+	storeTimeout    time.Duration
+	breakerFailures int
+	breakerCoolDown time.Duration
+	replicas        int64
+	local           tollgate.Store
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
+}
+
+func defaultConfig() config {
+	return config{
+		requestIDHeader: idempotency.DefaultHeader,
+		storeTimeout:    DefaultStoreTimeout,
+		breakerFailures: DefaultBreakerFailures,
+		breakerCoolDown: DefaultBreakerCoolDown,
+		replicas:        1,
+	}
+}
+
+// WithRules appends rules. A call is judged by the first rule, in order,
+// whose Methods match it; calls no rule matches are not limited.
+func WithRules(rules ...Rule) Option {
+	return func(c *config) { c.rules = append(c.rules, rules...) }
+}
+
+// WithRequestIDHeader sets the metadata key the request id is read from
+// (default idempotency.DefaultHeader). Retries carrying the same id are not
+// debited twice.
+func WithRequestIDHeader(header string) Option {
+	return func(c *config) { c.requestIDHeader = header }
+}
+
+// WithStoreTimeout bounds one store decision (default DefaultStoreTimeout).
+// The store call gets its own deadline derived from the call's context, so
+// it never outlives the call; past it the rule's FailMode applies.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) { c.storeTimeout = d }
+}
+
+// WithBreaker configures the circuit breaker in front of the store: after
+// failures consecutive store failures (errors or timeouts, not denials and
+// not cancelled calls) it opens for coolDown, during which every rule goes
+// straight to its FailMode without waiting on the store. Then one call
+// probes the store; its success closes the breaker, its failure opens it
+// for another coolDown. failures 0 disables the breaker.
+func WithBreaker(failures int, coolDown time.Duration) Option {
+	return func(c *config) { c.breakerFailures, c.breakerCoolDown = failures, coolDown }
+}
+
+// WithReplicas says how many replicas share the store. FailLocal rules
+// without a LocalLimit then cap each replica at their limit divided by n
+// (Rate and Burst rounded up), so the fleet stays near its quota while the
+// store is down. The default is 1.
+func WithReplicas(n int) Option {
+	return func(c *config) { c.replicas = int64(n) }
+}
+
+// WithLocalStore sets the in-process store FailLocal rules decide with. The
+// default is a store.Memory private to the Limiter.
+func WithLocalStore(st tollgate.Store) Option {
+	return func(c *config) { c.local = st }
+}
+
+// WithTracerProvider sets where decision spans go (default the global
+// otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithMeterProvider sets where decision metrics go (default the global
+// otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}

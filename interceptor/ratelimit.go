@@ -1,0 +1,40 @@
+package interceptor
+
+import (
+	"context"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"google.golang.org/grpc"
+)
+
+// MiddlewareLimiter adapts l to go-grpc-middleware's ratelimit.Limiter, for
+// servers already built around that package's interceptors:
+//
+//	ratelimit.UnaryServerInterceptor(l.MiddlewareLimiter())
+//
+// It applies the same rules, keys, request ids, fail policy, spans and
+// metrics, and sets the same trailers (so grpc-retry-pushback-ms still
+// reaches the client's retry policy). Its limitation is that interceptor:
+// it replaces every error with codes.ResourceExhausted and the error's text,
+// so clients lose the RetryInfo and QuotaFailure details, and a FailClosed
+// refusal arrives as ResourceExhausted rather than Unavailable. Rule.Cost
+// applies (ratelimit gives no request message to a CostFunc) and PerMessage
+// limits do not. Prefer UnaryServerInterceptor and StreamServerInterceptor.
+func (l *Limiter) MiddlewareLimiter() ratelimit.Limiter { return middlewareLimiter{l} }
+
+type middlewareLimiter struct{ l *Limiter }
+
+// Limit decides for the call ctx belongs to; it finds the method with
+// grpc.Method. It returns nil when the call may proceed.
+func (m middlewareLimiter) Limit(ctx context.Context) error {
+	method, _ := grpc.Method(ctx)
+	r := m.l.matcher.match(method)
+	if r == nil {
+		return nil
+	}
+	res := m.l.decide(ctx, r, method, scopeCall, nil)
+	if md := res.trailer(); md != nil {
+		_ = grpc.SetTrailer(ctx, md)
+	}
+	return res.err
+}

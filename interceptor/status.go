@@ -1,0 +1,118 @@
+package interceptor
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Trailer keys. They are the names Envoy's rate limit filter uses, plus
+// gRPC's pushback key, and are only ever sent as trailers.
+const (
+	// TrailerLimit is the limit's capacity: the most units admitted at once.
+	TrailerLimit = "x-ratelimit-limit"
+	// TrailerRemaining is how many units are left after the decision.
+	TrailerRemaining = "x-ratelimit-remaining"
+	// TrailerReset is how many seconds (rounded up) until the caller's
+	// bucket or window is back to full.
+	TrailerReset = "x-ratelimit-reset"
+	// TrailerRetryAfter is, on a denial, how many seconds (rounded up) to
+	// wait before the same call is admitted.
+	TrailerRetryAfter = "retry-after"
+	// TrailerPushback is, on a denial, the same wait in milliseconds
+	// (rounded up): grpc-go's retry policy waits exactly this long before
+	// its next attempt instead of its own backoff.
+	TrailerPushback = "grpc-retry-pushback-ms"
+	// TrailerReplayed is "1" when the call carried a request id already
+	// admitted: it was allowed again without being debited.
+	TrailerReplayed = "x-ratelimit-replayed"
+)
+
+// decided fills res with a store's decision under limit.
+func (res *result) decided(r *rule, dec tollgate.Decision, limit tollgate.Limit, limitHeader string) {
+	res.decision, res.limit, res.limitHeader = dec, limit, limitHeader
+	switch {
+	case dec.Replayed:
+		res.outcome = outcomeReplayed
+	case dec.Allowed:
+		res.outcome = outcomeAllowed
+	default:
+		res.outcome = outcomeDenied
+		res.err = denial(r, limit, dec)
+	}
+}
+
+// limitHeaderFor is x-ratelimit-limit for limit, precomputed for the
+// rule's static limit.
+func limitHeaderFor(r *rule, scope byte, limit tollgate.Limit) string {
+	if scope == scopeCall && r.LimitFunc == nil && limit == r.Limit {
+		return r.limitHeader
+	}
+	return strconv.FormatInt(limit.Capacity(), 10)
+}
+
+// denial is the status of a call the limit did not admit. The subject of
+// the QuotaFailure is the rule, not the caller's identity: key functions may
+// read credentials, and a status travels through proxies and logs.
+func denial(r *rule, limit tollgate.Limit, dec tollgate.Decision) error {
+	wait := roundUp(dec.RetryAfter, time.Millisecond)
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit %q exceeded: retry after %s", r.Name, wait))
+	detailed, err := st.WithDetails(
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(dec.RetryAfter)},
+		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject:     "rule:" + r.Name,
+			Description: fmt.Sprintf("%s exceeded; retry after %s", limit, wait),
+			QuotaId:     r.Name,
+			QuotaValue:  limit.Capacity(),
+		}}},
+	)
+	if err != nil {
+		// Only a proto marshalling bug gets here; the code and message
+		// still say what happened.
+		return st.Err()
+	}
+	return detailed.Err()
+}
+
+// trailer returns the rate-limit trailers for res, or nil when no store
+// decided.
+func (res *result) trailer() metadata.MD {
+	if !res.hasDecision() {
+		return nil
+	}
+	dec := res.decision
+	md := metadata.MD{
+		TrailerLimit:     {res.limitHeader},
+		TrailerRemaining: {strconv.FormatInt(dec.Remaining, 10)},
+		TrailerReset:     {ceilUnits(dec.ResetAfter, time.Second)},
+	}
+	if dec.Replayed {
+		md[TrailerReplayed] = []string{"1"}
+	}
+	if !dec.Allowed {
+		md[TrailerRetryAfter] = []string{ceilUnits(dec.RetryAfter, time.Second)}
+		md[TrailerPushback] = []string{ceilUnits(dec.RetryAfter, time.Millisecond)}
+	}
+	return md
+}
+
+// ceilUnits formats d in whole units, rounded up.
+func ceilUnits(d, unit time.Duration) string {
+	return strconv.FormatInt(int64(roundUp(d, unit)/unit), 10)
+}
+
+// roundUp rounds a non-negative d up to a multiple of unit.
+func roundUp(d, unit time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + unit - 1) / unit * unit
+}

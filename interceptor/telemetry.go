@@ -1,0 +1,185 @@
+package interceptor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instrumentationName names the tracer and the meter.
+const instrumentationName = "github.com/tollgate/tollgate/interceptor"
+
+// Metric names.
+const (
+	// MetricDecisions counts decisions, with the attributes tollgate.rule,
+	// tollgate.scope, tollgate.outcome and tollgate.allowed.
+	MetricDecisions = "tollgate.decisions"
+	// MetricStoreDuration is a histogram of how long the shared store took
+	// to answer (or fail), in seconds, with the attributes tollgate.rule and
+	// tollgate.store.result ("ok" or "error"). Calls the breaker kept from
+	// the store are not in it.
+	MetricStoreDuration = "tollgate.store.duration"
+)
+
+// Attribute keys on spans and metrics.
+const (
+	AttrRule         = attribute.Key("tollgate.rule")           // the rule's Name
+	AttrScope        = attribute.Key("tollgate.scope")          // "call" (a unary call or a stream's opening) or "message" (one stream message)
+	AttrAlgorithm    = attribute.Key("tollgate.algorithm")      // tollgate.Algorithm.String()
+	AttrLimit        = attribute.Key("tollgate.limit")          // tollgate.Limit.String()
+	AttrCost         = attribute.Key("tollgate.cost")           // units the call asked for
+	AttrAllowed      = attribute.Key("tollgate.allowed")        // whether the call went on
+	AttrRemaining    = attribute.Key("tollgate.remaining")      // Decision.Remaining
+	AttrRetryAfterMs = attribute.Key("tollgate.retry_after_ms") // Decision.RetryAfter in milliseconds
+	AttrReplayed     = attribute.Key("tollgate.replayed")       // Decision.Replayed
+	AttrFailMode     = attribute.Key("tollgate.fail_mode")      // "none" when the store decided, else FailMode.String()
+	AttrOutcome      = attribute.Key("tollgate.outcome")        // see outcome
+	AttrStoreResult  = attribute.Key("tollgate.store.result")   // "ok" or "error"
+)
+
+// outcome is the value of tollgate.outcome: what became of one decision.
+type outcome uint8
+
+const (
+	outcomeAllowed    outcome = iota // the store admitted the call
+	outcomeDenied                    // the store denied it: ResourceExhausted
+	outcomeReplayed                  // a retry of an admitted call, not debited again
+	outcomeFailOpen                  // the store could not decide; admitted by FailOpen
+	outcomeFailClosed                // the store could not decide; Unavailable by FailClosed
+	outcomeFailLocal                 // the store could not decide; the local store did
+	outcomeInvalid                   // no decision possible: bad request id, missing key, bad cost or limit
+	outcomeError                     // a rule's Key or LimitFunc failed
+	outcomeCanceled                  // the caller went away before the store answered
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled",
+}
+
+// histogram bounds for store latency, in seconds: 50µs to 1s.
+var storeDurationBounds = []float64{
+	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+}
+
+// telemetry holds the instruments every rule records into.
+type telemetry struct {
+	tracer        trace.Tracer
+	decisions     metric.Int64Counter
+	storeDuration metric.Float64Histogram
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, error) {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(instrumentationName)
+	decisions, err := meter.Int64Counter(MetricDecisions,
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate-limit decisions, by rule, scope and outcome."))
+	if err != nil {
+		return telemetry{}, err
+	}
+	storeDuration, err := meter.Float64Histogram(MetricStoreDuration,
+		metric.WithUnit("s"),
+		metric.WithDescription("Time the shared store took to decide or fail."),
+		metric.WithExplicitBucketBoundaries(storeDurationBounds...))
+	if err != nil {
+		return telemetry{}, err
+	}
+	return telemetry{tracer: tp.Tracer(instrumentationName), decisions: decisions, storeDuration: storeDuration}, nil
+}
+
+// ruleTelemetry is one rule's precomputed span name, start options and
+// metric attribute sets, so that recording a decision builds no attribute
+// set.
+type ruleTelemetry struct {
+	spanName  string
+	spanStart [2][]trace.SpanStartOption          // by scope index
+	decisions [2][numOutcomes][2]metric.AddOption // by scope index, outcome, allowed
+	storeOK   metric.RecordOption
+	storeErr  metric.RecordOption
+}
+
+func scopeIndex(scope byte) int {
+	if scope == scopeMessage {
+		return 1
+	}
+	return 0
+}
+
+func newRuleTelemetry(r *rule) ruleTelemetry {
+	t := ruleTelemetry{spanName: "ratelimit " + r.Name}
+	name := AttrRule.String(r.Name)
+	for si, scope := range [2]string{"call", "message"} {
+		attrs := []attribute.KeyValue{name, AttrScope.String(scope)}
+		// The limit is known here unless LimitFunc chooses it per call.
+		if si == 1 && r.PerMessage != nil {
+			attrs = append(attrs, AttrAlgorithm.String(r.PerMessage.Algorithm.String()), AttrLimit.String(r.PerMessage.String()))
+		} else if si == 0 && r.LimitFunc == nil {
+			attrs = append(attrs, AttrAlgorithm.String(r.Limit.Algorithm.String()), AttrLimit.String(r.Limit.String()))
+		}
+		t.spanStart[si] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+		for o := range numOutcomes {
+			for allowed := range 2 {
+				t.decisions[si][o][allowed] = metric.WithAttributeSet(attribute.NewSet(
+					name, AttrScope.String(scope), AttrOutcome.String(outcomeNames[o]), AttrAllowed.Bool(allowed == 1)))
+			}
+		}
+	}
+	t.storeOK = metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("ok")))
+	t.storeErr = metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("error")))
+	return t
+}
+
+// recordStore records one store call's latency.
+func (l *Limiter) recordStore(ctx context.Context, r *rule, elapsed time.Duration, failed bool) {
+	opt := r.tel.storeOK
+	if failed {
+		opt = r.tel.storeErr
+	}
+	l.tel.storeDuration.Record(ctx, elapsed.Seconds(), opt)
+}
+
+// recordDecision counts res and, when the span is sampled, puts the
+// decision on it.
+func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, r *rule, scope byte, res *result) {
+	si := scopeIndex(scope)
+	allowed := 0
+	if res.allowed() {
+		allowed = 1
+	}
+	l.tel.decisions.Add(ctx, 1, r.tel.decisions[si][res.outcome][allowed])
+	if !span.IsRecording() {
+		return
+	}
+	failMode := "none"
+	if res.storeFailed {
+		failMode = r.FailMode.String()
+	}
+	attrs := []attribute.KeyValue{
+		AttrCost.Int64(res.cost),
+		AttrAllowed.Bool(allowed == 1),
+		AttrRemaining.Int64(res.decision.Remaining),
+		AttrRetryAfterMs.Int64(int64(roundUp(res.decision.RetryAfter, time.Millisecond) / time.Millisecond)),
+		AttrReplayed.Bool(res.decision.Replayed),
+		AttrFailMode.String(failMode),
+		AttrOutcome.String(outcomeNames[res.outcome]),
+	}
+	if r.LimitFunc != nil && scope == scopeCall && res.limit.Rate > 0 {
+		attrs = append(attrs, AttrAlgorithm.String(res.limit.Algorithm.String()), AttrLimit.String(res.limit.String()))
+	}
+	span.SetAttributes(attrs...)
+	if res.cause != nil {
+		span.RecordError(res.cause)
+		span.SetStatus(codes.Error, res.cause.Error())
+	}
+}
