@@ -1,0 +1,182 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Redis key layout. Every key of one decision is
+//
+//	<prefix>{<tag>}:<alg>          state (sliding window: slot 0)
+//	<prefix>{<tag>}:<alg>:1        second state slot (sliding window only)
+//	<prefix>{<tag>}:<alg>:r:<id>   request-id marker, <id> = hash of Request.RequestID
+//	<prefix>{<tag>}:<alg>:n:<n>    decision nonce, <n> = 128 random bits
+//
+// so the four share one hash tag and one Cluster slot, and an identity's keys
+// for two algorithms never meet. <alg> is tb, gcra, sw or fw.
+//
+// The tag is Request.Key itself when it is short and made of safe bytes, so
+// operators can read it in redis-cli; other bytes are percent-escaped ("%7B"
+// for "{", "%25" for "%"), which keeps the tag free of braces and the mapping
+// one-to-one. An identity that is empty or whose escaped form would be longer
+// than maxVerbatimTag becomes "#" and the base64url of the first 128 bits of
+// its SHA-256: an escaped tag never holds "#", so no identity can produce
+// another identity's tag by accident or by design.
+const (
+	// maxVerbatimTag is the longest tag written out (escaped) rather than
+	// hashed. Longer identities would only make every key longer.
+	maxVerbatimTag = 64
+	// hashedTagMarker starts every hashed tag; escapedTag never emits it.
+	hashedTagMarker = '#'
+	// hashBytes is how much of a SHA-256 a hashed tag or request id keeps.
+	hashBytes = 16
+)
+
+// encodedHashLen is the length of base64url(hashBytes bytes), unpadded.
+var encodedHashLen = base64.RawURLEncoding.EncodedLen(hashBytes)
+
+// algorithmCode names each algorithm inside key names.
+var algorithmCode = [...]string{
+	tollgate.TokenBucket:   "tb",
+	tollgate.GCRA:          "gcra",
+	tollgate.SlidingWindow: "sw",
+	tollgate.FixedWindow:   "fw",
+}
+
+// safeTagByte marks the bytes an identity may show as themselves in a tag:
+// letters, digits and - _ . : / @ = + , — no braces, no "%" (the escape) and
+// no "#" (the hashed-tag marker).
+var safeTagByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "-_.:/@=+," {
+		t[c] = true
+	}
+	return t
+}()
+
+const upperHex = "0123456789ABCDEF"
+
+// escapedTagLen returns the length of identity's escaped tag, or -1 when it
+// must be hashed (empty, or escaped longer than maxVerbatimTag).
+func escapedTagLen(identity string) int {
+	if identity == "" || len(identity) > maxVerbatimTag {
+		return -1
+	}
+	n := 0
+	for i := 0; i < len(identity); i++ {
+		if safeTagByte[identity[i]] {
+			n++
+		} else {
+			n += 3
+		}
+	}
+	if n > maxVerbatimTag {
+		return -1
+	}
+	return n
+}
+
+// appendTag appends identity's tag (without braces) to b; tagLen is
+// escapedTagLen(identity).
+func appendTag(b *strings.Builder, identity string, tagLen int) {
+	if tagLen < 0 {
+		b.WriteByte(hashedTagMarker)
+		appendHash(b, identity)
+		return
+	}
+	if tagLen == len(identity) {
+		b.WriteString(identity)
+		return
+	}
+	for i := 0; i < len(identity); i++ {
+		c := identity[i]
+		if safeTagByte[c] {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(upperHex[c>>4])
+		b.WriteByte(upperHex[c&0xf])
+	}
+}
+
+// appendHash appends the base64url of the first 128 bits of s's SHA-256.
+func appendHash(b *strings.Builder, s string) {
+	sum := sha256.Sum256([]byte(s))
+	var enc [24]byte
+	base64.RawURLEncoding.Encode(enc[:], sum[:hashBytes])
+	b.Write(enc[:encodedHashLen])
+}
+
+// appendNonce appends 128 random bits, base64url: unique per decision, so a
+// re-sent script finds the reply its first run stored and no other.
+func appendNonce(b *strings.Builder) {
+	var raw [hashBytes]byte
+	binary.LittleEndian.PutUint64(raw[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(raw[8:], rand.Uint64())
+	var enc [24]byte
+	base64.RawURLEncoding.Encode(enc[:], raw[:])
+	b.Write(enc[:encodedHashLen])
+}
+
+// decisionKeys returns the four KEYS of one decision in lua/doc.go order for
+// identity under prefix. The request-id key carries the hash of requestID
+// and the nonce key a fresh nonce when withNonce; otherwise they are names
+// the script never touches, with the same tag so the call stays on one slot.
+//
+// The keys share one backing string (one allocation for all four): this runs
+// on every decision.
+func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID string, withNonce bool) []string {
+	escapedLen := escapedTagLen(identity)
+	tagLen := escapedLen
+	if tagLen < 0 {
+		tagLen = 1 + encodedHashLen
+	}
+	code := algorithmCode[alg]
+	baseLen := len(prefix) + 1 + tagLen + 2 + len(code) // prefix{tag}:code
+	idLen, nonceLen := 0, 0
+	if requestID != "" {
+		idLen = encodedHashLen
+	}
+	if withNonce {
+		nonceLen = encodedHashLen
+	}
+
+	// Layout: base ":1" | base ":r:" id | base ":n:" nonce. The state key is
+	// the first baseLen bytes, a prefix of the second slot's name.
+	var b strings.Builder
+	b.Grow(3*baseLen + 2 + 3 + idLen + 3 + nonceLen)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	appendTag(&b, identity, escapedLen)
+	b.WriteString("}:")
+	b.WriteString(code)
+	b.WriteString(":1")
+	off3 := b.Len()
+	b.WriteString(b.String()[:baseLen])
+	b.WriteString(":r:")
+	if requestID != "" {
+		appendHash(&b, requestID)
+	}
+	off4 := b.Len()
+	b.WriteString(b.String()[:baseLen])
+	b.WriteString(":n:")
+	if withNonce {
+		appendNonce(&b)
+	}
+	all := b.String()
+	return []string{all[:baseLen], all[:baseLen+2], all[off3:off4], all[off4:]}
+}

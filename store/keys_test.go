@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// crc16 is the CRC-16/XMODEM Redis Cluster uses for key slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// hashTag returns the part of key Redis Cluster hashes: the bytes between
+// the first "{" and the first "}" after it when there are any, otherwise
+// the whole key.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
+}
+
+// slot is the Cluster slot of key.
+func slot(key string) int { return int(crc16(hashTag(key)) % 16384) }
+
+// unescapeTag reverses the percent-escaping of a verbatim tag.
+func unescapeTag(t *testing.T, tag string) string {
+	var b strings.Builder
+	for i := 0; i < len(tag); i++ {
+		if tag[i] != '%' {
+			b.WriteByte(tag[i])
+			continue
+		}
+		if i+2 >= len(tag) {
+			t.Fatalf("tag %q: truncated escape at %d", tag, i)
+		}
+		v, err := strconv.ParseUint(tag[i+1:i+3], 16, 8)
+		if err != nil {
+			t.Fatalf("tag %q: bad escape at %d: %v", tag, i, err)
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String()
+}
+
+func TestDecisionKeysLayout(t *testing.T) {
+	h := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return base64.RawURLEncoding.EncodeToString(sum[:16])
+	}
+	for _, tc := range []struct {
+		identity, id string
+		alg          tollgate.Algorithm
+		base         string
+	}{
+		{"user42", "", tollgate.TokenBucket, "tollgate:{user42}:tb"},
+		{"api:tenant-7/user@example.com", "req-1", tollgate.GCRA, "tollgate:{api:tenant-7/user@example.com}:gcra"},
+		{"a{b}c", "", tollgate.SlidingWindow, "tollgate:{a%7Bb%7Dc}:sw"},
+		{"rule\x00ck:alice", "", tollgate.FixedWindow, "tollgate:{rule%00ck:alice}:fw"},
+		{"100%#", "", tollgate.TokenBucket, "tollgate:{100%25%23}:tb"},
+		{"", "", tollgate.TokenBucket, "tollgate:{#" + h("") + "}:tb"},
+		{strings.Repeat("x", 65), "", tollgate.TokenBucket, "tollgate:{#" + h(strings.Repeat("x", 65)) + "}:tb"},
+		{strings.Repeat("{", 22), "", tollgate.TokenBucket, "tollgate:{#" + h(strings.Repeat("{", 22)) + "}:tb"},
+	} {
+		keys := decisionKeys("tollgate:", tc.alg, tc.identity, tc.id, false)
+		idPart := ""
+		if tc.id != "" {
+			idPart = h(tc.id)
+		}
+		want := []string{tc.base, tc.base + ":1", tc.base + ":r:" + idPart, tc.base + ":n:"}
+		if strings.Join(keys, " ") != strings.Join(want, " ") {
+			t.Errorf("decisionKeys(%q, %q, %s)\n got %q\nwant %q", tc.identity, tc.id, tc.alg, keys, want)
+		}
+	}
+	a := decisionKeys("p:", tollgate.TokenBucket, "k", "", true)[3]
+	b := decisionKeys("p:", tollgate.TokenBucket, "k", "", true)[3]
+	if a == b || len(a) != len("p:{k}:tb:n:")+22 {
+		t.Errorf("two nonce keys %q and %q: want distinct, each with 22 characters of nonce", a, b)
+	}
+}
+
+func TestDecisionKeysAllocations(t *testing.T) {
+	allocs := testing.AllocsPerRun(100, func() {
+		decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", "0123456789abcdef", true)
+	})
+	// One backing string for the four names and the slice of four.
+	if allocs > 2 {
+		t.Errorf("decisionKeys allocates %v times per call, want at most 2", allocs)
+	}
+}
+
+// TestSlotMatchesRedis checks the test's slot function, which the fuzz test
+// relies on, against the Cluster's own CLUSTER KEYSLOT.
+func TestSlotMatchesRedis(t *testing.T) {
+	c := redistest.SharedCluster(t).Client(t)
+	ctx := context.Background()
+	for _, identity := range []string{"user42", "", "{", "}", "{}{}", "a{b}c", "\xff\x00binary", strings.Repeat("z", 300)} {
+		for _, key := range decisionKeys("tollgate:", tollgate.SlidingWindow, identity, "id-1", true) {
+			got, err := c.ClusterKeySlot(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(got) != slot(key) {
+				t.Fatalf("CLUSTER KEYSLOT %q = %d, the test computes %d", key, got, slot(key))
+			}
+		}
+	}
+}
+
+// FuzzKeys checks, for any identity, request id and algorithm, that a
+// decision's keys share one slot and the identity's own tag, that tags are
+// either a faithful escape of the identity or its hash (never both shapes for
+// different identities), and that different identities, ids or algorithms
+// never share a key.
+func FuzzKeys(f *testing.F) {
+	f.Add("user42", "user43", "req-1", uint8(0), true)
+	f.Add("{", "}", "", uint8(1), false)
+	f.Add("{}{}", "%7B%7D%7B%7D", "x", uint8(2), true)
+	f.Add("", "#", "", uint8(3), false)
+	f.Add(strings.Repeat("a", 64), strings.Repeat("a", 65), "id", uint8(0), true)
+	f.Fuzz(func(t *testing.T, identity, other, requestID string, algByte uint8, withNonce bool) {
+		alg := tollgate.Algorithm(algByte % 4)
+		keys := decisionKeys("tollgate:", alg, identity, requestID, withNonce)
+		if len(keys) != 4 {
+			t.Fatalf("%d keys, want 4", len(keys))
+		}
+		tag := hashTag(keys[0])
+		seen := map[string]bool{}
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "tollgate:{") {
+				t.Fatalf("key %q does not start with the prefix and a tag", k)
+			}
+			if hashTag(k) != tag || slot(k) != slot(keys[0]) {
+				t.Fatalf("key %q has tag %q (slot %d), the state key %q has %q (slot %d)",
+					k, hashTag(k), slot(k), keys[0], tag, slot(keys[0]))
+			}
+			if seen[k] {
+				t.Fatalf("key %q appears twice in %q", k, keys)
+			}
+			seen[k] = true
+		}
+		if strings.ContainsAny(tag, "{}") || tag == "" {
+			t.Fatalf("tag %q is empty or holds a brace", tag)
+		}
+		if "tollgate:{"+tag+"}:"+algorithmCode[alg] != keys[0] {
+			t.Fatalf("state key %q is not prefix, tag and algorithm", keys[0])
+		}
+		if strings.HasPrefix(tag, "#") {
+			sum := sha256.Sum256([]byte(identity))
+			if want := "#" + base64.RawURLEncoding.EncodeToString(sum[:16]); tag != want {
+				t.Fatalf("hashed tag %q for %q, want %q", tag, identity, want)
+			}
+			if escapedTagLen(identity) >= 0 {
+				t.Fatalf("identity %q could be written out but was hashed", identity)
+			}
+		} else {
+			if strings.Contains(tag, "#") || len(tag) > maxVerbatimTag {
+				t.Fatalf("verbatim tag %q holds the hash marker or is too long", tag)
+			}
+			if got := unescapeTag(t, tag); got != identity {
+				t.Fatalf("tag %q unescapes to %q, want the identity %q", tag, got, identity)
+			}
+		}
+
+		otherKeys := decisionKeys("tollgate:", alg, other, requestID, withNonce)
+		if (other == identity) != (hashTag(otherKeys[0]) == tag) {
+			t.Fatalf("identities %q and %q have tags %q and %q", identity, other, tag, hashTag(otherKeys[0]))
+		}
+		nextAlg := decisionKeys("tollgate:", (alg+1)%4, identity, requestID, withNonce)
+		for i := range keys {
+			if seen[nextAlg[i]] {
+				t.Fatalf("algorithms %s and %s share key %q", alg, (alg+1)%4, nextAlg[i])
+			}
+		}
+		if requestID != "" {
+			otherID := decisionKeys("tollgate:", alg, identity, requestID+"x", false)[2]
+			if otherID == keys[2] {
+				t.Fatalf("request ids %q and %q share the marker %q", requestID, requestID+"x", keys[2])
+			}
+		}
+	})
+}
+
+func BenchmarkDecisionKeys(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", "0123456789abcdef", true)
+	}
+}
