@@ -7,7 +7,10 @@
 --
 -- All arithmetic is on the backlog D = (TAT - now) * rate, in units of
 -- 1/rate us: a request of cost c adds c * period, and it is admitted iff
--- D + c * period <= capacity * period. D never exceeds capacity * period.
+-- D + c * period <= capacity * period. So D never exceeds capacity * period,
+-- except after the clock stepped back or the limit was lowered: then the
+-- whole microseconds of TAT beyond a full backlog are kept apart, in over,
+-- as a wait that comes first, so that no product leaves the exact range.
 --
 -- Differences from redis_rate, which computes in float seconds: it rounds
 -- remaining with floor(x + 0.5), so it admits up to half an emission interval
@@ -20,27 +23,27 @@
 local function decide(c)
   local s = redis.call('HMGET', KEYS[1], 't', 'f')
   local full = capacity * period
-  local backlog = 0
+  local ahead, frac = 0, 0 -- TAT - now: whole us, and 1/rate us
   if s[1] then
-    local ahead = tonumber(s[1]) - now
-    if ahead > floor(full / rate) then
-      backlog = full -- only after the limit was lowered: an empty bucket
-    elseif ahead >= 0 then
-      backlog = ahead * rate + tonumber(s[2])
-      if backlog > full then backlog = full end
-    end
+    ahead, frac = tonumber(s[1]) - now, math.min(tonumber(s[2]), rate - 1)
+    if ahead < 0 then ahead, frac = 0, 0 end
   end
+  local over, most = 0, floor(full / rate)
+  if ahead > most then over, ahead = ahead - most, most end
+  local backlog = ahead * rate + frac -- at most full + rate - 1
 
   local allowed, retry = 0, 0
-  if backlog <= (capacity - c) * period then
+  if over == 0 and backlog <= (capacity - c) * period then
     allowed, backlog = 1, backlog + c * period
   else
-    retry = ceil((backlog - (capacity - c) * period) / rate)
+    retry = over + ceil((backlog - (capacity - c) * period) / rate)
   end
-  local reset = ceil(backlog / rate)
+  local reset = over + ceil(backlog / rate)
   if allowed == 1 and c > 0 then
     redis.call('HSET', KEYS[1], 't', int(now + floor(backlog / rate)), 'f', int(backlog % rate))
     redis.call('PEXPIRE', KEYS[1], ttl_ms(reset)) -- absent means idle
   end
-  return allowed, floor((full - backlog) / period), retry, reset
+  local remaining = 0
+  if over == 0 and backlog < full then remaining = floor((full - backlog) / period) end
+  return allowed, remaining, retry, reset
 end
