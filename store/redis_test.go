@@ -1,11 +1,240 @@
 package store
 
 import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/store/storetest"
 )
 
 // TestMain stops the Redis servers the tests started and checks for leaked
 // goroutines.
 func TestMain(m *testing.M) { redistest.Main(m) }
+
+// algorithms lists every algorithm, for tests that must hold for each.
+var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
+
+// quotaLimit admits exactly n and then nothing for the rest of any test:
+// its period is the longest allowed, so no refill and no window boundary
+// falls inside a test run (the odds of a fixed window boundary within a
+// second of a test are one in 600,000).
+func quotaLimit(alg tollgate.Algorithm, n int64) tollgate.Limit {
+	return tollgate.Limit{Algorithm: alg, Rate: n, Period: tollgate.MaxPeriod, Burst: n}
+}
+
+// realClockSlack is how much later than planned a step may run on a busy
+// machine under the race detector; storetest checks durations within it.
+const realClockSlack = 30 * time.Millisecond
+
+func TestRedisConformanceSingle(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	storetest.Run(t, storetest.Harness{
+		Store:   NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
+		Advance: time.Sleep,
+		Slack:   realClockSlack,
+	})
+}
+
+func TestRedisConformanceCluster(t *testing.T) {
+	c := redistest.SharedCluster(t).Client(t)
+	storetest.Run(t, storetest.Harness{
+		Store:   NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
+		Advance: time.Sleep,
+		Slack:   realClockSlack,
+	})
+}
+
+func TestRedisQuotaThenDenial(t *testing.T) {
+	st := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		req := tollgate.Request{Key: "user", Limit: quotaLimit(alg, 3)}
+		for want := int64(2); want >= 0; want-- {
+			d, err := st.Allow(ctx, req)
+			if err != nil {
+				t.Fatalf("%s: %v", alg, err)
+			}
+			if !d.Allowed || d.Remaining != want || d.RetryAfter != 0 || d.Replayed {
+				t.Fatalf("%s: %+v, want allowed with %d remaining", alg, d, want)
+			}
+		}
+		d, err := st.Allow(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", alg, err)
+		}
+		if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.ResetAfter <= 0 {
+			t.Fatalf("%s: %+v, want denied with a wait", alg, d)
+		}
+	}
+}
+
+func TestRedisInvalidRequestNeverReachesRedis(t *testing.T) {
+	// Nothing listens on port 1: a request that reached the client would fail
+	// with a dial error, not a validation error.
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer c.Close()
+	st := NewRedis(c)
+	for _, req := range []tollgate.Request{
+		{Key: "k", Limit: tollgate.Limit{Rate: 0, Period: time.Second}},
+		{Key: "k", Limit: tollgate.PerSecond(5), Cost: 6},
+		{Key: "k", Limit: tollgate.PerSecond(5), Cost: -1},
+		{Key: strings.Repeat("k", tollgate.MaxKeyLen+1), Limit: tollgate.PerSecond(5)},
+		{Key: "k", Limit: tollgate.PerSecond(5), RequestID: "has space"},
+	} {
+		_, err := st.Allow(context.Background(), req)
+		if !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("Allow(%+v) = %v, want an error wrapping ErrInvalidRequest", req.Limit, err)
+		}
+	}
+}
+
+func TestRedisErrorsSayWhereAndAreNotInvalidRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	st := NewRedis(c)
+	srv.Stop(t)
+	_, err := st.Allow(context.Background(), tollgate.Request{Key: "k", Limit: tollgate.PerSecond(5)})
+	if err == nil {
+		t.Fatal("Allow succeeded with Redis stopped")
+	}
+	if errors.Is(err, tollgate.ErrInvalidRequest) || !strings.HasPrefix(err.Error(), "tollgate: redis store: ") {
+		t.Fatalf("Allow with Redis stopped = %q, want a \"tollgate: redis store: \" error not wrapping ErrInvalidRequest", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	srv.Restart(t)
+	if _, err := st.Allow(ctx, tollgate.Request{Key: "k", Limit: tollgate.PerSecond(5)}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Allow with a canceled context = %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// commandStats returns calls, failed and rejected calls of one command from
+// INFO commandstats.
+func commandStats(t *testing.T, c *redis.Client, cmd string) (calls, failed, rejected int64) {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for _, field := range strings.Split(rest, ",") {
+			name, value, _ := strings.Cut(field, "=")
+			n, _ := strconv.ParseInt(value, 10, 64)
+			switch name {
+			case "calls":
+				calls = n
+			case "failed_calls":
+				failed = n
+			case "rejected_calls":
+				rejected = n
+			}
+		}
+	}
+	return calls, failed, rejected
+}
+
+func TestRedisFirstCallAfterScriptFlush(t *testing.T) {
+	srv := redistest.Start(t) // private: the command counts must be this test's alone
+	c := srv.Client(t)
+	st := NewRedis(c)
+	ctx := context.Background()
+	req := tollgate.Request{Key: "k", Limit: quotaLimit(tollgate.GCRA, 10)}
+	if _, err := st.Allow(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	shaCalls, shaFailed, shaRejected := commandStats(t, c, "evalsha")
+	evalCalls, _, _ := commandStats(t, c, "eval")
+	d, err := st.Allow(ctx, req)
+	if err != nil || !d.Allowed || d.Remaining != 8 {
+		t.Fatalf("first decision after SCRIPT FLUSH = %+v, %v; want allowed with 8 remaining", d, err)
+	}
+	shaCalls2, shaFailed2, shaRejected2 := commandStats(t, c, "evalsha")
+	evalCalls2, _, _ := commandStats(t, c, "eval")
+	// Redis counts an EVALSHA answered NOSCRIPT as a call that failed.
+	if shaCalls2-shaCalls != 1 || (shaFailed2+shaRejected2)-(shaFailed+shaRejected) != 1 {
+		t.Errorf("EVALSHA ran %d times and failed %d times, want 1 and 1 (NOSCRIPT)",
+			shaCalls2-shaCalls, (shaFailed2+shaRejected2)-(shaFailed+shaRejected))
+	}
+	if evalCalls2-evalCalls != 1 {
+		t.Errorf("EVAL ran %d times, want 1 (the fallback after NOSCRIPT)", evalCalls2-evalCalls)
+	}
+	// The fallback loaded the script: the next call is an EVALSHA alone.
+	if _, err := st.Allow(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if evalCalls3, _, _ := commandStats(t, c, "eval"); evalCalls3 != evalCalls2 {
+		t.Errorf("EVAL ran again after the script was loaded")
+	}
+}
+
+func TestWithPrefixRejectsBraces(t *testing.T) {
+	for _, p := range []string{"a{", "}", "x{y}:"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("WithPrefix(%q) did not panic", p)
+				}
+			}()
+			WithPrefix(p)
+		}()
+	}
+}
+
+func TestRetryGuardFollowsClientRetries(t *testing.T) {
+	addr := "127.0.0.1:1" // never dialled: only the options are read
+	for _, tc := range []struct {
+		name   string
+		client redis.UniversalClient
+		opts   []RedisOption
+		on     bool
+		ttl    time.Duration
+	}{
+		{"client defaults: 3 retries", redis.NewClient(&redis.Options{Addr: addr}), nil,
+			true, 4*(5*time.Second+5*time.Second+time.Second) + time.Second},
+		{"client MaxRetries -1", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}), nil, false, 0},
+		{"client MaxRetries -1, forced on", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}),
+			[]RedisOption{WithRetryGuard(true), WithRetryGuardTTL(1500 * time.Microsecond)}, true, 2 * time.Millisecond},
+		{"client retries, forced off", redis.NewClient(&redis.Options{Addr: addr}),
+			[]RedisOption{WithRetryGuard(false)}, false, 0},
+		{"client short timeouts", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 1,
+			ReadTimeout: 100 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond}), nil,
+			true, 2*170*time.Millisecond + time.Second},
+		{"client without read deadline", redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1}), nil,
+			true, DefaultRetryGuardTTL},
+		// A ClusterClient disables its node clients' retries but re-sends on
+		// a timeout up to MaxRedirects (3) times itself.
+		{"cluster defaults: 3 redirects", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}}), nil,
+			true, 4*(5*time.Second+5*time.Second+time.Second) + time.Second},
+		{"cluster MaxRedirects -1", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, MaxRedirects: -1}), nil,
+			false, 0},
+		{"cluster MaxRedirects -1 but node retries", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, MaxRedirects: -1, MaxRetries: 2}), nil,
+			true, 3*(5*time.Second+5*time.Second+time.Second) + time.Second},
+		{"ring defaults", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}}), nil,
+			true, 4*(5*time.Second+time.Second) + time.Second},
+		{"ring MaxRetries -1", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, MaxRetries: -1}), nil,
+			false, 0},
+	} {
+		st := NewRedis(tc.client, tc.opts...)
+		on, ttl := st.RetryGuard()
+		if on != tc.on || ttl != tc.ttl {
+			t.Errorf("%s: RetryGuard() = %v, %s; want %v, %s", tc.name, on, ttl, tc.on, tc.ttl)
+		}
+		_ = tc.client.Close()
+	}
+}

@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/lua"
+)
+
+// DefaultPrefix starts every key the Redis store writes, unless WithPrefix
+// says otherwise.
+const DefaultPrefix = "tollgate:"
+
+// DefaultRetryGuardTTL is how long a decision nonce lives when the store
+// cannot read the client's retry settings (a UniversalClient other than
+// *redis.Client, *redis.ClusterClient or *redis.Ring). It covers go-redis's
+// default retry span: 4 attempts of a 5s read timeout and up to 1s backoff.
+const DefaultRetryGuardTTL = 30 * time.Second
+
+// retryGuardMargin is added to a client's computed retry span: the nonce must
+// outlive the last re-sent copy of a script, which may sit in Redis's input
+// queue a moment after the client gave up waiting for it.
+const retryGuardMargin = time.Second
+
+// Redis is a tollgate.Store that makes every decision with one Lua script on
+// Redis (package lua): the refill, the check and the debit run on the Redis
+// main thread with no other command in between, with the Redis server's
+// clock, so any number of replicas sharing one Redis enforce one quota.
+//
+// It works with *redis.Client (including one from redis.NewFailoverClient,
+// for Sentinel), *redis.ClusterClient and *redis.Ring. Every key a decision
+// touches shares one hash tag (see the key layout in keys.go), and every key
+// it writes expires once it no longer matters.
+//
+// A Redis is safe for concurrent use.
+type Redis struct {
+	client     redis.UniversalClient
+	prefix     string
+	maxReplays int64
+	replayTTL  time.Duration
+	// guard is nil to follow the client's retry settings, or forces the
+	// retry guard on or off.
+	guard    *bool
+	guardTTL time.Duration // 0: derived from the client
+	// nonceTTLms is ARGV[7]: the nonce lifetime, 0 when the guard is off.
+	nonceTTLms int64
+	// deadlineBounds reports that the client never starts a re-send after
+	// the context is done (it sleeps a backoff with the context first), so
+	// a nonce need not outlive the context's deadline by more than
+	// retryGuardMargin.
+	deadlineBounds bool
+	// replayTTLms is ARGV[6].
+	replayTTLms int64
+}
+
+// RedisOption configures a Redis store.
+type RedisOption func(*Redis)
+
+// WithPrefix sets the string every key starts with (default DefaultPrefix),
+// to share one Redis between applications or environments. The prefix must
+// not contain "{" or "}": the hash tag that keeps a decision's keys on one
+// Cluster slot must be the first braces in every key. WithPrefix panics if
+// it does.
+func WithPrefix(prefix string) RedisOption {
+	if strings.ContainsAny(prefix, "{}") {
+		panic(fmt.Sprintf("tollgate: store.WithPrefix(%q): the prefix must not contain braces, which would move the Cluster hash tag", prefix))
+	}
+	return func(r *Redis) { r.prefix = prefix }
+}
+
+// WithMaxReplays sets how many times a request admitted with a RequestID is
+// replayed (allowed again without a debit) for later requests carrying the
+// same id (default DefaultMaxReplays). One admission thus buys at most
+// 1+n calls with that id within the replay TTL. 0 turns request ids off: each
+// request is judged and debited on its own. Negative values count as 0.
+func WithMaxReplays(n int) RedisOption {
+	return func(r *Redis) { r.maxReplays = int64(max(n, 0)) }
+}
+
+// WithReplayTTL sets how long after an admission its RequestID keeps
+// replaying (default DefaultReplayTTL); it is used at millisecond precision
+// and values below 1ms count as 1ms. It should cover the caller's whole
+// retry window: a retry arriving later is judged, and debited, afresh.
+func WithReplayTTL(d time.Duration) RedisOption {
+	return func(r *Redis) { r.replayTTL = d }
+}
+
+// WithRetryGuard forces the retry guard on or off. By default it is on when
+// the client re-sends commands (go-redis's MaxRetries, or a ClusterClient's
+// MaxRedirects, above 0) and off when it cannot.
+//
+// The guard exists because go-redis re-sends a command whose reply did not
+// arrive within ReadTimeout, and Redis may have run the first copy: without
+// the guard one decision could be debited twice. With it, each decision
+// carries a random nonce; an admitted run stores its reply under the nonce
+// (one extra small key, expiring after the retry span) and a re-sent copy
+// returns that reply without a debit. The nonce lives for the client's retry
+// span (see WithRetryGuardTTL), or, when the call's context has a deadline
+// and the client backs off before re-sending, until 1s past that deadline,
+// whichever is shorter. A client that never re-sends
+// (MaxRetries: -1, and MaxRedirects: -1 for a ClusterClient) needs no guard
+// and saves the write.
+func WithRetryGuard(on bool) RedisOption {
+	return func(r *Redis) { r.guard = &on }
+}
+
+// WithRetryGuardTTL sets how long a decision nonce lives, instead of the
+// span derived from the client's options: (attempts) × (ReadTimeout +
+// WriteTimeout + MaxRetryBackoff) + 1s. It must cover the time from a
+// script's first run to its last re-sent copy. It does not turn the guard
+// on; see WithRetryGuard.
+func WithRetryGuardTTL(d time.Duration) RedisOption {
+	return func(r *Redis) { r.guardTTL = d }
+}
+
+// NewRedis returns a store deciding on c with the given options. c is used as
+// it is; its retry settings decide whether the retry guard is on (see
+// WithRetryGuard).
+func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
+	r := &Redis{
+		client:     c,
+		prefix:     DefaultPrefix,
+		maxReplays: DefaultMaxReplays,
+		replayTTL:  DefaultReplayTTL,
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	r.replayTTLms = max(durationMs(r.replayTTL), 1)
+	retries, span, deadlineBounds := retrySpan(c)
+	on := retries
+	if r.guard != nil {
+		on = *r.guard
+	}
+	if on {
+		ttl := r.guardTTL
+		if ttl <= 0 {
+			ttl = span
+		}
+		r.nonceTTLms = max(durationMs(ttl), 1)
+		r.deadlineBounds = deadlineBounds && r.guardTTL <= 0
+	}
+	return r
+}
+
+// RetryGuard reports whether decisions carry a nonce against double debits
+// on client retries, and how long a nonce lives at most (a call whose
+// context has a deadline may use a shorter life; see WithRetryGuard).
+func (r *Redis) RetryGuard() (on bool, ttl time.Duration) {
+	return r.nonceTTLms > 0, time.Duration(r.nonceTTLms) * time.Millisecond
+}
+
+// durationMs rounds d up to whole milliseconds.
+func durationMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// retrySpan reports whether c may send one command more than once, for how
+// long after the first send a copy may still arrive, attempts ×
+// (ReadTimeout + WriteTimeout + MaxRetryBackoff) + retryGuardMargin, and
+// whether a context deadline bounds that span too (the client sleeps a
+// non-zero backoff, watching the context, before each re-send). The options
+// read are the normalized ones go-redis keeps after construction.
+func retrySpan(c redis.UniversalClient) (retries bool, span time.Duration, deadlineBounds bool) {
+	var attempts int
+	var read, write, minBackoff, maxBackoff time.Duration
+	switch c := c.(type) {
+	case *redis.Client:
+		o := c.Options()
+		// MaxRetries -1 (disabled) is kept as 0.
+		attempts = max(o.MaxRetries, 0) + 1
+		read, write, minBackoff, maxBackoff = o.ReadTimeout, o.WriteTimeout, o.MinRetryBackoff, o.MaxRetryBackoff
+	case *redis.ClusterClient:
+		o := c.Options()
+		// The cluster client re-sends up to MaxRedirects times on a timeout
+		// (MaxRetries is disabled by default for it), and each node client
+		// retries MaxRetries times within each of those attempts.
+		attempts = (max(o.MaxRedirects, 0) + 1) * (max(o.MaxRetries, 0) + 1)
+		read, write, minBackoff, maxBackoff = o.ReadTimeout, o.WriteTimeout, o.MinRetryBackoff, o.MaxRetryBackoff
+	case *redis.Ring:
+		o := c.Options()
+		attempts = max(o.MaxRetries, 0) + 1
+		read, write, minBackoff, maxBackoff = o.ReadTimeout, o.WriteTimeout, o.MinRetryBackoff, o.MaxRetryBackoff
+		if read == 0 {
+			read = 5 * time.Second // the shard clients' default
+		}
+	default:
+		return true, DefaultRetryGuardTTL, false
+	}
+	if attempts <= 1 {
+		return false, 0, false
+	}
+	deadlineBounds = minBackoff > 0
+	if read <= 0 {
+		// No read deadline: a reply can take any time, so no span derived
+		// from the options bounds a re-send.
+		return true, DefaultRetryGuardTTL, deadlineBounds
+	}
+	return true, time.Duration(attempts)*(read+max(write, 0)+max(maxBackoff, 0)) + retryGuardMargin, deadlineBounds
+}
+
+// nonceTTL returns ARGV[7] for a call under ctx: the configured lifetime,
+// shortened to the context's deadline plus retryGuardMargin when the client
+// never re-sends after the deadline. A limiter that gives each decision a
+// short deadline so keeps few nonces alive.
+func (r *Redis) nonceTTL(ctx context.Context) int64 {
+	if !r.deadlineBounds {
+		return r.nonceTTLms
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return r.nonceTTLms
+	}
+	return min(r.nonceTTLms, max(durationMs(time.Until(deadline)), 0)+durationMs(retryGuardMargin))
+}
+
+// Allow makes one decision with one script call. An invalid request returns
+// an error wrapping tollgate.ErrInvalidRequest without touching Redis; an
+// error from Redis (unreachable, timed out, a script error) is returned
+// wrapped, starting "tollgate: redis store:", and never wraps
+// tollgate.ErrInvalidRequest.
+func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	req, err := req.Normalized()
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	l := req.Limit
+	var maxReplays int64
+	requestID := ""
+	if req.RequestID != "" && r.maxReplays > 0 {
+		maxReplays, requestID = r.maxReplays, req.RequestID
+	}
+	var nonceTTL int64
+	if r.nonceTTLms > 0 {
+		nonceTTL = r.nonceTTL(ctx)
+	}
+	keys := decisionKeys(r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
+	reply, err := lua.ForAlgorithm(l.Algorithm).Run(ctx, r.client, keys,
+		l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost,
+		maxReplays, r.replayTTLms, nonceTTL,
+	).Slice()
+	if err != nil {
+		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
+	}
+	return parseReply(reply)
+}
+
+// errBadReply means a script answered something other than lua/doc.go's
+// five integers: the scripts on the server are not the ones this package
+// was built with.
+var errBadReply = errors.New("tollgate: redis store: script reply is not five integers")
+
+// parseReply turns a script's {allowed, remaining, retry_after_us,
+// reset_after_us, replayed} into a Decision.
+func parseReply(reply []any) (tollgate.Decision, error) {
+	var v [5]int64
+	if len(reply) != len(v) {
+		return tollgate.Decision{}, fmt.Errorf("%w: %v", errBadReply, reply)
+	}
+	for i, x := range reply {
+		n, ok := x.(int64)
+		if !ok {
+			return tollgate.Decision{}, fmt.Errorf("%w: %v", errBadReply, reply)
+		}
+		v[i] = n
+	}
+	return tollgate.Decision{
+		Allowed:    v[0] == 1,
+		Remaining:  v[1],
+		RetryAfter: time.Duration(v[2]) * time.Microsecond,
+		ResetAfter: time.Duration(v[3]) * time.Microsecond,
+		Replayed:   v[4] == 1,
+	}, nil
+}
+
