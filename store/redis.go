@@ -278,4 +278,3 @@ func parseReply(reply []any) (tollgate.Decision, error) {
 		Replayed:   v[4] == 1,
 	}, nil
 }
-
