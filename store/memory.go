@@ -1,23 +1,341 @@
-// Package store holds the implementations of tollgate.Store.
 package store
 
 import (
+	"container/heap"
 	"context"
-	"errors"
+	"crypto/sha256"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
 )
 
-// Memory is an in-process tollgate.Store.
-type Memory struct{}
+// DefaultMaxKeys is the bound on entries a Memory store holds unless
+// WithMaxKeys says otherwise: about a million identities.
+const DefaultMaxKeys = 1 << 20
+
+// Memory is an in-process tollgate.Store. It runs the same algorithms as the
+// Redis scripts (their Go mirror, bit for bit), keeps the same state with the
+// same expiry, and handles request ids the same way, so for one process it
+// gives the answers a Redis store would. It does not share a quota between
+// processes: that is what the Redis store is for.
+//
+// Each identity (Key and Algorithm) is one entry, and each remembered request
+// id is another. An entry is dropped when its state would have expired in
+// Redis, lazily: every decision reclaims a few expired entries of its own
+// shard and of one other, so there is no goroutine to stop. At most MaxKeys
+// entries are held (see WithMaxKeys).
+//
+// A Memory is safe for concurrent use; identities are spread over up to 64
+// independently locked shards.
+type Memory struct {
+	clock      func() time.Time
+	maxKeys    int
+	maxReplays int64
+	replayTTL  int64 // µs, whole milliseconds as in Redis
+	seed       maphash.Seed
+	shards     []memShard
+	next       atomic.Uint64 // the shard the next decision sweeps
+}
 
 // MemoryOption configures a Memory store.
 type MemoryOption func(*Memory)
 
-// NewMemory returns an empty in-process store.
-func NewMemory(opts ...MemoryOption) *Memory { return &Memory{} }
+// WithClock sets the clock the store reads (default time.Now), for tests and
+// simulations; it must be safe for concurrent use. Only its microseconds
+// since the Unix epoch are used.
+func WithClock(now func() time.Time) MemoryOption {
+	return func(m *Memory) {
+		if now != nil {
+			m.clock = now
+		}
+	}
+}
 
-// Allow makes one decision.
+// WithMaxKeys bounds how many entries (identity states and remembered
+// request ids) the store holds; n ≤ 0 means DefaultMaxKeys. When a new
+// entry would exceed the bound, the entry closest to expiry in its shard is
+// dropped first: a bucket about to be full again, a window about to end, a
+// request id about to be forgotten. Its identity then starts afresh (a full
+// bucket, an empty window; an id judged anew), so a store too small for its
+// traffic admits a little more than its limits rather than grow.
+func WithMaxKeys(n int) MemoryOption {
+	return func(m *Memory) {
+		if n > 0 {
+			m.maxKeys = n
+		}
+	}
+}
+
+// WithMemoryMaxReplays sets how many times a request admitted with a
+// RequestID is replayed (allowed again without a debit) for later requests
+// carrying the same id (default DefaultMaxReplays). One admission thus buys
+// at most 1+n calls with that id within the replay TTL. 0 turns request ids
+// off: each request is judged and debited on its own. Negative values count
+// as 0.
+func WithMemoryMaxReplays(n int) MemoryOption {
+	return func(m *Memory) { m.maxReplays = int64(max(n, 0)) }
+}
+
+// WithMemoryReplayTTL sets how long after an admission its RequestID keeps
+// replaying (default DefaultReplayTTL). As in Redis it is used in whole
+// milliseconds, rounded up, and at least 1ms.
+func WithMemoryReplayTTL(d time.Duration) MemoryOption {
+	return func(m *Memory) { m.replayTTL = int64(max((d+time.Millisecond-1)/time.Millisecond, 1)) * 1000 }
+}
+
+// NewMemory returns an empty in-process store.
+func NewMemory(opts ...MemoryOption) *Memory {
+	m := &Memory{
+		clock:      time.Now,
+		maxKeys:    DefaultMaxKeys,
+		maxReplays: DefaultMaxReplays,
+		replayTTL:  DefaultReplayTTL.Microseconds(),
+		seed:       maphash.MakeSeed(),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	// Small stores get one shard, so that the bound evicts the entry
+	// closest to expiry store-wide; large ones spread over 64.
+	n := min(max(m.maxKeys/minShardKeys, 1), maxShards)
+	m.shards = make([]memShard, n)
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.entries = make(map[entryKey]*entry)
+		sh.limit = m.maxKeys / n
+		if i < m.maxKeys%n {
+			sh.limit++
+		}
+	}
+	return m
+}
+
+const (
+	maxShards    = 64
+	minShardKeys = 1024
+	// sweepBudget bounds the expired entries one decision reclaims per
+	// shard it sweeps: enough to keep up (a decision adds at most two
+	// entries), small enough to keep each decision short.
+	sweepBudget = 16
+	// markerKind is entryKey.kind for a request-id marker; algorithm states
+	// use the algorithm's value.
+	markerKind = 255
+	// maxRawIdentity is the longest Key kept verbatim; longer ones are
+	// kept as their SHA-256, so that memory per entry stays small.
+	maxRawIdentity = sha256.Size * 2
+)
+
+// Allow makes one decision. It returns an error wrapping
+// tollgate.ErrInvalidRequest for an invalid request, ctx's error if ctx is
+// already done, and no other.
 func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	return tollgate.Decision{}, errors.New("not implemented")
+	if err := ctx.Err(); err != nil {
+		return tollgate.Decision{}, err
+	}
+	req, err := req.Normalized()
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	now := m.clock().UnixMicro()
+	decide := algo.For(req.Limit.Algorithm)
+	p := algo.ParamsOf(req)
+	identity, hashed := req.Key, false
+	if len(identity) > maxRawIdentity {
+		sum := sha256.Sum256([]byte(identity))
+		identity, hashed = string(sum[:]), true
+	}
+	stateKey := entryKey{kind: uint8(req.Limit.Algorithm), hashed: hashed, identity: identity}
+
+	sh := &m.shards[maphash.String(m.seed, req.Key)%uint64(len(m.shards))]
+	sh.mu.Lock()
+	sh.reclaim(now)
+	d := m.decide(sh, stateKey, req.RequestID, decide, p, now)
+	sh.mu.Unlock()
+
+	// Also sweep one other shard, in turn, so that expired entries are
+	// reclaimed even in shards no decision lands on any more.
+	if len(m.shards) > 1 {
+		o := &m.shards[m.next.Add(1)%uint64(len(m.shards))]
+		if o != sh && o.mu.TryLock() {
+			o.reclaim(now)
+			o.mu.Unlock()
+		}
+	}
+	return d, nil
+}
+
+// decide is main.lua: request-id replay, then the algorithm, then the
+// writes of an admission. sh is locked.
+func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, decide algo.Func, p algo.Params, now int64) tollgate.Decision {
+	var markerKey entryKey
+	useMarker := m.maxReplays > 0 && requestID != ""
+	if useMarker {
+		markerKey = stateKey
+		markerKey.kind, markerKey.requestID = markerKind, requestID
+		if e := sh.live(markerKey, now); e != nil && e.replays < m.maxReplays {
+			e.replays++
+			peek := p
+			peek.Cost = 0
+			_, r := decide(sh.state(stateKey, now), now, peek)
+			return tollgate.Decision{
+				Allowed:    true,
+				Remaining:  r.Remaining,
+				ResetAfter: micros(r.ResetAfter),
+				Replayed:   true,
+			}
+		}
+	}
+
+	st, r := decide(sh.state(stateKey, now), now, p)
+	if r.Allowed {
+		e := sh.upsert(stateKey, now)
+		e.state = st
+		for i, ttl := range r.TTL {
+			if ttl > 0 {
+				e.slotExpires[i] = now + ttl*1000
+			}
+		}
+		sh.setExpiry(e, max(e.slotExpires[0], e.slotExpires[1]))
+		if useMarker {
+			mk := sh.upsert(markerKey, now)
+			mk.replays = 0
+			sh.setExpiry(mk, now+m.replayTTL)
+		}
+	}
+	return tollgate.Decision{
+		Allowed:    r.Allowed,
+		Remaining:  r.Remaining,
+		RetryAfter: micros(r.RetryAfter),
+		ResetAfter: micros(r.ResetAfter),
+	}
+}
+
+// Len returns the number of entries held: identity states and remembered
+// request ids, including expired ones not reclaimed yet.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += len(sh.entries)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// entryKey names an entry, as a Redis key names a key.
+type entryKey struct {
+	kind      uint8  // the algorithm, or markerKind
+	hashed    bool   // identity is the SHA-256 of a long Key
+	identity  string // Request.Key, or its SHA-256
+	requestID string // markers only
+}
+
+// entry is one identity's state under one algorithm, or one request-id
+// marker.
+type entry struct {
+	key entryKey
+	// state and slotExpires (µs) are an algorithm's two slots: a slot is
+	// absent from the instant it expires, as its Redis key would be.
+	state       algo.State
+	slotExpires [2]int64
+	// replays is a marker's count of replays used.
+	replays int64
+	// expires (µs) is when the whole entry is gone: the later slot expiry,
+	// or the marker's.
+	expires int64
+	index   int // in memShard.byExpiry
+}
+
+// memShard is a part of the store under one lock. Entries are in a map by
+// name and in a min-heap by expiry: the heap's top is both the next entry to
+// reclaim and the one to evict at the bound.
+type memShard struct {
+	mu       sync.Mutex
+	entries  map[entryKey]*entry
+	byExpiry expiryHeap
+	limit    int
+	_        [64]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// reclaim drops up to sweepBudget entries that expired at or before now.
+func (sh *memShard) reclaim(now int64) {
+	for i := 0; i < sweepBudget && len(sh.byExpiry) > 0 && sh.byExpiry[0].expires <= now; i++ {
+		delete(sh.entries, heap.Pop(&sh.byExpiry).(*entry).key)
+	}
+}
+
+// live returns the entry named k unless it is absent or expired.
+func (sh *memShard) live(k entryKey, now int64) *entry {
+	e := sh.entries[k]
+	if e == nil || e.expires <= now {
+		return nil
+	}
+	return e
+}
+
+// state returns the algorithm state named k as Redis would read it at now:
+// expired slots absent.
+func (sh *memShard) state(k entryKey, now int64) algo.State {
+	var st algo.State
+	if e := sh.live(k, now); e != nil {
+		for i := range st {
+			if e.slotExpires[i] > now {
+				st[i] = e.state[i]
+			}
+		}
+	}
+	return st
+}
+
+// upsert returns the entry named k, creating it empty (dropping the entry
+// closest to expiry if the shard is full) when it is absent or expired.
+func (sh *memShard) upsert(k entryKey, now int64) *entry {
+	if e := sh.entries[k]; e != nil {
+		if e.expires <= now {
+			*e = entry{key: k, index: e.index, expires: e.expires}
+		}
+		return e
+	}
+	if len(sh.entries) >= sh.limit {
+		delete(sh.entries, heap.Pop(&sh.byExpiry).(*entry).key)
+	}
+	e := &entry{key: k, expires: now}
+	sh.entries[k] = e
+	heap.Push(&sh.byExpiry, e)
+	return e
+}
+
+// setExpiry moves e to its place in the heap for a new expiry.
+func (sh *memShard) setExpiry(e *entry, expires int64) {
+	e.expires = expires
+	heap.Fix(&sh.byExpiry, e.index)
+}
+
+// expiryHeap is a container/heap of entries, soonest expiry on top.
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
 }
