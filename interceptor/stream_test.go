@@ -1,0 +1,227 @@
+package interceptor_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
+)
+
+// chatRule limits Chat streams to 2 opens an hour per tenant and, when
+// perMessage is set, every message sent on them.
+func chatRule(perMessage *tollgate.Limit, mode interceptor.StreamMode) interceptor.Rule {
+	return interceptor.Rule{
+		Name:       "chat",
+		Methods:    []string{echo.ChatMethod},
+		Key:        keyfunc.Metadata(tenantHeader),
+		Limit:      tollgate.PerHour(2),
+		PerMessage: perMessage,
+		StreamMode: mode,
+	}
+}
+
+// chat sends every message and reads its echo; it returns how many came
+// back and the first error.
+func chat(s grpc.BidiStreamingClient[wrapperspb.StringValue, wrapperspb.StringValue], n int) (int, error) {
+	for i := range n {
+		if err := s.Send(wrapperspb.String(strconv.Itoa(i))); err != nil && !errors.Is(err, io.EOF) {
+			return i, err
+		}
+		if _, err := s.Recv(); err != nil {
+			return i, err
+		}
+	}
+	return n, nil
+}
+
+func TestStreamOpenIsLimited(t *testing.T) {
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(nil, interceptor.Police))))
+	ctx := tenant(context.Background(), "a")
+	for i := range 2 {
+		s, err := c.Chat(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Without PerMessage, messages are free.
+		if n, err := chat(s, 5); err != nil || n != 5 {
+			t.Fatalf("stream %d: %d echoes, %v", i+1, n, err)
+		}
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("stream %d ended with %v, want io.EOF", i+1, err)
+		}
+		if got, want := one(t, s.Trailer(), interceptor.TrailerRemaining), strconv.Itoa(1-i); got != want {
+			t.Errorf("stream %d: remaining %s, want %s", i+1, got, want)
+		}
+		header, _ := s.Header()
+		noRateLimitHeaders(t, header)
+	}
+	s, err := c.Chat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Recv()
+	st := wantCode(t, err, codes.ResourceExhausted, `rate limit "chat" exceeded`)
+	if len(st.Details()) != 2 {
+		t.Errorf("details = %v, want RetryInfo and QuotaFailure", st.Details())
+	}
+	if one(t, s.Trailer(), interceptor.TrailerRetryAfter) == "" {
+		t.Error("no retry-after trailer")
+	}
+}
+
+func TestStreamPerMessagePolice(t *testing.T) {
+	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 3}
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(&per, interceptor.Police))))
+	s, err := c.Chat(tenant(context.Background(), "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := chat(s, 10)
+	if n != 3 {
+		t.Fatalf("%d messages echoed, want 3", n)
+	}
+	wantCode(t, err, codes.ResourceExhausted, `rate limit "chat" exceeded`)
+	// The trailers describe the last decision, once each.
+	tr := s.Trailer()
+	if one(t, tr, interceptor.TrailerLimit) != "3" || one(t, tr, interceptor.TrailerRemaining) != "0" || one(t, tr, interceptor.TrailerRetryAfter) == "" {
+		t.Errorf("trailers %v, want the per-message denial", tr)
+	}
+	// Messages have their own bucket: the stream opens left the other one
+	// at 1 of 2.
+	s, err = c.Chat(tenant(context.Background(), "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chat(s, 1); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second stream's first message: %v, want ResourceExhausted (3 messages an hour are spent)", err)
+	}
+	s, err = c.Chat(tenant(context.Background(), "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := chat(s, 3); n != 3 || err != nil {
+		t.Fatalf("tenant b: %d echoes, %v; want 3", n, err)
+	}
+}
+
+func TestStreamPerMessageShape(t *testing.T) {
+	m := newMeter(t)
+	// One message every 200ms: the client sends faster, so the limiter
+	// holds messages back instead of failing the stream.
+	per := tollgate.Limit{Rate: 5, Period: time.Second, Burst: 1}
+	l := newLimiter(t, store.NewMemory(), interceptor.WithMeterProvider(m.provider),
+		interceptor.WithRules(chatRule(&per, interceptor.Shape)))
+	c := serve(t, l)
+	s, err := c.Chat(tenant(context.Background(), "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const messages = 4
+	for i := range messages {
+		if err := s.Send(wrapperspb.String(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range messages {
+		got, err := s.Recv()
+		if err != nil {
+			t.Fatalf("echo %d: %v", i, err)
+		}
+		if got.GetValue() != strconv.Itoa(i) {
+			t.Fatalf("echo %d = %q", i, got.GetValue())
+		}
+	}
+	_ = s.CloseSend()
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("end of stream: %v", err)
+	}
+	d := m.decisions(t)
+	if d["chat/message/allowed/true"] != messages || d["chat/message/denied/false"] < 1 {
+		t.Fatalf("decisions %v: want %d messages allowed after at least one was held back", d, messages)
+	}
+}
+
+// serveObserved serves l and reports on ended how every Chat handler ended.
+func serveObserved(t *testing.T, l *interceptor.Limiter) (*echo.Client, <-chan error) {
+	ended := make(chan error, 4)
+	observe := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		err := handler(srv, ss)
+		if info.FullMethod == echo.ChatMethod {
+			ended <- err
+		}
+		return err
+	}
+	return serveWith(t, &echo.Server{}, grpc.ChainStreamInterceptor(observe, l.StreamServerInterceptor())), ended
+}
+
+// A wait longer than MaxShapeWait fails at once, as Police would.
+func TestStreamShapeBound(t *testing.T) {
+	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	r := chatRule(&per, interceptor.Shape)
+	r.MaxShapeWait = 10 * time.Millisecond
+	c, ended := serveObserved(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r)))
+	s, err := c.Chat(tenant(context.Background(), "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := chat(s, 2)
+	if n != 1 {
+		t.Fatalf("%d echoes, want 1", n)
+	}
+	wantCode(t, err, codes.ResourceExhausted, `rate limit "chat" exceeded`)
+	wantCode(t, <-ended, codes.ResourceExhausted, "chat")
+}
+
+// A long wait ends when the client goes away.
+func TestStreamShapeHonoursCancellation(t *testing.T) {
+	m := newMeter(t)
+	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
+	r := chatRule(&per, interceptor.Shape)
+	r.MaxShapeWait = 2 * time.Hour
+	c, ended := serveObserved(t, newLimiter(t, store.NewMemory(), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
+	ctx, cancel := context.WithCancel(tenant(context.Background(), "a"))
+	defer cancel()
+	s, err := c.Chat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := chat(s, 1); n != 1 || err != nil {
+		t.Fatalf("first message: %d, %v", n, err)
+	}
+	if err := s.Send(wrapperspb.String("held back")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.decisions(t)["chat/message/denied/false"] < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second message was never held back: %v", m.decisions(t))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if _, err := s.Recv(); status.Code(err) != codes.Canceled {
+		t.Fatalf("client Recv after cancel: %v, want Canceled", err)
+	}
+	select {
+	case err := <-ended:
+		wantCode(t, err, codes.Canceled, "")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler is still waiting after its client went away")
+	}
+}
