@@ -33,8 +33,9 @@ func (p *process) kill() {
 var errPortTaken = errors.New("port already in use")
 
 // startServer starts a redis-server with extraArgs on a free port in a new
-// temporary directory.
-func startServer(extraArgs []string) (*Server, error) {
+// temporary directory. A non-empty sentinelConf starts a Sentinel instead,
+// with that configuration.
+func startServer(extraArgs []string, sentinelConf string) (*Server, error) {
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
@@ -44,9 +45,18 @@ func startServer(extraArgs []string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := spawn(dir, port, extraArgs)
+		var lead []string
+		if sentinelConf != "" {
+			// Sentinel rewrites its configuration file, so it lives in dir.
+			conf := filepath.Join(dir, "sentinel.conf")
+			if err := os.WriteFile(conf, []byte(sentinelConf), 0o600); err != nil {
+				return nil, err
+			}
+			lead = []string{conf, "--sentinel"}
+		}
+		p, err := spawn(dir, port, lead, extraArgs)
 		if err == nil {
-			return &Server{addr: addr(port), proc: p, args: extraArgs, dir: dir, port: port}, nil
+			return &Server{addr: addr(port), proc: p, lead: lead, args: extraArgs, dir: dir, port: port}, nil
 		}
 		_ = os.RemoveAll(dir)
 		if !errors.Is(err, errPortTaken) || attempt == 5 {
@@ -80,14 +90,15 @@ func freePort() (int, error) {
 	return 0, errors.New("no free loopback port below 55535 with a free bus port")
 }
 
-// spawn starts redis-server on port with its data and logs in dir and waits
-// until it answers PING.
-func spawn(dir string, port int, extraArgs []string) (*process, error) {
+// spawn starts redis-server with lead (a configuration file and its mode,
+// which must come first), then its options, on port with its data and logs
+// in dir, and waits until it answers PING.
+func spawn(dir string, port int, lead, extraArgs []string) (*process, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New(InstallHint)
 	}
-	args := append([]string{
+	args := append(append([]string(nil), lead...),
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--dir", dir,
@@ -100,7 +111,8 @@ func spawn(dir string, port int, extraArgs []string) (*process, error) {
 		"--enable-debug-command", "local",
 		// A replica syncs at once instead of after the default 5s wait for others.
 		"--repl-diskless-sync-delay", "0",
-	}, extraArgs...)
+	)
+	args = append(args, extraArgs...)
 	out, err := os.Create(filepath.Join(dir, "stdout.log"))
 	if err != nil {
 		return nil, err
@@ -266,7 +278,7 @@ func startCluster(replicas int, nodeTimeout time.Duration) (c *Cluster, err erro
 		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 	}
 	for range n {
-		s, err := startServer(args)
+		s, err := startServer(args, "")
 		if err != nil {
 			return nil, err
 		}

@@ -10,8 +10,8 @@
 //
 // Single and Cluster return servers shared by every test of the binary:
 // started once, on first use, and stopped by Main after the last test. Tests
-// sharing them must use their own keys (KeyPrefix). Start, Replica and
-// NewCluster start private servers that the test may stop, restart or
+// sharing them must use their own keys (KeyPrefix). Start, Replica, Sentinel
+// and NewCluster start private servers that the test may stop, restart or
 // reconfigure; they are stopped when the test ends.
 //
 // A package using it calls Main from TestMain:
@@ -71,6 +71,7 @@ type Server struct {
 
 	mu   sync.Mutex
 	proc *process // nil for an external server or when stopped
+	lead []string // configuration file and mode (Sentinel), kept for Restart
 	args []string // extra redis-server arguments, kept for Restart
 	dir  string
 	port int
@@ -124,7 +125,7 @@ func (s *Server) Restart(t testing.TB) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopLocked()
-	p, err := spawn(s.dir, s.port, s.args)
+	p, err := spawn(s.dir, s.port, s.lead, s.args)
 	if err != nil {
 		t.Fatalf("redistest: restart %s: %v", s.addr, err)
 	}
@@ -162,7 +163,7 @@ func Single(t testing.TB) *Server {
 			shared.single.srv = &Server{addr: o.Addr, base: o}
 			return
 		}
-		shared.single.srv, shared.single.err = startServer(nil)
+		shared.single.srv, shared.single.err = startServer(nil, "")
 		if shared.single.err == nil {
 			shared.track(shared.single.srv)
 		}
@@ -180,9 +181,32 @@ func Single(t testing.TB) *Server {
 // "1mb").
 func Start(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
-	s, err := startServer(extraArgs)
+	s, err := startServer(extraArgs, "")
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(s.destroy)
+	return s
+}
+
+// SentinelMaster is the name under which Sentinel monitors the primary.
+const SentinelMaster = "tollgate"
+
+// Sentinel starts a private Redis Sentinel monitoring primary as
+// SentinelMaster (quorum 1, down after 1s), for redis.NewFailoverClient. It
+// is stopped when the test ends.
+func Sentinel(t testing.TB, primary *Server) *Server {
+	t.Helper()
+	host, port, err := net.SplitHostPort(primary.Addr())
+	if err != nil {
+		t.Fatalf("redistest: sentinel for %q: %v", primary.Addr(), err)
+	}
+	conf := "sentinel monitor " + SentinelMaster + " " + host + " " + port + " 1\n" +
+		"sentinel down-after-milliseconds " + SentinelMaster + " 1000\n" +
+		"sentinel failover-timeout " + SentinelMaster + " 5000\n"
+	s, err := startServer(nil, conf)
+	if err != nil {
+		t.Fatalf("redistest: sentinel: %v", err)
 	}
 	t.Cleanup(s.destroy)
 	return s

@@ -123,3 +123,23 @@ func TestNewClusterWithReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSentinelNamesThePrimary(t *testing.T) {
+	p := Start(t)
+	s := Sentinel(t, p)
+	ctx := context.Background()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	defer sc.Close()
+	addr, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+	if err != nil || len(addr) != 2 || addr[0]+":"+addr[1] != p.Addr() {
+		t.Fatalf("SENTINEL GET-MASTER-ADDR-BY-NAME = %q, %v; want %s", addr, err, p.Addr())
+	}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: []string{s.Addr()}})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Client(t).Get(ctx, "k").Val(); got != "v" {
+		t.Fatalf("write through the failover client not on the primary: GET k = %q", got)
+	}
+}
