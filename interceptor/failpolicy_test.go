@@ -24,8 +24,14 @@ import (
 // timeouts (seconds), not against slowness.
 const answerMargin = 2 * time.Second
 
-// storeTimeout is the store deadline of these tests.
-const storeTimeout = 100 * time.Millisecond
+// storeTimeout is the store deadline of these tests: short enough to show
+// that a hung Redis costs a call no more than it, long enough that a
+// healthy Redis on a machine busy with race-enabled tests answers within it.
+const storeTimeout = 500 * time.Millisecond
+
+// deadStoreTimeout is the store deadline against a closed port, where no
+// call can succeed: go-redis keeps re-dialling until the deadline.
+const deadStoreTimeout = 100 * time.Millisecond
 
 // redisClient returns a client for addr that honours context deadlines, as
 // the interceptor's store deadline needs.
@@ -63,7 +69,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r.Limit = tollgate.PerHour(4)
 			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(r),
 				interceptor.WithReplicas(2), // FailLocal: 4 an hour across 2 replicas is 2 here
-				interceptor.WithStoreTimeout(storeTimeout), interceptor.WithBreaker(0, 0),
+				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
 				interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
 			c := serve(t, l)
 			ctx := tenant(context.Background(), "a")
@@ -71,8 +77,8 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			for range 3 {
 				start := time.Now()
 				trailer, _, err := say(ctx, c, "hi")
-				if elapsed := time.Since(start); elapsed > storeTimeout+answerMargin {
-					t.Fatalf("the call took %s with Redis down, more than its deadline %s + %s", elapsed, storeTimeout, answerMargin)
+				if elapsed := time.Since(start); elapsed > deadStoreTimeout+answerMargin {
+					t.Fatalf("the call took %s with Redis down, more than its deadline %s + %s", elapsed, deadStoreTimeout, answerMargin)
 				}
 				switch tc.mode {
 				case interceptor.FailOpen:
@@ -131,7 +137,12 @@ func TestHungRedisAndBreaker(t *testing.T) {
 	r.FailMode = interceptor.FailClosed
 	r.Limit = tollgate.PerHour(1000)
 	const coolDown = 200 * time.Millisecond
-	l := newLimiter(t, store.NewRedis(redisClient(t, srv.Addr())), interceptor.WithRules(r),
+	st := store.NewRedis(redisClient(t, srv.Addr()))
+	// Load the script and open a connection before the clock matters.
+	if _, err := st.Allow(context.Background(), tollgate.Request{Key: "warm-up", Limit: tollgate.PerHour(1)}); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, st, interceptor.WithRules(r),
 		interceptor.WithStoreTimeout(storeTimeout), interceptor.WithBreaker(3, coolDown),
 		interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l)
