@@ -1,0 +1,312 @@
+// Package exampleserver is the example echo server behind the rate limiter,
+// as a library: the command in examples/server runs it, and tests (of the
+// server and of the example client) run it in-process.
+//
+// The server chains, from the outside in: otelgrpc's stats handler (the
+// call's span, parent of the limiter's), go-grpc-middleware's recovery
+// interceptor (a panic becomes codes.Internal), then the limiter, wrapped in
+// go-grpc-middleware's selector so that the gRPC health service is never
+// limited. One rule, "per-tenant", limits every Echo method per value of the
+// tenant header.
+//
+// The store is the in-process store.Memory unless the environment names a
+// Redis: REDIS_URL (a redis:// or rediss:// URL, one node) or
+// REDIS_CLUSTER_ADDRS (comma-separated host:port seeds of a Cluster). With
+// Redis, every replica of the server shares the tenants' quotas.
+package exampleserver
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
+)
+
+// RuleName is the name of the server's only rule, as it appears in denial
+// messages, spans and metrics.
+const RuleName = "per-tenant"
+
+// Environment variables that select a Redis store.
+const (
+	// EnvRedisURL names a single Redis node, as a URL redis.ParseURL
+	// accepts ("redis://user:pass@host:6379/0").
+	EnvRedisURL = "REDIS_URL"
+	// EnvRedisClusterAddrs names the seed nodes of a Redis Cluster,
+	// comma-separated host:port pairs.
+	EnvRedisClusterAddrs = "REDIS_CLUSTER_ADDRS"
+)
+
+// Config is everything the server is configured with.
+type Config struct {
+	// Addr is the TCP address Run listens on.
+	Addr string
+	// Limit is each tenant's limit.
+	Limit tollgate.Limit
+	// TenantHeader is the metadata key that names the tenant. A call without
+	// it is refused with codes.InvalidArgument.
+	TenantHeader string
+	// FailMode says what the rule does when the store cannot decide.
+	FailMode interceptor.FailMode
+	// RedisURL, when set, selects a single-node Redis store.
+	RedisURL string
+	// RedisClusterAddrs, when set, selects a Redis Cluster store.
+	RedisClusterAddrs []string
+	// ShutdownTimeout bounds the graceful stop: calls still running after
+	// it are cancelled.
+	ShutdownTimeout time.Duration
+	// Flaky is the fraction, from 0 to 1, of calls whose first attempt the
+	// echo handler fails with codes.Unavailable after the limiter admitted
+	// it. It demonstrates idempotent retries: the client's retry carries
+	// the same request id and is admitted as a replay, without a second
+	// debit. Retried attempts (grpc-previous-rpc-attempts set) never fail.
+	Flaky float64
+}
+
+var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
+
+var failModes = []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocal}
+
+// ParseFlags reads the configuration from command-line arguments (without
+// the program name) and from the environment through getenv. Usage and
+// errors are written to errOut; -h gives flag.ErrHelp.
+func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	var (
+		cfg       Config
+		algorithm string
+		failMode  string
+	)
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:50051", "TCP address to listen on")
+	fs.Int64Var(&cfg.Limit.Rate, "rate", 10, "calls admitted per tenant per `period`")
+	fs.DurationVar(&cfg.Limit.Period, "period", time.Second, "the period of -rate")
+	fs.Int64Var(&cfg.Limit.Burst, "burst", 0, "most calls a tenant can make at once (token_bucket, gcra); 0 means -rate")
+	fs.StringVar(&algorithm, "algorithm", tollgate.TokenBucket.String(), "token_bucket, gcra, sliding_window or fixed_window")
+	fs.StringVar(&cfg.TenantHeader, "tenant-header", "x-tenant", "metadata key that names the tenant")
+	fs.StringVar(&failMode, "fail-mode", interceptor.FailOpen.String(), "when the store cannot decide: open (admit), closed (refuse with UNAVAILABLE) or local (per-replica cap)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
+	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. The store is in-process unless\n%s (one node) or %s (a Cluster, comma-separated) is set.\n\n", EnvRedisURL, EnvRedisClusterAddrs)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var ok bool
+	if cfg.Limit.Algorithm, ok = lookup(algorithms, algorithm); !ok {
+		return Config{}, fmt.Errorf("-algorithm %q: want one of %s", algorithm, names(algorithms))
+	}
+	if cfg.FailMode, ok = lookup(failModes, failMode); !ok {
+		return Config{}, fmt.Errorf("-fail-mode %q: want one of %s", failMode, names(failModes))
+	}
+	if err := cfg.Limit.Validate(); err != nil {
+		return Config{}, fmt.Errorf("-rate, -period, -burst: %w", err)
+	}
+	if cfg.Flaky < 0 || cfg.Flaky > 1 {
+		return Config{}, fmt.Errorf("-flaky %v: want a fraction from 0 to 1", cfg.Flaky)
+	}
+	cfg.RedisURL = getenv(EnvRedisURL)
+	for _, a := range strings.Split(getenv(EnvRedisClusterAddrs), ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.RedisClusterAddrs = append(cfg.RedisClusterAddrs, a)
+		}
+	}
+	if cfg.RedisURL != "" && len(cfg.RedisClusterAddrs) > 0 {
+		return Config{}, fmt.Errorf("both %s and %s are set: choose one", EnvRedisURL, EnvRedisClusterAddrs)
+	}
+	return cfg, nil
+}
+
+// lookup finds the value whose String() is name.
+func lookup[T fmt.Stringer](values []T, name string) (T, bool) {
+	for _, v := range values {
+		if v.String() == name {
+			return v, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func names[T fmt.Stringer](values []T) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = v.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// Run listens on cfg.Addr and serves until ctx is done; see Serve.
+func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
+	lis, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	return Serve(ctx, cfg, lis, logOut)
+}
+
+// Serve serves the rate-limited echo service and the health service on lis
+// until ctx is done, then stops gracefully: health turns NOT_SERVING, new
+// calls are refused, running ones get cfg.ShutdownTimeout to finish before
+// they are cancelled. It logs to logOut, starting with the store it uses and
+// "listening on ADDR". It returns nil after a shutdown caused by ctx, and
+// closes lis in every case.
+func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) error {
+	logger := log.New(logOut, "", log.LstdFlags)
+	st, closeStore, err := newStore(ctx, cfg, logger)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	defer closeStore()
+
+	srv, hs, err := NewServer(st, cfg)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
+	logger.Printf("listening on %s", lis.Addr())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Printf("shutting down (waiting up to %s for running calls)", cfg.ShutdownTimeout)
+	hs.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		logger.Printf("calls still running after %s: cancelling them", cfg.ShutdownTimeout)
+		srv.Stop()
+		<-stopped
+	}
+	if err := <-served; err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Printf("stopped")
+	return nil
+}
+
+// NewServer builds the gRPC server with its interceptor chain around st and
+// registers the echo and health services; the health server reports
+// SERVING for the whole server and for the echo service.
+func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, error) {
+	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
+		Name:     RuleName,
+		Methods:  []string{echo.AllMethods},
+		Key:      keyfunc.Metadata(cfg.TenantHeader),
+		Limit:    cfg.Limit,
+		FailMode: cfg.FailMode,
+	}))
+	if err != nil {
+		return nil, nil, err
+	}
+	limited := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return c.Service != healthpb.Health_ServiceDesc.ServiceName
+	})
+	srv := grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(
+			recovery.UnaryServerInterceptor(),
+			selector.UnaryServerInterceptor(lim.UnaryServerInterceptor(), limited),
+		),
+		grpc.ChainStreamInterceptor(
+			recovery.StreamServerInterceptor(),
+			selector.StreamServerInterceptor(lim.StreamServerInterceptor(), limited),
+		),
+	)
+	echo.Register(srv, &echo.Server{Before: flaky(cfg.Flaky)})
+	hs := health.NewServer()
+	hs.SetServingStatus(echo.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	return srv, hs, nil
+}
+
+// flaky returns the echo hook that fails the fraction p of first attempts.
+func flaky(p float64) func(context.Context, string) error {
+	if p <= 0 {
+		return nil
+	}
+	return func(ctx context.Context, _ string) error {
+		if len(metadata.ValueFromIncomingContext(ctx, "grpc-previous-rpc-attempts")) > 0 {
+			return nil
+		}
+		if rand.Float64() < p {
+			return status.Error(codes.Unavailable, "flaky: this first attempt fails on purpose; retry it")
+		}
+		return nil
+	}
+}
+
+// newStore returns the store the configuration names and a function that
+// releases it.
+func newStore(ctx context.Context, cfg Config, logger *log.Logger) (tollgate.Store, func(), error) {
+	var client redis.UniversalClient
+	switch {
+	case cfg.RedisURL != "":
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
+		}
+		client = redis.NewClient(opt)
+		logger.Printf("store: Redis at %s (%s)", opt.Addr, EnvRedisURL)
+	case len(cfg.RedisClusterAddrs) > 0:
+		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisClusterAddrs})
+		logger.Printf("store: Redis Cluster seeded by %s (%s)", strings.Join(cfg.RedisClusterAddrs, ","), EnvRedisClusterAddrs)
+	default:
+		logger.Printf("store: in-process memory (set %s or %s for Redis)", EnvRedisURL, EnvRedisClusterAddrs)
+		return store.NewMemory(), func() {}, nil
+	}
+	// An unreachable Redis is not fatal: the rule's fail mode covers it, as
+	// it would if Redis went away later. Say so at once, though.
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := client.Ping(pingCtx).Err(); err != nil {
+		logger.Printf("warning: Redis does not answer (%v); fail mode %s applies until it does", err, cfg.FailMode)
+	}
+	closeClient := func() {
+		if err := client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+			logger.Printf("closing Redis client: %v", err)
+		}
+	}
+	return store.NewRedis(client), closeClient, nil
+}
