@@ -153,11 +153,11 @@ var errBreakerOpen = errors.New("circuit breaker open: the store failed repeated
 // decide makes one decision for a call to method under r, in its own span.
 // scope is scopeCall for a unary call or a stream's opening, scopeMessage
 // for one received stream message; req is the unary request or nil.
-func (l *Limiter) decide(ctx context.Context, r *rule, method string, scope byte, req any) *result {
+func (l *Limiter) decide(ctx context.Context, r *rule, method string, scope byte, req any) result {
 	ctx, span := l.tel.tracer.Start(ctx, r.tel.spanName, r.tel.spanStart[scopeIndex(scope)]...)
-	res := &result{}
-	l.decideIn(ctx, r, method, scope, req, res)
-	l.recordDecision(ctx, span, r, scope, res)
+	var res result
+	l.decideIn(ctx, r, method, scope, req, &res)
+	l.recordDecision(ctx, span, r, scope, &res)
 	span.End()
 	return res
 }

@@ -59,7 +59,8 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		err := handler(srv, ls)
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
-		if md := ls.lastResult().trailer(); md != nil {
+		last := ls.lastResult()
+		if md := last.trailer(); md != nil {
 			ss.SetTrailer(md)
 		}
 		return err
@@ -74,16 +75,16 @@ type limitedStream struct {
 	method string
 
 	mu   sync.Mutex
-	last *result // the latest decision with something to say in trailers
+	last result // the latest decision with something to say in trailers
 }
 
-func (s *limitedStream) lastResult() *result {
+func (s *limitedStream) lastResult() result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.last
 }
 
-func (s *limitedStream) remember(res *result) {
+func (s *limitedStream) remember(res result) {
 	if res.hasDecision() {
 		s.mu.Lock()
 		s.last = res

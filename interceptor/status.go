@@ -89,17 +89,19 @@ func (res *result) trailer() metadata.MD {
 		return nil
 	}
 	dec := res.decision
-	md := metadata.MD{
-		TrailerLimit:     {res.limitHeader},
-		TrailerRemaining: {strconv.FormatInt(dec.Remaining, 10)},
-		TrailerReset:     {ceilUnits(dec.ResetAfter, time.Second)},
-	}
+	// One backing array for every value: one allocation instead of one
+	// per key.
+	vals := make([]string, 3, 6)
+	vals[0], vals[1], vals[2] = res.limitHeader, strconv.FormatInt(dec.Remaining, 10), ceilUnits(dec.ResetAfter, time.Second)
+	md := metadata.MD{TrailerLimit: vals[0:1:1], TrailerRemaining: vals[1:2:2], TrailerReset: vals[2:3:3]}
 	if dec.Replayed {
-		md[TrailerReplayed] = []string{"1"}
+		vals = append(vals, "1")
+		md[TrailerReplayed] = vals[3:4:4]
 	}
 	if !dec.Allowed {
-		md[TrailerRetryAfter] = []string{ceilUnits(dec.RetryAfter, time.Second)}
-		md[TrailerPushback] = []string{ceilUnits(dec.RetryAfter, time.Millisecond)}
+		vals = append(vals, ceilUnits(dec.RetryAfter, time.Second), ceilUnits(dec.RetryAfter, time.Millisecond))
+		n := len(vals)
+		md[TrailerRetryAfter], md[TrailerPushback] = vals[n-2:n-1:n-1], vals[n-1:n:n]
 	}
 	return md
 }

@@ -103,10 +103,12 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, 
 // set.
 type ruleTelemetry struct {
 	spanName  string
-	spanStart [2][]trace.SpanStartOption          // by scope index
-	decisions [2][numOutcomes][2]metric.AddOption // by scope index, outcome, allowed
-	storeOK   metric.RecordOption
-	storeErr  metric.RecordOption
+	spanStart [2][]trace.SpanStartOption // by scope index
+	// Options are kept in one-element slices: passing a slice on needs no
+	// allocation, building one for a variadic interface call does.
+	decisions [2][numOutcomes][2][]metric.AddOption // by scope index, outcome, allowed
+	storeOK   []metric.RecordOption
+	storeErr  []metric.RecordOption
 }
 
 func scopeIndex(scope byte) int {
@@ -130,13 +132,13 @@ func newRuleTelemetry(r *rule) ruleTelemetry {
 		t.spanStart[si] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 		for o := range numOutcomes {
 			for allowed := range 2 {
-				t.decisions[si][o][allowed] = metric.WithAttributeSet(attribute.NewSet(
-					name, AttrScope.String(scope), AttrOutcome.String(outcomeNames[o]), AttrAllowed.Bool(allowed == 1)))
+				t.decisions[si][o][allowed] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+					name, AttrScope.String(scope), AttrOutcome.String(outcomeNames[o]), AttrAllowed.Bool(allowed == 1)))}
 			}
 		}
 	}
-	t.storeOK = metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("ok")))
-	t.storeErr = metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("error")))
+	t.storeOK = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("ok")))}
+	t.storeErr = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("error")))}
 	return t
 }
 
@@ -146,7 +148,7 @@ func (l *Limiter) recordStore(ctx context.Context, r *rule, elapsed time.Duratio
 	if failed {
 		opt = r.tel.storeErr
 	}
-	l.tel.storeDuration.Record(ctx, elapsed.Seconds(), opt)
+	l.tel.storeDuration.Record(ctx, elapsed.Seconds(), opt...)
 }
 
 // recordDecision counts res and, when the span is sampled, puts the
@@ -157,7 +159,7 @@ func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, r *rule, 
 	if res.allowed() {
 		allowed = 1
 	}
-	l.tel.decisions.Add(ctx, 1, r.tel.decisions[si][res.outcome][allowed])
+	l.tel.decisions.Add(ctx, 1, r.tel.decisions[si][res.outcome][allowed]...)
 	if !span.IsRecording() {
 		return
 	}
