@@ -1,0 +1,5 @@
+//go:build race
+
+package store_test
+
+func init() { distinctKeys = 100_000 }
