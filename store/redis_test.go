@@ -31,24 +31,29 @@ func quotaLimit(alg tollgate.Algorithm, n int64) tollgate.Limit {
 }
 
 // realClockSlack is how much later than planned a step may run on a busy
-// machine under the race detector; storetest checks durations within it.
+// machine under the race detector; storetest checks durations within it and
+// sizes its limits from it (10× Slack per time unit).
 const realClockSlack = 30 * time.Millisecond
 
 func TestRedisConformanceSingle(t *testing.T) {
+	t.Parallel() // the suite mostly sleeps on the real clock
 	c := redistest.Single(t).Client(t)
 	storetest.Run(t, storetest.Harness{
-		Store:   NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
-		Advance: time.Sleep,
-		Slack:   realClockSlack,
+		Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
+		Advance:    time.Sleep,
+		Slack:      realClockSlack,
+		MaxReplays: DefaultMaxReplays,
 	})
 }
 
 func TestRedisConformanceCluster(t *testing.T) {
+	t.Parallel() // the suite mostly sleeps on the real clock
 	c := redistest.SharedCluster(t).Client(t)
 	storetest.Run(t, storetest.Harness{
-		Store:   NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
-		Advance: time.Sleep,
-		Slack:   realClockSlack,
+		Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
+		Advance:    time.Sleep,
+		Slack:      realClockSlack,
+		MaxReplays: DefaultMaxReplays,
 	})
 }
 
@@ -236,5 +241,29 @@ func TestRetryGuardFollowsClientRetries(t *testing.T) {
 			t.Errorf("%s: RetryGuard() = %v, %s; want %v, %s", tc.name, on, ttl, tc.on, tc.ttl)
 		}
 		_ = tc.client.Close()
+	}
+}
+
+func TestRedisThroughSentinelFailoverClient(t *testing.T) {
+	primary := redistest.Start(t)
+	sentinel := redistest.Sentinel(t, primary)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    redistest.SentinelMaster,
+		SentinelAddrs: []string{sentinel.Addr()},
+	})
+	defer c.Close()
+	st := NewRedis(c)
+	if on, _ := st.RetryGuard(); !on {
+		t.Error("the retry guard is off for a failover client with go-redis's default retries")
+	}
+	ctx := context.Background()
+	for want := int64(2); want >= 0; want-- {
+		d, err := st.Allow(ctx, tollgate.Request{Key: "k", Limit: quotaLimit(tollgate.GCRA, 3)})
+		if err != nil || !d.Allowed || d.Remaining != want {
+			t.Fatalf("decision through Sentinel = %+v, %v; want allowed with %d remaining", d, err, want)
+		}
+	}
+	if n := len(scanKeys(t, primary.Client(t), DefaultPrefix)); n == 0 {
+		t.Fatal("no keys on the primary Sentinel names")
 	}
 }

@@ -1,0 +1,251 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// decisionMix runs, on every algorithm, admissions and denials with and
+// without request ids (including replays), through st.
+func decisionMix(t *testing.T, st *Redis) {
+	t.Helper()
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		for _, limit := range []tollgate.Limit{
+			quotaLimit(alg, 2),
+			{Algorithm: alg, Rate: 3, Period: 2 * time.Second, Burst: 3},
+		} {
+			for i := range 4 {
+				for _, id := range []string{"", "id-" + strconv.Itoa(i%2)} {
+					if _, err := st.Allow(ctx, tollgate.Request{Key: "mix-" + alg.String(), Limit: limit, RequestID: id}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// scanKeys returns every key under prefix on c.
+func scanKeys(t *testing.T, c *redis.Client, prefix string) []string {
+	t.Helper()
+	var keys []string
+	iter := c.Scan(context.Background(), 0, prefix+"*", 100).Iterator()
+	for iter.Next(context.Background()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// checkEveryKeyExpires fails the test for any key under prefix on c without
+// a TTL, and returns how many keys of each kind (state, :r:, :n:) it saw.
+func checkEveryKeyExpires(t *testing.T, c *redis.Client, prefix string) (state, ids, nonces int) {
+	t.Helper()
+	for _, k := range scanKeys(t, c, prefix) {
+		ttl, err := c.PTTL(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl == -1 {
+			t.Errorf("key %q has no TTL", k)
+		}
+		switch {
+		case strings.Contains(k, ":r:"):
+			ids++
+		case strings.Contains(k, ":n:"):
+			nonces++
+		default:
+			state++
+		}
+	}
+	return state, ids, nonces
+}
+
+func TestRedisEveryKeyExpiresSingle(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	decisionMix(t, NewRedis(c, WithPrefix(prefix+"guard:"), WithRetryGuard(true)))
+	decisionMix(t, NewRedis(c, WithPrefix(prefix+"plain:"), WithRetryGuard(false)))
+	state, ids, nonces := checkEveryKeyExpires(t, c, prefix)
+	if state == 0 || ids == 0 || nonces == 0 {
+		t.Fatalf("saw %d state, %d request-id and %d nonce keys; want some of each", state, ids, nonces)
+	}
+}
+
+func TestRedisEveryKeyExpiresCluster(t *testing.T) {
+	cc := redistest.SharedCluster(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	decisionMix(t, NewRedis(cc, WithPrefix(prefix+"guard:"), WithRetryGuard(true)))
+	decisionMix(t, NewRedis(cc, WithPrefix(prefix+"plain:"), WithRetryGuard(false)))
+	// ForEachMaster runs its function on other goroutines, where the test
+	// must not fail: collect the primaries, then check each here.
+	var mu sync.Mutex
+	var primaries []*redis.Client
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		primaries = append(primaries, c)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state, ids, nonces int
+	for _, c := range primaries {
+		s, i, n := checkEveryKeyExpires(t, c, prefix)
+		state, ids, nonces = state+s, ids+i, nonces+n
+	}
+	if state == 0 || ids == 0 || nonces == 0 {
+		t.Fatalf("saw %d state, %d request-id and %d nonce keys on %d primaries; want some of each", state, ids, nonces, len(primaries))
+	}
+}
+
+// hostileIdentities are identities that break naive key building: braces
+// that would move the hash tag, the empty tag, bytes that are not text, a
+// huge identity, and pairs whose naive or escaped names would collide.
+func hostileIdentities() []string {
+	return []string{
+		"{", "}", "{}", "{}{}", "}{", "", "\x00", "\xff\xfe\x00binary\r\n",
+		strings.Repeat("{}", 30<<10), // 60 KiB
+		"a", "a}b", "{a}", "a}",      // naive "{a}b}" and "{{a}}" hash like "a"
+		"x", "x}:tb",
+		"%7B", "%257B", "%", // escaped forms of "{" and of each other
+		"#47DEQpj8HBSa-_TImW-5JA", // the hashed tag of ""
+		strings.Repeat("a", 64), strings.Repeat("a", 65),
+		"user:1", "user:1:tb", "user:1}:tb", "user:1\x00",
+	}
+}
+
+func TestRedisHostileIdentitiesCluster(t *testing.T) {
+	st := NewRedis(redistest.SharedCluster(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	ctx := context.Background()
+	identities := hostileIdentities()
+	for _, alg := range algorithms {
+		limit := quotaLimit(alg, 5)
+		// Each round debits every identity once; shared state between any
+		// two would show as one debit too many.
+		for round := int64(1); round <= 3; round++ {
+			for _, id := range identities {
+				d, err := st.Allow(ctx, tollgate.Request{Key: id, Limit: limit, RequestID: "r" + strconv.FormatInt(round, 10)})
+				if err != nil {
+					t.Fatalf("%s identity %.40q: %v", alg, id, err)
+				}
+				if !d.Allowed || d.Remaining != 5-round {
+					t.Fatalf("%s identity %.40q round %d: %+v, want allowed with %d remaining", alg, id, round, d, 5-round)
+				}
+			}
+		}
+	}
+}
+
+func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.Replica(t, primary)
+	pc, rc := primary.Client(t), replica.Client(t)
+	decisionMix(t, NewRedis(pc, WithRetryGuard(true)))
+	ctx := context.Background()
+	if n, err := pc.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v; want the replica to acknowledge", n, err)
+	}
+	keys := scanKeys(t, pc, DefaultPrefix)
+	if len(keys) == 0 {
+		t.Fatal("no keys written")
+	}
+	for _, k := range keys {
+		pd, perr := pc.Dump(ctx, k).Result()
+		rd, rerr := rc.Dump(ctx, k).Result()
+		pe, re := pc.PExpireTime(ctx, k).Val(), rc.PExpireTime(ctx, k).Val()
+		if perr != nil || rerr != nil || !bytes.Equal([]byte(pd), []byte(rd)) || pe != re {
+			t.Errorf("key %q differs: primary DUMP %q (%v) expires %s, replica DUMP %q (%v) expires %s",
+				k, pd, perr, pe, rd, rerr, re)
+		}
+	}
+	if rk := scanKeys(t, rc, DefaultPrefix); len(rk) != len(keys) {
+		t.Errorf("replica has %d keys, primary %d", len(rk), len(keys))
+	}
+}
+
+// errorCount returns errorstat_<name>'s count from INFO errorstats.
+func errorCount(t *testing.T, c *redis.Client, name string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+name+":count="); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func TestRedisScriptFlushDuringLoad(t *testing.T) {
+	srv := redistest.Start(t) // private: the script cache is flushed and errors counted
+	admin := srv.Client(t)
+	stores := []*Redis{NewRedis(srv.Client(t)), NewRedis(srv.Client(t))}
+	ctx := context.Background()
+
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Error(err)
+				return
+			}
+			flushes.Add(1)
+		}
+	}()
+	var decisions, failures atomic.Int64
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			alg := algorithms[g%len(algorithms)]
+			req := tollgate.Request{Key: "flush-" + strconv.Itoa(g), Limit: tollgate.PerSecond(1000)}
+			req.Limit.Algorithm = alg
+			for time.Now().Before(deadline) {
+				if _, err := stores[g%2].Allow(ctx, req); err != nil {
+					failures.Add(1)
+					t.Errorf("decision during SCRIPT FLUSH: %v", err)
+					return
+				}
+				decisions.Add(1)
+			}
+		}()
+	}
+	time.Sleep(time.Until(deadline))
+	close(stop)
+	wg.Wait()
+	noscript := errorCount(t, admin, "NOSCRIPT")
+	t.Logf("%d decisions, %d SCRIPT FLUSH, %d NOSCRIPT answered and recovered, %d errors surfaced",
+		decisions.Load(), flushes.Load(), noscript, failures.Load())
+	if flushes.Load() == 0 || noscript == 0 || decisions.Load() == 0 {
+		t.Fatalf("%d flushes, %d NOSCRIPT, %d decisions: the flushes did not meet the load", flushes.Load(), noscript, decisions.Load())
+	}
+}
