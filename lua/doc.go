@@ -24,4 +24,13 @@
 //	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1)}
 //
 // The clock is redis.call('TIME'); nothing time-related comes from ARGV.
+//
+// A replayed request id answers {1, remaining, 0, reset_after_us, 1} with the
+// identity's current remaining, without a debit. A decision nonce that finds
+// its earlier admission answers that admission's reply again.
+//
+// Each script is prelude.lua (arguments, clock, helpers), the algorithm's own
+// file (its state and its decide function) and main.lua (nonce, request id,
+// then decide), joined, so the request-id and nonce handling is written once.
+// Package internal/algo mirrors each decide function in Go, bit for bit.
 package lua
