@@ -55,8 +55,9 @@ type Redis struct {
 	// a nonce need not outlive the context's deadline by more than
 	// retryGuardMargin.
 	deadlineBounds bool
-	// replayTTLms is ARGV[6].
-	replayTTLms int64
+	// replayTTLArg is ARGV[6], the replay TTL in milliseconds, boxed once
+	// rather than on every call.
+	replayTTLArg any
 }
 
 // RedisOption configures a Redis store.
@@ -132,7 +133,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	for _, o := range opts {
 		o(r)
 	}
-	r.replayTTLms = max(durationMs(r.replayTTL), 1)
+	r.replayTTLArg = max(durationMs(r.replayTTL), 1)
 	retries, span, deadlineBounds := retrySpan(c)
 	on := retries
 	if r.guard != nil {
@@ -243,7 +244,7 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	keys := decisionKeys(r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
 	reply, err := lua.ForAlgorithm(l.Algorithm).Run(ctx, r.client, keys,
 		l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost,
-		maxReplays, r.replayTTLms, nonceTTL,
+		maxReplays, r.replayTTLArg, nonceTTL,
 	).Slice()
 	if err != nil {
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
