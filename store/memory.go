@@ -121,9 +121,6 @@ const (
 	// shard it sweeps: enough to keep up (a decision adds at most two
 	// entries), small enough to keep each decision short.
 	sweepBudget = 16
-	// markerKind is entryKey.kind for a request-id marker; algorithm states
-	// use the algorithm's value.
-	markerKind = 255
 	// maxRawIdentity is the longest Key kept verbatim; longer ones are
 	// kept as their SHA-256, so that memory per entry stays small.
 	maxRawIdentity = sha256.Size * 2
@@ -148,7 +145,7 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 		sum := sha256.Sum256([]byte(identity))
 		identity, hashed = string(sum[:]), true
 	}
-	stateKey := entryKey{kind: uint8(req.Limit.Algorithm), hashed: hashed, identity: identity}
+	stateKey := entryKey{algorithm: req.Limit.Algorithm, hashed: hashed, identity: identity}
 
 	sh := &m.shards[maphash.String(m.seed, req.Key)%uint64(len(m.shards))]
 	sh.mu.Lock()
@@ -175,7 +172,7 @@ func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, decid
 	useMarker := m.maxReplays > 0 && requestID != ""
 	if useMarker {
 		markerKey = stateKey
-		markerKey.kind, markerKey.requestID = markerKind, requestID
+		markerKey.requestID = requestID
 		if e := sh.live(markerKey, now); e != nil && e.replays < m.maxReplays {
 			e.replays++
 			peek := p
@@ -229,12 +226,14 @@ func (m *Memory) Len() int {
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// entryKey names an entry, as a Redis key names a key.
+// entryKey names an entry, as a Redis key names a key: the state of an
+// identity under an algorithm, or with a requestID, the marker of that id
+// for that identity and algorithm.
 type entryKey struct {
-	kind      uint8  // the algorithm, or markerKind
+	algorithm tollgate.Algorithm
 	hashed    bool   // identity is the SHA-256 of a long Key
 	identity  string // Request.Key, or its SHA-256
-	requestID string // markers only
+	requestID string // "" for a state
 }
 
 // entry is one identity's state under one algorithm, or one request-id

@@ -510,12 +510,20 @@ func (s *suite) keyIsolation(t *testing.T) {
 	if err != nil || !d.Allowed || d.Replayed {
 		t.Fatalf("the same key under GCRA: got %+v, %v; want admitted (algorithms do not share state)", d, err)
 	}
-	// The same request id on two keys is two requests.
+	// The same request id on two keys, or under two algorithms, is two
+	// requests.
 	for _, k := range keys[2:4] {
 		id := tollgate.Request{Key: k + "/id", Limit: hour, RequestID: "shared"}
 		d, err := s.h.Store.Allow(ctx, id)
 		if err != nil || !d.Allowed || d.Replayed {
 			t.Fatalf("request id on key %q: got %+v, %v; want admitted, not replayed", trim(k), d, err)
+		}
+	}
+	for _, alg := range algorithms {
+		id := tollgate.Request{Key: run + "/id", Limit: tollgate.Limit{Algorithm: alg, Rate: 1, Period: time.Hour}, RequestID: "shared"}
+		d, err := s.h.Store.Allow(ctx, id)
+		if err != nil || !d.Allowed || d.Replayed {
+			t.Fatalf("request id under %s: got %+v, %v; want admitted, not replayed", alg, d, err)
 		}
 	}
 }
