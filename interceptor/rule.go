@@ -131,6 +131,8 @@ type Rule struct {
 	// the rule's limit divided by WithReplicas (rounded up), which is the
 	// rule's limit itself when WithReplicas is not given: with N replicas the
 	// fleet then admits up to N times the limit while the store is down.
+	// New checks that Cost fits it; a call whose CostFunc or LimitFunc makes
+	// it too small for the call is refused as FailClosed would.
 	LocalLimit *tollgate.Limit
 	// PerMessage, when set, limits every message a client sends on a stream
 	// (each RecvMsg costs 1), in a bucket per key separate from the one the
