@@ -171,7 +171,7 @@ func (l *Limiter) decideIn(ctx context.Context, r *rule, method string, scope by
 	if scope == scopeCall {
 		id, err := idempotency.FromIncoming(ctx, l.header)
 		if err != nil {
-			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: malformed request id in %q: %v", r.Name, l.header, err)
+			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: %v", r.Name, err)
 			return
 		}
 		requestID = id

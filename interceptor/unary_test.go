@@ -227,7 +227,7 @@ func TestRequestIDReplay(t *testing.T) {
 
 	bad := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, strings.Repeat("x", tollgate.MaxRequestIDLen+1))
 	_, _, err = say(bad, c, "hi")
-	wantCode(t, err, codes.InvalidArgument, `rate limit "per-tenant": malformed request id in "x-request-id"`)
+	wantCode(t, err, codes.InvalidArgument, `rate limit "per-tenant": idempotency: malformed request id: metadata "x-request-id"`)
 }
 
 func TestCostFunc(t *testing.T) {
