@@ -198,3 +198,32 @@ func TestMemoryConcurrentKeys(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMemoryAllow measures one decision, on one hot key and spread over
+// many keys (and so over the shards), from parallel callers.
+func BenchmarkMemoryAllow(b *testing.B) {
+	for _, keys := range []int{1, 10_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			m := store.NewMemory()
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = fmt.Sprint("bench", i)
+			}
+			limit := tollgate.PerSecond(1_000_000) // the fastest limit there is: mostly admitted
+			if _, err := m.Allow(context.Background(), tollgate.Request{Key: names[0], Limit: limit}); err != nil {
+				b.Fatal(err)
+			}
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				i := 0
+				for pb.Next() {
+					if _, err := m.Allow(ctx, tollgate.Request{Key: names[i%keys], Limit: limit}); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
