@@ -14,7 +14,7 @@ import (
 )
 
 // DefaultMaxKeys is the bound on entries a Memory store holds unless
-// WithMaxKeys says otherwise: about a million identities.
+// WithMaxKeys says otherwise: about a million identities and request ids.
 const DefaultMaxKeys = 1 << 20
 
 // Memory is an in-process tollgate.Store. It runs the same algorithms as the
@@ -26,8 +26,8 @@ const DefaultMaxKeys = 1 << 20
 // Each identity (Key and Algorithm) is one entry, and each remembered request
 // id is another. An entry is dropped when its state would have expired in
 // Redis, lazily: every decision reclaims a few expired entries of its own
-// shard and of one other, so there is no goroutine to stop. At most MaxKeys
-// entries are held (see WithMaxKeys).
+// shard and of one other, so there is no goroutine to stop. The number of
+// entries is bounded (see WithMaxKeys).
 //
 // A Memory is safe for concurrent use; identities are spread over up to 64
 // independently locked shards.
