@@ -115,7 +115,15 @@ func appendTag(b *strings.Builder, identity string, tagLen int) {
 
 // appendHash appends the base64url of the first 128 bits of s's SHA-256.
 func appendHash(b *strings.Builder, s string) {
-	sum := sha256.Sum256([]byte(s))
+	var sum [sha256.Size]byte
+	if len(s) <= tollgate.MaxRequestIDLen {
+		// Request ids and short identities are hashed from a stack copy:
+		// converting the string would allocate on every decision.
+		var buf [tollgate.MaxRequestIDLen]byte
+		sum = sha256.Sum256(buf[:copy(buf[:], s)])
+	} else {
+		sum = sha256.Sum256([]byte(s))
+	}
 	var enc [24]byte
 	base64.RawURLEncoding.Encode(enc[:], sum[:hashBytes])
 	b.Write(enc[:encodedHashLen])

@@ -104,12 +104,15 @@ func TestDecisionKeysLayout(t *testing.T) {
 }
 
 func TestDecisionKeysAllocations(t *testing.T) {
-	allocs := testing.AllocsPerRun(100, func() {
-		decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", "0123456789abcdef", true)
-	})
-	// One backing string for the four names and the slice of four.
-	if allocs > 2 {
-		t.Errorf("decisionKeys allocates %v times per call, want at most 2", allocs)
+	// Request ids of every valid length, including idempotency's 32 hex digits.
+	for _, id := range []string{"", "0123456789abcdef", strings.Repeat("f", 32), strings.Repeat("x", tollgate.MaxRequestIDLen)} {
+		allocs := testing.AllocsPerRun(100, func() {
+			decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", id, true)
+		})
+		// One backing string for the four names and the slice of four.
+		if allocs > 2 {
+			t.Errorf("decisionKeys with a %d-byte request id allocates %v times per call, want at most 2", len(id), allocs)
+		}
 	}
 }
 
