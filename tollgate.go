@@ -29,8 +29,10 @@ const (
 	TokenBucket Algorithm = iota
 	// GCRA is the generic cell rate algorithm with the meaning of Rate,
 	// Period and Burst used by github.com/go-redis/redis_rate: one request
-	// every Period/Rate on average, up to Burst at once. Its state is a single
-	// timestamp (the theoretical arrival time), the smallest of the four.
+	// every Period/Rate on average, up to Burst at once. Its state is the
+	// theoretical arrival time, kept exactly (whole microseconds plus a
+	// fraction in 1/Rate units), so admissions are exact to the microsecond
+	// where redis_rate's floats round by up to half an interval.
 	GCRA
 	// SlidingWindow admits up to Rate per Period, estimating the count in the
 	// last Period as (previous window's count × fraction of it still
