@@ -17,11 +17,12 @@ import (
 // says otherwise.
 const DefaultPrefix = "tollgate:"
 
-// DefaultRetryGuardTTL is how long a decision nonce lives when the store
-// cannot read the client's retry settings (a UniversalClient other than
-// *redis.Client, *redis.ClusterClient or *redis.Ring). It covers go-redis's
-// default retry span: 4 attempts of a 5s read timeout and up to 1s backoff.
-const DefaultRetryGuardTTL = 30 * time.Second
+// DefaultRetryGuardTTL is how long a decision nonce lives when the client's
+// options give no span: a UniversalClient other than *redis.Client,
+// *redis.ClusterClient or *redis.Ring, a client without a read deadline, or
+// a guard forced on for a client that does not retry. It is go-redis's
+// default span: 4 attempts × (5s read + 5s write timeout + 1s backoff) + 1s.
+const DefaultRetryGuardTTL = 45 * time.Second
 
 // retryGuardMargin is added to a client's computed retry span: the nonce must
 // outlive the last re-sent copy of a script, which may sit in Redis's input
@@ -143,6 +144,9 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 		ttl := r.guardTTL
 		if ttl <= 0 {
 			ttl = span
+		}
+		if ttl <= 0 {
+			ttl = DefaultRetryGuardTTL
 		}
 		r.nonceTTLms = max(durationMs(ttl), 1)
 		r.deadlineBounds = deadlineBounds && r.guardTTL <= 0

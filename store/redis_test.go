@@ -215,6 +215,8 @@ func TestRetryGuardFollowsClientRetries(t *testing.T) {
 		{"client MaxRetries -1", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}), nil, false, 0},
 		{"client MaxRetries -1, forced on", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}),
 			[]RedisOption{WithRetryGuard(true), WithRetryGuardTTL(1500 * time.Microsecond)}, true, 2 * time.Millisecond},
+		{"client MaxRetries -1, forced on, default span", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}),
+			[]RedisOption{WithRetryGuard(true)}, true, DefaultRetryGuardTTL},
 		{"client retries, forced off", redis.NewClient(&redis.Options{Addr: addr}),
 			[]RedisOption{WithRetryGuard(false)}, false, 0},
 		{"client short timeouts", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 1,
