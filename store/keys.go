@@ -10,17 +10,11 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Redis key layout. Every key of one decision is
+// Redis key names; the layout is documented on Redis. All four keys of a
+// decision share one hash tag, hence one Cluster slot, and the algorithm is
+// in every name, so an identity's keys for two algorithms never meet.
 //
-//	<prefix>{<tag>}:<alg>          state (sliding window: slot 0)
-//	<prefix>{<tag>}:<alg>:1        second state slot (sliding window only)
-//	<prefix>{<tag>}:<alg>:r:<id>   request-id marker, <id> = hash of Request.RequestID
-//	<prefix>{<tag>}:<alg>:n:<n>    decision nonce, <n> = 128 random bits
-//
-// so the four share one hash tag and one Cluster slot, and an identity's keys
-// for two algorithms never meet. <alg> is tb, gcra, sw or fw.
-//
-// The tag is Request.Key itself when it is short and made of safe bytes, so
+// The tag is the identity itself when it is short and made of safe bytes, so
 // operators can read it in redis-cli; other bytes are percent-escaped ("%7B"
 // for "{", "%25" for "%"), which keeps the tag free of braces and the mapping
 // one-to-one. An identity that is empty or whose escaped form would be longer

@@ -35,9 +35,21 @@ const retryGuardMargin = time.Second
 // clock, so any number of replicas sharing one Redis enforce one quota.
 //
 // It works with *redis.Client (including one from redis.NewFailoverClient,
-// for Sentinel), *redis.ClusterClient and *redis.Ring. Every key a decision
-// touches shares one hash tag (see the key layout in keys.go), and every key
-// it writes expires once it no longer matters.
+// for Sentinel), *redis.ClusterClient and *redis.Ring.
+//
+// A decision on identity K with algorithm A touches the keys
+//
+//	<prefix>{<tag>}:<a>          state (the sliding window's first slot)
+//	<prefix>{<tag>}:<a>:1        the sliding window's second slot
+//	<prefix>{<tag>}:<a>:r:<id>   request-id marker (hash of Request.RequestID)
+//	<prefix>{<tag>}:<a>:n:<n>    decision nonce of the retry guard
+//
+// where <a> names A (tb, gcra, sw or fw) and <tag> is K itself when it is at most
+// 64 bytes of letters, digits and "-_.:/@=+,", K percent-escaped when that
+// fits in 64 bytes, and otherwise "#" and a 128-bit hash of K. One hash tag
+// keeps a decision on one Cluster slot, and no identity can produce another
+// identity's tag. Every key a script writes expires once it no longer
+// matters.
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
