@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CommandStat is one line of INFO commandstats: how many times Redis ran a
+// command and the microseconds of its main thread they took in all.
+type CommandStat struct {
+	Calls int64
+	Usec  int64
+}
+
+// CommandStats returns INFO commandstats by lower-case command name
+// ("evalsha", "eval", "hmget"...). Commands a script runs are counted under
+// their own names too, and their time is also inside the script's.
+func CommandStats(ctx context.Context, c *redis.Client) (map[string]CommandStat, error) {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]CommandStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		var s CommandStat
+		for _, field := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				s.Calls = n
+			case "usec":
+				s.Usec = n
+			}
+		}
+		stats[strings.TrimPrefix(name, "cmdstat_")] = s
+	}
+	return stats, nil
+}
+
+// ScriptCalls sums the script commands (EVALSHA, EVAL and their read-only
+// forms) of INFO commandstats: the calls and their Redis microseconds.
+func ScriptCalls(stats map[string]CommandStat) CommandStat {
+	var s CommandStat
+	for _, name := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro"} {
+		s.Calls += stats[name].Calls
+		s.Usec += stats[name].Usec
+	}
+	return s
+}
+
+// UsedMemory returns INFO memory's used_memory in bytes.
+func UsedMemory(ctx context.Context, c *redis.Client) (int64, error) {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, nil
+}
