@@ -1,0 +1,318 @@
+package redistest
+
+// Faults: the helpers reliability tests use to hurt a server on purpose
+// (stop it, pause it, put it to sleep, fail a Cluster or Sentinel primary
+// over) and to read what the server saw (INFO fields, error counts).
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pause makes s stop answering every client for d (CLIENT PAUSE d ALL, sent
+// on a connection of its own) and returns the instant the pause ends. It is
+// a blackhole from a client's point of view: connections are accepted and
+// commands are read, but nothing is answered until the pause ends. Commands
+// of clients that gave up and closed their connection meanwhile are dropped.
+//
+// The pause cannot be lifted early: Redis 7.0 pauses CLIENT UNPAUSE itself
+// under CLIENT PAUSE ALL. Wait it out (AwaitAnswer), or Restart the server.
+func (s *Server) Pause(t testing.TB, d time.Duration) time.Time {
+	t.Helper()
+	ms := max(d.Milliseconds(), 1)
+	if _, err := command(s.addr, "CLIENT", "PAUSE", strconv.FormatInt(ms, 10), "ALL"); err != nil {
+		t.Fatalf("redistest: CLIENT PAUSE on %s: %v", s.addr, err)
+	}
+	// The server timed the pause from the moment it ran the command, a
+	// little before the reply arrived here.
+	return time.Now().Add(time.Duration(ms) * time.Millisecond)
+}
+
+// Sleep blocks s's main thread for d (DEBUG SLEEP, sent on a connection of
+// its own) and returns once s has stopped answering, with a channel that
+// yields DEBUG SLEEP's result when the sleep ends. Unlike Pause, commands sent
+// meanwhile sit in the socket buffers and all run when the server wakes, even
+// those whose client has given up: this is how a reply is delayed past a
+// client's read timeout while the command still takes effect.
+func (s *Server) Sleep(t testing.TB, d time.Duration) <-chan error {
+	t.Helper()
+	if err := ping(s.addr, time.Second); err != nil {
+		t.Fatalf("redistest: %s does not answer before DEBUG SLEEP: %v", s.addr, err)
+	}
+	done := make(chan error, 1)
+	secs := strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+	go func() {
+		conn, err := net.DialTimeout("tcp", s.addr, time.Second)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(d + 10*time.Second))
+		done <- roundTrip(conn, "DEBUG", "SLEEP", secs)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for ping(s.addr, 20*time.Millisecond) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s still answers after DEBUG SLEEP %s", s.addr, secs)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return done
+}
+
+// AwaitAnswer waits until s answers PING on a new connection, polling every
+// 5ms, and returns the instant it first did. It fails the test if s does not
+// answer within timeout.
+func (s *Server) AwaitAnswer(t testing.TB, timeout time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ping(s.addr, 100*time.Millisecond)
+		if err == nil {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s does not answer after %s: %v", s.addr, timeout, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Info returns field from INFO section on s ("" when absent). It fails the
+// test if s does not answer.
+func (s *Server) Info(t testing.TB, section, field string) string {
+	t.Helper()
+	info, err := command(s.addr, "INFO", section)
+	if err != nil {
+		t.Fatalf("redistest: INFO %s on %s: %v", section, s.addr, err)
+	}
+	return infoField(info, field)
+}
+
+// ErrorCount returns how many times s has answered the error code (for
+// example "NOSCRIPT" or "READONLY") since it started: errorstat_<code> in
+// INFO errorstats, 0 when it never did.
+func (s *Server) ErrorCount(t testing.TB, code string) int64 {
+	t.Helper()
+	v := s.Info(t, "errorstats", "errorstat_"+code)
+	n, _ := strconv.ParseInt(strings.TrimPrefix(v, "count="), 10, 64)
+	return n
+}
+
+// ping sends PING on a new connection with timeout for the whole exchange.
+func ping(address string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", address, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	return roundTrip(conn, "PING")
+}
+
+// roundTrip sends one command on conn and reads the first line of its reply,
+// returning the error a "-" reply carries.
+func roundTrip(conn net.Conn, args ...string) error {
+	var req strings.Builder
+	req.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, a := range args {
+		req.WriteString("$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n")
+	}
+	if _, err := conn.Write([]byte(req.String())); err != nil {
+		return err
+	}
+	buf := make([]byte, 512)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return err
+	}
+	if line := string(buf[:n]); strings.HasPrefix(line, "-") {
+		return fmt.Errorf("%s", strings.TrimSpace(line[1:]))
+	}
+	return nil
+}
+
+// NewClusterTimeout is NewCluster with cluster-node-timeout nodeTimeout: a
+// primary unreachable that long is marked failed and, with replicas, its
+// replica is promoted about a second later. Failover tests use 1s to stay
+// fast; the machine must not be so busy that a healthy node misses its
+// pings for that long.
+func NewClusterTimeout(t testing.TB, replicas int, nodeTimeout time.Duration) *Cluster {
+	t.Helper()
+	c, err := startCluster(replicas, nodeTimeout)
+	if err != nil {
+		t.Fatalf("redistest: cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			n.destroy()
+		}
+	})
+	return c
+}
+
+// Node returns the started node listening on addr, or nil.
+func (c *Cluster) Node(addr string) *Server {
+	for _, n := range c.Nodes {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// ReplicaOf returns the started node that replicates primary, by its INFO
+// replication. It fails the test if there is none.
+func (c *Cluster) ReplicaOf(t testing.TB, primary *Server) *Server {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(primary.Addr())
+	for _, n := range c.Nodes {
+		if n == primary {
+			continue
+		}
+		info, err := command(n.Addr(), "INFO", "replication")
+		if err != nil {
+			continue // a node stopped by the test
+		}
+		if infoField(info, "role") == "slave" && infoField(info, "master_port") == port {
+			return n
+		}
+	}
+	t.Fatalf("redistest: no node replicates %s", primary.Addr())
+	return nil
+}
+
+// AwaitPromoted waits until s reports itself a primary and its view of the
+// Cluster is whole again (cluster_state:ok), and returns that instant. It
+// fails the test after timeout.
+func (c *Cluster) AwaitPromoted(t testing.TB, s *Server, timeout time.Duration) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := waitFor(ctx, func() error {
+		info, err := command(s.Addr(), "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if role := infoField(info, "role"); role != "master" {
+			return fmt.Errorf("%s is still %s", s.Addr(), role)
+		}
+		cinfo, err := command(s.Addr(), "CLUSTER", "INFO")
+		if err != nil {
+			return err
+		}
+		if st := infoField(cinfo, "cluster_state"); st != "ok" {
+			return fmt.Errorf("%s sees cluster_state %s", s.Addr(), st)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: no promotion within %s: %v", timeout, err)
+	}
+	return time.Now()
+}
+
+// sentinelClient returns a client for the Sentinel sentinel; the caller
+// closes it.
+func sentinelClient(sentinel *Server) *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr(), MaxRetries: -1})
+}
+
+// AwaitSentinelReplicas waits until sentinel knows n replicas of
+// SentinelMaster that it does not consider down, which SENTINEL FAILOVER
+// needs. A Sentinel learns of replicas from the primary's INFO, which it
+// reads every few seconds at first, so this can take a moment.
+func AwaitSentinelReplicas(t testing.TB, sentinel *Server, n int, timeout time.Duration) {
+	t.Helper()
+	sc := sentinelClient(sentinel)
+	defer sc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := waitFor(ctx, func() error {
+		replicas, err := sc.Replicas(ctx, SentinelMaster).Result()
+		if err != nil {
+			return err
+		}
+		up := 0
+		for _, r := range replicas {
+			if !strings.Contains(r["flags"], "down") && !strings.Contains(r["flags"], "disconnected") &&
+				r["master-link-status"] == "ok" {
+				up++
+			}
+		}
+		if up < n {
+			return fmt.Errorf("sentinel knows %d healthy replicas, want %d: %v", up, n, replicas)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// SentinelPrimary returns the address sentinel names as SentinelMaster's
+// primary.
+func SentinelPrimary(t testing.TB, sentinel *Server) string {
+	t.Helper()
+	sc := sentinelClient(sentinel)
+	defer sc.Close()
+	addr, err := sc.GetMasterAddrByName(context.Background(), SentinelMaster).Result()
+	if err != nil || len(addr) != 2 {
+		t.Fatalf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME: %q, %v", addr, err)
+	}
+	return net.JoinHostPort(addr[0], addr[1])
+}
+
+// SentinelFailover makes sentinel fail SentinelMaster over to a replica now
+// (SENTINEL FAILOVER, no agreement from other Sentinels needed) and returns
+// at once; AwaitSentinelPrimary waits for the switch.
+func SentinelFailover(t testing.TB, sentinel *Server) {
+	t.Helper()
+	sc := sentinelClient(sentinel)
+	defer sc.Close()
+	if err := sc.Failover(context.Background(), SentinelMaster).Err(); err != nil {
+		t.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
+	}
+}
+
+// AwaitSentinelPrimary waits until sentinel names a primary other than old
+// and that primary reports role:master, and returns the new address and the
+// instant it was seen.
+func AwaitSentinelPrimary(t testing.TB, sentinel *Server, old string, timeout time.Duration) (string, time.Time) {
+	t.Helper()
+	sc := sentinelClient(sentinel)
+	defer sc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var addr string
+	err := waitFor(ctx, func() error {
+		a, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+		if err != nil || len(a) != 2 {
+			return fmt.Errorf("GET-MASTER-ADDR-BY-NAME: %q, %v", a, err)
+		}
+		addr = net.JoinHostPort(a[0], a[1])
+		if addr == old {
+			return fmt.Errorf("sentinel still names %s", old)
+		}
+		info, err := command(addr, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if role := infoField(info, "role"); role != "master" {
+			return fmt.Errorf("%s is named primary but is %s", addr, role)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: no Sentinel failover within %s: %v", timeout, err)
+	}
+	return addr, time.Now()
+}
