@@ -263,9 +263,30 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		maxReplays, r.replayTTLArg, nonceTTL,
 	).Slice()
 	if err != nil {
+		r.refreshRouting(err)
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
 	}
 	return parseReply(reply)
+}
+
+// refreshRouting asks a Cluster client to reload its slot map after a
+// decision failed without a reply from Redis (a refused connection, a
+// timeout). go-redis reloads the map by itself only when a node answers
+// MOVED, ASK or READONLY, or every ClusterStateReloadInterval (60s by
+// default): after a primary dies it keeps sending that primary's slots to
+// the dead address, which never answers MOVED, long after a replica has
+// been promoted. The reload runs in the background, at most one at a time
+// and one every 200ms (go-redis coalesces them).
+func (r *Redis) refreshRouting(err error) {
+	cc, ok := r.client.(*redis.ClusterClient)
+	if !ok || errors.Is(err, context.Canceled) {
+		return
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return // the node answered: it is there
+	}
+	cc.ReloadState(context.Background())
 }
 
 // errBadReply means a script answered something other than lua/doc.go's
