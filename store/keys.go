@@ -142,6 +142,14 @@ func appendNonce(b *strings.Builder) {
 // The keys share one backing string (one allocation for all four): this runs
 // on every decision.
 func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID string, withNonce bool) []string {
+	var keys [4]string
+	fillDecisionKeys(&keys, prefix, alg, identity, requestID, withNonce)
+	return keys[:]
+}
+
+// fillDecisionKeys is decisionKeys writing into dst, which the store keeps
+// in the decision's call, so that the names cost one allocation in all.
+func fillDecisionKeys(dst *[4]string, prefix string, alg tollgate.Algorithm, identity, requestID string, withNonce bool) {
 	escapedLen := escapedTagLen(identity)
 	tagLen := escapedLen
 	if tagLen < 0 {
@@ -180,5 +188,5 @@ func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID str
 		appendNonce(&b)
 	}
 	all := b.String()
-	return []string{all[:baseLen], all[:baseLen+2], all[off3:off4], all[off4:]}
+	*dst = [4]string{all[:baseLen], all[:baseLen+2], all[off3:off4], all[off4:]}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/lua"
 )
 
 // DefaultPrefix starts every key the Redis store writes, unless WithPrefix
@@ -68,9 +67,14 @@ type Redis struct {
 	// a nonce need not outlive the context's deadline by more than
 	// retryGuardMargin.
 	deadlineBounds bool
-	// replayTTLArg is ARGV[6], the replay TTL in milliseconds, boxed once
-	// rather than on every call.
-	replayTTLArg any
+	// replayTTLms is ARGV[6], the replay TTL in milliseconds.
+	replayTTLms int64
+	// batch shares round trips between concurrent decisions; nil when
+	// batching is off (see WithBatching).
+	batch *batcher
+	// deny repeats recent denials without a round trip; nil when off (see
+	// WithDenyCache).
+	deny *denyCache
 }
 
 // RedisOption configures a Redis store.
@@ -135,18 +139,22 @@ func WithRetryGuardTTL(d time.Duration) RedisOption {
 
 // NewRedis returns a store deciding on c with the given options. c is used as
 // it is; its retry settings decide whether the retry guard is on (see
-// WithRetryGuard).
+// WithRetryGuard). Concurrent decisions share round trips (WithBatching)
+// and recent denials are repeated from memory (WithDenyCache) unless those
+// options turn them off.
 func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{
 		client:     c,
 		prefix:     DefaultPrefix,
 		maxReplays: DefaultMaxReplays,
 		replayTTL:  DefaultReplayTTL,
+		batch:      &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
+		deny:       newDenyCache(DefaultDenyCacheSize),
 	}
 	for _, o := range opts {
 		o(r)
 	}
-	r.replayTTLArg = max(durationMs(r.replayTTL), 1)
+	r.replayTTLms = max(durationMs(r.replayTTL), 1)
 	retries, span, deadlineBounds := retrySpan(c)
 	on := retries
 	if r.guard != nil {
@@ -237,7 +245,8 @@ func (r *Redis) nonceTTL(ctx context.Context) int64 {
 	return min(r.nonceTTLms, max(durationMs(time.Until(deadline)), 0)+durationMs(retryGuardMargin))
 }
 
-// Allow makes one decision with one script call. An invalid request returns
+// Allow makes one decision with one script call, or none when the same
+// denial is still in force (see WithDenyCache). An invalid request returns
 // an error wrapping tollgate.ErrInvalidRequest without touching Redis; an
 // error from Redis (unreachable, timed out, a script error) is returned
 // wrapped, starting "tollgate: redis store:", and never wraps
@@ -253,20 +262,41 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if req.RequestID != "" && r.maxReplays > 0 {
 		maxReplays, requestID = r.maxReplays, req.RequestID
 	}
+	var dk denyKey
+	var sent int64
+	if r.deny != nil {
+		dk = r.deny.key(req.Key, l)
+		// A request id may replay an admission: only Redis knows.
+		if requestID == "" {
+			if d, ok := r.deny.lookup(dk, req.Cost); ok {
+				return d, nil
+			}
+		}
+		sent = r.deny.now()
+	}
 	var nonceTTL int64
 	if r.nonceTTLms > 0 {
 		nonceTTL = r.nonceTTL(ctx)
 	}
-	keys := decisionKeys(r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
-	reply, err := lua.ForAlgorithm(l.Algorithm).Run(ctx, r.client, keys,
-		l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost,
-		maxReplays, r.replayTTLArg, nonceTTL,
-	).Slice()
+	c := calls.Get().(*call)
+	c.alg = l.Algorithm
+	fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
+	c.argv = [7]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms, nonceTTL}
+	c.deadline, _ = ctx.Deadline()
+	if err := r.send(ctx, c); err != nil {
+		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
+	}
+	reply, err := c.reply, c.err
+	calls.Put(c)
 	if err != nil {
 		r.refreshRouting(err)
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
 	}
-	return parseReply(reply)
+	d := decisionOf(reply)
+	if !d.Allowed && r.deny != nil {
+		r.deny.insert(dk, req.Cost, sent, d)
+	}
+	return d, nil
 }
 
 // refreshRouting asks a Cluster client to reload its slot map after a
@@ -292,27 +322,16 @@ func (r *Redis) refreshRouting(err error) {
 // errBadReply means a script answered something other than lua/doc.go's
 // five integers: the scripts on the server are not the ones this package
 // was built with.
-var errBadReply = errors.New("tollgate: redis store: script reply is not five integers")
+var errBadReply = errors.New("script reply is not five integers")
 
-// parseReply turns a script's {allowed, remaining, retry_after_us,
+// decisionOf turns a script's {allowed, remaining, retry_after_us,
 // reset_after_us, replayed} into a Decision.
-func parseReply(reply []any) (tollgate.Decision, error) {
-	var v [5]int64
-	if len(reply) != len(v) {
-		return tollgate.Decision{}, fmt.Errorf("%w: %v", errBadReply, reply)
-	}
-	for i, x := range reply {
-		n, ok := x.(int64)
-		if !ok {
-			return tollgate.Decision{}, fmt.Errorf("%w: %v", errBadReply, reply)
-		}
-		v[i] = n
-	}
+func decisionOf(v [5]int64) tollgate.Decision {
 	return tollgate.Decision{
 		Allowed:    v[0] == 1,
 		Remaining:  v[1],
 		RetryAfter: time.Duration(v[2]) * time.Microsecond,
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
 		Replayed:   v[4] == 1,
-	}, nil
+	}
 }

@@ -1,0 +1,304 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/lua"
+)
+
+// Batching defaults (see WithBatching).
+const (
+	// DefaultBatchSize is the most decisions one pipeline carries.
+	DefaultBatchSize = 128
+	// DefaultMaxPipelines is how many round trips one store keeps in flight
+	// at once: two, so that Redis runs one batch of scripts while the next
+	// is being written and the previous one's replies read.
+	DefaultMaxPipelines = 2
+)
+
+// WithBatching sets how concurrent decisions share round trips. A decision
+// that finds a free round trip (fewer than maxPipelines in flight) and
+// nobody waiting goes to Redis at once, alone, as it would without
+// batching; the others wait, and as soon as a round trip ends, everything
+// waiting, up to maxBatch decisions, goes in the next one as a single
+// pipeline of EVALSHA (on a ClusterClient, go-redis splits it by node). So
+// a lone caller never waits for a batch to fill, and under load one write,
+// one read and one Redis wake-up serve many decisions.
+//
+// The defaults are DefaultBatchSize and DefaultMaxPipelines. maxBatch or
+// maxPipelines below 1 turns batching off: every decision is its own
+// round trip (Script.Run), as go-redis's AutoPipeliner needs when the store
+// is given one as its client.
+func WithBatching(maxBatch, maxPipelines int) RedisOption {
+	return func(r *Redis) {
+		if maxBatch < 1 || maxPipelines < 1 {
+			r.batch = nil
+			return
+		}
+		r.batch = &batcher{maxBatch: maxBatch, maxPipelines: maxPipelines}
+	}
+}
+
+// Script-call arguments that never change, boxed once: converting a string
+// to an interface value allocates.
+var (
+	evalshaArg any                     = "evalsha"
+	evalArg    any                     = "eval"
+	numKeysArg any                     = "4"
+	shaArg     [len(algorithmCode)]any // per algorithm
+	sourceArg  [len(algorithmCode)]any
+)
+
+func init() {
+	for a := range algorithmCode {
+		alg := tollgate.Algorithm(a)
+		shaArg[a] = lua.ForAlgorithm(alg).Hash()
+		sourceArg[a] = lua.Source(alg)
+	}
+}
+
+// call is one decision on its way to Redis: the script's KEYS and ARGV,
+// laid out so that handing them to go-redis (as pointers, which box without
+// allocating) costs nothing beyond the call itself, and the answer.
+type call struct {
+	alg  tollgate.Algorithm
+	keys [4]string
+	argv [7]int64
+	args [3 + 4 + 7]any // EVALSHA sha 4 KEYS... ARGV...
+	// deadline is the caller's context deadline; zero for none.
+	deadline time.Time
+
+	// Written by whoever runs the call, then signalled on done.
+	reply [5]int64
+	err   error
+	done  chan struct{} // capacity 1, so the runner never blocks on a caller that left
+}
+
+// calls recycles calls whose caller read the answer. A call abandoned by
+// its caller (context done while it was in flight) is left to the garbage
+// collector: its runner may still write to it.
+var calls = sync.Pool{New: func() any {
+	c := &call{done: make(chan struct{}, 1)}
+	c.args[2] = numKeysArg
+	for i := range c.keys {
+		c.args[3+i] = &c.keys[i]
+	}
+	for i := range c.argv {
+		c.args[7+i] = &c.argv[i]
+	}
+	return c
+}}
+
+// command returns the call as EVALSHA, or as EVAL with the script's source
+// (which also loads it on the node that runs it) when eval is set.
+func (c *call) command(ctx context.Context, eval bool) *redis.IntSliceCmd {
+	if eval {
+		c.args[0], c.args[1] = evalArg, sourceArg[c.alg]
+	} else {
+		c.args[0], c.args[1] = evalshaArg, shaArg[c.alg]
+	}
+	cmd := redis.NewIntSliceCmd(ctx, c.args[:]...)
+	cmd.SetFirstKeyPos(3) // KEYS[1]: the Cluster slot, without parsing numkeys
+	return cmd
+}
+
+// finish records cmd's outcome as the call's answer.
+func (c *call) finish(cmd *redis.IntSliceCmd) {
+	v, err := cmd.Result()
+	if err == nil && len(v) != len(c.reply) {
+		err = errBadReply
+	}
+	c.err = err
+	copy(c.reply[:], v)
+}
+
+// isNoScript reports a reply saying the server does not have the script:
+// after a restart, a failover, SCRIPT FLUSH, or on a Cluster node that never
+// ran it.
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// runOne sends c alone under the caller's ctx: EVALSHA, then EVAL once on
+// NOSCRIPT, as go-redis's Script.Run does.
+func (r *Redis) runOne(ctx context.Context, c *call) {
+	cmd := c.command(ctx, false)
+	if err := r.client.Process(ctx, cmd); isNoScript(err) {
+		cmd = c.command(ctx, true)
+		_ = r.client.Process(ctx, cmd)
+	}
+	c.finish(cmd)
+}
+
+// runBatch sends calls as one pipeline of EVALSHA, re-sends those answered
+// NOSCRIPT as a second pipeline of EVAL (so the script is loaded on exactly
+// the nodes that lacked it), and signals every call.
+//
+// The pipeline outlives any one caller's context: it runs until the latest
+// deadline among its calls, or with none (the client's timeouts bound it)
+// when one of them has none. The retry guard's nonces are sized for that
+// deadline, so no copy of a script that the client re-sends can outlive
+// its nonce.
+func (r *Redis) runBatch(batch []*call) {
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	if r.nonceTTLms > 0 {
+		ttl := r.nonceTTL(ctx)
+		for _, c := range batch {
+			c.argv[6] = ttl
+		}
+	}
+	cmds := make([]*redis.IntSliceCmd, len(batch))
+	pipe := r.client.Pipeline()
+	for i, c := range batch {
+		cmds[i] = c.command(ctx, false)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx) // every command carries its own error
+	var missing []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		pipe = r.client.Pipeline()
+		for _, i := range missing {
+			cmds[i] = batch[i].command(ctx, true)
+			_ = pipe.Process(ctx, cmds[i])
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, c := range batch {
+		c.finish(cmds[i])
+		c.done <- struct{}{}
+	}
+}
+
+// batchContext returns the context a pipeline runs under: no caller's
+// values or cancellation, and the latest of the calls' deadlines, if they
+// all have one.
+func batchContext(batch []*call) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range batch {
+		if c.deadline.IsZero() {
+			return context.Background(), func() {}
+		}
+		if c.deadline.After(latest) {
+			latest = c.deadline
+		}
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+// batcher makes concurrent decisions share round trips. It owns no
+// goroutine of its own: a pipeline is run by a goroutine started when a
+// round trip is needed, which keeps taking what has queued meanwhile and
+// ends as soon as nothing is waiting, so an idle store holds none and needs
+// no Close.
+type batcher struct {
+	maxBatch, maxPipelines int
+
+	mu      sync.Mutex
+	queue   []*call // waiting for a round trip, oldest first
+	running int     // round trips in flight: lone calls and pipelines
+}
+
+// takeLocked removes up to maxBatch calls from the head of the queue.
+func (b *batcher) takeLocked() []*call {
+	n := min(len(b.queue), b.maxBatch)
+	batch := make([]*call, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// send runs c, alone or in a pipeline, and returns once its answer is in c
+// (nil) or once ctx is done (ctx's error; c is then abandoned to its
+// runner and must not be reused).
+func (r *Redis) send(ctx context.Context, c *call) error {
+	b := r.batch
+	if b == nil {
+		r.runOne(ctx, c)
+		return nil
+	}
+	b.mu.Lock()
+	if b.running < b.maxPipelines && len(b.queue) == 0 {
+		// A free round trip and nobody waiting: go now, under the caller's
+		// own context, exactly as without batching.
+		b.running++
+		b.mu.Unlock()
+		r.runOne(ctx, c)
+		r.roundTripDone()
+		return nil
+	}
+	b.queue = append(b.queue, c)
+	var batch []*call
+	if b.running < b.maxPipelines {
+		b.running++
+		batch = b.takeLocked()
+	}
+	b.mu.Unlock()
+	if batch != nil {
+		go r.pipelines(batch)
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	i := slices.Index(b.queue, c)
+	if i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+	}
+	b.mu.Unlock()
+	if i < 0 {
+		select {
+		case <-c.done: // answered while the caller was leaving
+			return nil
+		default:
+		}
+	}
+	return ctx.Err()
+}
+
+// roundTripDone ends a lone call's round trip: the slot goes to the calls
+// that queued meanwhile, if any.
+func (r *Redis) roundTripDone() {
+	b := r.batch
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.running--
+		b.mu.Unlock()
+		return
+	}
+	batch := b.takeLocked()
+	b.mu.Unlock()
+	go r.pipelines(batch)
+}
+
+// pipelines runs batch, then whatever queued while it was in flight, until
+// nothing waits.
+func (r *Redis) pipelines(batch []*call) {
+	b := r.batch
+	for {
+		r.runBatch(batch)
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		batch = b.takeLocked()
+		b.mu.Unlock()
+	}
+}
