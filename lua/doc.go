@@ -27,7 +27,8 @@
 //
 // A replayed request id answers {1, remaining, 0, reset_after_us, 1} with the
 // identity's current remaining, without a debit. A decision nonce that finds
-// its earlier admission answers that admission's reply again.
+// its earlier admission or replay answers that reply again, so a re-sent
+// copy neither debits nor uses up a replay.
 //
 // Each script is prelude.lua (arguments, clock, helpers), the algorithm's own
 // file (its state and its decide function) and main.lua (nonce, request id,

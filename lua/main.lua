@@ -1,14 +1,14 @@
 -- tollgate main: follows the algorithm file that defined decide(c).
 
 -- A decision re-sent after a lost reply (a client retry after a read timeout)
--- finds the nonce its first run stored and answers the same, debiting nothing.
--- Only admissions are stored: a denial debited nothing, so judging it again
--- is harmless.
+-- finds the nonce its first run stored and answers the same, debiting nothing
+-- and using up no replay. Only admissions and replays are stored ("remaining
+-- reset replayed"): a denial changed nothing, so judging it again is harmless.
 if nonce_ttl > 0 then
   local saved = redis.call('GET', KEYS[4])
   if saved then
-    local remaining, reset = string.match(saved, '^(%d+) (%d+)$')
-    return {1, tonumber(remaining), 0, tonumber(reset), 0}
+    local remaining, reset, replayed = string.match(saved, '^(%d+) (%d+) ?(%d*)$')
+    return {1, tonumber(remaining), 0, tonumber(reset), tonumber(replayed) or 0}
   end
 end
 
@@ -20,6 +20,11 @@ if max_replays > 0 then
   if used and tonumber(used) < max_replays then
     redis.call('INCR', KEYS[3])
     local _, remaining, _, reset = decide(0)
+    -- Else every re-sent copy of this one call would use up a replay, and a
+    -- later attempt of the call would be debited again.
+    if nonce_ttl > 0 then
+      redis.call('SET', KEYS[4], string.format('%d %d 1', remaining, reset), 'PX', nonce_ttl)
+    end
     return {1, remaining, 0, reset, 1}
   end
 end
@@ -33,7 +38,7 @@ if allowed == 1 then
     redis.call('SET', KEYS[3], 0, 'PX', replay_ttl)
   end
   if nonce_ttl > 0 then
-    redis.call('SET', KEYS[4], string.format('%d %d', remaining, reset), 'PX', nonce_ttl)
+    redis.call('SET', KEYS[4], string.format('%d %d 0', remaining, reset), 'PX', nonce_ttl)
   end
 end
 return {allowed, remaining, retry, reset, 0}
