@@ -163,6 +163,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 }
 
 func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
+	redistest.LetDialProbesEnd(t) // the clients of the stopped server may have started some
 	local := tollgate.PerHour(faultLocalCap)
 	var targets []*faultTarget
 	var clients []func(ctx context.Context) rpcRecord

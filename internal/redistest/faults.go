@@ -5,9 +5,11 @@ package redistest
 // over) and to read what the server saw (INFO fields, error counts).
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -315,4 +317,25 @@ func AwaitSentinelPrimary(t testing.TB, sentinel *Server, old string, timeout ti
 		t.Fatalf("redistest: no Sentinel failover within %s: %v", timeout, err)
 	}
 	return addr, time.Now()
+}
+
+// LetDialProbesEnd registers a cleanup that waits, for at most 3s, until no
+// go-redis dial probe is left. A go-redis pool whose dials failed PoolSize
+// times in a row (its server was killed) starts a goroutine that dials again
+// every second until it succeeds or its pool is closed, so a probe may
+// outlive its closed client by up to a second, longer than goleak waits.
+// Call it before creating the test's clients: cleanups run last-in
+// first-out, so it then runs after they are closed.
+func LetDialProbesEnd(t testing.TB) {
+	t.Cleanup(func() {
+		buf := make([]byte, 1<<20)
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			n := runtime.Stack(buf, true)
+			if !bytes.Contains(buf[:n], []byte("pool.(*ConnPool).tryDial")) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }

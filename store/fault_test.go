@@ -1,0 +1,370 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// failoverLimit gives each identity 7000 units that do not refill during a
+// test (one unit a week), so that after a failover the state Redis kept can
+// be compared, unit for unit, with what callers were told: a write lost in
+// the failover shows as a unit admitted but never debited.
+var failoverLimit = tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: tollgate.MaxPeriod, Burst: 7000}
+
+const (
+	// failoverCallers is how many goroutines call the store during a
+	// failover test, round-robin over the identities.
+	failoverCallers = 8
+	// failoverCallTimeout is each decision's deadline, as a limiter's
+	// store deadline would be: errors during the failover end within it.
+	failoverCallTimeout = 250 * time.Millisecond
+)
+
+// failoverLoad calls a store continuously on a set of identities and keeps,
+// per identity, what the callers were told.
+type failoverLoad struct {
+	st   *Redis
+	ids  []string
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	admitted []int64 // per identity: decisions Allowed
+	events   []loadEvent
+}
+
+// loadEvent is one decision's end: its identity and its error, if any.
+type loadEvent struct {
+	id  int
+	end time.Time
+	err error
+}
+
+func startFailoverLoad(st *Redis, ids []string) *failoverLoad {
+	l := &failoverLoad{st: st, ids: ids, stop: make(chan struct{}), admitted: make([]int64, len(ids))}
+	for g := range failoverCallers {
+		l.wg.Go(func() {
+			for i := g; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				id := i % len(ids)
+				ctx, cancel := context.WithTimeout(context.Background(), failoverCallTimeout)
+				d, err := st.Allow(ctx, tollgate.Request{Key: ids[id], Limit: failoverLimit})
+				cancel()
+				l.mu.Lock()
+				l.events = append(l.events, loadEvent{id: id, end: time.Now(), err: err})
+				if err == nil && d.Allowed {
+					l.admitted[id]++
+				}
+				l.mu.Unlock()
+				if err != nil {
+					// A failing store answers fast; do not spin on it.
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+	return l
+}
+
+func (l *failoverLoad) finish() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// servedSince reports whether every identity in ids had a decision without
+// error that ended after since.
+func (l *failoverLoad) servedSince(since time.Time, ids []int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ok := map[int]bool{}
+	for _, e := range l.events {
+		if e.err == nil && e.end.After(since) {
+			ok[e.id] = true
+		}
+	}
+	for _, id := range ids {
+		if !ok[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// failoverReport is what a failover cost, from the callers' side.
+type failoverReport struct {
+	decisions, errors int
+	kinds             map[string]int
+	errorsOn          map[int]int // per identity
+	first, last       time.Time   // the first and last decisions' ends
+	lastError         time.Time   // zero when there was none
+}
+
+// errorsAmong adds the errors of the identities in ids.
+func (r failoverReport) errorsAmong(ids []int) int {
+	n := 0
+	for _, id := range ids {
+		n += r.errorsOn[id]
+	}
+	return n
+}
+
+// lastErrorSince returns how long after from the last error ended, or "none".
+func (r failoverReport) lastErrorSince(from time.Time) string {
+	if r.lastError.IsZero() {
+		return "none"
+	}
+	return r.lastError.Sub(from).Round(time.Millisecond).String()
+}
+
+// rate returns the decisions made per second.
+func (r failoverReport) rate() float64 {
+	return float64(r.decisions) / r.last.Sub(r.first).Seconds()
+}
+
+// report summarises the decisions made.
+func (l *failoverLoad) report() failoverReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := failoverReport{kinds: map[string]int{}, errorsOn: map[int]int{}}
+	for _, e := range l.events {
+		r.decisions++
+		if r.first.IsZero() || e.end.Before(r.first) {
+			r.first = e.end
+		}
+		if r.last.Before(e.end) {
+			r.last = e.end
+		}
+		if e.err != nil {
+			r.errors++
+			r.errorsOn[e.id]++
+			r.kinds[errorKind(e.err)]++
+			if e.end.After(r.lastError) {
+				r.lastError = e.end
+			}
+		}
+	}
+	return r
+}
+
+// errorKind names an error for a report by the Redis error code or the
+// network failure it carries.
+func errorKind(err error) string {
+	s := err.Error()
+	for _, k := range []string{"NOSCRIPT", "CLUSTERDOWN", "READONLY", "MOVED", "TRYAGAIN", "LOADING",
+		"connection refused", "connection reset", "EOF", "i/o timeout", "context deadline exceeded", "redis: connection pool"} {
+		if strings.Contains(s, k) {
+			return k
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "context deadline exceeded"
+	}
+	return s
+}
+
+// lostWrites asks every identity once more and compares what Redis kept
+// with what the callers were told: for each identity, units admitted minus
+// units debited in Redis. Positive is over-admission (admissions whose write
+// was lost); negative is debits the callers never learned of (a reply lost
+// after the script ran).
+func (l *failoverLoad) lostWrites(t *testing.T) []int64 {
+	t.Helper()
+	out := make([]int64, len(l.ids))
+	for i, id := range l.ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := l.st.Allow(ctx, tollgate.Request{Key: id, Limit: failoverLimit})
+		cancel()
+		if err != nil {
+			t.Fatalf("identity %q after the failover: %v", id, err)
+		}
+		if !d.Allowed {
+			t.Fatalf("identity %q ran out of its %d units: the load was too heavy to account for", id, failoverLimit.Burst)
+		}
+		debited := failoverLimit.Burst - 1 - d.Remaining
+		out[i] = l.admitted[i] - debited
+	}
+	return out
+}
+
+// awaitServed waits, for at most timeout, until every identity in ids has
+// been decided without error after since.
+func (l *failoverLoad) awaitServed(t *testing.T, since time.Time, ids []int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !l.servedSince(since, ids) {
+		if time.Now().After(deadline) {
+			l.finish()
+			r := l.report()
+			t.Fatalf("identities %v not served within %s of %s; errors %v", ids, timeout, since.Format(time.StampMilli), r.kinds)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sum adds v's values for the identities in ids.
+func sum(v []int64, ids []int) (over, under int64) {
+	for _, id := range ids {
+		if v[id] > 0 {
+			over += v[id]
+		} else {
+			under -= v[id]
+		}
+	}
+	return over, under
+}
+
+// TestClusterFailoverUnderLoad kills (SIGKILL) one primary of a 3-primary
+// Cluster with one replica each while 8 goroutines make decisions on 24
+// identities, and checks that the store serves every identity again once
+// the replica is promoted, with the script loaded anew on it (NOSCRIPT
+// answered there, never surfaced), and that no identity on a surviving
+// primary is over-admitted. It reports the errors seen, the time to recover
+// and the admissions whose writes the asynchronous failover lost.
+//
+// go test -v -run ClusterFailoverUnderLoad ./store prints the figures.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	cl := redistest.NewClusterTimeout(t, 1, time.Second)
+	redistest.LetDialProbesEnd(t) // a client of the killed primary may have started one
+	o := cl.Options()
+	o.ContextTimeoutEnabled = true
+	cc := redis.NewClusterClient(o)
+	defer cc.Close()
+	prefix := redistest.KeyPrefix(t)
+	st := NewRedis(cc, WithPrefix(prefix))
+	ctx := context.Background()
+
+	ids := make([]string, 24)
+	primaryOf := make([]string, len(ids))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("tenant-%d", i)
+		m, err := cc.MasterForKey(ctx, decisionKeys(prefix, failoverLimit.Algorithm, ids[i], "", false)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		primaryOf[i] = m.Options().Addr
+	}
+	victim := cl.Node(primaryOf[0])
+	replica := cl.ReplicaOf(t, victim)
+	var affected, survivors []int
+	for i, p := range primaryOf {
+		if p == victim.Addr() {
+			affected = append(affected, i)
+		} else {
+			survivors = append(survivors, i)
+		}
+	}
+	if len(survivors) == 0 {
+		t.Fatal("every identity hashes to one primary: the survivors prove nothing")
+	}
+
+	load := startFailoverLoad(st, ids)
+	time.Sleep(500 * time.Millisecond)
+	killed := time.Now()
+	victim.Stop(t)
+	promoted := cl.AwaitPromoted(t, replica, 20*time.Second)
+	load.awaitServed(t, promoted, affected, 10*time.Second)
+	time.Sleep(500 * time.Millisecond) // served steadily, not once
+	load.finish()
+
+	r := load.report()
+	lost := load.lostWrites(t)
+	overA, underA := sum(lost, affected)
+	overS, underS := sum(lost, survivors)
+	noscript := replica.ErrorCount(t, "NOSCRIPT")
+	t.Logf("%d decisions (%.0f/s) on %d identities (%d on the killed primary), %d errors (%d on the killed primary's identities, %d on the others): %v",
+		r.decisions, r.rate(), len(ids), len(affected), r.errors, r.errorsAmong(affected), r.errorsAmong(survivors), r.kinds)
+	t.Logf("replica promoted %s after the kill; last error %s after the kill, %s after the promotion",
+		promoted.Sub(killed).Round(time.Millisecond), r.lastErrorSince(killed), r.lastErrorSince(promoted))
+	t.Logf("killed primary's identities: %d units admitted whose debit the failover lost (over-admission), %d debited but never reported admitted",
+		overA, underA)
+	t.Logf("surviving primaries' identities: %d over-admitted, %d debited but never reported admitted", overS, underS)
+	t.Logf("promoted replica answered NOSCRIPT %d times (script loaded anew); NOSCRIPT errors surfaced: %d", noscript, r.kinds["NOSCRIPT"])
+
+	if overS != 0 {
+		t.Errorf("identities on surviving primaries were over-admitted by %d units: %v", overS, lost)
+	}
+	if noscript == 0 {
+		t.Error("the promoted replica never answered NOSCRIPT: the script reload was not exercised")
+	}
+	if r.kinds["NOSCRIPT"] != 0 {
+		t.Errorf("%d NOSCRIPT errors reached the caller", r.kinds["NOSCRIPT"])
+	}
+	// Routing follows the promotion at once (the store reloads the slot
+	// map on a failure); 2s leaves room for a busy machine.
+	if d := r.lastError.Sub(promoted); d > 2*time.Second {
+		t.Errorf("errors went on %s after the promotion", d)
+	}
+}
+
+// TestSentinelFailoverUnderLoad makes decisions through
+// redis.NewFailoverClient on 24 identities while Sentinel switches the
+// primary (SENTINEL FAILOVER: the replica is promoted, then the old primary
+// is demoted and resynchronised from it), and checks that the store serves
+// every identity from the new primary. It reports the errors seen, the time
+// to recover and the admissions whose writes were lost: those made on the
+// old primary after the replica stopped following it.
+//
+// go test -v -run SentinelFailoverUnderLoad ./store prints the figures.
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.Replica(t, primary)
+	sentinel := redistest.Sentinel(t, primary)
+	redistest.AwaitSentinelReplicas(t, sentinel, 1, 20*time.Second)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:            redistest.SentinelMaster,
+		SentinelAddrs:         []string{sentinel.Addr()},
+		ContextTimeoutEnabled: true,
+	})
+	defer c.Close()
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+
+	ids := make([]string, 24)
+	all := make([]int, len(ids))
+	for i := range ids {
+		ids[i], all[i] = fmt.Sprintf("tenant-%d", i), i
+	}
+	load := startFailoverLoad(st, ids)
+	time.Sleep(500 * time.Millisecond)
+	switched := time.Now()
+	redistest.SentinelFailover(t, sentinel)
+	addr, named := redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
+	if addr != replica.Addr() {
+		t.Fatalf("Sentinel named %s, want the replica %s", addr, replica.Addr())
+	}
+	load.awaitServed(t, named, all, 10*time.Second)
+	time.Sleep(500 * time.Millisecond) // served steadily, not once
+	load.finish()
+	// Sentinel demotes the old primary only some seconds after the switch
+	// (it waits for it to report its role again); until then a client that
+	// missed the switch could still write there.
+	oldRole := primary.Info(t, "replication", "role")
+
+	r := load.report()
+	lost := load.lostWrites(t)
+	over, under := sum(lost, all)
+	t.Logf("%d decisions (%.0f/s) on %d identities, %d errors: %v", r.decisions, r.rate(), len(ids), r.errors, r.kinds)
+	t.Logf("Sentinel named the new primary %s after SENTINEL FAILOVER; last error: %s after it; the old primary is still %q at the end",
+		named.Sub(switched).Round(time.Millisecond), r.lastErrorSince(switched), oldRole)
+	t.Logf("%d units admitted whose debit the switch lost (over-admission: %.0fms of decisions at this rate), %d debited but never reported admitted; per identity %v",
+		over, float64(over)/r.rate()*1000, under, lost)
+	if r.kinds["NOSCRIPT"] != 0 {
+		t.Errorf("%d NOSCRIPT errors reached the caller", r.kinds["NOSCRIPT"])
+	}
+	if n := replica.ErrorCount(t, "NOSCRIPT"); n == 0 {
+		t.Error("the new primary never answered NOSCRIPT: the script reload was not exercised")
+	}
+}
