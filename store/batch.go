@@ -210,6 +210,10 @@ type batcher struct {
 	running int     // round trips in flight: lone calls and pipelines
 }
 
+// spill is how many waiting calls start another round trip while one is
+// in flight.
+func (b *batcher) spill() int { return max(b.maxBatch/4, 1) }
+
 // takeLocked removes up to maxBatch calls from the head of the queue.
 func (b *batcher) takeLocked() []*call {
 	n := min(len(b.queue), b.maxBatch)
@@ -231,18 +235,22 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 		return nil
 	}
 	b.mu.Lock()
-	if b.running < b.maxPipelines && len(b.queue) == 0 {
-		// A free round trip and nobody waiting: go now, under the caller's
-		// own context, exactly as without batching.
+	if b.running == 0 {
+		// Nothing in flight: go now, alone, under the caller's own context,
+		// exactly as without batching.
 		b.running++
 		b.mu.Unlock()
 		r.runOne(ctx, c)
 		r.roundTripDone()
 		return nil
 	}
+	// Wait for the round trip in flight to end and take everyone waiting
+	// then: one deep pipeline costs Redis and this process far fewer
+	// system calls and wake-ups than several shallow ones. Another round
+	// trip starts at once only when a batch's worth is already waiting.
 	b.queue = append(b.queue, c)
 	var batch []*call
-	if b.running < b.maxPipelines {
+	if b.running < b.maxPipelines && len(b.queue) >= b.spill() {
 		b.running++
 		batch = b.takeLocked()
 	}

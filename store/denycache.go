@@ -34,6 +34,13 @@ const MaxDenyCacheTTL = 10 * time.Second
 //   - a request carrying a RequestID always goes to Redis: it may replay an
 //     earlier admission.
 //
+// When a remembered denial runs out, one request goes to Redis for the
+// identity while the others with a cost the entry covered wait for its
+// answer (no longer than their contexts allow): a denial starts a new
+// entry that answers them all; an admission lets the next one go. So a hot
+// identity over its limit costs about two round trips per wait Redis
+// names, however many callers it has, instead of one per caller.
+//
 // A repeated denial reports the Remaining of the denial it repeats (a
 // lower bound: the bucket may have refilled a little since), and the
 // RetryAfter and ResetAfter left of that denial's.
@@ -74,6 +81,9 @@ type denyEntry struct {
 	// hits counts the round trips the entry saved.
 	hits uint32
 	used bool
+	// probe is closed when the one request sent to Redis after the entry
+	// ran out has its answer; nil when none is in flight.
+	probe chan struct{}
 }
 
 type denyShard struct {
@@ -117,41 +127,79 @@ func (dc *denyCache) key(identity string, l tollgate.Limit) denyKey {
 // now is the monotonic time since the cache's epoch.
 func (dc *denyCache) now() int64 { return int64(time.Since(dc.epoch)) }
 
-// lookup returns the remembered denial for a request of cost under k, if
-// one is still in force.
-func (dc *denyCache) lookup(k denyKey, cost int64) (tollgate.Decision, bool) {
+// verdict is what lookup tells a request.
+type verdict uint8
+
+const (
+	// verdictAsk: nothing remembered applies; ask Redis.
+	verdictAsk verdict = iota
+	// verdictDenied: the remembered denial answers.
+	verdictDenied
+	// verdictProbe: the denial ran out and this request is the one that
+	// asks Redis; it must call settle when done.
+	verdictProbe
+	// verdictWait: another request is asking Redis; wait on the channel,
+	// then look up again.
+	verdictWait
+)
+
+// lookup says what to do with a request of cost under k.
+func (dc *denyCache) lookup(k denyKey, cost int64) (tollgate.Decision, verdict, <-chan struct{}) {
 	s := &dc.shards[k.a&dc.mask]
 	now := dc.now()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for i := range s.entries {
 		e := &s.entries[i]
 		if !e.used || e.key != k {
 			continue
 		}
-		if now >= e.expires || cost < e.cost {
-			break
+		switch {
+		case cost < e.cost:
+			return tollgate.Decision{}, verdictAsk, nil
+		case now < e.expires:
+			e.hits = min(e.hits+1, ^uint32(0)-1)
+			return tollgate.Decision{
+				Remaining:  e.remaining,
+				RetryAfter: time.Duration(e.retryAt - now),
+				ResetAfter: time.Duration(max(e.resetAt-now, 0)),
+			}, verdictDenied, nil
+		case e.probe != nil:
+			return tollgate.Decision{}, verdictWait, e.probe
 		}
-		if e.hits < ^uint32(0) {
-			e.hits++
-		}
-		d := tollgate.Decision{
-			Remaining:  e.remaining,
-			RetryAfter: time.Duration(e.retryAt - now),
-			ResetAfter: time.Duration(max(e.resetAt-now, 0)),
-		}
-		s.mu.Unlock()
-		return d, true
+		e.probe = make(chan struct{})
+		return tollgate.Decision{}, verdictProbe, nil
 	}
-	s.mu.Unlock()
-	return tollgate.Decision{}, false
+	return tollgate.Decision{}, verdictAsk, nil
 }
 
-// insert remembers that Redis denied cost under k with d, for a request
-// sent at sent (monotonic nanoseconds since the epoch, from dc.now).
-func (dc *denyCache) insert(k denyKey, cost int64, sent int64, d tollgate.Decision) {
+// settle records Redis's answer d to a request of cost under k, sent at
+// sent (monotonic nanoseconds since the epoch, from dc.now): a denial is
+// remembered; and when prober is set, the probe this request held ends, so
+// the requests waiting on it look again. A prober whose call failed
+// settles with ok false: it only ends the probe.
+func (dc *denyCache) settle(k denyKey, cost, sent int64, d tollgate.Decision, ok, prober bool) {
+	s := &dc.shards[k.a&dc.mask]
+	now := dc.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	slot := -1
+	for i := range s.entries {
+		if e := &s.entries[i]; e.used && e.key == k {
+			slot = i
+			break
+		}
+	}
+	if prober && slot >= 0 && s.entries[slot].probe != nil {
+		close(s.entries[slot].probe)
+		s.entries[slot].probe = nil
+	}
+	if !ok || d.Allowed {
+		return
+	}
 	wait := int64(d.RetryAfter)
 	expires := sent + min(wait-wait>>10, int64(MaxDenyCacheTTL))
-	if wait <= 0 || expires <= dc.now() {
+	if wait <= 0 || expires <= now {
 		return
 	}
 	e := denyEntry{
@@ -159,30 +207,34 @@ func (dc *denyCache) insert(k denyKey, cost int64, sent int64, d tollgate.Decisi
 		expires: expires, retryAt: sent + wait, resetAt: sent + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}
-	s := &dc.shards[k.a&dc.mask]
-	now := dc.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if slot >= 0 {
+		old := &s.entries[slot]
+		// A live entry for a smaller cost covers more requests: keep it.
+		if now < old.expires && old.cost < cost {
+			return
+		}
+		e.hits, e.probe = old.hits, old.probe
+		*old = e
+		return
+	}
+	// Evict an unused or expired entry, else the live one that saved the
+	// fewest round trips; never one whose probe is in flight: its waiters
+	// look it up again.
 	victim := -1
 	for i := range s.entries {
 		old := &s.entries[i]
-		if old.used && old.key == k {
-			// A live entry for a smaller cost covers more requests: keep it.
-			if now < old.expires && old.cost < cost {
-				return
-			}
-			e.hits = old.hits
-			*old = e
-			return
-		}
 		switch {
+		case old.probe != nil:
 		case !old.used || now >= old.expires:
-			if victim < 0 || s.entries[victim].used && now < s.entries[victim].expires {
-				victim = i
-			}
+			victim = i
 		case victim < 0 || s.entries[victim].used && now < s.entries[victim].expires && old.hits < s.entries[victim].hits:
 			victim = i
 		}
+		if victim >= 0 && (!s.entries[victim].used || now >= s.entries[victim].expires) {
+			break
+		}
 	}
-	s.entries[victim] = e
+	if victim >= 0 {
+		s.entries[victim] = e
+	}
 }

@@ -264,12 +264,23 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	}
 	var dk denyKey
 	var sent int64
+	prober := false
 	if r.deny != nil {
 		dk = r.deny.key(req.Key, l)
 		// A request id may replay an admission: only Redis knows.
-		if requestID == "" {
-			if d, ok := r.deny.lookup(dk, req.Cost); ok {
+		for requestID == "" {
+			d, v, wait := r.deny.lookup(dk, req.Cost)
+			if v == verdictDenied {
 				return d, nil
+			}
+			if v != verdictWait {
+				prober = v == verdictProbe
+				break
+			}
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, ctx.Err())
 			}
 		}
 		sent = r.deny.now()
@@ -284,17 +295,20 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	c.argv = [7]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms, nonceTTL}
 	c.deadline, _ = ctx.Deadline()
 	if err := r.send(ctx, c); err != nil {
+		if prober {
+			r.deny.settle(dk, req.Cost, sent, tollgate.Decision{}, false, true)
+		}
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
 	}
 	reply, err := c.reply, c.err
 	calls.Put(c)
+	d := decisionOf(reply)
+	if r.deny != nil && (prober || err == nil && !d.Allowed) {
+		r.deny.settle(dk, req.Cost, sent, d, err == nil, prober)
+	}
 	if err != nil {
 		r.refreshRouting(err)
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
-	}
-	d := decisionOf(reply)
-	if !d.Allowed && r.deny != nil {
-		r.deny.insert(dk, req.Cost, sent, d)
 	}
 	return d, nil
 }
