@@ -1,0 +1,154 @@
+// Command load measures tollgate against github.com/go-redis/redis_rate on
+// one Redis, in one run, and prints one table: decisions per second and
+// their p50/p99 latency at 1, 16 and 64 concurrent callers on random and hot
+// identities, gRPC calls per second over bufconn with no limiter, with
+// go-grpc-middleware's ratelimit interceptor on redis_rate and with
+// tollgate's interceptor, Redis microseconds per script call, script calls
+// per decision, and Redis bytes per identity.
+//
+// It starts its own redis-server on a loopback port unless -redis names one
+// (that Redis must be on this machine and will get CONFIG RESETSTAT; its
+// keys are left alone, every run writes under fresh prefixes). Each cell
+// runs for -d; tollgate and redis_rate cells alternate, -reps times, and
+// the table shows medians, with each tollgate/redis_rate ratio computed
+// within a repetition.
+//
+//	go run ./cmd/load                 # the README's table, a few minutes
+//	go run ./cmd/load -quick          # about 30 seconds
+//	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline and no-deny-cache rows
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/bench"
+)
+
+type config struct {
+	d          time.Duration
+	reps       int
+	identities int
+	callers    []int
+	variants   bool
+	sections   map[string]bool
+	subjects   string // substring filter on subject names; "" keeps all
+	markdown   bool
+}
+
+func main() {
+	var (
+		cfg        config
+		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
+		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
+		sections   = flag.String("sections", "store,grpc,memory", "comma-separated sections to run")
+		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	)
+	flag.DurationVar(&cfg.d, "d", 2*time.Second, "duration of each cell")
+	flag.IntVar(&cfg.reps, "reps", 3, "repetitions of each cell; the table shows medians")
+	flag.IntVar(&cfg.identities, "identities", 10_000, "identities for the random-key cells")
+	flag.BoolVar(&cfg.variants, "variants", false, "also measure tollgate unbatched, on go-redis's AutoPipeline and without the deny cache")
+	flag.StringVar(&cfg.subjects, "subjects", "", "only subjects whose name contains this (the reference always runs)")
+	flag.BoolVar(&cfg.markdown, "markdown", false, "print the table in Markdown")
+	flag.Parse()
+	if *quick {
+		cfg.d, cfg.reps = 250*time.Millisecond, 1
+	}
+	cfg.callers = []int{1, 16, 64}
+	cfg.sections = map[string]bool{}
+	for _, s := range strings.Split(*sections, ",") {
+		cfg.sections[strings.TrimSpace(s)] = true
+	}
+	if err := run(cfg, *redisURL, *cpuprofile); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg config, redisURL, cpuprofile string) error {
+	var opts *redis.Options
+	version := ""
+	if redisURL != "" {
+		o, err := redis.ParseURL(redisURL)
+		if err != nil {
+			return fmt.Errorf("-redis: %w", err)
+		}
+		if host := strings.Split(o.Addr, ":")[0]; host != "127.0.0.1" && host != "localhost" && host != "[::1]" {
+			return fmt.Errorf("-redis %s: only a Redis on this machine (loopback) may be measured", o.Addr)
+		}
+		o.ContextTimeoutEnabled = true
+		opts = o
+	} else {
+		srv, err := bench.StartRedis()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		opts = srv.Options()
+	}
+	admin := redis.NewClient(cloneOptions(opts))
+	defer admin.Close()
+	ctx := context.Background()
+	if info, err := admin.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				version = v
+			}
+		}
+	} else {
+		return fmt.Errorf("redis at %s: %w", opts.Addr, err)
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	m := &measurer{cfg: cfg, opts: opts, admin: admin}
+	start := time.Now()
+	var rows []row
+	// Memory first: the other sections leave keys expiring for minutes
+	// (request-id markers), which would blur used_memory.
+	if cfg.sections["memory"] {
+		r, err := m.memorySection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if cfg.sections["store"] {
+		r, err := m.storeSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if cfg.sections["grpc"] {
+		r, err := m.grpcSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	fmt.Printf("tollgate vs redis_rate: Redis %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
+		version, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), cfg.d, cfg.reps, cfg.identities, time.Since(start).Round(time.Second))
+	return writeTable(os.Stdout, rows, cfg.markdown)
+}
+
+func cloneOptions(o *redis.Options) *redis.Options {
+	c := *o
+	return &c
+}

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/bench"
+	"github.com/tollgate/tollgate/store"
+)
+
+// decisionTimeout bounds each decision, as package interceptor bounds its
+// store calls: it also sets how long tollgate's retry-guard nonces live.
+const decisionTimeout = 100 * time.Millisecond
+
+// storeLimit is the limit of every store cell: 1000 per second per
+// identity. Spread over 10k random identities every call is admitted (the
+// write path is measured); one hot identity is far over it (the denial
+// path, and tollgate's deny cache).
+func storeLimit(alg tollgate.Algorithm) tollgate.Limit {
+	return tollgate.Limit{Algorithm: alg, Rate: 1000, Period: time.Second, Burst: 1000}
+}
+
+type measurer struct {
+	cfg   config
+	opts  *redis.Options
+	admin *redis.Client
+}
+
+// subject is one limiter under test, built afresh (own client, own key
+// prefix) for every cell.
+type subject struct {
+	name      string
+	reference bool // redis_rate: the ratios' denominator
+	requestID bool
+	// make returns the decider and a function releasing its client.
+	make func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error)
+}
+
+func prefix() string {
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return "load:" + hex.EncodeToString(b[:]) + ":"
+}
+
+func redisRateSubject() subject {
+	return subject{name: "redis_rate", reference: true, make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		return prefixed{bench.RedisRate{Limiter: redis_rate.NewLimiter(c), Limit: bench.RedisRateLimit(limit(tollgate.GCRA))}, prefix()}, func() { _ = c.Close() }, nil
+	}}
+}
+
+// tollgateSubject is tollgate's Redis store as shipped, with the deny cache.
+func tollgateSubject(name string, alg tollgate.Algorithm, requestID bool, opts ...store.RedisOption) subject {
+	return subject{name: name, requestID: requestID, make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
+		return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
+	}}
+}
+
+// autoPipelineSubject is tollgate's store on go-redis's AutoPipeliner (the
+// blocking face) instead of its own batcher.
+func autoPipelineSubject(alg tollgate.Algorithm) subject {
+	return subject{name: "tollgate " + alg.String() + " on go-redis AutoPipeline", make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			_ = c.Close()
+			return nil, nil, err
+		}
+		st := store.NewRedis(ap, store.WithPrefix(prefix()), store.WithBatching(0, 0), store.WithDenyCache(store.DefaultDenyCacheSize))
+		return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
+	}}
+}
+
+// prefixed gives a decider's identities a prefix of their own, so cells
+// never share state.
+type prefixed struct {
+	bench.Decider
+	prefix string
+}
+
+func (p prefixed) Decide(ctx context.Context, identity, requestID string) (bool, error) {
+	return p.Decider.Decide(ctx, p.prefix+identity, requestID)
+}
+
+func (m *measurer) storeSubjects() []subject {
+	subjects := []subject{redisRateSubject()}
+	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
+		subjects = append(subjects,
+			tollgateSubject("tollgate "+alg.String(), alg, false),
+			tollgateSubject("tollgate "+alg.String()+" +request id", alg, true))
+	}
+	if m.cfg.variants {
+		subjects = append(subjects,
+			tollgateSubject("tollgate gcra unbatched", tollgate.GCRA, false, store.WithBatching(0, 0)),
+			tollgateSubject("tollgate gcra no deny cache", tollgate.GCRA, false, store.WithDenyCache(0)),
+			autoPipelineSubject(tollgate.GCRA))
+	}
+	return m.filter(subjects)
+}
+
+func (m *measurer) filter(subjects []subject) []subject {
+	if m.cfg.subjects == "" {
+		return subjects
+	}
+	var kept []subject
+	for _, s := range subjects {
+		if s.reference || strings.Contains(s.name, m.cfg.subjects) {
+			kept = append(kept, s)
+		}
+	}
+	return kept
+}
+
+// sample is one cell's figures.
+type sample struct {
+	ops, errors       int64
+	perSec            float64
+	hist              bench.Histogram
+	scripts           bench.CommandStat
+	usPerScript       float64
+	scriptsPerOp      float64
+}
+
+// cell runs callers goroutines deciding as fast as they can for m.cfg.d and
+// reads Redis's commandstats for the run alone.
+func (m *measurer) cell(ctx context.Context, d bench.Decider, callers int, ids []string, requestID bool) (*sample, error) {
+	if err := m.admin.ConfigResetStat(ctx).Err(); err != nil {
+		return nil, err
+	}
+	idPrefix := prefix()
+	var seq atomic.Int64
+	hists := make([]bench.Histogram, callers)
+	var ops, failures atomic.Int64
+	var firstErr atomic.Value
+	stop := time.Now().Add(m.cfg.d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h := &hists[g]
+			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+			var n int64
+			for {
+				t0 := time.Now()
+				if t0.After(stop) {
+					break
+				}
+				var reqID string
+				if requestID {
+					reqID = idPrefix + strconv.FormatInt(seq.Add(1), 36)
+				}
+				dctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+				_, err := d.Decide(dctx, ids[r.IntN(len(ids))], reqID)
+				cancel()
+				if err != nil {
+					failures.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				h.Record(time.Since(t0))
+				n++
+			}
+			ops.Add(n)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	s := &sample{ops: ops.Load(), errors: failures.Load()}
+	for i := range hists {
+		s.hist.Merge(&hists[i])
+	}
+	if s.errors > 0 {
+		fmt.Fprintf(os.Stderr, "load: %d of %d decisions failed, first: %v\n", s.errors, s.errors+s.ops, firstErr.Load())
+	}
+	s.perSec = float64(s.ops) / elapsed.Seconds()
+	stats, err := bench.CommandStats(ctx, m.admin)
+	if err != nil {
+		return nil, err
+	}
+	s.scripts = bench.ScriptCalls(stats)
+	if s.scripts.Calls > 0 {
+		s.usPerScript = float64(s.scripts.Usec) / float64(s.scripts.Calls)
+	}
+	if s.ops > 0 {
+		s.scriptsPerOp = float64(s.scripts.Calls) / float64(s.ops)
+	}
+	return s, nil
+}
+
+// compare runs every subject -reps times on one scenario, alternating the
+// order between repetitions, and returns one row per subject with median
+// figures and the median of its per-repetition ratio to the reference.
+func (m *measurer) compare(ctx context.Context, section, keys string, callers int, subjects []subject,
+	run func(s subject) (*sample, error)) ([]row, error) {
+	samples := make([][]*sample, len(subjects))
+	ratios := make([][]float64, len(subjects))
+	for rep := range m.cfg.reps {
+		order := make([]int, len(subjects))
+		for i := range order {
+			order[i] = i
+			if rep%2 == 1 {
+				order[i] = len(subjects) - 1 - i
+			}
+		}
+		repSamples := make([]*sample, len(subjects))
+		for _, i := range order {
+			s, err := run(subjects[i])
+			if err != nil {
+				return nil, fmt.Errorf("%s %s %d callers, %s: %w", section, keys, callers, subjects[i].name, err)
+			}
+			repSamples[i] = s
+			samples[i] = append(samples[i], s)
+		}
+		var ref float64
+		for i, s := range subjects {
+			if s.reference {
+				ref = repSamples[i].perSec
+			}
+		}
+		for i := range subjects {
+			if ref > 0 {
+				ratios[i] = append(ratios[i], repSamples[i].perSec/ref)
+			}
+		}
+	}
+	var rows []row
+	for i, s := range subjects {
+		r := row{section: section, keys: keys, callers: callers, subject: s.name}
+		var perSec, p50, p99, us, spo []float64
+		for _, x := range samples[i] {
+			perSec = append(perSec, x.perSec)
+			p50 = append(p50, float64(x.hist.Quantile(0.5)))
+			p99 = append(p99, float64(x.hist.Quantile(0.99)))
+			us = append(us, x.usPerScript)
+			spo = append(spo, x.scriptsPerOp)
+		}
+		r.perSec, r.usPerScript, r.scriptsPerOp = median(perSec), median(us), median(spo)
+		r.p50, r.p99 = time.Duration(median(p50)), time.Duration(median(p99))
+		if !s.reference {
+			r.ratio = median(ratios[i])
+			r.ratioRef = refName(subjects)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func refName(subjects []subject) string {
+	for _, s := range subjects {
+		if s.reference {
+			return s.name
+		}
+	}
+	return ""
+}
+
+func (m *measurer) storeSection(ctx context.Context) ([]row, error) {
+	random := make([]string, m.cfg.identities)
+	for i := range random {
+		random[i] = "user-" + strconv.Itoa(i)
+	}
+	hot := []string{"hot-user"}
+	subjects := m.storeSubjects()
+	var rows []row
+	for _, keys := range []struct {
+		name string
+		ids  []string
+	}{{"random", random}, {"hot", hot}} {
+		for _, callers := range m.cfg.callers {
+			r, err := m.compare(ctx, "store", keys.name, callers, subjects, func(s subject) (*sample, error) {
+				d, release, err := s.make(m, storeLimit)
+				if err != nil {
+					return nil, err
+				}
+				defer release()
+				return m.cell(ctx, d, callers, keys.ids, s.requestID)
+			})
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+			fmt.Fprintf(os.Stderr, "load: store %s %d callers done\n", keys.name, callers)
+		}
+	}
+	return rows, nil
+}
