@@ -95,6 +95,22 @@ var calls = sync.Pool{New: func() any {
 	return c
 }}
 
+// newCall takes a call from the pool and fills it in for req (normalized)
+// under ctx, with requestID and maxReplays as Allow resolved them.
+func (r *Redis) newCall(ctx context.Context, req tollgate.Request, requestID string, maxReplays int64) *call {
+	var nonceTTL int64
+	if r.nonceTTLms > 0 {
+		nonceTTL = r.nonceTTL(ctx)
+	}
+	l := req.Limit
+	c := calls.Get().(*call)
+	c.alg = l.Algorithm
+	fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
+	c.argv = [7]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms, nonceTTL}
+	c.deadline, _ = ctx.Deadline()
+	return c
+}
+
 // command returns the call as EVALSHA, or as EVAL with the script's source
 // (which also loads it on the node that runs it) when eval is set.
 func (c *call) command(ctx context.Context, eval bool) *redis.IntSliceCmd {

@@ -41,9 +41,16 @@ const MaxDenyCacheTTL = 10 * time.Second
 // identity over its limit costs about two round trips per wait Redis
 // names, however many callers it has, instead of one per caller.
 //
-// A repeated denial reports the Remaining of the denial it repeats (a
-// lower bound: the bucket may have refilled a little since), and the
-// RetryAfter and ResetAfter left of that denial's.
+// A repeated denial reports the Remaining of the denial it repeats (the
+// bucket may have refilled a little, or other requests used some, since),
+// and the RetryAfter and ResetAfter left of that denial's.
+//
+// The guarantee assumes an identity is limited under one Limit at a time,
+// as a rule is. When an identity's limit changes, its state in Redis keeps
+// the expiry the old limit wrote, so Redis itself answers inconsistently
+// until it passes; a request under the new limit ends the entry in this
+// store, but a denial remembered elsewhere can be repeated until its wait
+// ends (at most MaxDenyCacheTTL).
 //
 // Only denied identities enter the cache, and an identity is denied only
 // after it used its quota, so fresh identities never push entries out. The
@@ -64,14 +71,17 @@ func WithDenyCache(size int) RedisOption {
 // this many under the shard's lock.
 const denyWays = 8
 
-// denyKey identifies one identity under one limit: a 128-bit hash of the
-// Key and the Limit with two seeds random to the process, so no caller can
-// aim two identities at one key (two distinct identities share one with
-// probability 2^-128).
+// denyKey identifies the Redis state of one identity under one algorithm:
+// a 128-bit hash of the Key and the Algorithm with two seeds random to the
+// process, so no caller can aim two identities at one key (two distinct
+// identities share one with probability 2^-128). The limit is kept in the
+// entry: requests under another limit share the state, so they are asked
+// of Redis and end the entry (see lookup).
 type denyKey struct{ a, b uint64 }
 
 type denyEntry struct {
-	key denyKey
+	key   denyKey
+	limit tollgate.Limit
 	// cost is the smallest cost denied: costs at least this are denied.
 	cost int64
 	// expires, retryAt and resetAt are monotonic nanoseconds since the
@@ -82,7 +92,8 @@ type denyEntry struct {
 	hits uint32
 	used bool
 	// probe is closed when the one request sent to Redis after the entry
-	// ran out has its answer; nil when none is in flight.
+	// ran out has its answer, or when the entry ends; nil when none is in
+	// flight.
 	probe chan struct{}
 }
 
@@ -97,6 +108,8 @@ type denyCache struct {
 	epoch        time.Time // carries the monotonic clock reading
 	shards       []denyShard
 	mask         uint64
+	// clock, when set, replaces the monotonic clock (tests).
+	clock func() int64
 }
 
 func newDenyCache(size int) *denyCache {
@@ -113,19 +126,32 @@ func newDenyCache(size int) *denyCache {
 	}
 }
 
-// limitKey is what a denial is about besides the identity.
-type limitKey struct {
-	key   string
-	limit tollgate.Limit
+// stateKey is what one Redis state belongs to.
+type stateKey struct {
+	key string
+	alg tollgate.Algorithm
 }
 
-func (dc *denyCache) key(identity string, l tollgate.Limit) denyKey {
-	k := limitKey{identity, l}
+func (dc *denyCache) key(identity string, alg tollgate.Algorithm) denyKey {
+	k := stateKey{identity, alg}
 	return denyKey{maphash.Comparable(dc.seedA, k), maphash.Comparable(dc.seedB, k)}
 }
 
+// end forgets e, waking the requests waiting on its probe.
+func (e *denyEntry) end() {
+	if e.probe != nil {
+		close(e.probe)
+	}
+	*e = denyEntry{}
+}
+
 // now is the monotonic time since the cache's epoch.
-func (dc *denyCache) now() int64 { return int64(time.Since(dc.epoch)) }
+func (dc *denyCache) now() int64 {
+	if dc.clock != nil {
+		return dc.clock()
+	}
+	return int64(time.Since(dc.epoch))
+}
 
 // verdict is what lookup tells a request.
 type verdict uint8
@@ -143,8 +169,14 @@ const (
 	verdictWait
 )
 
-// lookup says what to do with a request of cost under k.
-func (dc *denyCache) lookup(k denyKey, cost int64) (tollgate.Decision, verdict, <-chan struct{}) {
+// lookup says what to do with a request of cost under limit l for k. For
+// verdictProbe it returns the probe the caller holds and must settle; for
+// verdictWait the probe to wait on.
+//
+// A request under another limit than the entry's is asked of Redis and
+// ends the entry: it may change the shared state in a way the remembered
+// wait does not account for (a faster refill, a larger burst).
+func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64) (tollgate.Decision, verdict, chan struct{}) {
 	s := &dc.shards[k.a&dc.mask]
 	now := dc.now()
 	s.mu.Lock()
@@ -155,6 +187,9 @@ func (dc *denyCache) lookup(k denyKey, cost int64) (tollgate.Decision, verdict, 
 			continue
 		}
 		switch {
+		case e.limit != l:
+			e.end()
+			return tollgate.Decision{}, verdictAsk, nil
 		case cost < e.cost:
 			return tollgate.Decision{}, verdictAsk, nil
 		case now < e.expires:
@@ -168,17 +203,18 @@ func (dc *denyCache) lookup(k denyKey, cost int64) (tollgate.Decision, verdict, 
 			return tollgate.Decision{}, verdictWait, e.probe
 		}
 		e.probe = make(chan struct{})
-		return tollgate.Decision{}, verdictProbe, nil
+		return tollgate.Decision{}, verdictProbe, e.probe
 	}
 	return tollgate.Decision{}, verdictAsk, nil
 }
 
-// settle records Redis's answer d to a request of cost under k, sent at
-// sent (monotonic nanoseconds since the epoch, from dc.now): a denial is
-// remembered; and when prober is set, the probe this request held ends, so
-// the requests waiting on it look again. A prober whose call failed
-// settles with ok false: it only ends the probe.
-func (dc *denyCache) settle(k denyKey, cost, sent int64, d tollgate.Decision, ok, prober bool) {
+// settle records Redis's answer d to a request of cost under limit l for
+// k, sent at sent (monotonic nanoseconds since the epoch, from dc.now): a
+// denial is remembered, and an answer under another limit than the
+// entry's ends the entry. probe, when not nil, is the probe the request
+// held (from lookup): it ends, so the requests waiting on it look again. A
+// request whose call failed settles with ok false: it only ends its probe.
+func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tollgate.Decision, ok bool, probe chan struct{}) {
 	s := &dc.shards[k.a&dc.mask]
 	now := dc.now()
 	s.mu.Lock()
@@ -190,9 +226,16 @@ func (dc *denyCache) settle(k denyKey, cost, sent int64, d tollgate.Decision, ok
 			break
 		}
 	}
-	if prober && slot >= 0 && s.entries[slot].probe != nil {
-		close(s.entries[slot].probe)
-		s.entries[slot].probe = nil
+	if slot >= 0 {
+		e := &s.entries[slot]
+		if probe != nil && e.probe == probe {
+			close(e.probe)
+			e.probe = nil
+		}
+		if ok && e.limit != l {
+			e.end()
+			slot = -1
+		}
 	}
 	if !ok || d.Allowed {
 		return
@@ -203,7 +246,7 @@ func (dc *denyCache) settle(k denyKey, cost, sent int64, d tollgate.Decision, ok
 		return
 	}
 	e := denyEntry{
-		key: k, cost: cost, used: true,
+		key: k, limit: l, cost: cost, used: true,
 		expires: expires, retryAt: sent + wait, resetAt: sent + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}

@@ -264,17 +264,17 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	}
 	var dk denyKey
 	var sent int64
-	prober := false
+	var probe chan struct{}
 	if r.deny != nil {
-		dk = r.deny.key(req.Key, l)
+		dk = r.deny.key(req.Key, l.Algorithm)
 		// A request id may replay an admission: only Redis knows.
 		for requestID == "" {
-			d, v, wait := r.deny.lookup(dk, req.Cost)
+			d, v, wait := r.deny.lookup(dk, l, req.Cost)
 			if v == verdictDenied {
 				return d, nil
 			}
 			if v != verdictWait {
-				prober = v == verdictProbe
+				probe = wait
 				break
 			}
 			select {
@@ -285,26 +285,18 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		}
 		sent = r.deny.now()
 	}
-	var nonceTTL int64
-	if r.nonceTTLms > 0 {
-		nonceTTL = r.nonceTTL(ctx)
-	}
-	c := calls.Get().(*call)
-	c.alg = l.Algorithm
-	fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
-	c.argv = [7]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms, nonceTTL}
-	c.deadline, _ = ctx.Deadline()
+	c := r.newCall(ctx, req, requestID, maxReplays)
 	if err := r.send(ctx, c); err != nil {
-		if prober {
-			r.deny.settle(dk, req.Cost, sent, tollgate.Decision{}, false, true)
+		if probe != nil {
+			r.deny.settle(dk, l, req.Cost, sent, tollgate.Decision{}, false, probe)
 		}
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
 	}
 	reply, err := c.reply, c.err
 	calls.Put(c)
 	d := decisionOf(reply)
-	if r.deny != nil && (prober || err == nil && !d.Allowed) {
-		r.deny.settle(dk, req.Cost, sent, d, err == nil, prober)
+	if r.deny != nil {
+		r.deny.settle(dk, l, req.Cost, sent, d, err == nil, probe)
 	}
 	if err != nil {
 		r.refreshRouting(err)

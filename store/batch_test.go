@@ -1,0 +1,368 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// pipelineCounter is a go-redis hook counting the pipelines a client sends
+// and the commands in them, to show that decisions did share round trips.
+type pipelineCounter struct {
+	pipelines, commands, largest atomic.Int64
+}
+
+func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.pipelines.Add(1)
+		p.commands.Add(int64(len(cmds)))
+		for {
+			l := p.largest.Load()
+			if int64(len(cmds)) <= l || p.largest.CompareAndSwap(l, int64(len(cmds))) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// countPipelines installs a pipelineCounter on c.
+func countPipelines(c redis.UniversalClient) *pipelineCounter {
+	p := &pipelineCounter{}
+	c.AddHook(p)
+	return p
+}
+
+// checkBatched fails the test unless some pipeline carried several decisions.
+func checkBatched(t *testing.T, p *pipelineCounter) {
+	t.Helper()
+	t.Logf("%d pipelines carried %d decisions, the largest %d", p.pipelines.Load(), p.commands.Load(), p.largest.Load())
+	if p.largest.Load() < 2 {
+		t.Fatalf("no pipeline carried more than %d decision(s): the load was not batched, the test proves nothing", p.largest.Load())
+	}
+}
+
+// batchedExactQuota hammers one key per algorithm from 64 goroutines over
+// several batched stores and checks that exactly the quota is admitted and
+// that the decisions did travel in shared pipelines.
+func batchedExactQuota(t *testing.T, clients []redis.UniversalClient) {
+	prefix := redistest.KeyPrefix(t)
+	var stores []*Redis
+	var counters []*pipelineCounter
+	for _, c := range clients {
+		counters = append(counters, countPipelines(c))
+		// No deny cache: every call must reach Redis and be judged there.
+		stores = append(stores, NewRedis(c, WithPrefix(prefix), WithDenyCache(0)))
+	}
+	exactQuota(t, stores)
+	total := &pipelineCounter{}
+	for _, p := range counters {
+		total.pipelines.Add(p.pipelines.Load())
+		total.commands.Add(p.commands.Load())
+		total.largest.Store(max(total.largest.Load(), p.largest.Load()))
+	}
+	checkBatched(t, total)
+}
+
+func TestBatchedExactQuotaSingle(t *testing.T) {
+	srv := redistest.Single(t)
+	var clients []redis.UniversalClient
+	for range clients4() {
+		clients = append(clients, srv.Client(t))
+	}
+	batchedExactQuota(t, clients)
+}
+
+func TestBatchedExactQuotaCluster(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	var clients []redis.UniversalClient
+	for range clients4() {
+		clients = append(clients, cl.Client(t))
+	}
+	batchedExactQuota(t, clients)
+}
+
+// clients4 ranges over the number of independent clients the exact-quota
+// tests use.
+func clients4() []struct{} { return make([]struct{}, clients) }
+
+// flushDuringBatchedLoad runs 32 goroutines of decisions through a batched
+// store while admin flushes the script cache of every node every 2ms, and
+// checks that no error reached a caller although nodes answered NOSCRIPT.
+func flushDuringBatchedLoad(t *testing.T, client redis.UniversalClient, nodes []*redistest.Server) {
+	p := countPipelines(client)
+	st := NewRedis(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	ctx := context.Background()
+	noscriptBefore := int64(0)
+	for _, n := range nodes {
+		noscriptBefore += n.ErrorCount(t, "NOSCRIPT")
+	}
+	stop := make(chan struct{})
+	var flushes atomic.Int64
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		admin := n.Client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+				if err := admin.ScriptFlush(ctx).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				flushes.Add(1)
+			}
+		}()
+	}
+	var decisions, failures atomic.Int64
+	deadline := time.Now().Add(400 * time.Millisecond)
+	var callers sync.WaitGroup
+	for g := range 32 {
+		callers.Add(1)
+		go func() {
+			defer callers.Done()
+			req := tollgate.Request{Key: "flush-" + strconv.Itoa(g), Limit: tollgate.PerSecond(1_000_000)}
+			req.Limit.Algorithm = algorithms[g%len(algorithms)]
+			for time.Now().Before(deadline) {
+				if _, err := st.Allow(ctx, req); err != nil {
+					failures.Add(1)
+					t.Errorf("decision during SCRIPT FLUSH: %v", err)
+					return
+				}
+				decisions.Add(1)
+			}
+		}()
+	}
+	callers.Wait()
+	close(stop)
+	wg.Wait()
+	noscript := -noscriptBefore
+	for _, n := range nodes {
+		noscript += n.ErrorCount(t, "NOSCRIPT")
+	}
+	t.Logf("%d decisions, %d SCRIPT FLUSH, %d NOSCRIPT answered and recovered, %d errors surfaced",
+		decisions.Load(), flushes.Load(), noscript, failures.Load())
+	if flushes.Load() == 0 || noscript == 0 || decisions.Load() == 0 {
+		t.Fatalf("%d flushes, %d NOSCRIPT, %d decisions: the flushes did not meet the load", flushes.Load(), noscript, decisions.Load())
+	}
+	checkBatched(t, p)
+}
+
+func TestBatchedScriptFlushDuringLoadSingle(t *testing.T) {
+	srv := redistest.Start(t) // private: its script cache is flushed and its errors counted
+	flushDuringBatchedLoad(t, srv.Client(t), []*redistest.Server{srv})
+}
+
+func TestBatchedScriptFlushDuringLoadCluster(t *testing.T) {
+	cl := redistest.NewCluster(t, 0) // private: every node's script cache is flushed
+	flushDuringBatchedLoad(t, cl.Client(t), cl.Nodes)
+}
+
+// TestBatchedCallersLeaveOnTime freezes Redis while one decision is in
+// flight and many more wait to share the next round trip, and checks that
+// each waiting caller returns its own context's error as soon as that
+// context ends, not when Redis wakes; the decisions then finish normally.
+func TestBatchedCallersLeaveOnTime(t *testing.T) {
+	srv := redistest.Start(t) // private: it is put to sleep
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Second, ContextTimeoutEnabled: false})
+	defer c.Close()
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+	ctx := context.Background()
+	limit := tollgate.PerSecond(1000)
+	if _, err := st.Allow(ctx, tollgate.Request{Key: "warm-up", Limit: limit}); err != nil {
+		t.Fatal(err)
+	}
+	woke := srv.Sleep(t, 600*time.Millisecond)
+
+	// The first caller takes the round trip and hangs with the server; the
+	// others queue behind it.
+	first := make(chan error, 1)
+	go func() {
+		_, err := st.Allow(ctx, tollgate.Request{Key: "first", Limit: limit})
+		first <- err
+	}()
+	waitFor(t, func() bool { st.batch.mu.Lock(); defer st.batch.mu.Unlock(); return st.batch.running == 1 })
+
+	const waiting = 16
+	type result struct {
+		err  error
+		late time.Duration
+	}
+	results := make(chan result, waiting)
+	for i := range waiting {
+		go func() {
+			cctx, cancel := context.WithCancel(ctx)
+			var deadline time.Time
+			if i%2 == 0 {
+				// Half end by deadline, half by cancellation.
+				var dcancel context.CancelFunc
+				cctx, dcancel = context.WithTimeout(cctx, 50*time.Millisecond)
+				defer dcancel()
+				deadline = time.Now().Add(50 * time.Millisecond)
+			} else {
+				deadline = time.Now().Add(50 * time.Millisecond)
+				time.AfterFunc(50*time.Millisecond, cancel)
+			}
+			defer cancel()
+			_, err := st.Allow(cctx, tollgate.Request{Key: "waiter-" + strconv.Itoa(i), Limit: limit})
+			results <- result{err, time.Since(deadline)}
+		}()
+	}
+	for range waiting {
+		r := <-results
+		if !errors.Is(r.err, context.DeadlineExceeded) && !errors.Is(r.err, context.Canceled) {
+			t.Errorf("a waiting caller whose context ended got %v, want its context's error", r.err)
+		}
+		if r.late > 200*time.Millisecond {
+			t.Errorf("a waiting caller returned %s after its context ended, want promptly (Redis sleeps 600ms)", r.late)
+		}
+	}
+	if err := <-woke; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the decision in flight during the sleep: %v", err)
+	}
+	// The queue drained: the store decides again, and no round trip is left.
+	if _, err := st.Allow(ctx, tollgate.Request{Key: "after", Limit: limit}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		st.batch.mu.Lock()
+		defer st.batch.mu.Unlock()
+		return st.batch.running == 0 && len(st.batch.queue) == 0
+	})
+}
+
+// waitFor polls cond every millisecond for up to 5 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestBatchedRetryGuardDebitsOnce delays a pipeline's replies past the
+// client's ReadTimeout, so that go-redis re-sends the whole pipeline while
+// the first copy waits in Redis, and checks that every decision in it was
+// debited once: the nonces, sized for the pipeline's deadline, outlive the
+// re-sent copies.
+func TestBatchedRetryGuardDebitsOnce(t *testing.T) {
+	srv := redistest.Start(t) // private: it is put to sleep and its stats read
+	admin := srv.Client(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{
+		Addr:            srv.Addr(),
+		ReadTimeout:     100 * time.Millisecond,
+		MaxRetries:      3,
+		MinRetryBackoff: 10 * time.Millisecond,
+		MaxRetryBackoff: 30 * time.Millisecond,
+	})
+	defer c.Close()
+	// Idle pipeline connections opened now (go-redis keeps a pool of its
+	// own for pipelines): a re-send on a new connection would wait for its
+	// handshake on the sleeping server and fail instead.
+	var warm sync.WaitGroup
+	for range 8 {
+		warm.Add(1)
+		go func() {
+			defer warm.Done()
+			for range 20 {
+				if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() }); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	warm.Wait()
+	if s := c.PoolStats(); s.PipelineStats != nil {
+		t.Logf("pipeline pool: %d idle connections", s.PipelineStats.IdleConns)
+	}
+	p := countPipelines(c)
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	const capacity = 10
+	limit := quotaLimit(tollgate.TokenBucket, capacity)
+	if _, err := st.Allow(ctx, tollgate.Request{Key: "warm-up", Limit: limit}); err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := commandStats(t, admin, "evalsha")
+
+	// Nine decisions as one pipeline, sent while the server sleeps.
+	var batch []*call
+	for i := range 9 {
+		req, err := tollgate.Request{Key: "k-" + strconv.Itoa(i), Limit: limit}.Normalized()
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, st.newCall(ctx, req, "", 0))
+	}
+	woke := srv.Sleep(t, 400*time.Millisecond)
+	st.runBatch(batch)
+	if err := <-woke; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	for i, c := range batch {
+		<-c.done
+		if c.err != nil {
+			t.Fatalf("decision %d over re-sent pipelines: %v", i, c.err)
+		}
+		if d := decisionOf(c.reply); !d.Allowed || d.Remaining != capacity-1 {
+			t.Errorf("decision %d = %+v, want the first copy's answer: admitted, %d remaining", i, d, capacity-1)
+		}
+	}
+	after, _, _ := commandStats(t, admin, "evalsha")
+	copies := after - before
+	if copies < 18 {
+		t.Fatalf("%d script runs for 9 decisions: the client did not re-send the pipeline, the test proves nothing", copies)
+	}
+	checkBatched(t, p)
+	for i := range 9 {
+		probe, err := st.Allow(ctx, tollgate.Request{Key: "k-" + strconv.Itoa(i), Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if debits := capacity - 1 - probe.Remaining; debits != 1 {
+			t.Errorf("identity %d: %d debits from %d script runs in all, want 1", i, debits, copies)
+		}
+	}
+	t.Logf("9 decisions, %d script runs, each identity debited once", copies)
+}
+
+// TestAllowAllocations bounds the allocations of one decision on the
+// unbatched path: the script's arguments are boxed without allocating.
+func TestAllowAllocations(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+	ctx := context.Background()
+	req := tollgate.Request{Key: "allocs", Limit: tollgate.PerSecond(1_000_000), RequestID: "0123456789abcdef0123456789abcdef"}
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := st.Allow(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The key names, the command, its reply slice and go-redis's own.
+	if allocs > 8 {
+		t.Errorf("one decision allocates %v times, want at most 8", allocs)
+	}
+}
