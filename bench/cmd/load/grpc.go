@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -16,20 +14,15 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/bench"
-	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
-
-const tenantHeader = "x-tenant"
 
 // grpcCallers is the concurrency of the gRPC cells.
 const grpcCallers = 64
@@ -43,32 +36,6 @@ type server struct {
 	interceptors func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error)
 }
 
-// redisRateMiddleware is the ratelimit.Limiter a go-grpc-middleware user
-// writes around redis_rate: one GCRA bucket per tenant header.
-type redisRateMiddleware struct {
-	limiter *redis_rate.Limiter
-	limit   redis_rate.Limit
-	prefix  string
-}
-
-var errNoTenant = errors.New("no " + tenantHeader + " header")
-
-func (r redisRateMiddleware) Limit(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(tenantHeader)
-	if len(v) == 0 {
-		return errNoTenant
-	}
-	res, err := r.limiter.Allow(ctx, r.prefix+v[0], r.limit)
-	if err != nil {
-		return err
-	}
-	if res.Allowed == 0 {
-		return fmt.Errorf("rate limited: retry after %s", res.RetryAfter)
-	}
-	return nil
-}
-
 func grpcServers() []server {
 	limit := storeLimit(tollgate.GCRA)
 	return []server{
@@ -77,14 +44,14 @@ func grpcServers() []server {
 		}},
 		{name: "ratelimit + redis_rate", interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 			c := redis.NewClient(cloneOptions(m.opts))
-			l := redisRateMiddleware{limiter: redis_rate.NewLimiter(c), limit: bench.RedisRateLimit(limit), prefix: prefix()}
+			l := bench.RedisRateMiddleware{Limiter: redis_rate.NewLimiter(c), Rate: bench.RedisRateLimit(limit), Prefix: prefix()}
 			return []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(l)}, func() { _ = c.Close() }, nil
 		}},
 		{name: "tollgate interceptor", interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 			c := redis.NewClient(cloneOptions(m.opts))
 			st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
 			lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
-				Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: limit,
+				Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: limit,
 			}))
 			if err != nil {
 				_ = c.Close()
@@ -103,22 +70,13 @@ func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string) (
 		return nil, err
 	}
 	defer release()
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(ints...))
-	echo.Register(gs, &echo.Server{})
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	defer func() { gs.Stop(); <-served }()
-	cc, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	client, stopEcho, err := bench.Echo(ints...)
 	if err != nil {
 		return nil, err
 	}
-	defer cc.Close()
-	client := echo.NewClient(cc)
+	defer stopEcho()
 	// One call before timing: connection set-up, script loading.
-	if _, err := client.Say(metadata.AppendToOutgoingContext(ctx, tenantHeader, "warm-up"), wrapperspb.String("hi")); err != nil {
+	if _, err := client.Say(metadata.AppendToOutgoingContext(ctx, bench.TenantHeader, "warm-up"), wrapperspb.String("hi")); err != nil {
 		return nil, fmt.Errorf("warm-up call: %w", err)
 	}
 	if err := m.admin.ConfigResetStat(ctx).Err(); err != nil {
@@ -142,7 +100,7 @@ func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string) (
 				if t0.After(stop) {
 					break
 				}
-				cctx := metadata.AppendToOutgoingContext(ctx, tenantHeader, tenants[r.IntN(len(tenants))])
+				cctx := metadata.AppendToOutgoingContext(ctx, bench.TenantHeader, tenants[r.IntN(len(tenants))])
 				if _, err := client.Say(cctx, msg); err != nil {
 					failures.Add(1)
 					firstErr.CompareAndSwap(nil, err)

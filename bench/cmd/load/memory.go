@@ -174,4 +174,3 @@ func (m *measurer) nonceBytes(ctx context.Context) (float64, error) {
 	n, err := m.admin.MemoryUsage(ctx, keys[0]).Result()
 	return float64(n), err
 }
-

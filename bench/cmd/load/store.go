@@ -128,12 +128,12 @@ func (m *measurer) filter(subjects []subject) []subject {
 
 // sample is one cell's figures.
 type sample struct {
-	ops, errors       int64
-	perSec            float64
-	hist              bench.Histogram
-	scripts           bench.CommandStat
-	usPerScript       float64
-	scriptsPerOp      float64
+	ops, errors  int64
+	perSec       float64
+	hist         bench.Histogram
+	scripts      bench.CommandStat
+	usPerScript  float64
+	scriptsPerOp float64
 }
 
 // cell runs callers goroutines deciding as fast as they can for m.cfg.d and

@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
+)
+
+// BenchmarkGRPC measures unary echo calls over bufconn from 64 goroutines
+// on random tenants, with no limiter, with go-grpc-middleware's ratelimit
+// interceptor on redis_rate, and with tollgate's interceptor on its Redis
+// store: the hot path of a limited server, transport included.
+func BenchmarkGRPC(b *testing.B) {
+	limit := generous(tollgate.GCRA)
+	for _, s := range []struct {
+		name         string
+		interceptors func(b *testing.B) []grpc.UnaryServerInterceptor
+	}{
+		{"no-limiter", func(*testing.B) []grpc.UnaryServerInterceptor { return nil }},
+		{"ratelimit+redis_rate", func(b *testing.B) []grpc.UnaryServerInterceptor {
+			l := RedisRateMiddleware{Limiter: redis_rate.NewLimiter(newClient(b)), Rate: RedisRateLimit(limit), Prefix: runPrefix("grpc")}
+			return []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(l)}
+		}},
+		{"tollgate", func(b *testing.B) []grpc.UnaryServerInterceptor {
+			lim, err := interceptor.New(store.NewRedis(newClient(b), store.WithPrefix(runPrefix("grpc"))),
+				interceptor.WithRules(interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limit: limit}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}
+		}},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			client, stop, err := Echo(s.interceptors(b)...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stop()
+			tenants := make([]context.Context, benchIdentities)
+			for i := range tenants {
+				tenants[i] = metadata.AppendToOutgoingContext(context.Background(), TenantHeader, "tenant-"+strconv.Itoa(i))
+			}
+			msg := wrapperspb.String("hello")
+			b.ReportAllocs()
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := client.Say(tenants[rand.IntN(len(tenants))], msg); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
