@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -68,4 +70,31 @@ func UsedMemory(ctx context.Context, c *redis.Client) (int64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// ServerCPU returns the CPU time the Redis server has used since it
+// started (INFO cpu: used_cpu_user + used_cpu_sys), all its threads.
+func ServerCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// ProcessCPU returns the CPU time this process has used (user + system).
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

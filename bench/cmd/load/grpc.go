@@ -6,9 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
@@ -79,61 +76,12 @@ func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string) (
 	if _, err := client.Say(metadata.AppendToOutgoingContext(ctx, bench.TenantHeader, "warm-up"), wrapperspb.String("hi")); err != nil {
 		return nil, fmt.Errorf("warm-up call: %w", err)
 	}
-	if err := m.admin.ConfigResetStat(ctx).Err(); err != nil {
-		return nil, err
-	}
-	hists := make([]bench.Histogram, grpcCallers)
-	var ops, failures atomic.Int64
-	var firstErr atomic.Value
-	stop := time.Now().Add(m.cfg.d)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for g := range grpcCallers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-			msg := wrapperspb.String("hello")
-			var n int64
-			for {
-				t0 := time.Now()
-				if t0.After(stop) {
-					break
-				}
-				cctx := metadata.AppendToOutgoingContext(ctx, bench.TenantHeader, tenants[r.IntN(len(tenants))])
-				if _, err := client.Say(cctx, msg); err != nil {
-					failures.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				hists[g].Record(time.Since(t0))
-				n++
-			}
-			ops.Add(n)
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	s := &sample{ops: ops.Load(), errors: failures.Load()}
-	for i := range hists {
-		s.hist.Merge(&hists[i])
-	}
-	if s.errors > 0 {
-		fmt.Fprintf(os.Stderr, "load: %s: %d of %d calls failed, first: %v\n", srv.name, s.errors, s.errors+s.ops, firstErr.Load())
-	}
-	s.perSec = float64(s.ops) / elapsed.Seconds()
-	stats, err := bench.CommandStats(ctx, m.admin)
-	if err != nil {
-		return nil, err
-	}
-	s.scripts = bench.ScriptCalls(stats)
-	if s.scripts.Calls > 0 {
-		s.usPerScript = float64(s.scripts.Usec) / float64(s.scripts.Calls)
-	}
-	if s.ops > 0 {
-		s.scriptsPerOp = float64(s.scripts.Calls) / float64(s.ops)
-	}
-	return s, nil
+	msg := wrapperspb.String("hello")
+	return m.run(ctx, grpcCallers, func(r *rand.Rand) error {
+		cctx := metadata.AppendToOutgoingContext(ctx, bench.TenantHeader, tenants[r.IntN(len(tenants))])
+		_, err := client.Say(cctx, msg)
+		return err
+	})
 }
 
 func (m *measurer) grpcSection(ctx context.Context) ([]row, error) {

@@ -131,19 +131,26 @@ type sample struct {
 	ops, errors  int64
 	perSec       float64
 	hist         bench.Histogram
-	scripts      bench.CommandStat
 	usPerScript  float64
 	scriptsPerOp float64
+	// redisCPU and clientCPU are the CPU microseconds per operation of the
+	// Redis server (all threads) and of this process (the callers, the
+	// limiter, gRPC when measured).
+	redisCPU, clientCPU float64
 }
 
-// cell runs callers goroutines deciding as fast as they can for m.cfg.d and
-// reads Redis's commandstats for the run alone.
-func (m *measurer) cell(ctx context.Context, d bench.Decider, callers int, ids []string, requestID bool) (*sample, error) {
+// run calls op from callers goroutines as fast as they can for m.cfg.d and
+// measures it: latency, throughput, and what Redis and this process spent,
+// read around the run alone (CONFIG RESETSTAT first).
+func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) error) (*sample, error) {
 	if err := m.admin.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, err
 	}
-	idPrefix := prefix()
-	var seq atomic.Int64
+	redisBefore, err := bench.ServerCPU(ctx, m.admin)
+	if err != nil {
+		return nil, err
+	}
+	clientBefore := bench.ProcessCPU()
 	hists := make([]bench.Histogram, callers)
 	var ops, failures atomic.Int64
 	var firstErr atomic.Value
@@ -162,14 +169,7 @@ func (m *measurer) cell(ctx context.Context, d bench.Decider, callers int, ids [
 				if t0.After(stop) {
 					break
 				}
-				var reqID string
-				if requestID {
-					reqID = idPrefix + strconv.FormatInt(seq.Add(1), 36)
-				}
-				dctx, cancel := context.WithTimeout(ctx, decisionTimeout)
-				_, err := d.Decide(dctx, ids[r.IntN(len(ids))], reqID)
-				cancel()
-				if err != nil {
+				if err := op(r); err != nil {
 					failures.Add(1)
 					firstErr.CompareAndSwap(nil, err)
 					continue
@@ -182,26 +182,51 @@ func (m *measurer) cell(ctx context.Context, d bench.Decider, callers int, ids [
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	clientCPU := bench.ProcessCPU() - clientBefore
+	redisAfter, err := bench.ServerCPU(ctx, m.admin)
+	if err != nil {
+		return nil, err
+	}
 	s := &sample{ops: ops.Load(), errors: failures.Load()}
 	for i := range hists {
 		s.hist.Merge(&hists[i])
 	}
 	if s.errors > 0 {
-		fmt.Fprintf(os.Stderr, "load: %d of %d decisions failed, first: %v\n", s.errors, s.errors+s.ops, firstErr.Load())
+		fmt.Fprintf(os.Stderr, "load: %d of %d operations failed, first: %v\n", s.errors, s.errors+s.ops, firstErr.Load())
 	}
 	s.perSec = float64(s.ops) / elapsed.Seconds()
 	stats, err := bench.CommandStats(ctx, m.admin)
 	if err != nil {
 		return nil, err
 	}
-	s.scripts = bench.ScriptCalls(stats)
-	if s.scripts.Calls > 0 {
-		s.usPerScript = float64(s.scripts.Usec) / float64(s.scripts.Calls)
+	scripts := bench.ScriptCalls(stats)
+	if scripts.Calls > 0 {
+		s.usPerScript = float64(scripts.Usec) / float64(scripts.Calls)
 	}
 	if s.ops > 0 {
-		s.scriptsPerOp = float64(s.scripts.Calls) / float64(s.ops)
+		s.scriptsPerOp = float64(scripts.Calls) / float64(s.ops)
+		s.redisCPU = float64((redisAfter - redisBefore).Microseconds()) / float64(s.ops)
+		s.clientCPU = float64(clientCPU.Microseconds()) / float64(s.ops)
 	}
 	return s, nil
+}
+
+// cell decides for random identities among ids from callers goroutines,
+// each decision under decisionTimeout, with a fresh request id each when
+// requestID is set.
+func (m *measurer) cell(ctx context.Context, d bench.Decider, callers int, ids []string, requestID bool) (*sample, error) {
+	idPrefix := prefix()
+	var seq atomic.Int64
+	return m.run(ctx, callers, func(r *rand.Rand) error {
+		var reqID string
+		if requestID {
+			reqID = idPrefix + strconv.FormatInt(seq.Add(1), 36)
+		}
+		dctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+		defer cancel()
+		_, err := d.Decide(dctx, ids[r.IntN(len(ids))], reqID)
+		return err
+	})
 }
 
 // compare runs every subject -reps times on one scenario, alternating the
@@ -243,15 +268,18 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 	var rows []row
 	for i, s := range subjects {
 		r := row{section: section, keys: keys, callers: callers, subject: s.name}
-		var perSec, p50, p99, us, spo []float64
+		var perSec, p50, p99, us, spo, rcpu, ccpu []float64
 		for _, x := range samples[i] {
 			perSec = append(perSec, x.perSec)
 			p50 = append(p50, float64(x.hist.Quantile(0.5)))
 			p99 = append(p99, float64(x.hist.Quantile(0.99)))
 			us = append(us, x.usPerScript)
 			spo = append(spo, x.scriptsPerOp)
+			rcpu = append(rcpu, x.redisCPU)
+			ccpu = append(ccpu, x.clientCPU)
 		}
 		r.perSec, r.usPerScript, r.scriptsPerOp = median(perSec), median(us), median(spo)
+		r.redisCPU, r.clientCPU = median(rcpu), median(ccpu)
 		r.p50, r.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 		if !s.reference {
 			r.ratio = median(ratios[i])

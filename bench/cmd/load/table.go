@@ -26,13 +26,16 @@ type row struct {
 	// usPerScript is Redis microseconds per script call; scriptsPerOp
 	// script calls per decision or call.
 	usPerScript, scriptsPerOp float64
+	// redisCPU and clientCPU are CPU microseconds per operation of the
+	// Redis server and of the measuring process.
+	redisCPU, clientCPU float64
 	// bytesPerID is used_memory growth per identity; keyBytes the MEMORY
 	// USAGE of one identity's state.
 	bytesPerID, keyBytes float64
 }
 
 // header names the table's columns.
-var header = []string{"section", "keys", "callers", "subject", "per s", "p50", "p99", "ratio", "Redis µs/script", "scripts/op", "B/identity", "MEMORY USAGE"}
+var header = []string{"section", "keys", "callers", "subject", "per s", "p50", "p99", "ratio", "Redis µs/script", "scripts/op", "Redis CPU µs/op", "client CPU µs/op", "B/identity", "MEMORY USAGE"}
 
 // cells formats r as the table's columns.
 func (r row) cells() []string {
@@ -43,6 +46,7 @@ func (r row) cells() []string {
 	return []string{r.section, dash(r.keys), count(r.callers), r.subject, rate(r.perSec),
 		latency(r.p50), latency(r.p99), ratio,
 		decimal(r.usPerScript, 2), decimal(r.scriptsPerOp, 3),
+		decimal(r.redisCPU, 1), decimal(r.clientCPU, 1),
 		decimal(r.bytesPerID, 0), decimal(r.keyBytes, 0)}
 }
 
