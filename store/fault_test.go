@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -310,6 +311,59 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	}
 }
 
+// watchSwitch samples every 10ms, until stop is called, when replica first
+// reports itself a primary and when oldPrimary last ran a script: the
+// window in which a client still writes to a primary whose replica has
+// already left it.
+func watchSwitch(oldPrimary, replica *redistest.Server) (stop func() (promoted, lastOldScript time.Time, scriptsAfter int64)) {
+	ctx := context.Background()
+	oc := redis.NewClient(&redis.Options{Addr: oldPrimary.Addr(), MaxRetries: -1})
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr(), MaxRetries: -1})
+	scripts := func() int64 {
+		info, _ := oc.Info(ctx, "commandstats").Result()
+		var calls int64
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_eval") {
+				v, _, _ := strings.Cut(line, ",")
+				_, n, _ := strings.Cut(v, "calls=")
+				c, _ := strconv.ParseInt(n, 10, 64)
+				calls += c
+			}
+		}
+		return calls
+	}
+	var promoted, last time.Time
+	var atPromotion int64
+	prev := scripts()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			now := time.Now()
+			if promoted.IsZero() {
+				if info, err := rc.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "role:master") {
+					promoted, atPromotion = now, scripts()
+				}
+			}
+			if c := scripts(); c != prev {
+				prev, last = c, now
+			}
+		}
+	})
+	return func() (time.Time, time.Time, int64) {
+		close(done)
+		wg.Wait()
+		after := scripts() - atPromotion
+		_, _ = oc.Close(), rc.Close()
+		return promoted, last, after
+	}
+}
+
 // TestSentinelFailoverUnderLoad makes decisions through
 // redis.NewFailoverClient on 24 identities while Sentinel switches the
 // primary (SENTINEL FAILOVER: the replica is promoted, then the old primary
@@ -339,6 +393,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	}
 	load := startFailoverLoad(st, ids)
 	time.Sleep(500 * time.Millisecond)
+	watch := watchSwitch(primary, replica)
 	switched := time.Now()
 	redistest.SentinelFailover(t, sentinel)
 	addr, named := redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
@@ -348,6 +403,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	load.awaitServed(t, named, all, 10*time.Second)
 	time.Sleep(500 * time.Millisecond) // served steadily, not once
 	load.finish()
+	promoted, lastOld, oldScripts := watch()
 	// Sentinel demotes the old primary only some seconds after the switch
 	// (it waits for it to report its role again); until then a client that
 	// missed the switch could still write there.
@@ -357,8 +413,9 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	lost := load.lostWrites(t)
 	over, under := sum(lost, all)
 	t.Logf("%d decisions (%.0f/s) on %d identities, %d errors: %v", r.decisions, r.rate(), len(ids), r.errors, r.kinds)
-	t.Logf("Sentinel named the new primary %s after SENTINEL FAILOVER; last error: %s after it; the old primary is still %q at the end",
-		named.Sub(switched).Round(time.Millisecond), r.lastErrorSince(switched), oldRole)
+	t.Logf("the replica reported itself primary %s after SENTINEL FAILOVER, Sentinel named it after %s, the old primary ran %d scripts after the promotion, its last after %s (still %q at the end); last error: %s after the command",
+		promoted.Sub(switched).Round(time.Millisecond), named.Sub(switched).Round(time.Millisecond),
+		oldScripts, lastOld.Sub(switched).Round(time.Millisecond), oldRole, r.lastErrorSince(switched))
 	t.Logf("%d units admitted whose debit the switch lost (over-admission: %.0fms of decisions at this rate), %d debited but never reported admitted; per identity %v",
 		over, float64(over)/r.rate()*1000, under, lost)
 	if r.kinds["NOSCRIPT"] != 0 {
