@@ -37,9 +37,11 @@ const MaxDenyCacheTTL = 10 * time.Second
 // When a remembered denial runs out, one request goes to Redis for the
 // identity while the others with a cost the entry covered wait for its
 // answer (no longer than their contexts allow): a denial starts a new
-// entry that answers them all; an admission lets the next one go. So a hot
-// identity over its limit costs about two round trips per wait Redis
-// names, however many callers it has, instead of one per caller.
+// entry that answers them all; an admission that leaves too little for
+// the cost the entry covered times the waiters lets the next one go; one
+// that leaves that much ends the entry and lets them all go. So a hot identity over its limit
+// costs about two round trips per wait Redis names, however many callers
+// it has, instead of one per caller.
 //
 // A repeated denial reports the Remaining of the denial it repeats (the
 // bucket may have refilled a little, or other requests used some, since),
@@ -95,6 +97,8 @@ type denyEntry struct {
 	// ran out has its answer, or when the entry ends; nil when none is in
 	// flight.
 	probe chan struct{}
+	// waiting counts the requests waiting on probe.
+	waiting int64
 }
 
 type denyShard struct {
@@ -200,6 +204,7 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64) (tollgate.D
 				ResetAfter: time.Duration(max(e.resetAt-now, 0)),
 			}, verdictDenied, nil
 		case e.probe != nil:
+			e.waiting++
 			return tollgate.Decision{}, verdictWait, e.probe
 		}
 		e.probe = make(chan struct{})
@@ -228,13 +233,18 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 	}
 	if slot >= 0 {
 		e := &s.entries[slot]
-		if probe != nil && e.probe == probe {
-			close(e.probe)
-			e.probe = nil
-		}
-		if ok && e.limit != l {
+		switch {
+		case ok && e.limit != l:
 			e.end()
 			slot = -1
+		case probe != nil && e.probe == probe && ok && d.Allowed && d.Remaining >= e.cost*e.waiting:
+			// The denial is over with room for every waiter: they go to
+			// Redis together rather than one round trip after another.
+			e.end()
+			slot = -1
+		case probe != nil && e.probe == probe:
+			close(e.probe)
+			e.probe, e.waiting = nil, 0
 		}
 	}
 	if !ok || d.Allowed {
