@@ -75,6 +75,9 @@ type Config struct {
 	RedisURL string
 	// RedisClusterAddrs, when set, selects a Redis Cluster store.
 	RedisClusterAddrs []string
+	// StoreTimeout bounds each decision's wait for the store; past it the
+	// fail mode applies.
+	StoreTimeout time.Duration
 	// ShutdownTimeout bounds the graceful stop: calls still running after
 	// it are cancelled.
 	ShutdownTimeout time.Duration
@@ -108,6 +111,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.StringVar(&algorithm, "algorithm", tollgate.TokenBucket.String(), "token_bucket, gcra, sliding_window or fixed_window")
 	fs.StringVar(&cfg.TenantHeader, "tenant-header", "x-tenant", "metadata key that names the tenant")
 	fs.StringVar(&failMode, "fail-mode", interceptor.FailOpen.String(), "when the store cannot decide: open (admit), closed (refuse with UNAVAILABLE) or local (per-replica cap)")
+	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", interceptor.DefaultStoreTimeout, "how long a decision waits for the store before the fail mode applies")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
 	fs.Usage = func() {
@@ -236,7 +240,7 @@ func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, err
 		Key:      keyfunc.Metadata(cfg.TenantHeader),
 		Limit:    cfg.Limit,
 		FailMode: cfg.FailMode,
-	}))
+	}), interceptor.WithStoreTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -287,10 +291,22 @@ func newStore(ctx context.Context, cfg Config, logger *log.Logger) (tollgate.Sto
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
+		// The limiter's own client: the store deadline must reach the socket
+		// (ContextTimeoutEnabled), and re-sending a decision after a read
+		// timeout is pointless within that deadline (MaxRetries -1 also lets
+		// the store skip its retry guard).
+		opt.ContextTimeoutEnabled = true
+		opt.MaxRetries = -1
 		client = redis.NewClient(opt)
 		logger.Printf("store: Redis at %s (%s)", opt.Addr, EnvRedisURL)
 	case len(cfg.RedisClusterAddrs) > 0:
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisClusterAddrs})
+		// MaxRedirects stays at its default: a Cluster client needs it to
+		// follow MOVED during failover, so the store keeps its retry guard.
+		client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 cfg.RedisClusterAddrs,
+			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+		})
 		logger.Printf("store: Redis Cluster seeded by %s (%s)", strings.Join(cfg.RedisClusterAddrs, ","), EnvRedisClusterAddrs)
 	default:
 		logger.Printf("store: in-process memory (set %s or %s for Redis)", EnvRedisURL, EnvRedisClusterAddrs)

@@ -256,7 +256,7 @@ func TestReplicasShareRedisQuota(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := tc.env(t)
 			const quota, perServer, workers = 25, 40, 8
-			cfg := parse(t, func(k string) string { return env[k] }, "-rate", fmt.Sprint(quota), "-period", "1h", "-fail-mode", "closed")
+			cfg := parse(t, func(k string) string { return env[k] }, "-rate", fmt.Sprint(quota), "-period", "1h", "-fail-mode", "closed", "-store-timeout", "10s")
 			servers := []*server{start(t, cfg), start(t, cfg)}
 			tenant := redistest.KeyPrefix(t) + "tenant"
 			var (
