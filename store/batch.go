@@ -36,13 +36,13 @@ const (
 // round trip (Script.Run), as go-redis's AutoPipeliner needs when the store
 // is given one as its client.
 func WithBatching(maxBatch, maxPipelines int) RedisOption {
-	return func(r *Redis) {
+	return redisOption(func(r *Redis) {
 		if maxBatch < 1 || maxPipelines < 1 {
 			r.batch = nil
 			return
 		}
 		r.batch = &batcher{maxBatch: maxBatch, maxPipelines: maxPipelines}
-	}
+	})
 }
 
 // Script-call arguments that never change, boxed once: converting a string

@@ -199,7 +199,7 @@ func churnMemory(t *testing.T, identities int, minDuration time.Duration, bound 
 
 	// Short-lived state: once its TTL passed, ordinary decisions on a few
 	// live identities reclaim it, with no goroutine of the store's own.
-	short := NewMemory(WithMemoryReplayTTL(churnTTL))
+	short := NewMemory(WithReplayTTL(churnTTL))
 	n := min(identities, 20_000)
 	churnLoad(t, short, "short:", n, 0, churnTTL, runtime.GOMAXPROCS(0), 0)
 	afterRun := short.Len()

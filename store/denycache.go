@@ -61,12 +61,12 @@ const MaxDenyCacheTTL = 10 * time.Second
 // a flood of denied identities cannot push out a hot identity's entry,
 // which saves one round trip per request.
 func WithDenyCache(size int) RedisOption {
-	return func(r *Redis) {
+	return redisOption(func(r *Redis) {
 		r.deny = nil
 		if size > 0 {
 			r.deny = newDenyCache(size)
 		}
-	}
+	})
 }
 
 // denyWays is the number of entries in one shard: a lookup compares at most

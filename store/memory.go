@@ -32,27 +32,24 @@ const DefaultMaxKeys = 1 << 20
 // A Memory is safe for concurrent use; identities are spread over up to 64
 // independently locked shards.
 type Memory struct {
-	clock      func() time.Time
-	maxKeys    int
-	maxReplays int64
-	replayTTL  int64 // µs, whole milliseconds as in Redis
-	seed       maphash.Seed
-	shards     []memShard
-	next       atomic.Uint64 // the shard the next decision sweeps
+	clock     func() time.Time
+	maxKeys   int
+	replays   replays
+	replayTTL int64 // µs: replays.ttlMs, whole milliseconds as in Redis
+	seed      maphash.Seed
+	shards    []memShard
+	next      atomic.Uint64 // the shard the next decision sweeps
 }
-
-// MemoryOption configures a Memory store.
-type MemoryOption func(*Memory)
 
 // WithClock sets the clock the store reads (default time.Now), for tests and
 // simulations; it must be safe for concurrent use. Only its microseconds
 // since the Unix epoch are used.
 func WithClock(now func() time.Time) MemoryOption {
-	return func(m *Memory) {
+	return memoryOption(func(m *Memory) {
 		if now != nil {
 			m.clock = now
 		}
-	}
+	})
 }
 
 // WithMaxKeys bounds how many entries (identity states and remembered
@@ -63,42 +60,25 @@ func WithClock(now func() time.Time) MemoryOption {
 // bucket, an empty window; an id judged anew), so a store too small for its
 // traffic admits a little more than its limits rather than grow.
 func WithMaxKeys(n int) MemoryOption {
-	return func(m *Memory) {
+	return memoryOption(func(m *Memory) {
 		if n > 0 {
 			m.maxKeys = n
 		}
-	}
-}
-
-// WithMemoryMaxReplays sets how many times a request admitted with a
-// RequestID is replayed (allowed again without a debit) for later requests
-// carrying the same id (default DefaultMaxReplays). One admission thus buys
-// at most 1+n calls with that id within the replay TTL. 0 turns request ids
-// off: each request is judged and debited on its own. Negative values count
-// as 0.
-func WithMemoryMaxReplays(n int) MemoryOption {
-	return func(m *Memory) { m.maxReplays = int64(max(n, 0)) }
-}
-
-// WithMemoryReplayTTL sets how long after an admission its RequestID keeps
-// replaying (default DefaultReplayTTL). As in Redis it is used in whole
-// milliseconds, rounded up, and at least 1ms.
-func WithMemoryReplayTTL(d time.Duration) MemoryOption {
-	return func(m *Memory) { m.replayTTL = int64(max((d+time.Millisecond-1)/time.Millisecond, 1)) * 1000 }
+	})
 }
 
 // NewMemory returns an empty in-process store.
 func NewMemory(opts ...MemoryOption) *Memory {
 	m := &Memory{
-		clock:      time.Now,
-		maxKeys:    DefaultMaxKeys,
-		maxReplays: DefaultMaxReplays,
-		replayTTL:  DefaultReplayTTL.Microseconds(),
-		seed:       maphash.MakeSeed(),
+		clock:   time.Now,
+		maxKeys: DefaultMaxKeys,
+		replays: defaultReplays(),
+		seed:    maphash.MakeSeed(),
 	}
 	for _, o := range opts {
-		o(m)
+		o.applyMemory(m)
 	}
+	m.replayTTL = m.replays.ttlMs() * 1000
 	// Small stores get one shard, so that the bound evicts the entry
 	// closest to expiry store-wide; large ones spread over 64.
 	n := min(max(m.maxKeys/minShardKeys, 1), maxShards)
@@ -169,11 +149,11 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 // writes of an admission. sh is locked.
 func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, decide algo.Func, p algo.Params, now int64) tollgate.Decision {
 	var markerKey entryKey
-	useMarker := m.maxReplays > 0 && requestID != ""
+	useMarker := m.replays.max > 0 && requestID != ""
 	if useMarker {
 		markerKey = stateKey
 		markerKey.requestID = requestID
-		if e := sh.live(markerKey, now); e != nil && e.replays < m.maxReplays {
+		if e := sh.live(markerKey, now); e != nil && e.replays < m.replays.max {
 			e.replays++
 			peek := p
 			peek.Cost = 0

@@ -49,7 +49,7 @@ func TestMemoryConformance(t *testing.T) {
 func TestMemoryConformanceOtherReplays(t *testing.T) {
 	clock := newFakeClock()
 	storetest.Run(t, storetest.Harness{
-		Store:      store.NewMemory(store.WithClock(clock.Now), store.WithMemoryMaxReplays(1)),
+		Store:      store.NewMemory(store.WithClock(clock.Now), store.WithMaxReplays(1)),
 		Advance:    clock.Advance,
 		MaxReplays: 1,
 	})
@@ -136,7 +136,7 @@ func TestMemoryIdleExpiry(t *testing.T) {
 
 func TestMemoryReplayTTL(t *testing.T) {
 	clock := newFakeClock()
-	m := store.NewMemory(store.WithClock(clock.Now), store.WithMemoryReplayTTL(time.Second))
+	m := store.NewMemory(store.WithClock(clock.Now), store.WithReplayTTL(time.Second))
 	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "r1"}
 	if d := allow(t, m, req); !d.Allowed || d.Replayed || d.Remaining != 9 {
 		t.Fatalf("first: %+v", d)
@@ -152,7 +152,7 @@ func TestMemoryReplayTTL(t *testing.T) {
 }
 
 func TestMemoryReplaysOff(t *testing.T) {
-	m := store.NewMemory(store.WithMemoryMaxReplays(0))
+	m := store.NewMemory(store.WithMaxReplays(0))
 	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "r1"}
 	for i := range 3 {
 		if d := allow(t, m, req); d.Replayed || d.Remaining != int64(8-i)+1 {

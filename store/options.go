@@ -16,3 +16,59 @@ const (
 	// backoff and short enough that reused ids cannot pile up quota.
 	DefaultReplayTTL = 2 * time.Minute
 )
+
+// RedisOption configures a Redis store (NewRedis).
+type RedisOption interface{ applyRedis(*Redis) }
+
+// MemoryOption configures a Memory store (NewMemory).
+type MemoryOption interface{ applyMemory(*Memory) }
+
+// Option configures either store: it is both a RedisOption and a
+// MemoryOption, so that a Memory store standing in for Redis (in tests, or as
+// a fail-local cap) can be given the same settings and give the same answers.
+type Option interface {
+	RedisOption
+	MemoryOption
+}
+
+type redisOption func(*Redis)
+
+func (o redisOption) applyRedis(r *Redis) { o(r) }
+
+type memoryOption func(*Memory)
+
+func (o memoryOption) applyMemory(m *Memory) { o(m) }
+
+// replays is the request-id configuration both stores share.
+type replays struct {
+	max int64         // replays per admitted id; 0 turns request ids off
+	ttl time.Duration // how long an admitted id keeps replaying
+}
+
+func defaultReplays() replays { return replays{max: DefaultMaxReplays, ttl: DefaultReplayTTL} }
+
+// ttlMs is the replay TTL as both stores apply it: whole milliseconds,
+// rounded up, at least one.
+func (p replays) ttlMs() int64 { return max(int64((p.ttl+time.Millisecond-1)/time.Millisecond), 1) }
+
+type replayOption func(*replays)
+
+func (o replayOption) applyRedis(r *Redis)   { o(&r.replays) }
+func (o replayOption) applyMemory(m *Memory) { o(&m.replays) }
+
+// WithMaxReplays sets how many times a request admitted with a RequestID is
+// replayed (allowed again without a debit) for later requests carrying the
+// same id (default DefaultMaxReplays). One admission thus buys at most 1+n
+// calls with that id within the replay TTL. 0 turns request ids off: each
+// request is judged and debited on its own. Negative values count as 0.
+func WithMaxReplays(n int) Option {
+	return replayOption(func(p *replays) { p.max = int64(max(n, 0)) })
+}
+
+// WithReplayTTL sets how long after an admission its RequestID keeps
+// replaying (default DefaultReplayTTL). It is used in whole milliseconds,
+// rounded up, and at least 1ms. It should cover the caller's whole retry
+// window: a retry arriving later is judged, and debited, afresh.
+func WithReplayTTL(d time.Duration) Option {
+	return replayOption(func(p *replays) { p.ttl = d })
+}

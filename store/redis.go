@@ -52,10 +52,9 @@ const retryGuardMargin = time.Second
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
-	client     redis.UniversalClient
-	prefix     string
-	maxReplays int64
-	replayTTL  time.Duration
+	client  redis.UniversalClient
+	prefix  string
+	replays replays
 	// guard is nil to follow the client's retry settings, or forces the
 	// retry guard on or off.
 	guard    *bool
@@ -77,9 +76,6 @@ type Redis struct {
 	deny *denyCache
 }
 
-// RedisOption configures a Redis store.
-type RedisOption func(*Redis)
-
 // WithPrefix sets the string every key starts with (default DefaultPrefix),
 // to share one Redis between applications or environments. The prefix must
 // not contain "{" or "}": the hash tag that keeps a decision's keys on one
@@ -89,24 +85,7 @@ func WithPrefix(prefix string) RedisOption {
 	if strings.ContainsAny(prefix, "{}") {
 		panic(fmt.Sprintf("tollgate: store.WithPrefix(%q): the prefix must not contain braces, which would move the Cluster hash tag", prefix))
 	}
-	return func(r *Redis) { r.prefix = prefix }
-}
-
-// WithMaxReplays sets how many times a request admitted with a RequestID is
-// replayed (allowed again without a debit) for later requests carrying the
-// same id (default DefaultMaxReplays). One admission thus buys at most
-// 1+n calls with that id within the replay TTL. 0 turns request ids off: each
-// request is judged and debited on its own. Negative values count as 0.
-func WithMaxReplays(n int) RedisOption {
-	return func(r *Redis) { r.maxReplays = int64(max(n, 0)) }
-}
-
-// WithReplayTTL sets how long after an admission its RequestID keeps
-// replaying (default DefaultReplayTTL); it is used at millisecond precision
-// and values below 1ms count as 1ms. It should cover the caller's whole
-// retry window: a retry arriving later is judged, and debited, afresh.
-func WithReplayTTL(d time.Duration) RedisOption {
-	return func(r *Redis) { r.replayTTL = d }
+	return redisOption(func(r *Redis) { r.prefix = prefix })
 }
 
 // WithRetryGuard forces the retry guard on or off. By default it is on when
@@ -125,7 +104,7 @@ func WithReplayTTL(d time.Duration) RedisOption {
 // (MaxRetries: -1, and MaxRedirects: -1 for a ClusterClient) needs no guard
 // and saves the write.
 func WithRetryGuard(on bool) RedisOption {
-	return func(r *Redis) { r.guard = &on }
+	return redisOption(func(r *Redis) { r.guard = &on })
 }
 
 // WithRetryGuardTTL sets how long a decision nonce lives, instead of the
@@ -134,7 +113,7 @@ func WithRetryGuard(on bool) RedisOption {
 // script's first run to its last re-sent copy. It does not turn the guard
 // on; see WithRetryGuard.
 func WithRetryGuardTTL(d time.Duration) RedisOption {
-	return func(r *Redis) { r.guardTTL = d }
+	return redisOption(func(r *Redis) { r.guardTTL = d })
 }
 
 // NewRedis returns a store deciding on c with the given options. c is used as
@@ -144,17 +123,16 @@ func WithRetryGuardTTL(d time.Duration) RedisOption {
 // options turn them off.
 func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{
-		client:     c,
-		prefix:     DefaultPrefix,
-		maxReplays: DefaultMaxReplays,
-		replayTTL:  DefaultReplayTTL,
-		batch:      &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
-		deny:       newDenyCache(DefaultDenyCacheSize),
+		client:  c,
+		prefix:  DefaultPrefix,
+		replays: defaultReplays(),
+		batch:   &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
+		deny:    newDenyCache(DefaultDenyCacheSize),
 	}
 	for _, o := range opts {
-		o(r)
+		o.applyRedis(r)
 	}
-	r.replayTTLms = max(durationMs(r.replayTTL), 1)
+	r.replayTTLms = r.replays.ttlMs()
 	retries, span, deadlineBounds := retrySpan(c)
 	on := retries
 	if r.guard != nil {
@@ -259,8 +237,8 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	l := req.Limit
 	var maxReplays int64
 	requestID := ""
-	if req.RequestID != "" && r.maxReplays > 0 {
-		maxReplays, requestID = r.maxReplays, req.RequestID
+	if req.RequestID != "" && r.replays.max > 0 {
+		maxReplays, requestID = r.replays.max, req.RequestID
 	}
 	var dk denyKey
 	var sent int64
