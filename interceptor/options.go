@@ -65,10 +65,10 @@ func WithRequestIDHeader(header string) Option {
 // The store call gets its own deadline derived from the call's context, so
 // it never outlives the call; past it the rule's FailMode applies.
 //
-// The store must honour its context's deadline. For store.Redis that means
-// a go-redis client created with ContextTimeoutEnabled: true; without it
-// go-redis ignores context deadlines on the socket and a hung Redis holds
-// each call for the client's ReadTimeout (seconds) instead.
+// The store must honour its context's deadline. store.Redis does, whatever
+// its go-redis client's settings; ContextTimeoutEnabled: true on the client
+// is still recommended, so that a hung connection is also released at the
+// deadline rather than after the client's ReadTimeout.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) { c.storeTimeout = d }
 }

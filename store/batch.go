@@ -247,18 +247,34 @@ func (b *batcher) takeLocked() []*call {
 func (r *Redis) send(ctx context.Context, c *call) error {
 	b := r.batch
 	if b == nil {
-		r.runOne(ctx, c)
-		return nil
+		if r.deadlineSafe {
+			r.runOne(ctx, c)
+			return nil
+		}
+		go func() {
+			r.runOne(ctx, c)
+			c.done <- struct{}{}
+		}()
+		return r.await(ctx, c)
 	}
 	b.mu.Lock()
 	if b.running == 0 {
 		// Nothing in flight: go now, alone, under the caller's own context,
-		// exactly as without batching.
+		// exactly as without batching. A client that ignores deadlines
+		// runs it in a goroutine, so that the caller can leave on time.
 		b.running++
 		b.mu.Unlock()
-		r.runOne(ctx, c)
-		r.roundTripDone()
-		return nil
+		if r.deadlineSafe {
+			r.runOne(ctx, c)
+			r.roundTripDone()
+			return nil
+		}
+		go func() {
+			r.runOne(ctx, c)
+			c.done <- struct{}{}
+			r.roundTripDone()
+		}()
+		return r.await(ctx, c)
 	}
 	// Wait for the round trip in flight to end and take everyone waiting
 	// then: one deep pipeline costs Redis and this process far fewer
@@ -293,6 +309,22 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// await waits for c, which a goroutine of its own is running, until it is
+// answered (nil) or ctx ends (ctx's error; c is abandoned to its runner).
+func (r *Redis) await(ctx context.Context, c *call) error {
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+	}
+	select {
+	case <-c.done: // answered while the caller was leaving
+		return nil
+	default:
+		return ctx.Err()
+	}
 }
 
 // roundTripDone ends a lone call's round trip: the slot goes to the calls

@@ -66,6 +66,12 @@ type Redis struct {
 	// a nonce need not outlive the context's deadline by more than
 	// retryGuardMargin.
 	deadlineBounds bool
+	// deadlineSafe reports that the client gives up a command when its
+	// context ends (go-redis's ContextTimeoutEnabled). When it does not, a
+	// decision that goes to Redis alone runs in a goroutine of its own and
+	// the caller leaves at its deadline, so a hung Redis never holds a call
+	// for the client's ReadTimeout (3s by default) times its retries.
+	deadlineSafe bool
 	// replayTTLms is ARGV[6], the replay TTL in milliseconds.
 	replayTTLms int64
 	// batch shares round trips between concurrent decisions; nil when
@@ -133,6 +139,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 		o.applyRedis(r)
 	}
 	r.replayTTLms = r.replays.ttlMs()
+	r.deadlineSafe = honoursDeadlines(c)
 	retries, span, deadlineBounds := retrySpan(c)
 	on := retries
 	if r.guard != nil {
@@ -162,6 +169,22 @@ func (r *Redis) RetryGuard() (on bool, ttl time.Duration) {
 // durationMs rounds d up to whole milliseconds.
 func durationMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// honoursDeadlines reports whether c ends a command's socket I/O when the
+// command's context ends. go-redis does so only with ContextTimeoutEnabled;
+// otherwise it waits for ReadTimeout whatever the context says. A client of
+// unknown type counts as not honouring them.
+func honoursDeadlines(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // retrySpan reports whether c may send one command more than once, for how
