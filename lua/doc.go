@@ -5,8 +5,8 @@
 // Every script has the same calling convention, so that the store can build
 // one argument list for any algorithm:
 //
-//	KEYS[1]  state key       {tag}:<alg>      (sliding window: slot 0)
-//	KEYS[2]  second state    {tag}:<alg>:1    (sliding window: slot 1; other algorithms ignore it)
+//	KEYS[1]  state key       {tag}:<alg>      (a string of decimal integers)
+//	KEYS[2]  unused          {tag}:<alg>:1    (kept so that argument lists stay alike)
 //	KEYS[3]  request-id key  {tag}:r:<hash>   (used only when ARGV[5] > 0)
 //	KEYS[4]  decision nonce  {tag}:n:<nonce>  (used only when ARGV[7] > 0)
 //
@@ -30,8 +30,15 @@
 // its earlier admission or replay answers that reply again, so a re-sent
 // copy neither debits nor uses up a replay.
 //
-// Each script is prelude.lua (arguments, clock, helpers), the algorithm's own
-// file (its state and its decide function) and main.lua (nonce, request id,
-// then decide), joined, so the request-id and nonce handling is written once.
-// Package internal/algo mirrors each decide function in Go, bit for bit.
+// Each script is prelude.lua (arguments, clock, one read of every key,
+// nonce and request-id checks), the algorithm's own file (its state and its
+// decision, an inline block judging cost c) and main.lua (the writes and the
+// reply), joined, so the request-id and nonce handling is written once.
+// Package internal/algo mirrors each algorithm in Go, bit for bit.
+//
+// What Redis spends on a script is mostly per redis.call and per key
+// created, so a decision makes as few calls as it can: TIME, one GET (MGET
+// with a request id or a nonce), and on admission one SET ... PX per key it
+// writes. State is a short string ("<int> <int>"), not a hash, so that one
+// command writes it with its TTL.
 package lua

@@ -1,6 +1,6 @@
 -- GCRA, with the meaning of rate, period and burst of
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
--- unit, up to capacity units at once. KEYS[1] is a hash holding the
+-- unit, up to capacity units at once. KEYS[1] is the string "t f" holding the
 -- theoretical arrival time (TAT) exactly: t = whole microseconds, f = the
 -- fraction of a microsecond in units of 1/rate (0 <= f < rate). An absent key
 -- is an idle identity (TAT in the past).
@@ -18,32 +18,26 @@
 -- whole interval has passed. And when it denies, redis_rate reports
 -- remaining 0, while this reports the units still available (nonzero when a
 -- cost above one was denied), as every tollgate algorithm does.
---
--- decide(c): see token_bucket.lua.
-local function decide(c)
-  local s = redis.call('HMGET', KEYS[1], 't', 'f')
+do
   local full = capacity * period
   local ahead, frac = 0, 0 -- TAT - now: whole us, and 1/rate us
-  if s[1] then
-    ahead, frac = tonumber(s[1]) - now, math.min(tonumber(s[2]), rate - 1)
+  if state then
+    local t, f = match(state, '^(%d+) (%d+)$')
+    ahead, frac = tonumber(t) - now, min(tonumber(f), rate - 1)
     if ahead < 0 then ahead, frac = 0, 0 end
   end
   local over, most = 0, floor(full / rate)
   if ahead > most then over, ahead = ahead - most, most end
   local backlog = ahead * rate + frac -- at most full + rate - 1
 
-  local allowed, retry = 0, 0
   if over == 0 and backlog <= (capacity - c) * period then
     allowed, backlog = 1, backlog + c * period
   else
     retry = over + ceil((backlog - (capacity - c) * period) / rate)
   end
-  local reset = over + ceil(backlog / rate)
+  reset = over + ceil(backlog / rate)
   if allowed == 1 and c > 0 then
-    redis.call('HSET', KEYS[1], 't', int(now + floor(backlog / rate)), 'f', int(backlog % rate))
-    redis.call('PEXPIRE', KEYS[1], ttl_ms(reset)) -- absent means idle
+    new_state, keep = format('%d %d', now + floor(backlog / rate), backlog % rate), reset
   end
-  local remaining = 0
   if over == 0 and backlog < full then remaining = floor((full - backlog) / period) end
-  return allowed, remaining, retry, reset
 end

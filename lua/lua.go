@@ -8,9 +8,10 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Each script is prelude.lua (arguments, clock, helpers), one algorithm file
-// (which defines decide) and main.lua (decision nonce, request-id replay,
-// then decide): the replay and nonce handling is written once for all four.
+// Each script is prelude.lua (arguments, clock, the read, decision nonce and
+// request-id replay), one algorithm file (an inline block deciding cost c)
+// and main.lua (the writes and the reply): the replay and nonce handling is
+// written once for all four.
 var (
 	//go:embed prelude.lua
 	prelude string

@@ -5,6 +5,11 @@
 -- Limit.Validate), and for integers a >= 0, b > 0 below 2^53 the quotient
 -- a / b is correctly rounded, so floor(a / b) and ceil(a / b) are the exact
 -- integer quotients: the Go mirror uses integer division and agrees bit for bit.
+--
+-- Each redis.call costs Redis more than the arithmetic of a whole decision, so
+-- a decision makes as few as it can: TIME, one read of everything it may need,
+-- and on admission one SET ... PX per key it writes (state as a short string,
+-- not a hash, so that one command writes it and sets its TTL).
 local rate = tonumber(ARGV[1])        -- events per period
 local period = tonumber(ARGV[2])      -- microseconds
 local capacity = tonumber(ARGV[3])    -- burst (token bucket, GCRA) or rate (windows)
@@ -13,22 +18,51 @@ local max_replays = tonumber(ARGV[5]) -- 0: no request id
 local replay_ttl = tonumber(ARGV[6])  -- ms
 local nonce_ttl = tonumber(ARGV[7])   -- ms; 0: no nonce
 
-local floor, ceil = math.floor, math.ceil
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local format, match, call = string.format, string.match, redis.call
 
 -- The server's clock in microseconds; never the caller's.
-local time = redis.call('TIME')
+local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- int formats an integer for writing, so stored state is a plain decimal
--- integer whatever number formatting the Redis version applies to doubles.
-local function int(x)
-  return string.format('%d', x)
+-- state is KEYS[1] (a string, or false when absent), used the request id's
+-- replay count (KEYS[3]) and saved the decision nonce's stored reply
+-- (KEYS[4]). All three keys share one hash tag, so one MGET reads them, and a
+-- plain GET when only the state matters. A key of another type (state left
+-- by an older layout) reads as absent and is overwritten on the next
+-- admission: MGET answers false for it, and the GET's error is caught.
+local state, used, saved
+if nonce_ttl > 0 or max_replays > 0 then
+  local got = call('MGET', KEYS[1], KEYS[3], KEYS[4])
+  state, used, saved = got[1], got[2], got[3]
+else
+  state = redis.pcall('GET', KEYS[1])
+  if type(state) ~= 'string' then state = false end
 end
 
--- ttl_ms is the PEXPIRE for state that stops mattering us microseconds from
--- now. PEXPIRE counts from the server's millisecond clock, which may lag the
--- TIME reading by up to a millisecond, hence the extra one: a key never
--- vanishes while its state still matters, and outlives it by at most 2ms.
-local function ttl_ms(us)
-  return ceil(us / 1000) + 1
+-- A decision re-sent after a lost reply (a client retry after a read timeout)
+-- finds the nonce its first run stored and answers the same, debiting nothing
+-- and using up no replay. Only admissions and replays are stored ("remaining
+-- reset replayed"): a denial changed nothing, so judging it again is harmless.
+if nonce_ttl > 0 and saved then
+  local remaining, reset, replayed = match(saved, '^(%d+) (%d+) ?(%d*)$')
+  return {1, tonumber(remaining), 0, tonumber(reset), tonumber(replayed) or 0}
 end
+
+-- A request id admitted before replays without a debit, max_replays times;
+-- then it is judged afresh. So one admission buys at most 1 + max_replays
+-- calls carrying that id within replay_ttl. A replay is judged at cost 0,
+-- which only reads: it reports the identity's current remaining and reset.
+local replay = max_replays > 0 and used and tonumber(used) < max_replays
+local c = cost
+if replay then c = 0 end
+
+-- The algorithm's block judges cost c at now from state and sets the reply's
+-- allowed, remaining, retry and reset (us); when it admits c > 0 it also sets
+-- the new state, formatted with %d so that it is plain decimal integers
+-- whatever number formatting the Redis version applies to doubles (Lua's
+-- tostring turns a timestamp of 1.8e15 into exponent form), and keep, the
+-- microseconds from now that the state matters. The block is inline code, not
+-- a function, so that a decision creates no closure.
+local allowed, remaining, retry, reset = 0, 0, 0, 0
+local new_state, keep

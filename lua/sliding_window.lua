@@ -1,31 +1,38 @@
 -- Sliding window. Windows are period-long, aligned to the server clock
--- (window number w = floor(now / period)). KEYS[1] holds even windows and
--- KEYS[2] odd ones, each a hash: w = window number, c = count admitted in it.
--- A slot whose w is not the current or previous window counts as empty, so a
--- late expiry never leaks a count into a later window.
+-- (window number w = floor(now / period)). KEYS[1] is the string "w c p":
+-- w = the window of the last admission, c = the count admitted in it, p =
+-- the count admitted in window w - 1. So one key holds both windows the
+-- estimate needs: in window w they are c and p, in window w + 1 they are 0
+-- and c, and later both are 0 (a late expiry never leaks a count into a
+-- later window). KEYS[2] is not used.
 --
 -- The count over the last period is estimated as
 --   previous * (period - elapsed) / period + current
 -- and kept scaled by period, as the integer
 --   used = previous * (period - elapsed) + current * period.
 -- A request of cost c is admitted iff used + c * period <= rate * period.
---
--- decide(c): see token_bucket.lua.
-local function decide(c)
+do
   local w = floor(now / period)
   local elapsed = now - w * period
-  local cur_key, prev_key = KEYS[1 + w % 2], KEYS[2 - w % 2]
-  local cur = redis.call('HMGET', cur_key, 'w', 'c')
-  local prev = redis.call('HMGET', prev_key, 'w', 'c')
+  local cur_n, prev_n = 0, 0 -- as stored, which may exceed rate
+  if state then
+    local sw, sc, sp = match(state, '^(%d+) (%d+) (%d+)$')
+    sw = tonumber(sw)
+    if sw == w then
+      cur_n, prev_n = tonumber(sc), tonumber(sp)
+    elseif sw == w - 1 then
+      prev_n = tonumber(sc)
+    end
+  end
+  local prev_stored = prev_n
   -- Counts above rate only exist after the limit was lowered; capping them
-  -- keeps every product below 2^53.
-  local cur_n, prev_n = 0, 0
-  if tonumber(cur[1]) == w then cur_n = math.min(tonumber(cur[2]), rate) end
-  if tonumber(prev[1]) == w - 1 then prev_n = math.min(tonumber(prev[2]), rate) end
+  -- keeps every product below 2^53. The previous count is written back as
+  -- stored, so that a limit raised again later sees it whole.
+  cur_n, prev_n = min(cur_n, rate), min(prev_n, rate)
   local used = prev_n * (period - elapsed) + cur_n * period
 
-  local allowed, retry = 0, 0
   if used <= (rate - c) * period then
+    -- Admitted: cur_n <= rate - c, so the current count was not capped.
     allowed, cur_n, used = 1, cur_n + c, used + c * period
   elseif cur_n <= rate - c then
     -- Fits later in this window, as the previous window's weight decays
@@ -37,17 +44,14 @@ local function decide(c)
     retry = period - elapsed + ceil((cur_n - (rate - c)) * period / cur_n)
   end
 
-  local reset = 0
   if cur_n > 0 then
     reset = 2 * period - elapsed
   elseif prev_n > 0 then
     reset = period - elapsed
   end
   if allowed == 1 and c > 0 then
-    redis.call('HSET', cur_key, 'w', int(w), 'c', int(cur_n))
-    redis.call('PEXPIRE', cur_key, ttl_ms(reset)) -- matters until the next window ends
+    -- Matters until the next window ends, where this window is the previous one.
+    new_state, keep = format('%d %d %d', w, cur_n, prev_stored), reset
   end
-  local remaining = 0
   if used < rate * period then remaining = floor((rate * period - used) / period) end
-  return allowed, remaining, retry, reset
 end

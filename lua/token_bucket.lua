@@ -1,5 +1,6 @@
--- Token bucket. KEYS[1] is a hash: n = whole tokens, t = the microsecond up
--- to which refill has been credited. An absent key is a full bucket.
+-- Token bucket. KEYS[1] is the string "n t": n = whole tokens, t = the
+-- microsecond up to which refill has been credited. An absent key is a full
+-- bucket.
 --
 -- Refill credits whole tokens only and moves t forward by the time those
 -- tokens took (rounded up to the microsecond), not to now: the fraction of a
@@ -7,14 +8,12 @@
 -- Durations are computed from the state as it is stored after the call, so
 -- that a later call, which starts from that same state, agrees with them to
 -- the microsecond.
---
--- decide(c) judges cost c at now and, when admitted with c > 0, writes the
--- debit. decide(0) only reads: it reports the current remaining and reset.
--- Returns allowed (0|1), remaining, retry_after_us, reset_after_us.
-local function decide(c)
-  local s = redis.call('HMGET', KEYS[1], 'n', 't')
+do
   local tokens, ts = capacity, now -- the stored state
-  if s[1] then tokens, ts = tonumber(s[1]), tonumber(s[2]) end
+  if state then
+    local n, t = match(state, '^(%d+) (%d+)$')
+    tokens, ts = tonumber(n), tonumber(t)
+  end
 
   -- level tokens are available now, credited up to the microsecond credited.
   local level, credited = capacity, now
@@ -26,20 +25,17 @@ local function decide(c)
     level, credited = tokens + earned, ts + ceil(earned * period / rate)
   end
 
-  local allowed, retry = 0, 0
   if c <= level then
     allowed, level = 1, level - c
     if c > 0 then tokens, ts = level, credited end
   else
     retry = ts + ceil((c - tokens) * period / rate) - now
   end
-  local reset = 0
   if level < capacity then
     reset = ts + ceil((capacity - tokens) * period / rate) - now
   end
   if allowed == 1 and c > 0 then
-    redis.call('HSET', KEYS[1], 'n', int(tokens), 't', int(ts))
-    redis.call('PEXPIRE', KEYS[1], ttl_ms(reset)) -- absent means full
+    new_state, keep = format('%d %d', tokens, ts), reset
   end
-  return allowed, level, retry, reset
+  remaining = level
 end

@@ -1,0 +1,89 @@
+package lua_test
+
+import (
+	"context"
+	"regexp"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
+
+// stateLayout is what KEYS[1] holds after an admission: decimal integers
+// only. A microsecond timestamp (~1.8e15) written through Lua's tostring
+// would read "1.8e+15" and lose its last digits.
+var stateLayout = map[tollgate.Algorithm]*regexp.Regexp{
+	tollgate.TokenBucket:   regexp.MustCompile(`^\d+ \d{16}$`),
+	tollgate.GCRA:          regexp.MustCompile(`^\d{16} \d+$`),
+	tollgate.SlidingWindow: regexp.MustCompile(`^\d+ \d+ \d+$`),
+	tollgate.FixedWindow:   regexp.MustCompile(`^\d+ \d+$`),
+}
+
+// TestStateIsOneStringWithTTL runs each script with the retry guard and
+// request ids off and on, over state left by an older layout (a hash at
+// KEYS[1]), and checks the contract the store and the Go mirror rely on: the
+// old state counts as absent (a full bucket), the reply is the five
+// integers, and the one key written for the state is a string of decimal
+// integers with a TTL no longer than the state matters.
+func TestStateIsOneStringWithTTL(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	for _, alg := range algorithms {
+		for _, mode := range []struct {
+			name                string
+			maxReplays, nonceMs int64
+		}{{"plain", 0, 0}, {"request id", 4, 0}, {"nonce", 0, 1000}, {"request id and nonce", 4, 1000}} {
+			t.Run(alg.String()+"/"+mode.name, func(t *testing.T) {
+				base := prefix + "{" + alg.String() + mode.name + "}:x"
+				keys := []string{base, base + ":1", base + ":r:id", base + ":n:nonce"}
+				if err := c.HSet(ctx, keys[0], "n", 0, "t", 1, "w", 0, "c", 1<<40).Err(); err != nil {
+					t.Fatal(err)
+				}
+				// 10 per second, capacity 10, cost 3.
+				argv := []any{10, 1_000_000, 10, 3, mode.maxReplays, 60_000, mode.nonceMs}
+				reply, err := lua.ForAlgorithm(alg).Run(ctx, c, keys, argv...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(reply) != 5 || reply[0] != 1 || reply[1] != 7 || reply[2] != 0 || reply[4] != 0 {
+					t.Fatalf("reply %v over an old-layout key, want {1 7 0 reset 0}: the old state must read as absent", reply)
+				}
+				state, err := c.Get(ctx, keys[0]).Result()
+				if err != nil {
+					t.Fatalf("state key after an admission: %v", err)
+				}
+				if !stateLayout[alg].MatchString(state) {
+					t.Fatalf("state %q does not match %v", state, stateLayout[alg])
+				}
+				ttl, err := c.PTTL(ctx, keys[0]).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The state matters at most a period and a window more
+				// (sliding window), plus the 2ms margin.
+				if ttl <= 0 || ttl.Milliseconds() > 2_002 {
+					t.Fatalf("state TTL %v, want in (0, 2002ms]", ttl)
+				}
+				if n, err := c.Exists(ctx, keys[1]).Result(); err != nil || n != 0 {
+					t.Fatalf("KEYS[2] exists (%d, %v): no script writes it", n, err)
+				}
+				for i, want := range []bool{mode.maxReplays > 0, mode.nonceMs > 0} {
+					k := keys[2+i]
+					ttl, err := c.PTTL(ctx, k).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := ttl > 0; got != want {
+						t.Fatalf("%s: PTTL %v, want written with a TTL: %v", k, ttl, want)
+					}
+				}
+			})
+		}
+	}
+}
