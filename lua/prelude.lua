@@ -27,14 +27,21 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
 -- state is KEYS[1] (a string, or false when absent), used the request id's
 -- replay count (KEYS[3]) and saved the decision nonce's stored reply
--- (KEYS[4]). All three keys share one hash tag, so one MGET reads them, and a
+-- (KEYS[4]). The keys share one hash tag, so one MGET reads those in use (a
+-- lookup of an unused key costs a cache miss in a large keyspace), and a
 -- plain GET when only the state matters. A key of another type (state left
 -- by an older layout) reads as absent and is overwritten on the next
 -- admission: MGET answers false for it, and the GET's error is caught.
 local state, used, saved
-if nonce_ttl > 0 or max_replays > 0 then
+if nonce_ttl > 0 and max_replays > 0 then
   local got = call('MGET', KEYS[1], KEYS[3], KEYS[4])
   state, used, saved = got[1], got[2], got[3]
+elseif nonce_ttl > 0 then
+  local got = call('MGET', KEYS[1], KEYS[4])
+  state, saved = got[1], got[2]
+elseif max_replays > 0 then
+  local got = call('MGET', KEYS[1], KEYS[3])
+  state, used = got[1], got[2]
 else
   state = redis.pcall('GET', KEYS[1])
   if type(state) ~= 'string' then state = false end
