@@ -35,8 +35,10 @@ func ParamsOf(req tollgate.Request) Params {
 	}
 }
 
-// Slot is one hash a script keeps (KEYS[1] or KEYS[2]): two integer fields,
-// or nothing when the key is absent.
+// Slot is one piece of an identity's state: two integers, or nothing when
+// the identity has none. The scripts keep the same integers as one short
+// string per identity (lua/*.lua says how); the sliding window's two slots,
+// the current and the previous window, share that one string.
 //
 //	TokenBucket    A = whole tokens (n), B = refill credited up to, µs (t)
 //	GCRA           A = TAT, whole µs (t), B = TAT's fraction of a µs in 1/Rate units (f)
@@ -48,8 +50,8 @@ type Slot struct {
 	A, B    int64
 }
 
-// State is everything one identity keeps under one algorithm: KEYS[1] and
-// KEYS[2] (only the sliding window uses the second).
+// State is everything one identity keeps under one algorithm (only the
+// sliding window uses the second slot).
 type State [2]Slot
 
 // Result is a decision: the script's reply plus what it wrote.
