@@ -112,23 +112,7 @@ func flushDuringBatchedLoad(t *testing.T, client redis.UniversalClient, nodes []
 	var flushes atomic.Int64
 	var wg sync.WaitGroup
 	for _, n := range nodes {
-		admin := n.Client(t)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(2 * time.Millisecond):
-				}
-				if err := admin.ScriptFlush(ctx).Err(); err != nil {
-					t.Error(err)
-					return
-				}
-				flushes.Add(1)
-			}
-		}()
+		flushScripts(t, n.Client(t), stop, &wg, &flushes)
 	}
 	var decisions, failures atomic.Int64
 	deadline := time.Now().Add(400 * time.Millisecond)
@@ -269,16 +253,8 @@ func waitFor(t *testing.T, cond func() bool) {
 // re-sent copies.
 func TestBatchedRetryGuardDebitsOnce(t *testing.T) {
 	srv := redistest.Start(t) // private: it is put to sleep and its stats read
-	admin := srv.Client(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{
-		Addr:            srv.Addr(),
-		ReadTimeout:     100 * time.Millisecond,
-		MaxRetries:      3,
-		MinRetryBackoff: 10 * time.Millisecond,
-		MaxRetryBackoff: 30 * time.Millisecond,
-	})
-	defer c.Close()
+	c := resendingClient(t, srv)
 	// Idle pipeline connections opened now (go-redis keeps a pool of its
 	// own for pipelines): a re-send on a new connection would wait for its
 	// handshake on the sleeping server and fail instead.
@@ -306,7 +282,7 @@ func TestBatchedRetryGuardDebitsOnce(t *testing.T) {
 	if _, err := st.Allow(ctx, tollgate.Request{Key: "warm-up", Limit: limit}); err != nil {
 		t.Fatal(err)
 	}
-	before, _, _ := commandStats(t, admin, "evalsha")
+	before, _, _ := commandStats(t, srv, "evalsha")
 
 	// Nine decisions as one pipeline, sent while the server sleeps.
 	var batch []*call
@@ -331,7 +307,7 @@ func TestBatchedRetryGuardDebitsOnce(t *testing.T) {
 			t.Errorf("decision %d = %+v, want the first copy's answer: admitted, %d remaining", i, d, capacity-1)
 		}
 	}
-	after, _, _ := commandStats(t, admin, "evalsha")
+	after, _, _ := commandStats(t, srv, "evalsha")
 	copies := after - before
 	if copies < 18 {
 		t.Fatalf("%d script runs for 9 decisions: the client did not re-send the pipeline, the test proves nothing", copies)

@@ -277,7 +277,6 @@ func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 // admitted, as without the cache, while most denials never reached Redis.
 func TestDenyCacheExactQuotaOnRedis(t *testing.T) {
 	srv := redistest.Start(t) // private: its script calls are counted
-	admin := srv.Client(t)
 	prefix := redistest.KeyPrefix(t)
 	var stores []*Redis
 	for range clients {
@@ -287,7 +286,7 @@ func TestDenyCacheExactQuotaOnRedis(t *testing.T) {
 	const calls = 64 * 50
 	var seq atomic.Int64
 	for _, alg := range algorithms {
-		before, _, _ := commandStats(t, admin, "evalsha")
+		before, _, _ := commandStats(t, srv, "evalsha")
 		req := tollgate.Request{Key: "shared", Limit: quotaLimit(alg, quota)}
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
@@ -315,7 +314,7 @@ func TestDenyCacheExactQuotaOnRedis(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		after, _, _ := commandStats(t, admin, "evalsha")
+		after, _, _ := commandStats(t, srv, "evalsha")
 		scripts := after - before
 		t.Logf("%s: %d calls, %d admitted, %d script calls", alg, calls, admitted.Load(), scripts)
 		if admitted.Load() != quota {

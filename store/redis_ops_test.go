@@ -179,20 +179,25 @@ func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {
 	}
 }
 
-// errorCount returns errorstat_<name>'s count from INFO errorstats.
-func errorCount(t *testing.T, c *redis.Client, name string) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "errorstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+name+":count="); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+// flushScripts starts a goroutine, counted in wg, that flushes admin's
+// script cache every 2ms until stop is closed, adding each flush to flushes.
+func flushScripts(t *testing.T, admin *redis.Client, stop <-chan struct{}, wg *sync.WaitGroup, flushes *atomic.Int64) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Error(err)
+				return
+			}
+			flushes.Add(1)
 		}
-	}
-	return 0
+	}()
 }
 
 func TestRedisScriptFlushDuringLoad(t *testing.T) {
@@ -204,22 +209,7 @@ func TestRedisScriptFlushDuringLoad(t *testing.T) {
 	stop := make(chan struct{})
 	var flushes atomic.Int64
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			if err := admin.ScriptFlush(ctx).Err(); err != nil {
-				t.Error(err)
-				return
-			}
-			flushes.Add(1)
-		}
-	}()
+	flushScripts(t, admin, stop, &wg, &flushes)
 	var decisions, failures atomic.Int64
 	deadline := time.Now().Add(300 * time.Millisecond)
 	for g := range 16 {
@@ -242,7 +232,7 @@ func TestRedisScriptFlushDuringLoad(t *testing.T) {
 	time.Sleep(time.Until(deadline))
 	close(stop)
 	wg.Wait()
-	noscript := errorCount(t, admin, "NOSCRIPT")
+	noscript := srv.ErrorCount(t, "NOSCRIPT")
 	t.Logf("%d decisions, %d SCRIPT FLUSH, %d NOSCRIPT answered and recovered, %d errors surfaced",
 		decisions.Load(), flushes.Load(), noscript, failures.Load())
 	if flushes.Load() == 0 || noscript == 0 || decisions.Load() == 0 {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,29 +11,19 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// freeze makes srv sleep for d (DEBUG SLEEP, from a connection of its own)
-// and returns once the server has stopped answering, with a channel that
-// yields the sleep's result when it ends. Every command sent meanwhile waits
-// in the server's socket buffers and runs when it wakes, even when its
-// client has given up and closed the connection.
-func freeze(t *testing.T, srv *redistest.Server, d time.Duration) <-chan error {
-	t.Helper()
-	ctx := context.Background()
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ReadTimeout: d + 10*time.Second})
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, ReadTimeout: 20 * time.Millisecond})
-	defer probe.Close()
-	if err := probe.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer admin.Close()
-		done <- admin.Do(ctx, "DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
-	}()
-	for probe.Ping(ctx).Err() == nil {
-		time.Sleep(2 * time.Millisecond)
-	}
-	return done
+// resendingClient returns a client of srv, closed when the test ends, that
+// gives up reading a reply after 100ms and then re-sends the command up to 3
+// times: a reply delayed past that (srv.Sleep) makes it send copies.
+func resendingClient(t *testing.T, srv *redistest.Server) *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr:            srv.Addr(),
+		ReadTimeout:     100 * time.Millisecond,
+		MaxRetries:      3,
+		MinRetryBackoff: 10 * time.Millisecond,
+		MaxRetryBackoff: 30 * time.Millisecond,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // TestRetryGuardStopsDoubleDebit delays a decision's reply past the client's
@@ -42,19 +31,11 @@ func freeze(t *testing.T, srv *redistest.Server, d time.Duration) <-chan error {
 // in Redis, and counts the debits: with the guard the copies debit once;
 // without it (kept as the demonstration) every copy debits.
 func TestRetryGuardStopsDoubleDebit(t *testing.T) {
-	srv := redistest.Start(t) // private: the server is frozen and its stats read
+	srv := redistest.Start(t) // private: the server is put to sleep and its stats read
 	ctx := context.Background()
-	admin := srv.Client(t)
 	const capacity = 10
 	for _, guard := range []bool{true, false} {
-		c := redis.NewClient(&redis.Options{
-			Addr:            srv.Addr(),
-			ReadTimeout:     100 * time.Millisecond,
-			MaxRetries:      3,
-			MinRetryBackoff: 10 * time.Millisecond,
-			MaxRetryBackoff: 30 * time.Millisecond,
-		})
-		defer c.Close()
+		c := resendingClient(t, srv)
 		// Open idle connections now: a re-send on a new connection would
 		// wait for its handshake on the frozen server and fail instead.
 		var conns []*redis.Conn
@@ -74,9 +55,9 @@ func TestRetryGuardStopsDoubleDebit(t *testing.T) {
 		if _, err := st.Allow(ctx, tollgate.Request{Key: "warm-up", Limit: req.Limit}); err != nil {
 			t.Fatal(err)
 		}
-		before, _, _ := commandStats(t, admin, "evalsha")
+		before, _, _ := commandStats(t, srv, "evalsha")
 
-		woke := freeze(t, srv, 400*time.Millisecond)
+		woke := srv.Sleep(t, 400*time.Millisecond)
 		d, err := st.Allow(ctx, req)
 		if err := <-woke; err != nil {
 			t.Fatalf("DEBUG SLEEP: %v", err)
@@ -84,7 +65,7 @@ func TestRetryGuardStopsDoubleDebit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("guard %v: decision over re-sends: %v", guard, err)
 		}
-		after, _, _ := commandStats(t, admin, "evalsha")
+		after, _, _ := commandStats(t, srv, "evalsha")
 		copies := after - before
 		if copies < 2 {
 			t.Fatalf("guard %v: the script ran %d time(s): the client did not re-send, the test proves nothing", guard, copies)

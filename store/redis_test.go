@@ -123,29 +123,19 @@ func TestRedisErrorsSayWhereAndAreNotInvalidRequest(t *testing.T) {
 }
 
 // commandStats returns calls, failed and rejected calls of one command from
-// INFO commandstats.
-func commandStats(t *testing.T, c *redis.Client, cmd string) (calls, failed, rejected int64) {
+// srv's INFO commandstats.
+func commandStats(t *testing.T, srv *redistest.Server, cmd string) (calls, failed, rejected int64) {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			name, value, _ := strings.Cut(field, "=")
-			n, _ := strconv.ParseInt(value, 10, 64)
-			switch name {
-			case "calls":
-				calls = n
-			case "failed_calls":
-				failed = n
-			case "rejected_calls":
-				rejected = n
-			}
+	for _, field := range strings.Split(srv.Info(t, "commandstats", "cmdstat_"+cmd), ",") {
+		name, value, _ := strings.Cut(field, "=")
+		n, _ := strconv.ParseInt(value, 10, 64)
+		switch name {
+		case "calls":
+			calls = n
+		case "failed_calls":
+			failed = n
+		case "rejected_calls":
+			rejected = n
 		}
 	}
 	return calls, failed, rejected
@@ -163,14 +153,14 @@ func TestRedisFirstCallAfterScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	shaCalls, shaFailed, shaRejected := commandStats(t, c, "evalsha")
-	evalCalls, _, _ := commandStats(t, c, "eval")
+	shaCalls, shaFailed, shaRejected := commandStats(t, srv, "evalsha")
+	evalCalls, _, _ := commandStats(t, srv, "eval")
 	d, err := st.Allow(ctx, req)
 	if err != nil || !d.Allowed || d.Remaining != 8 {
 		t.Fatalf("first decision after SCRIPT FLUSH = %+v, %v; want allowed with 8 remaining", d, err)
 	}
-	shaCalls2, shaFailed2, shaRejected2 := commandStats(t, c, "evalsha")
-	evalCalls2, _, _ := commandStats(t, c, "eval")
+	shaCalls2, shaFailed2, shaRejected2 := commandStats(t, srv, "evalsha")
+	evalCalls2, _, _ := commandStats(t, srv, "eval")
 	// Redis counts an EVALSHA answered NOSCRIPT as a call that failed.
 	if shaCalls2-shaCalls != 1 || (shaFailed2+shaRejected2)-(shaFailed+shaRejected) != 1 {
 		t.Errorf("EVALSHA ran %d times and failed %d times, want 1 and 1 (NOSCRIPT)",
@@ -183,7 +173,7 @@ func TestRedisFirstCallAfterScriptFlush(t *testing.T) {
 	if _, err := st.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if evalCalls3, _, _ := commandStats(t, c, "eval"); evalCalls3 != evalCalls2 {
+	if evalCalls3, _, _ := commandStats(t, srv, "eval"); evalCalls3 != evalCalls2 {
 		t.Errorf("EVAL ran again after the script was loaded")
 	}
 }
