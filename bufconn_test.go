@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,10 +23,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -36,6 +33,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
@@ -82,21 +80,11 @@ func limiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *inter
 // serve runs srv behind l over bufconn and returns a client connection
 // dialled with dialOpts; everything stops when the test ends.
 func serve(t *testing.T, l *interceptor.Limiter, srv *echo.Server, serverOpts []grpc.ServerOption, dialOpts ...grpc.DialOption) *echo.Client {
-	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer(append(serverOpts,
+	t.Helper()
+	serverOpts = append(serverOpts,
 		grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(l.StreamServerInterceptor()))...)
-	echo.Register(s, srv)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///bufnet", append(dialOpts,
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close(); s.Stop(); <-done })
-	return echo.NewClient(cc)
+		grpc.ChainStreamInterceptor(l.StreamServerInterceptor()))
+	return echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, srv) }, serverOpts, dialOpts...))
 }
 
 func tenant(name string) context.Context {

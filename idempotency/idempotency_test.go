@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -15,15 +14,14 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/internal/grpctest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -139,27 +137,8 @@ func (f *flaky) reset() {
 // returns a client dialled with opts.
 func serve(t *testing.T, before func(context.Context, string) error, opts ...grpc.DialOption) *echo.Client {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer()
-	echo.Register(s, &echo.Server{Before: before})
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(lis) }()
-	opts = append([]grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	}, opts...)
-	cc, err := grpc.NewClient("passthrough:///bufnet", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cc.Close()
-		s.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return echo.NewClient(cc)
+	register := func(s *grpc.Server) { echo.Register(s, &echo.Server{Before: before}) }
+	return echo.NewClient(grpctest.Serve(t, register, nil, opts...))
 }
 
 // retryPolicy is a service config that makes gRPC retry UNAVAILABLE on

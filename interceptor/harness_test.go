@@ -3,7 +3,6 @@ package interceptor_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
@@ -11,14 +10,13 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -40,26 +38,7 @@ func serve(t *testing.T, l *interceptor.Limiter, opts ...grpc.ServerOption) *ech
 // serveWith runs srv with the given server options over bufconn.
 func serveWith(t *testing.T, srv *echo.Server, opts ...grpc.ServerOption) *echo.Client {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer(opts...)
-	echo.Register(s, srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = s.Serve(lis)
-	}()
-	cc, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cc.Close()
-		s.Stop()
-		<-served
-	})
-	return echo.NewClient(cc)
+	return echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, srv) }, opts))
 }
 
 // tenant returns ctx with the tenant header set.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,13 +11,12 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/internal/grpctest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,25 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // are stopped when the test ends.
 func serve(t *testing.T, srv echo.EchoServer) *echo.Client {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer()
-	echo.Register(s, srv)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(lis) }()
-	cc, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cc.Close()
-		s.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return echo.NewClient(cc)
+	return echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, srv) }, nil))
 }
 
 func TestSay(t *testing.T) {
