@@ -20,7 +20,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -189,16 +188,7 @@ func TestRichDenialSeenByClient(t *testing.T) {
 			t.Fatalf("rate-limit metadata in headers: %v", header)
 		}
 	}
-	var retry *errdetails.RetryInfo
-	var quota *errdetails.QuotaFailure
-	for _, d := range s.Details() {
-		switch d := d.(type) {
-		case *errdetails.RetryInfo:
-			retry = d
-		case *errdetails.QuotaFailure:
-			quota = d
-		}
-	}
+	retry, quota := grpctest.DenialDetails(s)
 	if retry == nil || quota == nil {
 		t.Fatalf("details %v, want RetryInfo and QuotaFailure", s.Details())
 	}
@@ -317,20 +307,6 @@ func TestClientRetryHonoursPushback(t *testing.T) {
 	}
 }
 
-// chat sends n messages on a Chat stream, reading each echo, and returns
-// how many came back and the first error.
-func chat(s grpc.BidiStreamingClient[wrapperspb.StringValue, wrapperspb.StringValue], n int) (int, error) {
-	for i := range n {
-		if err := s.Send(wrapperspb.String(strconv.Itoa(i))); err != nil && !errors.Is(err, io.EOF) {
-			return i, err
-		}
-		if _, err := s.Recv(); err != nil {
-			return i, err
-		}
-	}
-	return n, nil
-}
-
 // Streams pay once at open, and per message under PerMessage: police fails
 // the stream, shape holds messages back until they fit.
 func TestStreamLimits(t *testing.T) {
@@ -371,7 +347,7 @@ func TestStreamLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := chat(chatStream, 5)
+	n, err := grpctest.Chat(chatStream, 5)
 	if n != 3 {
 		t.Fatalf("%d messages echoed, want 3", n)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -33,20 +34,6 @@ func chatRule(perMessage *tollgate.Limit, mode interceptor.StreamMode) intercept
 	}
 }
 
-// chat sends every message and reads its echo; it returns how many came
-// back and the first error.
-func chat(s grpc.BidiStreamingClient[wrapperspb.StringValue, wrapperspb.StringValue], n int) (int, error) {
-	for i := range n {
-		if err := s.Send(wrapperspb.String(strconv.Itoa(i))); err != nil && !errors.Is(err, io.EOF) {
-			return i, err
-		}
-		if _, err := s.Recv(); err != nil {
-			return i, err
-		}
-	}
-	return n, nil
-}
-
 func TestStreamOpenIsLimited(t *testing.T) {
 	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(nil, interceptor.Police))))
 	ctx := tenant(context.Background(), "a")
@@ -56,7 +43,7 @@ func TestStreamOpenIsLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Without PerMessage, messages are free.
-		if n, err := chat(s, 5); err != nil || n != 5 {
+		if n, err := grpctest.Chat(s, 5); err != nil || n != 5 {
 			t.Fatalf("stream %d: %d echoes, %v", i+1, n, err)
 		}
 		if err := s.CloseSend(); err != nil {
@@ -92,7 +79,7 @@ func TestStreamPerMessagePolice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := chat(s, 10)
+	n, err := grpctest.Chat(s, 10)
 	if n != 3 {
 		t.Fatalf("%d messages echoed, want 3", n)
 	}
@@ -108,14 +95,14 @@ func TestStreamPerMessagePolice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chat(s, 1); status.Code(err) != codes.ResourceExhausted {
+	if _, err := grpctest.Chat(s, 1); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("second stream's first message: %v, want ResourceExhausted (3 messages an hour are spent)", err)
 	}
 	s, err = c.Chat(tenant(context.Background(), "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := chat(s, 3); n != 3 || err != nil {
+	if n, err := grpctest.Chat(s, 3); n != 3 || err != nil {
 		t.Fatalf("tenant b: %d echoes, %v; want 3", n, err)
 	}
 }
@@ -180,7 +167,7 @@ func TestStreamShapeBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := chat(s, 2)
+	n, err := grpctest.Chat(s, 2)
 	if n != 1 {
 		t.Fatalf("%d echoes, want 1", n)
 	}
@@ -201,7 +188,7 @@ func TestStreamShapeHonoursCancellation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := chat(s, 1); n != 1 || err != nil {
+	if n, err := grpctest.Chat(s, 1); n != 1 || err != nil {
 		t.Fatalf("first message: %d, %v", n, err)
 	}
 	if err := s.Send(wrapperspb.String("held back")); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -75,16 +76,7 @@ func TestPerTenantQuotaAndRichDenial(t *testing.T) {
 	trailer, header, err := say(a, c, "hi")
 	noRateLimitHeaders(t, header)
 	st := wantCode(t, err, codes.ResourceExhausted, `rate limit "per-tenant" exceeded: retry after `)
-	var retry *errdetails.RetryInfo
-	var quota *errdetails.QuotaFailure
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.RetryInfo:
-			retry = d
-		case *errdetails.QuotaFailure:
-			quota = d
-		}
-	}
+	retry, quota := grpctest.DenialDetails(st)
 	if retry == nil || quota == nil {
 		t.Fatalf("details = %v, want RetryInfo and QuotaFailure", st.Details())
 	}
