@@ -70,24 +70,25 @@ func evalshaCalls(t *testing.T, srv *redistest.Server) int64 {
 }
 
 // TestReliabilityDelayedReplyDebitedOnce delays Redis's reply to a decision
-// (DEBUG SLEEP) past the client's read timeout, so that go-redis re-sends
-// the script while its first copy waits in Redis, and counts what the
-// tenant was debited through the whole chain.
+// (DEBUG SLEEP) and counts what the tenant was debited through the whole
+// chain.
 //
-// Within the store deadline, the re-sent copies find the first copy's
-// decision nonce: one call, one debit. Past the store deadline, the call
-// fails closed (UNAVAILABLE) and gRPC's retry policy sends it again with its
-// request id, several times while Redis still sleeps, each attempt with its
-// own re-sent copies; when Redis wakes, the first copy debits, every later
-// attempt replays it, and the call ends admitted as a replay: one logical
-// call, one debit.
+// Past the client's read timeout, go-redis would re-send a command (3
+// retries here), but never the store's scripts: the call gets its rule's
+// fail policy, and the script, which runs when Redis wakes, debits once.
+// Past the store deadline, the call fails closed (UNAVAILABLE) and gRPC's
+// retry policy sends it again with its request id, several times while
+// Redis still sleeps; when Redis wakes, the first attempt's script debits,
+// every later attempt replays it, and the call ends admitted as a replay:
+// one logical call, one debit.
 func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 	srv := redistest.Start(t) // private: it is put to sleep and its stats read
 	const quota = 10
 
-	t.Run("re-sent within the store deadline", func(t *testing.T) {
+	t.Run("reply lost to the read timeout", func(t *testing.T) {
 		st := store.NewRedis(resendingClient(t, srv, 100*time.Millisecond))
 		r := rule(t, tollgate.PerHour(quota))
+		r.FailMode = interceptor.FailOpen
 		c := serve(t, limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(5*time.Second)), &echo.Server{}, nil)
 		if _, _, err := say(tenant("warm-up"), c); err != nil { // loads the script
 			t.Fatal(err)
@@ -99,27 +100,27 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 			t.Fatalf("DEBUG SLEEP: %v", err)
 		}
 		if err != nil {
-			t.Fatalf("the call whose reply was delayed: %v", err)
+			t.Fatalf("the call whose reply was lost, under FailOpen: %v", err)
 		}
-		copies := evalshaCalls(t, srv) - before
+		runs := evalshaCalls(t, srv) - before
 		next, _, err := say(tenant("a"), c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		remaining, _ := strconv.Atoi(one(t, next, interceptor.TrailerRemaining))
 		debits := quota - 1 - remaining
-		t.Logf("reply delayed 400ms past a 100ms read timeout: the script ran %d times, the call saw remaining %s, the tenant was debited %d",
-			copies, one(t, trailer, interceptor.TrailerRemaining), debits)
-		if copies < 2 {
-			t.Fatalf("the script ran %d time(s): go-redis did not re-send it, the test proves nothing", copies)
+		t.Logf("reply delayed 400ms past a 100ms read timeout with 3 client retries: the script ran %d time(s), the call was admitted by its fail policy (trailers %v), the tenant was debited %d",
+			runs, trailer, debits)
+		if runs != 1 || debits != 1 {
+			t.Fatalf("the script ran %d times and debited %d for one call, want once", runs, debits)
 		}
-		if debits != 1 || one(t, trailer, interceptor.TrailerRemaining) != strconv.Itoa(quota-1) {
-			t.Fatalf("%d debits for one call (trailer %v), want 1", debits, trailer)
+		if len(trailer.Get(interceptor.TrailerRemaining)) != 0 {
+			t.Errorf("a fail-open admission carries rate-limit trailers %v: no store decided", trailer)
 		}
 	})
 
 	t.Run("retried by gRPC past the store deadline", func(t *testing.T) {
-		st := store.NewRedis(resendingClient(t, srv, 50*time.Millisecond))
+		st := store.NewRedis(resendingClient(t, srv, time.Second))
 		r := rule(t, tollgate.PerHour(quota))
 		r.FailMode = interceptor.FailClosed
 		l := limiter(t, st, interceptor.WithRules(r),
@@ -154,7 +155,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 		}
 		remaining, _ := strconv.Atoi(one(t, next, interceptor.TrailerRemaining))
 		debits := quota - 1 - remaining
-		t.Logf("Redis asleep 900ms, store deadline 250ms, read timeout 50ms: %d gRPC attempts, %d script runs, the call ended replayed=%q, the tenant was debited %d",
+		t.Logf("Redis asleep 900ms, store deadline 250ms: %d gRPC attempts, %d script runs, the call ended replayed=%q, the tenant was debited %d",
 			attempts.Load(), copies, trailer.Get(interceptor.TrailerReplayed), debits)
 		if attempts.Load() < 3 {
 			t.Fatalf("%d attempts: the retries did not meet the stall, the test proves nothing", attempts.Load())

@@ -8,9 +8,9 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Each script is prelude.lua (arguments, clock, the read, decision nonce and
+// Each script is prelude.lua (arguments, clock, the read and the
 // request-id replay), one algorithm file (an inline block deciding cost c)
-// and main.lua (the writes and the reply): the replay and nonce handling is
+// and main.lua (the writes and the reply): the replay handling is
 // written once for all four.
 var (
 	//go:embed prelude.lua

@@ -9,24 +9,15 @@ if new_state then
 end
 
 if replay then
-  call('INCR', KEYS[3])
-  -- Else every re-sent copy of this one call would use up a replay, and a
-  -- later attempt of the call would be debited again.
-  if nonce_ttl > 0 then
-    call('SET', KEYS[4], format('%d %d 1', remaining, reset), 'PX', nonce_ttl)
-  end
+  -- INCR keeps the marker's TTL, set when the id was admitted.
+  call('INCR', KEYS[2])
   return {1, remaining, 0, reset, 1}
 end
 
-if allowed == 1 then
-  -- The marker is (re)started only on admission, so a denied id leaves no
-  -- trace. A plain SET is the "SET NX" of an absent marker and the reset of
-  -- an exhausted one: nothing runs between the read above and this write.
-  if max_replays > 0 then
-    call('SET', KEYS[3], 0, 'PX', replay_ttl)
-  end
-  if nonce_ttl > 0 then
-    call('SET', KEYS[4], format('%d %d 0', remaining, reset), 'PX', nonce_ttl)
-  end
+-- The marker is (re)started only on admission, so a denied id leaves no
+-- trace. A plain SET is the "SET NX" of an absent marker and the reset of an
+-- exhausted one: nothing runs between the read above and this write.
+if allowed == 1 and max_replays then
+  call('SET', KEYS[2], 0, 'PX', ARGV[6])
 end
 return {allowed, remaining, retry, reset, 0}

@@ -1,5 +1,6 @@
 -- tollgate prelude: shared by every script, followed by one algorithm file
--- (which defines decide) and main.lua. The calling convention is in doc.go.
+-- (which defines the decision block) and main.lua. The calling convention
+-- is in doc.go.
 --
 -- Lua numbers are IEEE doubles. Every integer below stays under 2^53 (see
 -- Limit.Validate), and for integers a >= 0, b > 0 below 2^53 the quotient
@@ -7,16 +8,16 @@
 -- integer quotients: the Go mirror uses integer division and agrees bit for bit.
 --
 -- Each redis.call costs Redis more than the arithmetic of a whole decision, so
--- a decision makes as few as it can: TIME, one read of everything it may need,
+-- a decision makes as few as it can: TIME, one read of everything it needs,
 -- and on admission one SET ... PX per key it writes (state as a short string,
--- not a hash, so that one command writes it and sets its TTL).
+-- not a hash, so that one command writes it and sets its TTL). Every argument
+-- and key costs a little too, so a call without a request id sends neither
+-- KEYS[2] nor ARGV[5..6].
 local rate = tonumber(ARGV[1])        -- events per period
 local period = tonumber(ARGV[2])      -- microseconds
 local capacity = tonumber(ARGV[3])    -- burst (token bucket, GCRA) or rate (windows)
 local cost = tonumber(ARGV[4])        -- 1 <= cost <= capacity
-local max_replays = tonumber(ARGV[5]) -- 0: no request id
-local replay_ttl = tonumber(ARGV[6])  -- ms
-local nonce_ttl = tonumber(ARGV[7])   -- ms; 0: no nonce
+local max_replays = tonumber(ARGV[5]) -- nil: no request id
 
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
@@ -25,42 +26,25 @@ local format, match, call = string.format, string.match, redis.call
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- state is KEYS[1] (a string, or false when absent), used the request id's
--- replay count (KEYS[3]) and saved the decision nonce's stored reply
--- (KEYS[4]). The keys share one hash tag, so one MGET reads those in use (a
--- lookup of an unused key costs a cache miss in a large keyspace), and a
--- plain GET when only the state matters. A key of another type (state left
--- by an older layout) reads as absent and is overwritten on the next
--- admission: MGET answers false for it, and the GET's error is caught.
-local state, used, saved
-if nonce_ttl > 0 and max_replays > 0 then
-  local got = call('MGET', KEYS[1], KEYS[3], KEYS[4])
-  state, used, saved = got[1], got[2], got[3]
-elseif nonce_ttl > 0 then
-  local got = call('MGET', KEYS[1], KEYS[4])
-  state, saved = got[1], got[2]
-elseif max_replays > 0 then
-  local got = call('MGET', KEYS[1], KEYS[3])
+-- state is KEYS[1] (a string, or false when absent) and used the request
+-- id's replay count (KEYS[2]). The keys share one hash tag, so one MGET
+-- reads both. A key of another type (state left by an older layout) reads
+-- as absent and is overwritten on the next admission: MGET answers false
+-- for it, and the GET's error is caught.
+local state, used
+if max_replays then
+  local got = call('MGET', KEYS[1], KEYS[2])
   state, used = got[1], got[2]
 else
   state = redis.pcall('GET', KEYS[1])
   if type(state) ~= 'string' then state = false end
 end
 
--- A decision re-sent after a lost reply (a client retry after a read timeout)
--- finds the nonce its first run stored and answers the same, debiting nothing
--- and using up no replay. Only admissions and replays are stored ("remaining
--- reset replayed"): a denial changed nothing, so judging it again is harmless.
-if nonce_ttl > 0 and saved then
-  local remaining, reset, replayed = match(saved, '^(%d+) (%d+) ?(%d*)$')
-  return {1, tonumber(remaining), 0, tonumber(reset), tonumber(replayed) or 0}
-end
-
 -- A request id admitted before replays without a debit, max_replays times;
 -- then it is judged afresh. So one admission buys at most 1 + max_replays
--- calls carrying that id within replay_ttl. A replay is judged at cost 0,
--- which only reads: it reports the identity's current remaining and reset.
-local replay = max_replays > 0 and used and tonumber(used) < max_replays
+-- calls carrying that id within the replay TTL. A replay is judged at cost
+-- 0, which only reads: it reports the identity's current remaining and reset.
+local replay = used and tonumber(used) < max_replays
 local c = cost
 if replay then c = 0 end
 

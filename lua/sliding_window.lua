@@ -4,7 +4,7 @@
 -- the count admitted in window w - 1. So one key holds both windows the
 -- estimate needs: in window w they are c and p, in window w + 1 they are 0
 -- and c, and later both are 0 (a late expiry never leaks a count into a
--- later window). KEYS[2] is not used.
+-- later window).
 --
 -- The count over the last period is estimated as
 --   previous * (period - elapsed) / period + current

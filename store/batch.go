@@ -50,7 +50,7 @@ func WithBatching(maxBatch, maxPipelines int) RedisOption {
 var (
 	evalshaArg any                     = "evalsha"
 	evalArg    any                     = "eval"
-	numKeysArg any                     = "4"
+	numKeysArg                         = [...]any{1: "1", 2: "2"}
 	shaArg     [len(algorithmCode)]any // per algorithm
 	sourceArg  [len(algorithmCode)]any
 )
@@ -68,9 +68,12 @@ func init() {
 // allocating) costs nothing beyond the call itself, and the answer.
 type call struct {
 	alg  tollgate.Algorithm
-	keys [4]string
-	argv [7]int64
-	args [3 + 4 + 7]any // EVALSHA sha 4 KEYS... ARGV...
+	keys [2]string
+	argv [6]int64
+	args [3 + 2 + 6]any // EVALSHA sha numkeys KEYS... ARGV...
+	// nargs is how much of args the call uses: without a request id, one
+	// key and four arguments (lua/doc.go).
+	nargs int
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
 
@@ -84,48 +87,60 @@ type call struct {
 // its caller (context done while it was in flight) is left to the garbage
 // collector: its runner may still write to it.
 var calls = sync.Pool{New: func() any {
-	c := &call{done: make(chan struct{}, 1)}
-	c.args[2] = numKeysArg
-	for i := range c.keys {
-		c.args[3+i] = &c.keys[i]
-	}
-	for i := range c.argv {
-		c.args[7+i] = &c.argv[i]
-	}
-	return c
+	return &call{done: make(chan struct{}, 1)}
 }}
 
 // newCall takes a call from the pool and fills it in for req (normalized)
 // under ctx, with requestID and maxReplays as Allow resolved them.
 func (r *Redis) newCall(ctx context.Context, req tollgate.Request, requestID string, maxReplays int64) *call {
-	var nonceTTL int64
-	if r.nonceTTLms > 0 {
-		nonceTTL = r.nonceTTL(ctx)
-	}
 	l := req.Limit
 	c := calls.Get().(*call)
 	c.alg = l.Algorithm
-	fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID, nonceTTL > 0)
-	c.argv = [7]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms, nonceTTL}
+	nkeys := fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID)
+	c.argv = [6]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms}
+	nargv := 4
+	if nkeys == 2 {
+		nargv = 6
+	}
+	c.args[2] = numKeysArg[nkeys]
+	for i := range nkeys {
+		c.args[3+i] = &c.keys[i]
+	}
+	for i := range nargv {
+		c.args[3+nkeys+i] = &c.argv[i]
+	}
+	c.nargs = 3 + nkeys + nargv
 	c.deadline, _ = ctx.Deadline()
 	return c
 }
 
+// scriptCmd is a script call that go-redis must send at most once. go-redis
+// re-sends a command whose reply did not arrive (a read timeout, a
+// connection closed under it: MaxRetries, and a ClusterClient's
+// MaxRedirects), and Redis may have run the first copy, so a re-sent
+// decision could be debited twice. A command whose NoRetry is true is never
+// re-sent once written, alone or in a pipeline, by any go-redis client;
+// redirects (MOVED, ASK), which mean it did not run, are still followed.
+type scriptCmd struct{ *redis.IntSliceCmd }
+
+// NoRetry reports that the command must not be re-sent.
+func (scriptCmd) NoRetry() bool { return true }
+
 // command returns the call as EVALSHA, or as EVAL with the script's source
 // (which also loads it on the node that runs it) when eval is set.
-func (c *call) command(ctx context.Context, eval bool) *redis.IntSliceCmd {
+func (c *call) command(ctx context.Context, eval bool) scriptCmd {
 	if eval {
 		c.args[0], c.args[1] = evalArg, sourceArg[c.alg]
 	} else {
 		c.args[0], c.args[1] = evalshaArg, shaArg[c.alg]
 	}
-	cmd := redis.NewIntSliceCmd(ctx, c.args[:]...)
+	cmd := redis.NewIntSliceCmd(ctx, c.args[:c.nargs]...)
 	cmd.SetFirstKeyPos(3) // KEYS[1]: the Cluster slot, without parsing numkeys
-	return cmd
+	return scriptCmd{cmd}
 }
 
 // finish records cmd's outcome as the call's answer.
-func (c *call) finish(cmd *redis.IntSliceCmd) {
+func (c *call) finish(cmd scriptCmd) {
 	v, err := cmd.Result()
 	if err == nil && len(v) != len(c.reply) {
 		err = errBadReply
@@ -158,19 +173,11 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 //
 // The pipeline outlives any one caller's context: it runs until the latest
 // deadline among its calls, or with none (the client's timeouts bound it)
-// when one of them has none. The retry guard's nonces are sized for that
-// deadline, so no copy of a script that the client re-sends can outlive
-// its nonce.
+// when one of them has none.
 func (r *Redis) runBatch(batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
-	if r.nonceTTLms > 0 {
-		ttl := r.nonceTTL(ctx)
-		for _, c := range batch {
-			c.argv[6] = ttl
-		}
-	}
-	cmds := make([]*redis.IntSliceCmd, len(batch))
+	cmds := make([]scriptCmd, len(batch))
 	pipe := r.client.Pipeline()
 	for i, c := range batch {
 		cmds[i] = c.command(ctx, false)

@@ -21,8 +21,7 @@ import (
 // whose figures are in the README.
 
 // churnTTL is the period of the churn limits, and so about how long an
-// identity's state lives; request-id markers and decision nonces get it
-// too.
+// identity's state lives; request-id markers get it too.
 const churnTTL = 300 * time.Millisecond
 
 // churnRequest returns the i-th request of a churn run: a new identity each
@@ -124,7 +123,7 @@ func usedMemory(t *testing.T, srv *redistest.Server) int64 {
 // ever lacks a TTL and that, once the TTLs pass, Redis holds nothing.
 func churnRedis(t *testing.T, identities int, minDuration time.Duration, callers int) {
 	srv := redistest.Start(t) // private: its whole keyspace is this run's
-	st := NewRedis(srv.Client(t), WithReplayTTL(churnTTL), WithRetryGuard(true), WithRetryGuardTTL(churnTTL))
+	st := NewRedis(srv.Client(t), WithReplayTTL(churnTTL))
 	baseline := usedMemory(t, srv)
 	var peakKeys, peakMemory, noTTL atomic.Int64
 	sample := func() {

@@ -252,7 +252,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	primaryOf := make([]string, len(ids))
 	for i := range ids {
 		ids[i] = fmt.Sprintf("tenant-%d", i)
-		m, err := cc.MasterForKey(ctx, decisionKeys(prefix, failoverLimit.Algorithm, ids[i], "", false)[0])
+		m, err := cc.MasterForKey(ctx, decisionKeys(prefix, failoverLimit.Algorithm, ids[i], "")[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	// sync (REPLCONF ACK, about once a second); wait for that, so that the
 	// lost writes measured are the failover's, not the sync's.
 	vc := victim.Client(t).Conn()
-	synced := decisionKeys(prefix, failoverLimit.Algorithm, ids[0], "", false)[0] + ":synced"
+	synced := decisionKeys(prefix, failoverLimit.Algorithm, ids[0], "")[0] + ":synced"
 	if err := vc.Set(ctx, synced, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

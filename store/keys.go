@@ -3,14 +3,12 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
-	"math/rand/v2"
 	"strings"
 
 	"github.com/tollgate/tollgate"
 )
 
-// Redis key names; the layout is documented on Redis. All four keys of a
+// Redis key names; the layout is documented on Redis. The keys of a
 // decision share one hash tag, hence one Cluster slot, and the algorithm is
 // in every name, so an identity's keys for two algorithms never meet.
 //
@@ -123,33 +121,20 @@ func appendHash(b *strings.Builder, s string) {
 	b.Write(enc[:encodedHashLen])
 }
 
-// appendNonce appends 128 random bits, base64url: unique per decision, so a
-// re-sent script finds the reply its first run stored and no other.
-func appendNonce(b *strings.Builder) {
-	var raw [hashBytes]byte
-	binary.LittleEndian.PutUint64(raw[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(raw[8:], rand.Uint64())
-	var enc [24]byte
-	base64.RawURLEncoding.Encode(enc[:], raw[:])
-	b.Write(enc[:encodedHashLen])
-}
-
-// decisionKeys returns the four KEYS of one decision in lua/doc.go order for
-// identity under prefix. The request-id key carries the hash of requestID
-// and the nonce key a fresh nonce when withNonce; otherwise they are names
-// the script never touches, with the same tag so the call stays on one slot.
-//
-// The keys share one backing string (one allocation for all four): this runs
-// on every decision.
-func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID string, withNonce bool) []string {
-	var keys [4]string
-	fillDecisionKeys(&keys, prefix, alg, identity, requestID, withNonce)
-	return keys[:]
+// decisionKeys returns the KEYS of one decision in lua/doc.go order for
+// identity under prefix: the state key, and the request-id key (the hash of
+// requestID, under the same tag so the call stays on one slot) when
+// requestID is not empty.
+func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID string) []string {
+	var keys [2]string
+	n := fillDecisionKeys(&keys, prefix, alg, identity, requestID)
+	return keys[:n]
 }
 
 // fillDecisionKeys is decisionKeys writing into dst, which the store keeps
-// in the decision's call, so that the names cost one allocation in all.
-func fillDecisionKeys(dst *[4]string, prefix string, alg tollgate.Algorithm, identity, requestID string, withNonce bool) {
+// in the decision's call, and returning how many keys it wrote. The names
+// share one backing string: one allocation for both, on every decision.
+func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, identity, requestID string) int {
 	escapedLen := escapedTagLen(identity)
 	tagLen := escapedLen
 	if tagLen < 0 {
@@ -157,36 +142,25 @@ func fillDecisionKeys(dst *[4]string, prefix string, alg tollgate.Algorithm, ide
 	}
 	code := algorithmCode[alg]
 	baseLen := len(prefix) + 1 + tagLen + 2 + len(code) // prefix{tag}:code
-	idLen, nonceLen := 0, 0
+	n := baseLen
 	if requestID != "" {
-		idLen = encodedHashLen
+		n += baseLen + 3 + encodedHashLen // base ":r:" id
 	}
-	if withNonce {
-		nonceLen = encodedHashLen
-	}
-
-	// Layout: base ":1" | base ":r:" id | base ":n:" nonce. The state key is
-	// the first baseLen bytes, a prefix of the second slot's name.
 	var b strings.Builder
-	b.Grow(3*baseLen + 2 + 3 + idLen + 3 + nonceLen)
+	b.Grow(n)
 	b.WriteString(prefix)
 	b.WriteByte('{')
 	appendTag(&b, identity, escapedLen)
 	b.WriteString("}:")
 	b.WriteString(code)
-	b.WriteString(":1")
-	off3 := b.Len()
+	if requestID == "" {
+		*dst = [2]string{b.String()}
+		return 1
+	}
 	b.WriteString(b.String()[:baseLen])
 	b.WriteString(":r:")
-	if requestID != "" {
-		appendHash(&b, requestID)
-	}
-	off4 := b.Len()
-	b.WriteString(b.String()[:baseLen])
-	b.WriteString(":n:")
-	if withNonce {
-		appendNonce(&b)
-	}
+	appendHash(&b, requestID)
 	all := b.String()
-	*dst = [4]string{all[:baseLen], all[:baseLen+2], all[off3:off4], all[off4:]}
+	*dst = [2]string{all[:baseLen], all[baseLen:]}
+	return 2
 }

@@ -86,20 +86,14 @@ func TestDecisionKeysLayout(t *testing.T) {
 		{strings.Repeat("x", 65), "", tollgate.TokenBucket, "tollgate:{#" + h(strings.Repeat("x", 65)) + "}:tb"},
 		{strings.Repeat("{", 22), "", tollgate.TokenBucket, "tollgate:{#" + h(strings.Repeat("{", 22)) + "}:tb"},
 	} {
-		keys := decisionKeys("tollgate:", tc.alg, tc.identity, tc.id, false)
-		idPart := ""
+		keys := decisionKeys("tollgate:", tc.alg, tc.identity, tc.id)
+		want := []string{tc.base}
 		if tc.id != "" {
-			idPart = h(tc.id)
+			want = append(want, tc.base+":r:"+h(tc.id))
 		}
-		want := []string{tc.base, tc.base + ":1", tc.base + ":r:" + idPart, tc.base + ":n:"}
 		if strings.Join(keys, " ") != strings.Join(want, " ") {
 			t.Errorf("decisionKeys(%q, %q, %s)\n got %q\nwant %q", tc.identity, tc.id, tc.alg, keys, want)
 		}
-	}
-	a := decisionKeys("p:", tollgate.TokenBucket, "k", "", true)[3]
-	b := decisionKeys("p:", tollgate.TokenBucket, "k", "", true)[3]
-	if a == b || len(a) != len("p:{k}:tb:n:")+22 {
-		t.Errorf("two nonce keys %q and %q: want distinct, each with 22 characters of nonce", a, b)
 	}
 }
 
@@ -107,9 +101,9 @@ func TestDecisionKeysAllocations(t *testing.T) {
 	// Request ids of every valid length, including idempotency's 32 hex digits.
 	for _, id := range []string{"", "0123456789abcdef", strings.Repeat("f", 32), strings.Repeat("x", tollgate.MaxRequestIDLen)} {
 		allocs := testing.AllocsPerRun(100, func() {
-			decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", id, true)
+			decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", id)
 		})
-		// One backing string for the four names and the slice of four.
+		// One backing string for the names and the slice of them.
 		if allocs > 2 {
 			t.Errorf("decisionKeys with a %d-byte request id allocates %v times per call, want at most 2", len(id), allocs)
 		}
@@ -122,7 +116,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 	c := redistest.SharedCluster(t).Client(t)
 	ctx := context.Background()
 	for _, identity := range []string{"user42", "", "{", "}", "{}{}", "a{b}c", "\xff\x00binary", strings.Repeat("z", 300)} {
-		for _, key := range decisionKeys("tollgate:", tollgate.SlidingWindow, identity, "id-1", true) {
+		for _, key := range decisionKeys("tollgate:", tollgate.SlidingWindow, identity, "id-1") {
 			got, err := c.ClusterKeySlot(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -140,16 +134,16 @@ func TestSlotMatchesRedis(t *testing.T) {
 // different identities), and that different identities, ids or algorithms
 // never share a key.
 func FuzzKeys(f *testing.F) {
-	f.Add("user42", "user43", "req-1", uint8(0), true)
-	f.Add("{", "}", "", uint8(1), false)
-	f.Add("{}{}", "%7B%7D%7B%7D", "x", uint8(2), true)
-	f.Add("", "#", "", uint8(3), false)
-	f.Add(strings.Repeat("a", 64), strings.Repeat("a", 65), "id", uint8(0), true)
-	f.Fuzz(func(t *testing.T, identity, other, requestID string, algByte uint8, withNonce bool) {
+	f.Add("user42", "user43", "req-1", uint8(0))
+	f.Add("{", "}", "", uint8(1))
+	f.Add("{}{}", "%7B%7D%7B%7D", "x", uint8(2))
+	f.Add("", "#", "", uint8(3))
+	f.Add(strings.Repeat("a", 64), strings.Repeat("a", 65), "id", uint8(0))
+	f.Fuzz(func(t *testing.T, identity, other, requestID string, algByte uint8) {
 		alg := tollgate.Algorithm(algByte % 4)
-		keys := decisionKeys("tollgate:", alg, identity, requestID, withNonce)
-		if len(keys) != 4 {
-			t.Fatalf("%d keys, want 4", len(keys))
+		keys := decisionKeys("tollgate:", alg, identity, requestID)
+		if want := 1 + min(len(requestID), 1); len(keys) != want {
+			t.Fatalf("%d keys with request id %q, want %d", len(keys), requestID, want)
 		}
 		tag := hashTag(keys[0])
 		seen := map[string]bool{}
@@ -189,20 +183,20 @@ func FuzzKeys(f *testing.F) {
 			}
 		}
 
-		otherKeys := decisionKeys("tollgate:", alg, other, requestID, withNonce)
+		otherKeys := decisionKeys("tollgate:", alg, other, requestID)
 		if (other == identity) != (hashTag(otherKeys[0]) == tag) {
 			t.Fatalf("identities %q and %q have tags %q and %q", identity, other, tag, hashTag(otherKeys[0]))
 		}
-		nextAlg := decisionKeys("tollgate:", (alg+1)%4, identity, requestID, withNonce)
+		nextAlg := decisionKeys("tollgate:", (alg+1)%4, identity, requestID)
 		for i := range keys {
 			if seen[nextAlg[i]] {
 				t.Fatalf("algorithms %s and %s share key %q", alg, (alg+1)%4, nextAlg[i])
 			}
 		}
 		if requestID != "" {
-			otherID := decisionKeys("tollgate:", alg, identity, requestID+"x", false)[2]
-			if otherID == keys[2] {
-				t.Fatalf("request ids %q and %q share the marker %q", requestID, requestID+"x", keys[2])
+			otherID := decisionKeys("tollgate:", alg, identity, requestID+"x")[1]
+			if otherID == keys[1] {
+				t.Fatalf("request ids %q and %q share the marker %q", requestID, requestID+"x", keys[1])
 			}
 		}
 	})
@@ -211,6 +205,6 @@ func FuzzKeys(f *testing.F) {
 func BenchmarkDecisionKeys(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", "0123456789abcdef", true)
+		decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", "0123456789abcdef")
 	}
 }

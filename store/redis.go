@@ -16,18 +16,6 @@ import (
 // says otherwise.
 const DefaultPrefix = "tollgate:"
 
-// DefaultRetryGuardTTL is how long a decision nonce lives when the client's
-// options give no span: a UniversalClient other than *redis.Client,
-// *redis.ClusterClient or *redis.Ring, a client without a read deadline, or
-// a guard forced on for a client that does not retry. It is go-redis's
-// default span: 4 attempts × (5s read + 5s write timeout + 1s backoff) + 1s.
-const DefaultRetryGuardTTL = 45 * time.Second
-
-// retryGuardMargin is added to a client's computed retry span: the nonce must
-// outlive the last re-sent copy of a script, which may sit in Redis's input
-// queue a moment after the client gave up waiting for it.
-const retryGuardMargin = time.Second
-
 // Redis is a tollgate.Store that makes every decision with one Lua script on
 // Redis (package lua): the refill, the check and the debit run on the Redis
 // main thread with no other command in between, with the Redis server's
@@ -38,10 +26,8 @@ const retryGuardMargin = time.Second
 //
 // A decision on identity K with algorithm A touches the keys
 //
-//	<prefix>{<tag>}:<a>          state (the sliding window's first slot)
-//	<prefix>{<tag>}:<a>:1        the sliding window's second slot
+//	<prefix>{<tag>}:<a>          state (a short string of decimal integers)
 //	<prefix>{<tag>}:<a>:r:<id>   request-id marker (hash of Request.RequestID)
-//	<prefix>{<tag>}:<a>:n:<n>    decision nonce of the retry guard
 //
 // where <a> names A (tb, gcra, sw or fw) and <tag> is K itself when it is at most
 // 64 bytes of letters, digits and "-_.:/@=+,", K percent-escaped when that
@@ -50,22 +36,18 @@ const retryGuardMargin = time.Second
 // identity's tag. Every key a script writes expires once it no longer
 // matters.
 //
+// A decision is debited at most once. go-redis re-sends a command whose
+// reply did not arrive (MaxRetries, and a ClusterClient's MaxRedirects),
+// and Redis may have run the first copy; the store marks its script calls
+// as commands never to re-send (go-redis's Cmder.NoRetry), alone or in a
+// pipeline, whatever the client's options say. A decision whose reply is
+// lost is an error, which the caller's fail policy handles.
+//
 // A Redis is safe for concurrent use.
 type Redis struct {
 	client  redis.UniversalClient
 	prefix  string
 	replays replays
-	// guard is nil to follow the client's retry settings, or forces the
-	// retry guard on or off.
-	guard    *bool
-	guardTTL time.Duration // 0: derived from the client
-	// nonceTTLms is ARGV[7]: the nonce lifetime, 0 when the guard is off.
-	nonceTTLms int64
-	// deadlineBounds reports that the client never starts a re-send after
-	// the context is done (it sleeps a backoff with the context first), so
-	// a nonce need not outlive the context's deadline by more than
-	// retryGuardMargin.
-	deadlineBounds bool
 	// deadlineSafe reports that the client gives up a command when its
 	// context ends (go-redis's ContextTimeoutEnabled). When it does not, a
 	// decision that goes to Redis alone runs in a goroutine of its own and
@@ -94,39 +76,11 @@ func WithPrefix(prefix string) RedisOption {
 	return redisOption(func(r *Redis) { r.prefix = prefix })
 }
 
-// WithRetryGuard forces the retry guard on or off. By default it is on when
-// the client re-sends commands (go-redis's MaxRetries, or a ClusterClient's
-// MaxRedirects, above 0) and off when it cannot.
-//
-// The guard exists because go-redis re-sends a command whose reply did not
-// arrive within ReadTimeout, and Redis may have run the first copy: without
-// the guard one decision could be debited twice. With it, each decision
-// carries a random nonce; an admitted run stores its reply under the nonce
-// (one extra small key, expiring after the retry span) and a re-sent copy
-// returns that reply without a debit. The nonce lives for the client's retry
-// span (see WithRetryGuardTTL), or, when the call's context has a deadline
-// and the client backs off before re-sending, until 1s past that deadline,
-// whichever is shorter. A client that never re-sends
-// (MaxRetries: -1, and MaxRedirects: -1 for a ClusterClient) needs no guard
-// and saves the write.
-func WithRetryGuard(on bool) RedisOption {
-	return redisOption(func(r *Redis) { r.guard = &on })
-}
-
-// WithRetryGuardTTL sets how long a decision nonce lives, instead of the
-// span derived from the client's options: (attempts) × (ReadTimeout +
-// WriteTimeout + MaxRetryBackoff) + 1s. It must cover the time from a
-// script's first run to its last re-sent copy. It does not turn the guard
-// on; see WithRetryGuard.
-func WithRetryGuardTTL(d time.Duration) RedisOption {
-	return redisOption(func(r *Redis) { r.guardTTL = d })
-}
-
 // NewRedis returns a store deciding on c with the given options. c is used as
-// it is; its retry settings decide whether the retry guard is on (see
-// WithRetryGuard). Concurrent decisions share round trips (WithBatching)
-// and recent denials are repeated from memory (WithDenyCache) unless those
-// options turn them off.
+// it is: its retry settings do not apply to the store's script calls, which
+// are never re-sent (see Redis). Concurrent decisions share round trips
+// (WithBatching) and recent denials are repeated from memory (WithDenyCache)
+// unless those options turn them off.
 func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{
 		client:  c,
@@ -140,35 +94,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	}
 	r.replayTTLms = r.replays.ttlMs()
 	r.deadlineSafe = honoursDeadlines(c)
-	retries, span, deadlineBounds := retrySpan(c)
-	on := retries
-	if r.guard != nil {
-		on = *r.guard
-	}
-	if on {
-		ttl := r.guardTTL
-		if ttl <= 0 {
-			ttl = span
-		}
-		if ttl <= 0 {
-			ttl = DefaultRetryGuardTTL
-		}
-		r.nonceTTLms = max(durationMs(ttl), 1)
-		r.deadlineBounds = deadlineBounds && r.guardTTL <= 0
-	}
 	return r
-}
-
-// RetryGuard reports whether decisions carry a nonce against double debits
-// on client retries, and how long a nonce lives at most (a call whose
-// context has a deadline may use a shorter life; see WithRetryGuard).
-func (r *Redis) RetryGuard() (on bool, ttl time.Duration) {
-	return r.nonceTTLms > 0, time.Duration(r.nonceTTLms) * time.Millisecond
-}
-
-// durationMs rounds d up to whole milliseconds.
-func durationMs(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // honoursDeadlines reports whether c ends a command's socket I/O when the
@@ -185,65 +111,6 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
-}
-
-// retrySpan reports whether c may send one command more than once, for how
-// long after the first send a copy may still arrive, attempts ×
-// (ReadTimeout + WriteTimeout + MaxRetryBackoff) + retryGuardMargin, and
-// whether a context deadline bounds that span too (the client sleeps a
-// non-zero backoff, watching the context, before each re-send). The options
-// read are the normalized ones go-redis keeps after construction.
-func retrySpan(c redis.UniversalClient) (retries bool, span time.Duration, deadlineBounds bool) {
-	var attempts int
-	var read, write, minBackoff, maxBackoff time.Duration
-	switch c := c.(type) {
-	case *redis.Client:
-		o := c.Options()
-		// MaxRetries -1 (disabled) is kept as 0.
-		attempts = max(o.MaxRetries, 0) + 1
-		read, write, minBackoff, maxBackoff = o.ReadTimeout, o.WriteTimeout, o.MinRetryBackoff, o.MaxRetryBackoff
-	case *redis.ClusterClient:
-		o := c.Options()
-		// The cluster client re-sends up to MaxRedirects times on a timeout
-		// (MaxRetries is disabled by default for it), and each node client
-		// retries MaxRetries times within each of those attempts.
-		attempts = (max(o.MaxRedirects, 0) + 1) * (max(o.MaxRetries, 0) + 1)
-		read, write, minBackoff, maxBackoff = o.ReadTimeout, o.WriteTimeout, o.MinRetryBackoff, o.MaxRetryBackoff
-	case *redis.Ring:
-		o := c.Options()
-		attempts = max(o.MaxRetries, 0) + 1
-		read, write, minBackoff, maxBackoff = o.ReadTimeout, o.WriteTimeout, o.MinRetryBackoff, o.MaxRetryBackoff
-		if read == 0 {
-			read = 5 * time.Second // the shard clients' default
-		}
-	default:
-		return true, DefaultRetryGuardTTL, false
-	}
-	if attempts <= 1 {
-		return false, 0, false
-	}
-	deadlineBounds = minBackoff > 0
-	if read <= 0 {
-		// No read deadline: a reply can take any time, so no span derived
-		// from the options bounds a re-send.
-		return true, DefaultRetryGuardTTL, deadlineBounds
-	}
-	return true, time.Duration(attempts)*(read+max(write, 0)+max(maxBackoff, 0)) + retryGuardMargin, deadlineBounds
-}
-
-// nonceTTL returns ARGV[7] for a call under ctx: the configured lifetime,
-// shortened to the context's deadline plus retryGuardMargin when the client
-// never re-sends after the deadline. A limiter that gives each decision a
-// short deadline so keeps few nonces alive.
-func (r *Redis) nonceTTL(ctx context.Context) int64 {
-	if !r.deadlineBounds {
-		return r.nonceTTLms
-	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return r.nonceTTLms
-	}
-	return min(r.nonceTTLms, max(durationMs(time.Until(deadline)), 0)+durationMs(retryGuardMargin))
 }
 
 // Allow makes one decision with one script call, or none when the same

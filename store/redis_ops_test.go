@@ -52,8 +52,8 @@ func scanKeys(t *testing.T, c *redis.Client, prefix string) []string {
 }
 
 // checkEveryKeyExpires fails the test for any key under prefix on c without
-// a TTL, and returns how many keys of each kind (state, :r:, :n:) it saw.
-func checkEveryKeyExpires(t *testing.T, c *redis.Client, prefix string) (state, ids, nonces int) {
+// a TTL, and returns how many keys of each kind (state, :r:) it saw.
+func checkEveryKeyExpires(t *testing.T, c *redis.Client, prefix string) (state, ids int) {
 	t.Helper()
 	for _, k := range scanKeys(t, c, prefix) {
 		ttl, err := c.PTTL(context.Background(), k).Result()
@@ -63,34 +63,29 @@ func checkEveryKeyExpires(t *testing.T, c *redis.Client, prefix string) (state, 
 		if ttl == -1 {
 			t.Errorf("key %q has no TTL", k)
 		}
-		switch {
-		case strings.Contains(k, ":r:"):
+		if strings.Contains(k, ":r:") {
 			ids++
-		case strings.Contains(k, ":n:"):
-			nonces++
-		default:
+		} else {
 			state++
 		}
 	}
-	return state, ids, nonces
+	return state, ids
 }
 
 func TestRedisEveryKeyExpiresSingle(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
-	decisionMix(t, NewRedis(c, WithPrefix(prefix+"guard:"), WithRetryGuard(true)))
-	decisionMix(t, NewRedis(c, WithPrefix(prefix+"plain:"), WithRetryGuard(false)))
-	state, ids, nonces := checkEveryKeyExpires(t, c, prefix)
-	if state == 0 || ids == 0 || nonces == 0 {
-		t.Fatalf("saw %d state, %d request-id and %d nonce keys; want some of each", state, ids, nonces)
+	decisionMix(t, NewRedis(c, WithPrefix(prefix)))
+	state, ids := checkEveryKeyExpires(t, c, prefix)
+	if state == 0 || ids == 0 {
+		t.Fatalf("saw %d state and %d request-id keys; want some of each", state, ids)
 	}
 }
 
 func TestRedisEveryKeyExpiresCluster(t *testing.T) {
 	cc := redistest.SharedCluster(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
-	decisionMix(t, NewRedis(cc, WithPrefix(prefix+"guard:"), WithRetryGuard(true)))
-	decisionMix(t, NewRedis(cc, WithPrefix(prefix+"plain:"), WithRetryGuard(false)))
+	decisionMix(t, NewRedis(cc, WithPrefix(prefix)))
 	// ForEachMaster runs its function on other goroutines, where the test
 	// must not fail: collect the primaries, then check each here.
 	var mu sync.Mutex
@@ -104,13 +99,13 @@ func TestRedisEveryKeyExpiresCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var state, ids, nonces int
+	var state, ids int
 	for _, c := range primaries {
-		s, i, n := checkEveryKeyExpires(t, c, prefix)
-		state, ids, nonces = state+s, ids+i, nonces+n
+		s, i := checkEveryKeyExpires(t, c, prefix)
+		state, ids = state+s, ids+i
 	}
-	if state == 0 || ids == 0 || nonces == 0 {
-		t.Fatalf("saw %d state, %d request-id and %d nonce keys on %d primaries; want some of each", state, ids, nonces, len(primaries))
+	if state == 0 || ids == 0 {
+		t.Fatalf("saw %d state and %d request-id keys on %d primaries; want some of each", state, ids, len(primaries))
 	}
 }
 
@@ -156,7 +151,7 @@ func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {
 	primary := redistest.Start(t)
 	replica := redistest.Replica(t, primary)
 	pc, rc := primary.Client(t), replica.Client(t)
-	decisionMix(t, NewRedis(pc, WithRetryGuard(true)))
+	decisionMix(t, NewRedis(pc))
 	ctx := context.Background()
 	if n, err := pc.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 = %d, %v; want the replica to acknowledge", n, err)

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,16 +11,25 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
-// resendingClient returns a client of srv, closed when the test ends, that
-// gives up reading a reply after 100ms and then re-sends the command up to 3
-// times: a reply delayed past that (srv.Sleep) makes it send copies.
+// resendingOptions are client settings under which go-redis re-sends a
+// command: it gives up reading a reply after 100ms and then sends the
+// command again, up to 3 times. A reply delayed past that (Server.Sleep)
+// makes it send copies of any command it may retry.
+const (
+	resendReadTimeout = 100 * time.Millisecond
+	resendAttempts    = 3
+)
+
+// resendingClient returns a client of srv with those settings, closed when
+// the test ends.
 func resendingClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	c := redis.NewClient(&redis.Options{
 		Addr:            srv.Addr(),
-		ReadTimeout:     100 * time.Millisecond,
-		MaxRetries:      3,
+		ReadTimeout:     resendReadTimeout,
+		MaxRetries:      resendAttempts,
 		MinRetryBackoff: 10 * time.Millisecond,
 		MaxRetryBackoff: 30 * time.Millisecond,
 	})
@@ -26,90 +37,166 @@ func resendingClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	return c
 }
 
-// TestRetryGuardStopsDoubleDebit delays a decision's reply past the client's
-// ReadTimeout so that go-redis re-sends the script while the first copy waits
-// in Redis, and counts the debits: with the guard the copies debit once;
-// without it (kept as the demonstration) every copy debits.
-func TestRetryGuardStopsDoubleDebit(t *testing.T) {
-	srv := redistest.Start(t) // private: the server is put to sleep and its stats read
+// openIdleConns opens n connections on c and returns them to its pool: a
+// re-send on a new connection would wait for its handshake on a sleeping
+// server and fail instead of running a copy.
+func openIdleConns(t *testing.T, c redis.UniversalClient, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if err := c.Ping(context.Background()).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := c.Pipelined(context.Background(), func(p redis.Pipeliner) error { return p.Ping(context.Background()).Err() }); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// resendCase is one client whose replies are delayed past its ReadTimeout.
+type resendCase struct {
+	name   string
+	client redis.UniversalClient
+	// servers are the nodes that hold the keys: they are put to sleep
+	// and their script runs counted.
+	servers []*redistest.Server
+}
+
+// checkNeverResent delays a decision's reply past tc's ReadTimeout, so
+// that go-redis gives up on it while Redis still runs it, and counts
+// script runs and debits: the store's script calls run once and debit
+// once, alone and in a pipeline, and the caller gets an error. The same
+// script sent through go-redis's own Script.Run (kept as the
+// demonstration) runs several times and debits each time.
+func checkNeverResent(t *testing.T, tc resendCase) {
 	ctx := context.Background()
 	const capacity = 10
-	for _, guard := range []bool{true, false} {
-		c := resendingClient(t, srv)
-		// Open idle connections now: a re-send on a new connection would
-		// wait for its handshake on the frozen server and fail instead.
-		var conns []*redis.Conn
-		for range 6 {
-			cn := c.Conn()
-			if err := cn.Ping(ctx).Err(); err != nil {
-				t.Fatal(err)
-			}
-			conns = append(conns, cn)
-		}
-		for _, cn := range conns {
-			_ = cn.Close()
-		}
-		st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithRetryGuard(guard))
-		req := tollgate.Request{Key: "k", Limit: quotaLimit(tollgate.TokenBucket, capacity)}
-		// Load the script, so that every copy below is an EVALSHA that runs.
-		if _, err := st.Allow(ctx, tollgate.Request{Key: "warm-up", Limit: req.Limit}); err != nil {
+	limit := quotaLimit(tollgate.TokenBucket, capacity)
+	prefix := redistest.KeyPrefix(t)
+	st := NewRedis(tc.client, WithPrefix(prefix), WithDenyCache(0))
+	openIdleConns(t, tc.client, 8)
+	const tag = "resend-"
+	// Load the script on every node, so that every copy below runs.
+	for i := range 64 {
+		if _, err := st.Allow(ctx, tollgate.Request{Key: tag + "warm-up-" + strconv.Itoa(i), Limit: limit}); err != nil {
 			t.Fatal(err)
 		}
-		before, _, _ := commandStats(t, srv, "evalsha")
-
-		woke := srv.Sleep(t, 400*time.Millisecond)
-		d, err := st.Allow(ctx, req)
-		if err := <-woke; err != nil {
-			t.Fatalf("DEBUG SLEEP: %v", err)
-		}
-		if err != nil {
-			t.Fatalf("guard %v: decision over re-sends: %v", guard, err)
-		}
-		after, _, _ := commandStats(t, srv, "evalsha")
-		copies := after - before
-		if copies < 2 {
-			t.Fatalf("guard %v: the script ran %d time(s): the client did not re-send, the test proves nothing", guard, copies)
-		}
-
-		probe, err := st.Allow(ctx, req)
+	}
+	remaining := func(key string) int64 {
+		t.Helper()
+		d, err := st.Allow(ctx, tollgate.Request{Key: key, Limit: limit})
 		if err != nil {
 			t.Fatal(err)
 		}
-		debits := capacity - 1 - probe.Remaining
-		t.Logf("guard %v: one decision, %d copies of the script ran, %d debited; the caller saw %+v", guard, copies, debits, d)
-		if guard {
-			if debits != 1 || !d.Allowed || d.Remaining != capacity-1 {
-				t.Errorf("with the guard: %d debits and decision %+v, want 1 debit and the first copy's answer (%d remaining)", debits, d, capacity-1)
+		return d.Remaining + 1 // before this probe's own debit
+	}
+	evalshas := func() (n int64) {
+		for _, srv := range tc.servers {
+			calls, _, _ := commandStats(t, srv, "evalsha")
+			n += calls
+		}
+		return n
+	}
+	asleep := func(run func()) (runs int64) {
+		t.Helper()
+		before := evalshas()
+		var woke []<-chan error
+		for _, srv := range tc.servers {
+			woke = append(woke, srv.Sleep(t, 400*time.Millisecond))
+		}
+		run()
+		for _, w := range woke {
+			if err := <-w; err != nil {
+				t.Fatalf("DEBUG SLEEP: %v", err)
 			}
-		} else if debits <= 1 {
-			t.Errorf("without the guard: %d debits from %d copies, want more than 1: the double debit did not show", debits, copies)
+		}
+		return evalshas() - before
+	}
+
+	// The demonstration: a script go-redis may retry runs several times.
+	keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain", "")
+	runs := asleep(func() {
+		argv := []any{capacity, limit.Period.Microseconds(), capacity, 1}
+		_ = lua.TokenBucket.EvalSha(ctx, tc.client, keys, argv...).Err()
+	})
+	debits := capacity - remaining(tag+"plain")
+	t.Logf("%s: EVALSHA through go-redis: %d runs, %d debits", tc.name, runs, debits)
+	if runs < 2 || debits != runs {
+		t.Fatalf("%s: a retried EVALSHA ran %d time(s) and debited %d: the client did not re-send, the test proves nothing", tc.name, runs, debits)
+	}
+
+	// A decision alone, on the caller's goroutine.
+	var err error
+	runs = asleep(func() { _, err = st.Allow(ctx, tollgate.Request{Key: tag + "alone", Limit: limit}) })
+	debits = capacity - remaining(tag+"alone")
+	t.Logf("%s: one decision: %d run, %d debit, error %v", tc.name, runs, debits, err)
+	if err == nil || runs != 1 || debits != 1 {
+		t.Errorf("%s: a decision whose reply was late: %d runs, %d debits, error %v; want 1 run, 1 debit and an error", tc.name, runs, debits, err)
+	}
+
+	// The demonstration for pipelines: go-redis re-sends a whole pipeline.
+	runs = asleep(func() {
+		_, _ = tc.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range 3 {
+				keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain-batch-"+strconv.Itoa(i), "")
+				lua.TokenBucket.EvalSha(ctx, p, keys, capacity, limit.Period.Microseconds(), capacity, 1)
+			}
+			return nil
+		})
+	})
+	t.Logf("%s: pipeline of 3 EVALSHA through go-redis: %d runs", tc.name, runs)
+	if runs < 6 {
+		t.Fatalf("%s: a retried pipeline of 3 ran %d scripts: the client did not re-send it, the test proves nothing", tc.name, runs)
+	}
+
+	// Nine decisions in one pipeline.
+	var batch []*call
+	for i := range 9 {
+		req, err := tollgate.Request{Key: tag + "batch-" + strconv.Itoa(i), Limit: limit}.Normalized()
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, st.newCall(ctx, req, "", 0))
+	}
+	runs = asleep(func() { st.runBatch(batch) })
+	if runs != 9 {
+		t.Errorf("%s: a pipeline of 9 decisions whose replies were late ran %d scripts, want 9", tc.name, runs)
+	}
+	for i, c := range batch {
+		<-c.done
+		if c.err == nil {
+			t.Errorf("%s: decision %d in the late pipeline has no error", tc.name, i)
+		}
+		if debits := capacity - remaining(tag+"batch-"+strconv.Itoa(i)); debits != 1 {
+			t.Errorf("%s: decision %d in the late pipeline debited %d times, want 1", tc.name, i, debits)
 		}
 	}
 }
 
-// TestRetryGuardNonceLivesPastDeadlineOnly checks that a decision under a
-// short context deadline stores its nonce for about that deadline plus the
-// margin, not for the client's whole retry span.
-func TestRetryGuardNonceLivesPastDeadlineOnly(t *testing.T) {
-	c := redistest.Single(t).Client(t)
-	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(c, WithPrefix(prefix))
-	if on, span := st.RetryGuard(); !on || span < 10*time.Second {
-		t.Fatalf("RetryGuard() = %v, %s for a default client; want on with a span of tens of seconds", on, span)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if _, err := st.Allow(ctx, tollgate.Request{Key: "k", Limit: tollgate.PerSecond(5)}); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := c.Keys(context.Background(), prefix+"*:n:*").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("nonce keys %q, %v; want one", keys, err)
-	}
-	ttl := c.PTTL(context.Background(), keys[0]).Val()
-	if ttl <= 0 || ttl > 200*time.Millisecond+retryGuardMargin {
-		t.Fatalf("nonce %s lives %s, want at most the 200ms deadline plus %s", keys[0], ttl, retryGuardMargin)
-	}
+func TestScriptCallsAreNeverResentSingle(t *testing.T) {
+	srv := redistest.Start(t) // private: the server is put to sleep and its stats read
+	checkNeverResent(t, resendCase{name: "client MaxRetries 3", client: resendingClient(t, srv), servers: []*redistest.Server{srv}})
+}
+
+func TestScriptCallsAreNeverResentCluster(t *testing.T) {
+	cl := redistest.NewClusterTimeout(t, 0, 5*time.Second) // private: its nodes are put to sleep
+	o := cl.Options()
+	// A ClusterClient re-sends a timed-out command up to MaxRedirects times
+	// (MaxRetries is off for it by default).
+	o.ReadTimeout, o.MaxRedirects = resendReadTimeout, resendAttempts
+	o.MinRetryBackoff, o.MaxRetryBackoff = 10*time.Millisecond, 30*time.Millisecond
+	cc := redis.NewClusterClient(o)
+	t.Cleanup(func() { _ = cc.Close() })
+	checkNeverResent(t, resendCase{name: "cluster MaxRedirects 3", client: cc, servers: cl.Nodes})
 }
 
 // requestIDReplays checks on st that retries carrying one request id are

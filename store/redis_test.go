@@ -191,51 +191,6 @@ func TestWithPrefixRejectsBraces(t *testing.T) {
 	}
 }
 
-func TestRetryGuardFollowsClientRetries(t *testing.T) {
-	addr := "127.0.0.1:1" // never dialled: only the options are read
-	for _, tc := range []struct {
-		name   string
-		client redis.UniversalClient
-		opts   []RedisOption
-		on     bool
-		ttl    time.Duration
-	}{
-		{"client defaults: 3 retries", redis.NewClient(&redis.Options{Addr: addr}), nil,
-			true, 4*(5*time.Second+5*time.Second+time.Second) + time.Second},
-		{"client MaxRetries -1", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}), nil, false, 0},
-		{"client MaxRetries -1, forced on", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}),
-			[]RedisOption{WithRetryGuard(true), WithRetryGuardTTL(1500 * time.Microsecond)}, true, 2 * time.Millisecond},
-		{"client MaxRetries -1, forced on, default span", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}),
-			[]RedisOption{WithRetryGuard(true)}, true, DefaultRetryGuardTTL},
-		{"client retries, forced off", redis.NewClient(&redis.Options{Addr: addr}),
-			[]RedisOption{WithRetryGuard(false)}, false, 0},
-		{"client short timeouts", redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 1,
-			ReadTimeout: 100 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond}), nil,
-			true, 2*170*time.Millisecond + time.Second},
-		{"client without read deadline", redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: -1}), nil,
-			true, DefaultRetryGuardTTL},
-		// A ClusterClient disables its node clients' retries but re-sends on
-		// a timeout up to MaxRedirects (3) times itself.
-		{"cluster defaults: 3 redirects", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}}), nil,
-			true, 4*(5*time.Second+5*time.Second+time.Second) + time.Second},
-		{"cluster MaxRedirects -1", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, MaxRedirects: -1}), nil,
-			false, 0},
-		{"cluster MaxRedirects -1 but node retries", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, MaxRedirects: -1, MaxRetries: 2}), nil,
-			true, 3*(5*time.Second+5*time.Second+time.Second) + time.Second},
-		{"ring defaults", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}}), nil,
-			true, 4*(5*time.Second+time.Second) + time.Second},
-		{"ring MaxRetries -1", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, MaxRetries: -1}), nil,
-			false, 0},
-	} {
-		st := NewRedis(tc.client, tc.opts...)
-		on, ttl := st.RetryGuard()
-		if on != tc.on || ttl != tc.ttl {
-			t.Errorf("%s: RetryGuard() = %v, %s; want %v, %s", tc.name, on, ttl, tc.on, tc.ttl)
-		}
-		_ = tc.client.Close()
-	}
-}
-
 func TestRedisThroughSentinelFailoverClient(t *testing.T) {
 	primary := redistest.Start(t)
 	sentinel := redistest.Sentinel(t, primary)
@@ -245,9 +200,6 @@ func TestRedisThroughSentinelFailoverClient(t *testing.T) {
 	})
 	defer c.Close()
 	st := NewRedis(c)
-	if on, _ := st.RetryGuard(); !on {
-		t.Error("the retry guard is off for a failover client with go-redis's default retries")
-	}
 	ctx := context.Background()
 	for want := int64(2); want >= 0; want-- {
 		d, err := st.Allow(ctx, tollgate.Request{Key: "k", Limit: quotaLimit(tollgate.GCRA, 3)})

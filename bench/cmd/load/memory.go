@@ -11,7 +11,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/bench"
-	"github.com/tollgate/tollgate/store"
 )
 
 // memoryLimit keeps one decision's state for six seconds (one unit of ten
@@ -22,15 +21,12 @@ func memoryLimit(alg tollgate.Algorithm) tollgate.Limit {
 
 // memorySection measures the Redis memory one identity's state costs, for
 // redis_rate and each tollgate algorithm: used_memory's growth over
-// m.cfg.identities identities deciding once each, after the transient keys
-// (tollgate's retry-guard nonces) have expired, and MEMORY USAGE of one
+// m.cfg.identities identities deciding once each, and MEMORY USAGE of one
 // identity's state key.
 func (m *measurer) memorySection(ctx context.Context) ([]row, error) {
 	subjects := []subject{redisRateSubject()}
 	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
-		// The retry guard's nonces are per decision, not per identity,
-		// and live about a second: they are measured on their own below.
-		subjects = append(subjects, tollgateSubject("tollgate "+alg.String(), alg, false, store.WithRetryGuard(false)))
+		subjects = append(subjects, tollgateSubject("tollgate "+alg.String(), alg, false))
 	}
 	subjects = m.filter(subjects)
 	var rows []row
@@ -41,11 +37,6 @@ func (m *measurer) memorySection(ctx context.Context) ([]row, error) {
 		}
 		rows = append(rows, row{section: "memory", subject: s.name, bytesPerID: perID, keyBytes: one})
 	}
-	nonce, err := m.nonceBytes(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("memory, retry-guard nonce: %w", err)
-	}
-	rows = append(rows, row{section: "memory", subject: "tollgate nonce (per admitted decision, ~1s)", keyBytes: nonce})
 	fmt.Fprintln(os.Stderr, "load: memory done")
 	return rows, nil
 }
@@ -149,28 +140,4 @@ func (m *measurer) deleteKeys(ctx context.Context, pattern string) error {
 		return m.admin.Unlink(ctx, batch...).Err()
 	}
 	return nil
-}
-
-// nonceBytes returns MEMORY USAGE of one retry-guard nonce: the key an
-// admitted decision writes when the client may re-send it.
-func (m *measurer) nonceBytes(ctx context.Context) (float64, error) {
-	d, release, err := tollgateSubject("nonce", tollgate.GCRA, false).make(m, memoryLimit)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	dctx, cancel := context.WithTimeout(ctx, decisionTimeout)
-	defer cancel()
-	if _, err := d.Decide(dctx, "nonce-probe", ""); err != nil {
-		return 0, err
-	}
-	keys, _, err := m.admin.Scan(ctx, 0, "*{nonce-probe}*:n:*", 1_000_000).Result()
-	if err != nil {
-		return 0, err
-	}
-	if len(keys) != 1 {
-		return 0, fmt.Errorf("%d nonce keys for one decision, want 1", len(keys))
-	}
-	n, err := m.admin.MemoryUsage(ctx, keys[0]).Result()
-	return float64(n), err
 }

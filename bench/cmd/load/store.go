@@ -22,7 +22,7 @@ import (
 )
 
 // decisionTimeout bounds each decision, as package interceptor bounds its
-// store calls: it also sets how long tollgate's retry-guard nonces live.
+// store calls.
 const decisionTimeout = 100 * time.Millisecond
 
 // storeLimit is the limit of every store cell: 1000 per second per
@@ -86,18 +86,6 @@ func autoPipelineSubject(alg tollgate.Algorithm) subject {
 	}}
 }
 
-// noRetrySubject is tollgate's store on a client that never re-sends a
-// command (MaxRetries -1): the retry guard is off, no nonce is written.
-func noRetrySubject(alg tollgate.Algorithm) subject {
-	return subject{name: "tollgate " + alg.String() + " client without retries", make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
-		o := cloneOptions(m.opts)
-		o.MaxRetries = -1
-		c := redis.NewClient(o)
-		st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
-		return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
-	}}
-}
-
 // prefixed gives a decider's identities a prefix of their own, so cells
 // never share state.
 type prefixed struct {
@@ -121,8 +109,7 @@ func (m *measurer) storeSubjects() []subject {
 			tollgateSubject("tollgate gcra unbatched", tollgate.GCRA, false, store.WithBatching(0, 0)),
 			tollgateSubject("tollgate gcra one round trip at a time", tollgate.GCRA, false, store.WithBatching(store.DefaultBatchSize, 1)),
 			tollgateSubject("tollgate gcra no deny cache", tollgate.GCRA, false, store.WithDenyCache(0)),
-			autoPipelineSubject(tollgate.GCRA),
-			noRetrySubject(tollgate.GCRA))
+			autoPipelineSubject(tollgate.GCRA))
 	}
 	return m.filter(subjects)
 }

@@ -292,16 +292,17 @@ func newStore(ctx context.Context, cfg Config, logger *log.Logger) (tollgate.Sto
 			return nil, nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
 		// The limiter's own client: the store deadline must reach the socket
-		// (ContextTimeoutEnabled), and re-sending a decision after a read
-		// timeout is pointless within that deadline (MaxRetries -1 also lets
-		// the store skip its retry guard).
+		// (ContextTimeoutEnabled). The store never lets go-redis re-send its
+		// scripts; MaxRetries -1 keeps the client's other commands to one
+		// attempt within that deadline too.
 		opt.ContextTimeoutEnabled = true
 		opt.MaxRetries = -1
 		client = redis.NewClient(opt)
 		logger.Printf("store: Redis at %s (%s)", opt.Addr, EnvRedisURL)
 	case len(cfg.RedisClusterAddrs) > 0:
 		// MaxRedirects stays at its default: a Cluster client needs it to
-		// follow MOVED during failover, so the store keeps its retry guard.
+		// follow MOVED during failover (redirects are followed even for the
+		// store's scripts, which are otherwise never re-sent).
 		client = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                 cfg.RedisClusterAddrs,
 			ContextTimeoutEnabled: true,
