@@ -59,6 +59,20 @@ func grpcServers() []server {
 	}
 }
 
+// memoryServer is tollgate's interceptor on its in-process Memory store:
+// the interceptor's and gRPC's share of the cost, without Redis's.
+func memoryServer() server {
+	return server{name: "tollgate interceptor on the Memory store", interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
+		lim, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
+			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
+		}))
+		if err != nil {
+			return nil, nil, err
+		}
+		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() {}, nil
+	}}
+}
+
 // grpcCell serves echo behind srv's interceptors on bufconn and calls Say
 // from grpcCallers goroutines for m.cfg.d, each call with a random tenant.
 func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string) (*sample, error) {
@@ -90,6 +104,9 @@ func (m *measurer) grpcSection(ctx context.Context) ([]row, error) {
 		tenants[i] = "tenant-" + strconv.Itoa(i)
 	}
 	servers := grpcServers()
+	if m.cfg.variants {
+		servers = append(servers, memoryServer())
+	}
 	subjects := make([]subject, len(servers))
 	for i, s := range servers {
 		subjects[i] = subject{name: s.name, reference: s.reference}

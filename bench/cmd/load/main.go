@@ -15,7 +15,7 @@
 //
 //	go run ./cmd/load                 # the README's table, a few minutes
 //	go run ./cmd/load -quick          # about 30 seconds
-//	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline and no-deny-cache rows
+//	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
 package main
 
 import (
@@ -55,7 +55,7 @@ func main() {
 	flag.DurationVar(&cfg.d, "d", 2*time.Second, "duration of each cell")
 	flag.IntVar(&cfg.reps, "reps", 3, "repetitions of each cell; the table shows medians")
 	flag.IntVar(&cfg.identities, "identities", 10_000, "identities for the random-key cells")
-	flag.BoolVar(&cfg.variants, "variants", false, "also measure tollgate unbatched, on go-redis's AutoPipeline and without the deny cache")
+	flag.BoolVar(&cfg.variants, "variants", false, "also measure tollgate unbatched, on go-redis's AutoPipeline, without the deny cache, and its interceptor on the Memory store")
 	flag.StringVar(&cfg.subjects, "subjects", "", "only subjects whose name contains this (the reference always runs)")
 	flag.BoolVar(&cfg.markdown, "markdown", false, "print the table in Markdown")
 	flag.Parse()
