@@ -171,6 +171,11 @@ func TestHungRedisAndBreaker(t *testing.T) {
 	if sc := m.storeCalls(t); sc["per-tenant/error"] != 3 || sc["per-tenant/ok"] != 1 {
 		t.Fatalf("store calls %v, want 1 ok and 3 errors: the breaker should keep calls from the store", sc)
 	}
+	// The latency and the deadline are measured from one instant, so a
+	// call that ran into the deadline records at least the timeout.
+	if minimum, ok := m.storeDurations(t)["per-tenant/error"].Min.Value(); !ok || minimum < storeTimeout.Seconds() {
+		t.Fatalf("shortest timed-out store call recorded %gs (recorded: %v), want at least the store timeout %s", minimum, ok, storeTimeout)
+	}
 
 	// Redis comes back (a restart: the paused one is killed). After the
 	// cool-down one call probes, succeeds and closes the breaker.

@@ -124,6 +124,17 @@ func (m *meter) decisions(t *testing.T) map[string]int64 {
 func (m *meter) storeCalls(t *testing.T) map[string]uint64 {
 	t.Helper()
 	out := map[string]uint64{}
+	for k, dp := range m.storeDurations(t) {
+		out[k] = dp.Count
+	}
+	return out
+}
+
+// storeDurations returns the tollgate.store.duration data points by
+// "rule/result".
+func (m *meter) storeDurations(t *testing.T) map[string]metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	out := map[string]metricdata.HistogramDataPoint[float64]{}
 	for _, metric := range m.collect(t) {
 		if metric.Name != interceptor.MetricStoreDuration {
 			continue
@@ -136,7 +147,7 @@ func (m *meter) storeCalls(t *testing.T) map[string]uint64 {
 			t.Fatalf("%s unit = %q, want s", metric.Name, metric.Unit)
 		}
 		for _, dp := range h.DataPoints {
-			out[attr(dp.Attributes, interceptor.AttrRule)+"/"+attr(dp.Attributes, interceptor.AttrStoreResult)] += dp.Count
+			out[attr(dp.Attributes, interceptor.AttrRule)+"/"+attr(dp.Attributes, interceptor.AttrStoreResult)] = dp
 		}
 	}
 	return out
