@@ -89,9 +89,16 @@ func (res *result) trailer() metadata.MD {
 		return nil
 	}
 	dec := res.decision
-	// One backing array for every value: one allocation instead of one
-	// per key.
-	vals := make([]string, 3, 6)
+	n := 3 // limit, remaining, reset
+	if dec.Replayed {
+		n++
+	}
+	if !dec.Allowed {
+		n += 2 // retry-after, pushback
+	}
+	// One backing array for every value, of the exact size: one allocation
+	// instead of one per key, and no room left unused.
+	vals := make([]string, 3, n)
 	vals[0], vals[1], vals[2] = res.limitHeader, strconv.FormatInt(dec.Remaining, 10), ceilUnits(dec.ResetAfter, time.Second)
 	md := metadata.MD{TrailerLimit: vals[0:1:1], TrailerRemaining: vals[1:2:2], TrailerReset: vals[2:3:3]}
 	if dec.Replayed {
@@ -100,8 +107,8 @@ func (res *result) trailer() metadata.MD {
 	}
 	if !dec.Allowed {
 		vals = append(vals, ceilUnits(dec.RetryAfter, time.Second), ceilUnits(dec.RetryAfter, time.Millisecond))
-		n := len(vals)
-		md[TrailerRetryAfter], md[TrailerPushback] = vals[n-2:n-1:n-1], vals[n-1:n:n]
+		i := len(vals) - 2
+		md[TrailerRetryAfter], md[TrailerPushback] = vals[i:i+1:i+1], vals[i+1:i+2:i+2]
 	}
 	return md
 }
