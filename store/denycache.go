@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -39,9 +40,13 @@ const MaxDenyCacheTTL = 10 * time.Second
 // answer (no longer than their contexts allow): a denial starts a new
 // entry that answers them all; an admission that leaves too little for
 // the cost the entry covered times the waiters lets the next one go; one
-// that leaves that much ends the entry and lets them all go. So a hot identity over its limit
-// costs about two round trips per wait Redis names, however many callers
-// it has, instead of one per caller.
+// that leaves that much ends the entry and lets them all go. A request
+// waits for probes, one after another, for half the time its context has
+// left at most (50ms without a deadline); then it asks Redis itself, so a
+// limit that frees a unit about every round trip, whose probes are all
+// admitted, never holds its callers until their deadlines. So a hot
+// identity over its limit costs about two round trips per wait Redis
+// names, however many callers it has, instead of one per caller.
 //
 // A repeated denial reports the Remaining of the denial it repeats (the
 // bucket may have refilled a little, or other requests used some, since),
@@ -67,6 +72,25 @@ func WithDenyCache(size int) RedisOption {
 			r.deny = newDenyCache(size)
 		}
 	})
+}
+
+// maxProbeWait bounds how long a request whose context has no deadline
+// waits for other requests' probes (see probeWaitBudget).
+const maxProbeWait = 50 * time.Millisecond
+
+// probeWaitBudget is how long a request under ctx waits for other
+// requests' probes, one after another, before it asks Redis itself: half
+// the time its context has left, so that it still has time for its own
+// round trip, or maxProbeWait without a deadline. A limit that frees a
+// unit about every round trip admits each probe and lets the next go; its
+// waiters would otherwise line up behind one probe after another until
+// their deadlines.
+func probeWaitBudget(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return maxProbeWait
+	}
+	return max(time.Until(deadline)/2, 0)
 }
 
 // denyWays is the number of entries in one shard: a lookup compares at most
@@ -175,12 +199,13 @@ const (
 
 // lookup says what to do with a request of cost under limit l for k. For
 // verdictProbe it returns the probe the caller holds and must settle; for
-// verdictWait the probe to wait on.
+// verdictWait the probe to wait on. A request that may not wait (it spent
+// its probeWaitBudget) is told to ask Redis instead of verdictWait.
 //
 // A request under another limit than the entry's is asked of Redis and
 // ends the entry: it may change the shared state in a way the remembered
 // wait does not account for (a faster refill, a larger burst).
-func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64) (tollgate.Decision, verdict, chan struct{}) {
+func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64, mayWait bool) (tollgate.Decision, verdict, chan struct{}) {
 	s := &dc.shards[k.a&dc.mask]
 	now := dc.now()
 	s.mu.Lock()
@@ -203,6 +228,8 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64) (tollgate.D
 				RetryAfter: time.Duration(e.retryAt - now),
 				ResetAfter: time.Duration(max(e.resetAt-now, 0)),
 			}, verdictDenied, nil
+		case e.probe != nil && !mayWait:
+			return tollgate.Decision{}, verdictAsk, nil
 		case e.probe != nil:
 			e.waiting++
 			return tollgate.Decision{}, verdictWait, e.probe

@@ -41,7 +41,7 @@ func (f *fakeDeny) allow(t *testing.T, req tollgate.Request) (tollgate.Decision,
 		t.Fatal(err)
 	}
 	k := f.dc.key(req.Key, req.Limit.Algorithm)
-	d, v, probe := f.dc.lookup(k, req.Limit, req.Cost)
+	d, v, probe := f.dc.lookup(k, req.Limit, req.Cost, true)
 	switch v {
 	case verdictDenied:
 		return d, true
@@ -173,7 +173,7 @@ func TestDenyCacheKeepsHotEntryUnderFlood(t *testing.T) {
 	hot := dc.key("hot", l.Algorithm)
 	dc.settle(hot, l, 1, now, denial, true, nil)
 	for range 100 {
-		if _, v, _ := dc.lookup(hot, l, 1); v != verdictDenied {
+		if _, v, _ := dc.lookup(hot, l, 1, true); v != verdictDenied {
 			t.Fatal("the hot identity's denial is not repeated")
 		}
 	}
@@ -181,10 +181,10 @@ func TestDenyCacheKeepsHotEntryUnderFlood(t *testing.T) {
 		junk := dc.key("junk-"+strconv.Itoa(i), l.Algorithm)
 		dc.settle(junk, l, 1, now, denial, true, nil)
 		if i%3 == 0 {
-			dc.lookup(junk, l, 1) // the flood's entries are used too, a little
+			dc.lookup(junk, l, 1, true) // the flood's entries are used too, a little
 		}
 	}
-	if _, v, _ := dc.lookup(hot, l, 1); v != verdictDenied {
+	if _, v, _ := dc.lookup(hot, l, 1, true); v != verdictDenied {
 		t.Fatal("a flood of denied identities pushed the hot identity's entry out")
 	}
 	used := 0
@@ -203,14 +203,15 @@ func TestDenyCacheKeepsHotEntryUnderFlood(t *testing.T) {
 	now += int64(time.Minute)
 	fresh := dc.key("fresh", l.Algorithm)
 	dc.settle(fresh, l, 1, now, denial, true, nil)
-	if _, v, _ := dc.lookup(fresh, l, 1); v != verdictDenied {
+	if _, v, _ := dc.lookup(fresh, l, 1, true); v != verdictDenied {
 		t.Fatal("a new denial found no room among expired entries")
 	}
 }
 
 // TestDenyCacheOneProbePerExpiry checks that when a remembered denial runs
-// out, one caller is sent to Redis and the others wait for its answer, and
-// that a denial it brings back answers them all.
+// out, one caller is sent to Redis and the others wait for its answer, that
+// a denial it brings back answers them all, and that a caller whose wait
+// budget is spent asks Redis instead of waiting for the next probe.
 func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 	dc := newDenyCache(64)
 	now := int64(0)
@@ -219,13 +220,13 @@ func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 	k := dc.key("k", l.Algorithm)
 	dc.settle(k, l, 1, 0, tollgate.Decision{RetryAfter: time.Second}, true, nil)
 	now = int64(time.Second)
-	_, v, probe := dc.lookup(k, l, 1)
+	_, v, probe := dc.lookup(k, l, 1, true)
 	if v != verdictProbe {
 		t.Fatalf("first caller after expiry: verdict %d, want the probe", v)
 	}
 	var waits []chan struct{}
 	for range 10 {
-		_, v, ch := dc.lookup(k, l, 1)
+		_, v, ch := dc.lookup(k, l, 1, true)
 		if v != verdictWait || ch == nil {
 			t.Fatalf("caller during the probe: verdict %d, want to wait", v)
 		}
@@ -239,25 +240,52 @@ func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 			t.Fatal("the probe settled but a waiter was not woken")
 		}
 	}
-	if _, v, _ := dc.lookup(k, l, 1); v != verdictDenied {
+	if _, v, _ := dc.lookup(k, l, 1, true); v != verdictDenied {
 		t.Fatalf("after the probe's denial: verdict %d, want the new denial repeated", v)
 	}
+	// A probe admitted with too little room for its waiters lets the next
+	// go as the new probe; a caller that spent its wait budget
+	// (probeWaitBudget) does not wait for that one too: it asks Redis itself.
+	now += int64(time.Second)
+	_, v, probe = dc.lookup(k, l, 1, true)
+	if v != verdictProbe {
+		t.Fatal("no probe after the denial ran out")
+	}
+	_, _, waiter := dc.lookup(k, l, 1, true)
+	dc.settle(k, l, 1, now, tollgate.Decision{Allowed: true}, true, probe)
+	<-waiter
+	if _, v, _ := dc.lookup(k, l, 1, false); v != verdictProbe {
+		t.Fatalf("the woken caller: verdict %d, want the new probe", v)
+	}
+	if _, v, _ := dc.lookup(k, l, 1, true); v != verdictWait {
+		t.Fatalf("a new caller during the second probe: verdict %d, want to wait", v)
+	}
+	if _, v, _ := dc.lookup(k, l, 1, false); v != verdictAsk {
+		t.Fatalf("a caller out of wait budget, during the second probe: verdict %d, want to ask Redis", v)
+	}
+	probe = nil
+	for _, e := range dc.shards[k.a&dc.mask].entries {
+		if e.used && e.key == k {
+			probe = e.probe
+		}
+	}
+	dc.settle(k, l, 1, now, tollgate.Decision{RetryAfter: time.Second}, true, probe)
 	// A probe that failed (ok false) only ends the probe.
 	now += int64(2 * time.Second)
-	_, v, probe = dc.lookup(k, l, 1)
+	_, v, probe = dc.lookup(k, l, 1, true)
 	if v != verdictProbe {
 		t.Fatal("no probe after the second expiry")
 	}
 	dc.settle(k, l, 1, now, tollgate.Decision{}, false, probe)
-	_, v, probe = dc.lookup(k, l, 1)
+	_, v, probe = dc.lookup(k, l, 1, true)
 	if v != verdictProbe {
 		t.Fatal("after a failed probe, the next caller is not the new probe")
 	}
 	// A request under another limit ends the entry and wakes the waiters:
 	// it shares the state and may change it.
-	_, _, waiter := dc.lookup(k, l, 1)
+	_, _, waiter = dc.lookup(k, l, 1, true)
 	other := tollgate.PerSecond(2)
-	if _, v, _ := dc.lookup(k, other, 1); v != verdictAsk {
+	if _, v, _ := dc.lookup(k, other, 1, true); v != verdictAsk {
 		t.Fatalf("a request under another limit: verdict %d, want to ask Redis", v)
 	}
 	select {
@@ -266,7 +294,7 @@ func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 		t.Fatal("the entry ended but its waiters were not woken")
 	}
 	dc.settle(k, l, 1, now, tollgate.Decision{}, false, probe) // the old probe settles late: harmless
-	if _, v, _ := dc.lookup(k, l, 1); v != verdictAsk {
+	if _, v, _ := dc.lookup(k, l, 1, true); v != verdictAsk {
 		t.Fatalf("after the entry ended: verdict %d, want to ask Redis", v)
 	}
 }
@@ -358,7 +386,7 @@ func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	k := st.deny.key(req.Key, l.Algorithm)
 	st.deny.settle(k, l, 1, st.deny.now(), tollgate.Decision{RetryAfter: 5 * time.Millisecond}, true, nil)
 	time.Sleep(6 * time.Millisecond)
-	_, v, probe := st.deny.lookup(k, l, 1)
+	_, v, probe := st.deny.lookup(k, l, 1, true)
 	if v != verdictProbe {
 		t.Fatal("no probe: the entry did not run out")
 	}

@@ -136,14 +136,18 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if r.deny != nil {
 		dk = r.deny.key(req.Key, l.Algorithm)
 		// A request id may replay an admission: only Redis knows.
+		waitUntil := int64(-1)
 		for requestID == "" {
-			d, v, wait := r.deny.lookup(dk, l, req.Cost)
+			d, v, wait := r.deny.lookup(dk, l, req.Cost, waitUntil < 0 || r.deny.now() < waitUntil)
 			if v == verdictDenied {
 				return d, nil
 			}
 			if v != verdictWait {
 				probe = wait
 				break
+			}
+			if waitUntil < 0 {
+				waitUntil = r.deny.now() + int64(probeWaitBudget(ctx))
 			}
 			select {
 			case <-wait:
