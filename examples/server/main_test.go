@@ -8,7 +8,6 @@ import (
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,32 +18,16 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/internal/grpctest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRun runs the command's logic as `go run ./examples/server -addr
 // 127.0.0.1:0` would, on its embedded default store, makes a call, and stops
 // it the way SIGINT does (by cancelling its context).
 func TestRun(t *testing.T) {
-	out := &syncBuffer{}
+	out := &grpctest.Log{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -26,28 +26,11 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// syncBuffer is a log destination safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func noEnv(string) string { return "" }
 
@@ -63,7 +46,7 @@ func parse(t *testing.T, getenv func(string) string, args ...string) exampleserv
 // server is one running example server.
 type server struct {
 	addr string
-	log  *syncBuffer
+	log  *grpctest.Log
 	stop func() error // cancels Serve's context and returns its result
 }
 
@@ -75,7 +58,7 @@ func start(t *testing.T, cfg exampleserver.Config) *server {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &server{addr: lis.Addr().String(), log: &syncBuffer{}}
+	s := &server{addr: lis.Addr().String(), log: &grpctest.Log{}}
 	done := make(chan error, 1)
 	go func() { done <- exampleserver.Serve(ctx, cfg, lis, s.log) }()
 	var once sync.Once
