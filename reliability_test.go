@@ -69,6 +69,19 @@ func evalshaCalls(t *testing.T, srv *redistest.Server) int64 {
 	return 0
 }
 
+// debitedBefore makes one more call for tenant, which must be admitted, and
+// returns how many units of its quota were used before that call, from the
+// remaining the call reports.
+func debitedBefore(t *testing.T, c *echo.Client, tenantName string, quota int) int {
+	t.Helper()
+	next, _, err := say(tenant(tenantName), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remaining, _ := strconv.Atoi(one(t, next, interceptor.TrailerRemaining))
+	return quota - 1 - remaining
+}
+
 // TestReliabilityDelayedReplyDebitedOnce delays Redis's reply to a decision
 // (DEBUG SLEEP) and counts what the tenant was debited through the whole
 // chain.
@@ -103,12 +116,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 			t.Fatalf("the call whose reply was lost, under FailOpen: %v", err)
 		}
 		runs := evalshaCalls(t, srv) - before
-		next, _, err := say(tenant("a"), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		remaining, _ := strconv.Atoi(one(t, next, interceptor.TrailerRemaining))
-		debits := quota - 1 - remaining
+		debits := debitedBefore(t, c, "a", quota)
 		t.Logf("reply delayed 400ms past a 100ms read timeout with 3 client retries: the script ran %d time(s), the call was admitted by its fail policy (trailers %v), the tenant was debited %d",
 			runs, trailer, debits)
 		if runs != 1 || debits != 1 {
@@ -149,12 +157,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the call retried across the stall: %v", err)
 		}
-		next, _, err := say(tenant("a"), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		remaining, _ := strconv.Atoi(one(t, next, interceptor.TrailerRemaining))
-		debits := quota - 1 - remaining
+		debits := debitedBefore(t, c, "a", quota)
 		t.Logf("Redis asleep 900ms, store deadline 250ms: %d gRPC attempts, %d script runs, the call ended replayed=%q, the tenant was debited %d",
 			attempts.Load(), copies, trailer.Get(interceptor.TrailerReplayed), debits)
 		if attempts.Load() < 3 {
