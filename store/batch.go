@@ -27,9 +27,11 @@ const (
 // nobody waiting goes to Redis at once, alone, as it would without
 // batching; the others wait, and as soon as a round trip ends, everything
 // waiting, up to maxBatch decisions, goes in the next one as a single
-// pipeline of EVALSHA (on a ClusterClient, go-redis splits it by node). So
-// a lone caller never waits for a batch to fill, and under load one write,
-// one read and one Redis wake-up serve many decisions.
+// pipeline of EVALSHA. So a lone caller never waits for a batch to fill,
+// and under load one write, one read and one Redis wake-up serve many
+// decisions. On a ClusterClient each primary has round trips of its own, so
+// a primary that is slow or unreachable holds up only the decisions whose
+// keys it serves.
 //
 // The defaults are DefaultBatchSize and DefaultMaxPipelines. maxBatch or
 // maxPipelines below 1 turns batching off: every decision is its own
@@ -248,11 +250,50 @@ func (b *batcher) takeLocked() []*call {
 	return batch
 }
 
+// primaries holds one batcher per Cluster primary, by address, made as
+// primaries are first seen. A primary that left the Cluster keeps its idle
+// batcher, a few dozen bytes, until the store is dropped.
+type primaries struct {
+	mu    sync.RWMutex
+	byAdd map[string]*batcher
+}
+
+// batcherFor returns the batcher c goes through: the store's own, or on a
+// ClusterClient the one of the primary serving c's slot (the store's own
+// when the slot map cannot say, as while the Cluster is down).
+func (r *Redis) batcherFor(ctx context.Context, c *call) *batcher {
+	cc, ok := r.client.(*redis.ClusterClient)
+	if !ok || r.batch == nil {
+		return r.batch
+	}
+	node, err := cc.MasterForKey(ctx, c.keys[0])
+	if err != nil {
+		return r.batch
+	}
+	addr := node.Options().Addr
+	r.primaries.mu.RLock()
+	b := r.primaries.byAdd[addr]
+	r.primaries.mu.RUnlock()
+	if b != nil {
+		return b
+	}
+	r.primaries.mu.Lock()
+	defer r.primaries.mu.Unlock()
+	if b = r.primaries.byAdd[addr]; b == nil {
+		if r.primaries.byAdd == nil {
+			r.primaries.byAdd = make(map[string]*batcher)
+		}
+		b = &batcher{maxBatch: r.batch.maxBatch, maxPipelines: r.batch.maxPipelines}
+		r.primaries.byAdd[addr] = b
+	}
+	return b
+}
+
 // send runs c, alone or in a pipeline, and returns once its answer is in c
 // (nil) or once ctx is done (ctx's error; c is then abandoned to its
 // runner and must not be reused).
 func (r *Redis) send(ctx context.Context, c *call) error {
-	b := r.batch
+	b := r.batcherFor(ctx, c)
 	if b == nil {
 		if r.deadlineSafe {
 			r.runOne(ctx, c)
@@ -273,13 +314,13 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 		b.mu.Unlock()
 		if r.deadlineSafe {
 			r.runOne(ctx, c)
-			r.roundTripDone()
+			r.roundTripDone(b)
 			return nil
 		}
 		go func() {
 			r.runOne(ctx, c)
 			c.done <- struct{}{}
-			r.roundTripDone()
+			r.roundTripDone(b)
 		}()
 		return r.await(ctx, c)
 	}
@@ -295,7 +336,7 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 	}
 	b.mu.Unlock()
 	if batch != nil {
-		go r.pipelines(batch)
+		go r.pipelines(b, batch)
 	}
 	select {
 	case <-c.done:
@@ -334,10 +375,9 @@ func (r *Redis) await(ctx context.Context, c *call) error {
 	}
 }
 
-// roundTripDone ends a lone call's round trip: the slot goes to the calls
-// that queued meanwhile, if any.
-func (r *Redis) roundTripDone() {
-	b := r.batch
+// roundTripDone ends a lone call's round trip through b: the slot goes to
+// the calls that queued meanwhile, if any.
+func (r *Redis) roundTripDone(b *batcher) {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.running--
@@ -346,13 +386,12 @@ func (r *Redis) roundTripDone() {
 	}
 	batch := b.takeLocked()
 	b.mu.Unlock()
-	go r.pipelines(batch)
+	go r.pipelines(b, batch)
 }
 
-// pipelines runs batch, then whatever queued while it was in flight, until
-// nothing waits.
-func (r *Redis) pipelines(batch []*call) {
-	b := r.batch
+// pipelines runs batch, then whatever queued in b while it was in flight,
+// until nothing waits.
+func (r *Redis) pipelines(b *batcher, batch []*call) {
 	for {
 		r.runBatch(batch)
 		b.mu.Lock()

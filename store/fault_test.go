@@ -228,6 +228,78 @@ func sum(v []int64, ids []int) (over, under int64) {
 	return over, under
 }
 
+// identitiesOnPrimaries returns 24 identities and, for each, the address of
+// the primary serving its state key under prefix.
+func identitiesOnPrimaries(t *testing.T, cc *redis.ClusterClient, prefix string) (ids, primaryOf []string) {
+	t.Helper()
+	ids = make([]string, 24)
+	primaryOf = make([]string, len(ids))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("tenant-%d", i)
+		m, err := cc.MasterForKey(context.Background(), decisionKeys(prefix, failoverLimit.Algorithm, ids[i], "")[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		primaryOf[i] = m.Options().Addr
+	}
+	return ids, primaryOf
+}
+
+// splitByPrimary returns the indexes of the identities served by the
+// primary at addr and of the others; it fails the test when either is
+// empty, which would prove nothing.
+func splitByPrimary(t *testing.T, primaryOf []string, addr string) (affected, survivors []int) {
+	t.Helper()
+	for i, p := range primaryOf {
+		if p == addr {
+			affected = append(affected, i)
+		} else {
+			survivors = append(survivors, i)
+		}
+	}
+	if len(affected) == 0 || len(survivors) == 0 {
+		t.Fatalf("%d identities on %s and %d on the other primaries: the split proves nothing", len(affected), addr, len(survivors))
+	}
+	return affected, survivors
+}
+
+// TestClusterSlowPrimaryHoldsOnlyItsOwn puts one primary of a Cluster to
+// sleep (DEBUG SLEEP, 1.5s) under load, with a cluster-node-timeout long
+// enough that no failover starts, and checks that only the decisions whose
+// keys it serves fail: each primary has round trips of its own, so no
+// pipeline carrying other primaries' decisions waits on it.
+func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
+	cl := redistest.NewClusterTimeout(t, 0, 15*time.Second) // private: a primary is put to sleep
+	o := cl.Options()
+	o.ContextTimeoutEnabled = true
+	cc := redis.NewClusterClient(o)
+	defer cc.Close()
+	prefix := redistest.KeyPrefix(t)
+	st := NewRedis(cc, WithPrefix(prefix))
+	ids, primaryOf := identitiesOnPrimaries(t, cc, prefix)
+	victim := cl.Node(primaryOf[0])
+	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
+
+	load := startFailoverLoad(st, ids)
+	time.Sleep(300 * time.Millisecond)
+	woke := victim.Sleep(t, 1500*time.Millisecond)
+	if err := <-woke; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	load.finish()
+
+	r := load.report()
+	t.Logf("%d decisions (%.0f/s) on %d identities, one primary asleep 1.5s: %d errors on its %d identities, %d on the %d others: %v",
+		r.decisions, r.rate(), len(ids), r.errorsAmong(affected), len(affected), r.errorsAmong(survivors), len(survivors), r.kinds)
+	if r.errorsAmong(affected) == 0 {
+		t.Fatal("no decision on the sleeping primary failed: the test proves nothing")
+	}
+	if n := r.errorsAmong(survivors); n != 0 {
+		t.Errorf("%d decisions on primaries that were awake failed: they waited on the sleeping one", n)
+	}
+}
+
 // TestClusterFailoverUnderLoad kills (SIGKILL) one primary of a 3-primary
 // Cluster with one replica each while 8 goroutines make decisions on 24
 // identities, and checks that the store serves every identity again once
@@ -248,16 +320,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	st := NewRedis(cc, WithPrefix(prefix))
 	ctx := context.Background()
 
-	ids := make([]string, 24)
-	primaryOf := make([]string, len(ids))
-	for i := range ids {
-		ids[i] = fmt.Sprintf("tenant-%d", i)
-		m, err := cc.MasterForKey(ctx, decisionKeys(prefix, failoverLimit.Algorithm, ids[i], "")[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		primaryOf[i] = m.Options().Addr
-	}
+	ids, primaryOf := identitiesOnPrimaries(t, cc, prefix)
 	victim := cl.Node(primaryOf[0])
 	replica := cl.ReplicaOf(t, victim)
 	// The replica receives the stream only once it has acknowledged its
@@ -272,17 +335,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		t.Fatalf("WAIT 1 on the primary to kill = %d, %v: its replica does not acknowledge", n, err)
 	}
 	_ = vc.Close()
-	var affected, survivors []int
-	for i, p := range primaryOf {
-		if p == victim.Addr() {
-			affected = append(affected, i)
-		} else {
-			survivors = append(survivors, i)
-		}
-	}
-	if len(survivors) == 0 {
-		t.Fatal("every identity hashes to one primary: the survivors prove nothing")
-	}
+	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
 
 	load := startFailoverLoad(st, ids)
 	time.Sleep(500 * time.Millisecond)

@@ -57,8 +57,11 @@ type Redis struct {
 	// replayTTLms is ARGV[6], the replay TTL in milliseconds.
 	replayTTLms int64
 	// batch shares round trips between concurrent decisions; nil when
-	// batching is off (see WithBatching).
-	batch *batcher
+	// batching is off (see WithBatching). On a ClusterClient it is the
+	// template of primaries' batchers, and serves the decisions whose
+	// primary the slot map cannot name.
+	batch     *batcher
+	primaries primaries
 	// deny repeats recent denials without a round trip; nil when off (see
 	// WithDenyCache).
 	deny *denyCache
