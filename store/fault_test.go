@@ -228,6 +228,18 @@ func sum(v []int64, ids []int) (over, under int64) {
 	return over, under
 }
 
+// clusterStore returns a client of cl whose store deadlines reach the
+// socket (closed when the test ends), and a store on it under a prefix of
+// the test's own.
+func clusterStore(t *testing.T, cl *redistest.Cluster) (*redis.ClusterClient, *Redis, string) {
+	o := cl.Options()
+	o.ContextTimeoutEnabled = true
+	cc := redis.NewClusterClient(o)
+	t.Cleanup(func() { _ = cc.Close() })
+	prefix := redistest.KeyPrefix(t)
+	return cc, NewRedis(cc, WithPrefix(prefix)), prefix
+}
+
 // identitiesOnPrimaries returns 24 identities and, for each, the address of
 // the primary serving its state key under prefix.
 func identitiesOnPrimaries(t *testing.T, cc *redis.ClusterClient, prefix string) (ids, primaryOf []string) {
@@ -270,12 +282,7 @@ func splitByPrimary(t *testing.T, primaryOf []string, addr string) (affected, su
 // pipeline carrying other primaries' decisions waits on it.
 func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 	cl := redistest.NewClusterTimeout(t, 0, 15*time.Second) // private: a primary is put to sleep
-	o := cl.Options()
-	o.ContextTimeoutEnabled = true
-	cc := redis.NewClusterClient(o)
-	defer cc.Close()
-	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(cc, WithPrefix(prefix))
+	cc, st, prefix := clusterStore(t, cl)
 	ids, primaryOf := identitiesOnPrimaries(t, cc, prefix)
 	victim := cl.Node(primaryOf[0])
 	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
@@ -312,12 +319,7 @@ func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	cl := redistest.NewClusterTimeout(t, 1, time.Second)
 	redistest.LetDialProbesEnd(t) // a client of the killed primary may have started one
-	o := cl.Options()
-	o.ContextTimeoutEnabled = true
-	cc := redis.NewClusterClient(o)
-	defer cc.Close()
-	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(cc, WithPrefix(prefix))
+	cc, st, prefix := clusterStore(t, cl)
 	ctx := context.Background()
 
 	ids, primaryOf := identitiesOnPrimaries(t, cc, prefix)
