@@ -255,7 +255,7 @@ func (b *batcher) takeLocked() []*call {
 // batcher, a few dozen bytes, until the store is dropped.
 type primaries struct {
 	mu    sync.RWMutex
-	byAdd map[string]*batcher
+	byAddr map[string]*batcher
 }
 
 // batcherFor returns the batcher c goes through: the store's own, or on a
@@ -272,19 +272,19 @@ func (r *Redis) batcherFor(ctx context.Context, c *call) *batcher {
 	}
 	addr := node.Options().Addr
 	r.primaries.mu.RLock()
-	b := r.primaries.byAdd[addr]
+	b := r.primaries.byAddr[addr]
 	r.primaries.mu.RUnlock()
 	if b != nil {
 		return b
 	}
 	r.primaries.mu.Lock()
 	defer r.primaries.mu.Unlock()
-	if b = r.primaries.byAdd[addr]; b == nil {
-		if r.primaries.byAdd == nil {
-			r.primaries.byAdd = make(map[string]*batcher)
+	if b = r.primaries.byAddr[addr]; b == nil {
+		if r.primaries.byAddr == nil {
+			r.primaries.byAddr = make(map[string]*batcher)
 		}
 		b = &batcher{maxBatch: r.batch.maxBatch, maxPipelines: r.batch.maxPipelines}
-		r.primaries.byAdd[addr] = b
+		r.primaries.byAddr[addr] = b
 	}
 	return b
 }
