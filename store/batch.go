@@ -254,7 +254,7 @@ func (b *batcher) takeLocked() []*call {
 // primaries are first seen. A primary that left the Cluster keeps its idle
 // batcher, a few dozen bytes, until the store is dropped.
 type primaries struct {
-	mu    sync.RWMutex
+	mu     sync.RWMutex
 	byAddr map[string]*batcher
 }
 
