@@ -51,7 +51,9 @@ type loadEvent struct {
 	err error
 }
 
-func startFailoverLoad(st *Redis, ids []string) *failoverLoad {
+// startFailoverLoad runs failoverCallers callers deciding on ids in turn,
+// each decision under a deadline of timeout, until finish.
+func startFailoverLoad(st *Redis, ids []string, timeout time.Duration) *failoverLoad {
 	l := &failoverLoad{st: st, ids: ids, stop: make(chan struct{}), admitted: make([]int64, len(ids))}
 	for g := range failoverCallers {
 		l.wg.Go(func() {
@@ -62,7 +64,7 @@ func startFailoverLoad(st *Redis, ids []string) *failoverLoad {
 				default:
 				}
 				id := i % len(ids)
-				ctx, cancel := context.WithTimeout(context.Background(), failoverCallTimeout)
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				d, err := st.Allow(ctx, tollgate.Request{Key: ids[id], Limit: failoverLimit})
 				cancel()
 				l.mu.Lock()
@@ -279,7 +281,8 @@ func splitByPrimary(t *testing.T, primaryOf []string, addr string) (affected, su
 // sleep (DEBUG SLEEP, 1.5s) under load, with a cluster-node-timeout long
 // enough that no failover starts, and checks that only the decisions whose
 // keys it serves fail: each primary has round trips of its own, so no
-// pipeline carrying other primaries' decisions waits on it.
+// pipeline carrying other primaries' decisions waits on it. Decisions get
+// 1s, so that only a stall that long could fail an awake primary's.
 func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 	cl := redistest.NewClusterTimeout(t, 0, 15*time.Second) // private: a primary is put to sleep
 	cc, st, prefix := clusterStore(t, cl)
@@ -287,7 +290,7 @@ func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 	victim := cl.Node(primaryOf[0])
 	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
 
-	load := startFailoverLoad(st, ids)
+	load := startFailoverLoad(st, ids, time.Second)
 	time.Sleep(300 * time.Millisecond)
 	woke := victim.Sleep(t, 1500*time.Millisecond)
 	if err := <-woke; err != nil {
@@ -339,7 +342,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	_ = vc.Close()
 	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
 
-	load := startFailoverLoad(st, ids)
+	load := startFailoverLoad(st, ids, failoverCallTimeout)
 	time.Sleep(500 * time.Millisecond)
 	killed := time.Now()
 	victim.Stop(t)
@@ -470,7 +473,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	for i := range ids {
 		ids[i], all[i] = fmt.Sprintf("tenant-%d", i), i
 	}
-	load := startFailoverLoad(st, ids)
+	load := startFailoverLoad(st, ids, failoverCallTimeout)
 	time.Sleep(500 * time.Millisecond)
 	watch := watchSwitch(primary, replica)
 	switched := time.Now()
