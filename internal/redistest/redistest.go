@@ -297,16 +297,7 @@ func SharedCluster(t testing.TB) *Cluster {
 // so that a killed primary is replaced within seconds.
 func NewCluster(t testing.TB, replicas int) *Cluster {
 	t.Helper()
-	c, err := startCluster(replicas, FailoverNodeTimeout)
-	if err != nil {
-		t.Fatalf("redistest: cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		for _, n := range c.Nodes {
-			n.destroy()
-		}
-	})
-	return c
+	return NewClusterTimeout(t, replicas, FailoverNodeTimeout)
 }
 
 // FailoverNodeTimeout is the cluster-node-timeout of NewCluster's nodes: a
