@@ -262,11 +262,10 @@ type primaries struct {
 // ClusterClient the one of the primary serving c's slot (the store's own
 // when the slot map cannot say, as while the Cluster is down).
 func (r *Redis) batcherFor(ctx context.Context, c *call) *batcher {
-	cc, ok := r.client.(*redis.ClusterClient)
-	if !ok || r.batch == nil {
+	if r.cluster == nil || r.batch == nil {
 		return r.batch
 	}
-	node, err := cc.MasterForKey(ctx, c.keys[0])
+	node, err := r.cluster.MasterForKey(ctx, c.keys[0])
 	if err != nil {
 		return r.batch
 	}

@@ -45,7 +45,10 @@ const DefaultPrefix = "tollgate:"
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
-	client  redis.UniversalClient
+	client redis.UniversalClient
+	// cluster is client when it is a *redis.ClusterClient, else nil: the
+	// store routes batches and reloads slot maps through it.
+	cluster *redis.ClusterClient
 	prefix  string
 	replays replays
 	// deadlineSafe reports that the client gives up a command when its
@@ -97,6 +100,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	}
 	r.replayTTLms = r.replays.ttlMs()
 	r.deadlineSafe = honoursDeadlines(c)
+	r.cluster, _ = c.(*redis.ClusterClient)
 	return r
 }
 
@@ -189,15 +193,14 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 // been promoted. The reload runs in the background, at most one at a time
 // and one every 200ms (go-redis coalesces them).
 func (r *Redis) refreshRouting(err error) {
-	cc, ok := r.client.(*redis.ClusterClient)
-	if !ok || errors.Is(err, context.Canceled) {
+	if r.cluster == nil || errors.Is(err, context.Canceled) {
 		return
 	}
 	var reply redis.Error
 	if errors.As(err, &reply) {
 		return // the node answered: it is there
 	}
-	cc.ReloadState(context.Background())
+	r.cluster.ReloadState(context.Background())
 }
 
 // errBadReply means a script answered something other than lua/doc.go's
