@@ -35,9 +35,9 @@ func quotaLimit(alg tollgate.Algorithm, n int64) tollgate.Limit {
 // sizes its limits from it (10× Slack per time unit).
 const realClockSlack = 30 * time.Millisecond
 
-func TestRedisConformanceSingle(t *testing.T) {
-	t.Parallel() // the suite mostly sleeps on the real clock
-	c := redistest.Single(t).Client(t)
+// conformance runs the conformance suite on a store deciding on c, on the
+// real clock.
+func conformance(t *testing.T, c redis.UniversalClient) {
 	storetest.Run(t, storetest.Harness{
 		Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
 		Advance:    time.Sleep,
@@ -46,15 +46,14 @@ func TestRedisConformanceSingle(t *testing.T) {
 	})
 }
 
+func TestRedisConformanceSingle(t *testing.T) {
+	t.Parallel() // the suite mostly sleeps on the real clock
+	conformance(t, redistest.Single(t).Client(t))
+}
+
 func TestRedisConformanceCluster(t *testing.T) {
 	t.Parallel() // the suite mostly sleeps on the real clock
-	c := redistest.SharedCluster(t).Client(t)
-	storetest.Run(t, storetest.Harness{
-		Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
-		Advance:    time.Sleep,
-		Slack:      realClockSlack,
-		MaxReplays: DefaultMaxReplays,
-	})
+	conformance(t, redistest.SharedCluster(t).Client(t))
 }
 
 func TestRedisQuotaThenDenial(t *testing.T) {
