@@ -81,7 +81,59 @@ type Limit struct {
 	// Burst is the capacity for TokenBucket and GCRA: the most that can be
 	// admitted at once after a quiet period. 0 means Rate. Windows ignore it.
 	Burst int64
+	// Calendar, when set, makes a FixedWindow's windows calendar days, ISO
+	// weeks, months or years in UTC on the store's clock; Period must then be
+	// zero. The zero value means windows of length Period.
+	Calendar Calendar
 }
+
+// Calendar names a calendar unit for FixedWindow limits whose windows start
+// at calendar boundaries (UTC, on the store's clock) instead of multiples of
+// Period since the Unix epoch.
+type Calendar uint8
+
+const (
+	// NoCalendar is the zero value: windows are Period long.
+	NoCalendar Calendar = iota
+	// Day windows start at 00:00 UTC.
+	Day
+	// Week windows start on Monday at 00:00 UTC (ISO weeks).
+	Week
+	// Month windows start on the 1st at 00:00 UTC, whatever the month's length.
+	Month
+	// Year windows start on 1 January at 00:00 UTC.
+	Year
+)
+
+// String returns the calendar's adjective as used in descriptions:
+// "daily", "weekly", "monthly", "yearly", or "" for NoCalendar.
+func (c Calendar) String() string {
+	switch c {
+	case NoCalendar:
+		return ""
+	case Day:
+		return "daily"
+	case Week:
+		return "weekly"
+	case Month:
+		return "monthly"
+	case Year:
+		return "yearly"
+	}
+	return fmt.Sprintf("calendar(%d)", uint8(c))
+}
+
+// Daily returns a FixedWindow Limit of n events per UTC calendar day.
+func Daily(n int64) Limit { return Limit{Algorithm: FixedWindow, Rate: n, Calendar: Day} }
+
+// Weekly returns a FixedWindow Limit of n events per ISO week (from Monday 00:00 UTC).
+func Weekly(n int64) Limit { return Limit{Algorithm: FixedWindow, Rate: n, Calendar: Week} }
+
+// Monthly returns a FixedWindow Limit of n events per calendar month (from the 1st, 00:00 UTC).
+func Monthly(n int64) Limit { return Limit{Algorithm: FixedWindow, Rate: n, Calendar: Month} }
+
+// Yearly returns a FixedWindow Limit of n events per calendar year (from 1 January, 00:00 UTC).
+func Yearly(n int64) Limit { return Limit{Algorithm: FixedWindow, Rate: n, Calendar: Year} }
 
 // PerSecond returns a TokenBucket Limit of n events per second with a burst of n.
 func PerSecond(n int64) Limit {
@@ -167,6 +219,11 @@ type Request struct {
 	// request leaves no trace, so its retry is judged afresh. At most
 	// MaxRequestIDLen bytes of printable ASCII.
 	RequestID string
+	// ReplayTTL, when > 0, shortens how long the store remembers RequestID
+	// after an admission (never beyond the store's replay TTL). A retry
+	// cannot outlive its call, so callers that know the call's deadline set
+	// it to the time left plus a small margin.
+	ReplayTTL time.Duration
 }
 
 // Normalized returns the request with Cost 0 replaced by 1, after checking
@@ -231,8 +288,26 @@ type Decision struct {
 // store could not decide (unreachable, timed out) and the caller's fail
 // policy applies.
 type Store interface {
+	// Allow decides one request and debits it when admitted.
 	Allow(ctx context.Context, req Request) (Decision, error)
+	// AllowAll decides a set of requests all or nothing: it returns one
+	// Decision per request, in order, and either every request is admitted
+	// and debited, or none is debited and every Decision has Allowed false
+	// (those that would have been admitted have RetryAfter 0). Requests are
+	// judged in order, each seeing the debits of earlier ones on the same Key
+	// and Algorithm. The set holds 1 to MaxAllowAll requests, all with the
+	// same RequestID or none; a set admitted under an id replays as a whole.
+	AllowAll(ctx context.Context, reqs []Request) ([]Decision, error)
+	// Peek reports what Allow would answer for req now, without debiting
+	// and without recording its RequestID.
+	Peek(ctx context.Context, req Request) (Decision, error)
+	// Reset forgets the state of req's Key under req's Limit.Algorithm: the
+	// identity is back to a full bucket or an empty window.
+	Reset(ctx context.Context, req Request) error
 }
+
+// MaxAllowAll is the most requests one Store.AllowAll call decides.
+const MaxAllowAll = 64
 
 // ErrInvalidRequest is wrapped by every validation error: a bad Limit, a bad
 // Cost, an oversized Key or a malformed RequestID. errors.Is works.

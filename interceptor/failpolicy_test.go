@@ -206,7 +206,10 @@ func TestHungRedisAndBreaker(t *testing.T) {
 }
 
 // invalidStore rejects every request as invalid: a configuration bug.
-type invalidStore struct{ calls atomic.Int64 }
+type invalidStore struct {
+	tollgate.Store // methods other than Allow are not used
+	calls          atomic.Int64
+}
 
 func (s *invalidStore) Allow(context.Context, tollgate.Request) (tollgate.Decision, error) {
 	s.calls.Add(1)

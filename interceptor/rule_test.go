@@ -10,8 +10,9 @@ import (
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
-// nopStore fails every decision; New never calls it.
-type nopStore struct{}
+// nopStore fails every decision; New never calls it. Methods other than
+// Allow are not used.
+type nopStore struct{ tollgate.Store }
 
 func (nopStore) Allow(context.Context, tollgate.Request) (tollgate.Decision, error) {
 	return tollgate.Decision{}, context.DeadlineExceeded

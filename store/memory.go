@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/sha256"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,14 +122,7 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	now := m.clock().UnixMicro()
 	decide := algo.For(req.Limit.Algorithm)
 	p := algo.ParamsOf(req)
-	identity, hashed := req.Key, false
-	if len(identity) > maxRawIdentity {
-		sum := sha256.Sum256([]byte(identity))
-		identity, hashed = string(sum[:]), true
-	}
-	stateKey := entryKey{algorithm: req.Limit.Algorithm, hashed: hashed, identity: identity}
-
-	sh := &m.shards[maphash.String(m.seed, req.Key)%uint64(len(m.shards))]
+	sh, stateKey := m.locate(req)
 	sh.mu.Lock()
 	sh.reclaim(now)
 	d := m.decide(sh, stateKey, req.RequestID, decide, p, now)
@@ -317,4 +312,179 @@ func (h *expiryHeap) Pop() any {
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return e
+}
+
+// locate returns the shard and the state entry's name for a normalized
+// request.
+func (m *Memory) locate(req tollgate.Request) (*memShard, entryKey) {
+	identity, hashed := req.Key, false
+	if len(identity) > maxRawIdentity {
+		sum := sha256.Sum256([]byte(identity))
+		identity, hashed = string(sum[:]), true
+	}
+	k := entryKey{algorithm: req.Limit.Algorithm, hashed: hashed, identity: identity}
+	return &m.shards[maphash.String(m.seed, req.Key)%uint64(len(m.shards))], k
+}
+
+// AllowAll decides reqs all or nothing (see tollgate.Store): the shards of
+// every request are locked, in order, for the whole decision.
+func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	reqs, err := normalizeAll(reqs)
+	if err != nil {
+		return nil, err
+	}
+	now := m.clock().UnixMicro()
+	shards := make([]*memShard, len(reqs))
+	keys := make([]entryKey, len(reqs))
+	for i, req := range reqs {
+		shards[i], keys[i] = m.locate(req)
+	}
+	unlock := m.lockShards(shards)
+	defer unlock()
+	for _, sh := range shards {
+		sh.reclaim(now)
+	}
+
+	out := make([]tollgate.Decision, len(reqs))
+	requestID := reqs[0].RequestID
+	useMarker := m.replays.max > 0 && requestID != ""
+	markers := make([]entryKey, len(reqs))
+	if useMarker {
+		replay := true
+		for i := range reqs {
+			markers[i] = keys[i]
+			markers[i].requestID = requestID
+			if e := shards[i].live(markers[i], now); e == nil || e.replays >= m.replays.max {
+				replay = false
+			}
+		}
+		if replay {
+			for i, req := range reqs {
+				shards[i].live(markers[i], now).replays++
+				p := algo.ParamsOf(req)
+				p.Cost = 0
+				_, r := algo.For(req.Limit.Algorithm)(shards[i].state(keys[i], now), now, p)
+				out[i] = tollgate.Decision{Allowed: true, Remaining: r.Remaining, ResetAfter: micros(r.ResetAfter), Replayed: true}
+			}
+			return out, nil
+		}
+	}
+
+	// Judge in order on working copies, so that two requests on one state
+	// see each other's debits.
+	work := make(map[entryKey]algo.State, len(reqs))
+	states := make([]algo.State, len(reqs))
+	results := make([]algo.Result, len(reqs))
+	all := true
+	for i, req := range reqs {
+		st, ok := work[keys[i]]
+		if !ok {
+			st = shards[i].state(keys[i], now)
+		}
+		st, r := algo.For(req.Limit.Algorithm)(st, now, algo.ParamsOf(req))
+		work[keys[i]], states[i], results[i] = st, st, r
+		all = all && r.Allowed
+		out[i] = tollgate.Decision{
+			Allowed:    r.Allowed,
+			Remaining:  r.Remaining,
+			RetryAfter: micros(r.RetryAfter),
+			ResetAfter: micros(r.ResetAfter),
+		}
+	}
+	if !all {
+		for i := range out {
+			out[i].Allowed = false
+		}
+		return out, nil
+	}
+	for i := range reqs {
+		sh := shards[i]
+		e := sh.upsert(keys[i], now)
+		e.state = states[i]
+		for j, ttl := range results[i].TTL {
+			if ttl > 0 {
+				e.slotExpires[j] = now + ttl*1000
+			}
+		}
+		sh.setExpiry(e, max(e.slotExpires[0], e.slotExpires[1]))
+		if useMarker {
+			mk := sh.upsert(markers[i], now)
+			mk.replays = 0
+			sh.setExpiry(mk, now+m.replayTTL)
+		}
+	}
+	return out, nil
+}
+
+// lockShards locks each distinct shard of m once, in the order of m.shards
+// so that concurrent calls cannot deadlock, and returns the function that
+// unlocks them.
+func (m *Memory) lockShards(shards []*memShard) func() {
+	distinct := slices.Clone(shards)
+	slices.SortFunc(distinct, func(a, b *memShard) int { return cmp.Compare(m.shardIndex(a), m.shardIndex(b)) })
+	distinct = slices.Compact(distinct)
+	for _, sh := range distinct {
+		sh.mu.Lock()
+	}
+	return func() {
+		for _, sh := range distinct {
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// shardIndex returns sh's index in m.shards.
+func (m *Memory) shardIndex(sh *memShard) int {
+	for i := range m.shards {
+		if &m.shards[i] == sh {
+			return i
+		}
+	}
+	return -1
+}
+
+// Peek reports what Allow would answer for req now, without a debit and
+// without recording its RequestID.
+func (m *Memory) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return tollgate.Decision{}, err
+	}
+	req, err := req.Normalized()
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	now := m.clock().UnixMicro()
+	sh, k := m.locate(req)
+	sh.mu.Lock()
+	_, r := algo.For(req.Limit.Algorithm)(sh.state(k, now), now, algo.ParamsOf(req))
+	sh.mu.Unlock()
+	return tollgate.Decision{
+		Allowed:    r.Allowed,
+		Remaining:  r.Remaining,
+		RetryAfter: micros(r.RetryAfter),
+		ResetAfter: micros(r.ResetAfter),
+	}, nil
+}
+
+// Reset forgets req's Key under req's algorithm: a full bucket or an empty
+// window again. Request ids it admitted are still remembered.
+func (m *Memory) Reset(ctx context.Context, req tollgate.Request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req, err := req.Normalized()
+	if err != nil {
+		return err
+	}
+	sh, k := m.locate(req)
+	sh.mu.Lock()
+	if e := sh.entries[k]; e != nil {
+		heap.Remove(&sh.byExpiry, e.index)
+		delete(sh.entries, k)
+	}
+	sh.mu.Unlock()
+	return nil
 }

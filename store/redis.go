@@ -219,3 +219,25 @@ func decisionOf(v [5]int64) tollgate.Decision {
 		Replayed:   v[4] == 1,
 	}
 }
+
+// errNotYet is returned by the parts of the Store interface the Redis store
+// does not implement yet.
+var errNotYet = errors.New("tollgate: redis store: not implemented yet")
+
+// AllowAll decides reqs all or nothing (see tollgate.Store).
+func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	if _, err := normalizeAll(reqs); err != nil {
+		return nil, err
+	}
+	return nil, errNotYet
+}
+
+// Peek reports what Allow would answer for req now, without a debit.
+func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	return tollgate.Decision{}, errNotYet
+}
+
+// Reset forgets req's Key under req's algorithm.
+func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
+	return errNotYet
+}
