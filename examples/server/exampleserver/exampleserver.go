@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
@@ -231,8 +232,8 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and
-// registers the echo and health services; the health server reports
-// SERVING for the whole server and for the echo service.
+// registers the echo, health and server reflection services; the health
+// server reports SERVING for the whole server and for the echo service.
 func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, error) {
 	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
 		Name:     RuleName,
@@ -262,6 +263,9 @@ func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, err
 	hs := health.NewServer()
 	hs.SetServingStatus(echo.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
+	// Reflection lets grpcurl and clients in other languages find the
+	// service, and the error details of a denial, without a .proto at hand.
+	reflection.Register(srv)
 	return srv, hs, nil
 }
 
