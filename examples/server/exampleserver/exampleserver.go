@@ -109,7 +109,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 		failMode  string
 	)
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:50051", "TCP address to listen on")
-	fs.Int64Var(&cfg.Limit.Rate, "rate", 10, "calls admitted per tenant per `period`")
+	fs.Int64Var(&cfg.Limit.Rate, "rate", 10, "calls admitted per tenant in each -period")
 	fs.DurationVar(&cfg.Limit.Period, "period", time.Second, "the period of -rate")
 	fs.Int64Var(&cfg.Limit.Burst, "burst", 0, "most calls a tenant can make at once (token_bucket, gcra); 0 means -rate")
 	fs.StringVar(&algorithm, "algorithm", tollgate.TokenBucket.String(), "token_bucket, gcra, sliding_window or fixed_window")

@@ -14,14 +14,15 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
+	"github.com/tollgate/tollgate/examples/server/exampleserver/exampleservertest"
 )
 
 // scrape returns the text the server's metrics endpoint serves.
-func scrape(t *testing.T, s *server) string {
+func scrape(t *testing.T, s *exampleservertest.Server) string {
 	t.Helper()
-	m := regexp.MustCompile(`metrics on (http://\S+)`).FindStringSubmatch(s.log.String())
+	m := regexp.MustCompile(`metrics on (http://\S+)`).FindStringSubmatch(s.Log.String())
 	if m == nil {
-		t.Fatalf("no metrics address in the log:\n%s", s.log.String())
+		t.Fatalf("no metrics address in the log:\n%s", s.Log.String())
 	}
 	resp, err := http.Get(m[1])
 	if err != nil {
@@ -59,7 +60,7 @@ func sample(exposition, metric string, want ...string) (string, bool) {
 // with the store's latency histogram.
 func TestMetricsForPrometheus(t *testing.T) {
 	s := start(t, parse(t, noEnv, "-rate", "2", "-period", "1h", "-metrics-addr", "127.0.0.1:0"))
-	c := echo.NewClient(dial(t, s.addr))
+	c := echo.NewClient(dial(t, s.Addr))
 	for i := range 3 {
 		_, err := say(t.Context(), c, "metrics")
 		if want := map[bool]codes.Code{true: codes.OK, false: codes.ResourceExhausted}[i < 2]; status.Code(err) != want {
@@ -109,7 +110,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 
 	s := start(t, parse(t, noEnv, "-rate", "1", "-period", "1h", "-metrics-addr", "127.0.0.1:0"))
-	c := echo.NewClient(dial(t, s.addr))
+	c := echo.NewClient(dial(t, s.Addr))
 	for range 2 { // one admitted, one denied
 		say(t.Context(), c, "dashboard")
 	}

@@ -128,7 +128,7 @@ func (p *registry) find(name string) protoreflect.Descriptor {
 // denial's RetryInfo and QuotaFailure from descriptors the server sent too.
 func TestReflectionAlone(t *testing.T) {
 	s := start(t, parse(t, noEnv, "-rate", "2", "-period", "1h"))
-	cc := dial(t, s.addr)
+	cc := dial(t, s.Addr)
 	r := newReflector(t, cc)
 
 	services := r.services()
