@@ -1,0 +1,376 @@
+// Package lease is an opt-in local tier for hot identities: a
+// tollgate.Store that wraps another (usually the Redis store) and, for an
+// identity decided often enough, takes a lease of units from it in one
+// decision, then admits from that lease in process without a round trip.
+//
+// A lease is an ordinary admitted decision on the inner store with Cost
+// equal to the lease's size, so every unit is debited in the shared store
+// before this replica spends it: the tier never admits more than the inner
+// store granted. Units a replica does not spend within the lease lifetime
+// are lost to the identity (the Store interface has no refund); a lease
+// never exceeds a small share of the limit's capacity, so what is lost or
+// held is bounded. Cold identities, requests carrying a RequestID and
+// limits too small to share go straight to the inner store.
+//
+// See docs/local-tier.md for when to use it and its exact bounds.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Store is a tollgate.Store that admits hot identities from leases taken
+// from an inner Store and sends every other decision to it (see the
+// package documentation).
+//
+// A decision admitted from a lease reports Remaining as the units left in
+// this replica's lease plus the inner store's Remaining when the lease was
+// taken (so it counts neither the refill since nor what other replicas
+// spent since, and is at most the lease lifetime old), RetryAfter 0, and
+// ResetAfter as the inner store's ResetAfter at the lease less the time
+// since. Denials always come from the inner store, with its RetryAfter.
+//
+// A Store holds no goroutine and at most WithMaxLeases leases; it is safe
+// for concurrent use.
+type Store struct {
+	inner tollgate.Store
+	cfg   config
+	epoch time.Time // clock readings are nanoseconds since epoch
+	hot   hotCounter
+
+	mu      sync.RWMutex
+	entries map[entryKey]*entry
+
+	// resets counts Reset calls begun and ended, and resetting those under
+	// way: a lease asked for while a Reset of its identity may have run is
+	// not kept (see Reset).
+	resets, resetting atomic.Int64
+}
+
+// entryKey is one identity under one Limit: a lease is spent only under
+// the limit it was taken with.
+type entryKey struct {
+	key   string
+	limit tollgate.Limit
+}
+
+// entry is one hot identity's lease and the state sizing the next one.
+type entry struct {
+	// cur is the lease being spent; nil before the first and after Reset.
+	// A new lease replaces it whole, so a caller holding the old one can
+	// only spend units the old one was granted.
+	cur atomic.Pointer[grant]
+	// leasedAt is when a lease was last asked for: entries that stopped
+	// asking are evicted first.
+	leasedAt atomic.Int64
+
+	mu sync.Mutex
+	// fetching is closed when the lease one caller is asking for arrives
+	// (or is refused); nil when none is being asked for. Only one caller
+	// per identity asks at a time; the others wait for its answer.
+	fetching chan struct{}
+	// ceiling is the largest lease to ask for next: the limit's share at
+	// first, halved (and capped at the store's Remaining) by a refusal,
+	// doubled by each grant.
+	ceiling int64
+	// directUntil: until then the identity is decided on the inner store
+	// one request at a time, because leases as small as minLease were
+	// refused (the identity is at its limit).
+	directUntil int64
+}
+
+// grant is one lease: units debited on the inner store, spent here.
+type grant struct {
+	units      atomic.Int64 // left to spend
+	size       int64        // granted
+	taken      int64        // when it was asked for (the debit is later)
+	expires    int64        // no unit is spent from then on
+	remaining  int64        // the inner store's Remaining after the debit
+	resetAfter int64        // the inner store's ResetAfter, nanoseconds
+}
+
+// New returns a Store admitting hot identities from leases of inner. An
+// invalid option is an error naming it.
+func New(inner tollgate.Store, opts ...Option) (*Store, error) {
+	if inner == nil {
+		return nil, errors.New("lease: the inner store is nil")
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{inner: inner, cfg: cfg, epoch: cfg.clock(), entries: make(map[entryKey]*entry)}
+	s.hot.seed = maphash.MakeSeed()
+	s.hot.n = cfg.hotN
+	s.hot.interval = int64(cfg.hotInterval)
+	return s, nil
+}
+
+func (s *Store) now() int64 { return int64(s.cfg.clock().Sub(s.epoch)) }
+
+// maxLease is the largest lease under l: its share of the capacity.
+func (s *Store) maxLease(l tollgate.Limit) int64 {
+	return int64(float64(l.Capacity()) * s.cfg.maxShare)
+}
+
+// Allow decides req: from this replica's lease when its identity is hot,
+// otherwise on the inner store. A request carrying a RequestID always goes
+// to the inner store, which alone knows whether that id was admitted on
+// another replica.
+func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	if req.RequestID != "" {
+		return s.inner.Allow(ctx, req)
+	}
+	req, err := req.Normalized()
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	maxSize := s.maxLease(req.Limit)
+	if maxSize < minLease || req.Cost > maxSize {
+		return s.inner.Allow(ctx, req)
+	}
+	k := entryKey{req.Key, req.Limit}
+	now := s.now()
+	s.mu.RLock()
+	e := s.entries[k]
+	s.mu.RUnlock()
+	if e == nil {
+		if !s.hot.hit(req.Key, req.Limit.Algorithm, now) {
+			return s.inner.Allow(ctx, req)
+		}
+		e = s.enter(k, maxSize, now)
+	}
+	for {
+		if g := e.cur.Load(); g != nil && now < g.expires {
+			if left, ok := g.spend(req.Cost); ok {
+				return g.decision(left, now), nil
+			}
+		}
+		d, again, err := s.renew(ctx, k, e, req, maxSize, now)
+		if !again {
+			return d, err
+		}
+		now = s.now()
+	}
+}
+
+// spend takes cost units from the lease, reporting the units left, or
+// false when fewer than cost are left.
+func (g *grant) spend(cost int64) (int64, bool) {
+	for {
+		u := g.units.Load()
+		if u < cost {
+			return 0, false
+		}
+		if g.units.CompareAndSwap(u, u-cost) {
+			return u - cost, true
+		}
+	}
+}
+
+// decision is the answer to a request admitted from g with left units
+// left in it, at now.
+func (g *grant) decision(left, now int64) tollgate.Decision {
+	return tollgate.Decision{
+		Allowed:    true,
+		Remaining:  left + g.remaining,
+		ResetAfter: time.Duration(max(g.resetAfter-(now-g.taken), 0)),
+	}
+}
+
+// renew runs when e's lease cannot pay for req: it waits for the lease
+// another caller is asking for, asks for one itself, or decides req on the
+// inner store. again reports that the caller should try e's lease anew.
+func (s *Store) renew(ctx context.Context, k entryKey, e *entry, req tollgate.Request, maxSize, now int64) (d tollgate.Decision, again bool, err error) {
+	e.mu.Lock()
+	if g := e.cur.Load(); g != nil && now < g.expires && g.units.Load() >= req.Cost {
+		e.mu.Unlock()
+		return d, true, nil // renewed while this caller waited for the lock
+	}
+	if ch := e.fetching; ch != nil {
+		e.mu.Unlock()
+		select {
+		case <-ch:
+			return d, true, nil
+		case <-ctx.Done():
+			return d, false, fmt.Errorf("lease: waiting for the lease another request is asking for: %w", ctx.Err())
+		}
+	}
+	if now < e.directUntil {
+		e.mu.Unlock()
+		d, err = s.inner.Allow(ctx, req)
+		return d, false, err
+	}
+	size, cold := s.nextSize(e, req.Cost, maxSize, now)
+	if cold {
+		e.mu.Unlock()
+		s.drop(k, e)
+		d, err = s.inner.Allow(ctx, req)
+		return d, false, err
+	}
+	if size < req.Cost || size < minLease {
+		e.mu.Unlock()
+		d, err = s.inner.Allow(ctx, req)
+		return d, false, err
+	}
+	ch := make(chan struct{})
+	e.fetching = ch
+	e.leasedAt.Store(now)
+	e.mu.Unlock()
+
+	resets := s.resets.Load()
+	ld, err := s.inner.Allow(ctx, tollgate.Request{Key: req.Key, Limit: req.Limit, Cost: size})
+	after := s.now()
+
+	e.mu.Lock()
+	done := func() {
+		e.fetching = nil
+		close(ch)
+		e.mu.Unlock()
+	}
+	if err != nil {
+		done()
+		return d, false, err
+	}
+	if !ld.Allowed {
+		// Too few units for this lease: the next is smaller, never above
+		// what the store has left, and when even minLease does not fit the
+		// identity is at its limit, decided one request at a time for a
+		// while so it still gets every unit there is.
+		e.ceiling = min(size/2, ld.Remaining)
+		if e.ceiling < max(minLease, req.Cost) {
+			e.ceiling = max(minLease, req.Cost)
+			e.directUntil = after + int64(s.cfg.lifetime/4)
+		}
+		done()
+		d, err = s.inner.Allow(ctx, req)
+		return d, false, err
+	}
+	e.ceiling = min(max(e.ceiling, size)*2, maxSize)
+	g := &grant{size: size, taken: now, expires: now + int64(s.cfg.lifetime),
+		remaining: ld.Remaining, resetAfter: int64(ld.ResetAfter)}
+	// A window's units are spent within the window that counted them.
+	switch req.Limit.Algorithm {
+	case tollgate.FixedWindow:
+		g.expires = min(g.expires, now+int64(ld.ResetAfter))
+	case tollgate.SlidingWindow:
+		g.expires = min(g.expires, now+int64(ld.ResetAfter-req.Limit.Period))
+	}
+	left := size - req.Cost
+	if s.resetting.Load() == 0 && s.resets.Load() == resets {
+		g.units.Store(left)
+		e.cur.Store(g)
+	}
+	// Otherwise a Reset may have run between the debit and now: this
+	// request counts as decided before it, the rest of the lease is lost.
+	done()
+	return g.decision(left, after), false, nil
+}
+
+// nextSize is the size of the lease e asks for next, for a request of
+// cost: about a quarter of the lifetime's worth of units at the rate the
+// identity spent its last lease, at most four times that lease, at most
+// the ceiling. cold reports that the last lease expired at a rate that is
+// no longer hot: the identity goes back to the inner store.
+func (s *Store) nextSize(e *entry, cost, maxSize, now int64) (size int64, cold bool) {
+	quarter := float64(s.cfg.lifetime / 4)
+	var target float64
+	if g := e.cur.Load(); g == nil {
+		// Just turned hot: more than hotN decisions within one interval.
+		target = float64(s.cfg.hotN+1) / float64(s.cfg.hotInterval) * quarter
+	} else {
+		used := g.size - max(g.units.Load(), 0)
+		rate := float64(used) / float64(max(now-g.taken, 1))
+		if now >= g.expires && rate*float64(s.cfg.hotInterval) <= float64(s.cfg.hotN) {
+			return 0, true
+		}
+		target = min(rate*quarter, 4*float64(g.size))
+	}
+	size = max(int64(min(target, float64(maxSize))), minLease, cost)
+	return min(size, e.ceiling, maxSize), false
+}
+
+// enter returns k's entry, creating it (and evicting the entry whose lease
+// was asked for longest ago when the table is full).
+func (s *Store) enter(k entryKey, maxSize, now int64) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.entries[k]; e != nil {
+		return e
+	}
+	if len(s.entries) >= s.cfg.maxLeases {
+		var oldest entryKey
+		at := int64(0)
+		first := true
+		for k, e := range s.entries {
+			if t := e.leasedAt.Load(); first || t < at {
+				oldest, at, first = k, t, false
+			}
+		}
+		// Its callers in flight may still spend its lease until it
+		// expires: those units were debited.
+		delete(s.entries, oldest)
+	}
+	e := &entry{ceiling: maxSize}
+	e.leasedAt.Store(now)
+	s.entries[k] = e
+	return e
+}
+
+// drop removes k's entry if it is still e.
+func (s *Store) drop(k entryKey, e *entry) {
+	s.mu.Lock()
+	if s.entries[k] == e {
+		delete(s.entries, k)
+	}
+	s.mu.Unlock()
+}
+
+// AllowAll passes the set to the inner store: a set is decided all or
+// nothing there, which a lease cannot take part in.
+func (s *Store) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	return s.inner.AllowAll(ctx, reqs)
+}
+
+// Peek passes req to the inner store. Units leased by any replica and not
+// spent yet count there as spent.
+func (s *Store) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	return s.inner.Peek(ctx, req)
+}
+
+// Reset drops this replica's leases of req's Key under req's algorithm
+// (any limit), then resets the identity on the inner store. A lease being
+// asked for meanwhile is not kept. Leases other replicas hold are theirs
+// to spend until they expire.
+func (s *Store) Reset(ctx context.Context, req tollgate.Request) error {
+	s.resetting.Add(1)
+	s.resets.Add(1)
+	defer func() {
+		s.resets.Add(1)
+		s.resetting.Add(-1)
+	}()
+	s.mu.Lock()
+	for k, e := range s.entries {
+		if k.key == req.Key && k.limit.Algorithm == req.Limit.Algorithm {
+			delete(s.entries, k)
+			if g := e.cur.Swap(nil); g != nil {
+				g.units.Store(0)
+			}
+		}
+	}
+	s.mu.Unlock()
+	return s.inner.Reset(ctx, req)
+}
+
+var _ tollgate.Store = (*Store)(nil)

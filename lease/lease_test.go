@@ -1,0 +1,450 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/store"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// counting is an inner store that counts its decisions and the units it
+// debited (admitted, not replayed).
+type counting struct {
+	tollgate.Store
+	calls, debited atomic.Int64
+}
+
+func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	c.calls.Add(1)
+	d, err := c.Store.Allow(ctx, req)
+	if err == nil && d.Allowed && !d.Replayed {
+		c.debited.Add(max(req.Cost, 1))
+	}
+	return d, err
+}
+
+// fakeClock is a clock that moves only when told.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// held is the units s holds in unexpired leases, not yet spent.
+func held(s *Store) int64 {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	for _, e := range s.entries {
+		if g := e.cur.Load(); g != nil && now < g.expires {
+			n += g.units.Load()
+		}
+	}
+	return n
+}
+
+func mustNew(t *testing.T, inner tollgate.Store, opts ...Option) *Store {
+	t.Helper()
+	s, err := New(inner, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	inner := store.NewMemory()
+	for _, tc := range []struct {
+		opt  Option
+		want string
+	}{
+		{WithLifetime(0), "WithLifetime(0s)"},
+		{WithLifetime(2 * time.Minute), "WithLifetime(2m0s)"},
+		{WithHotThreshold(-1, time.Second), "WithHotThreshold(-1, 1s)"},
+		{WithHotThreshold(10, 0), "WithHotThreshold(10, 0s)"},
+		{WithHotThreshold(10, time.Hour), "WithHotThreshold(10, 1h0m0s)"},
+		{WithMaxShare(0), "WithMaxShare(0)"},
+		{WithMaxShare(0.75), "WithMaxShare(0.75)"},
+		{WithMaxLeases(0), "WithMaxLeases(0)"},
+		{WithClock(nil), "WithClock(nil)"},
+	} {
+		_, err := New(inner, tc.opt)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with %s: error %v, want one naming it", tc.want, err)
+		}
+	}
+	if _, err := New(nil); err == nil {
+		t.Error("New(nil): no error")
+	}
+	if _, err := New(inner); err != nil {
+		t.Errorf("New with defaults: %v", err)
+	}
+}
+
+// An identity decided at most n times per interval never leases: each of
+// its decisions is one decision of the inner store.
+func TestColdIdentityGoesToInnerStore(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(10, time.Second), WithClock(clock.Now))
+	req := tollgate.Request{Key: "cold", Limit: tollgate.PerSecond(10_000)}
+	ctx := context.Background()
+	for round := range 3 {
+		for range 10 {
+			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+				t.Fatalf("round %d: %+v, %v", round, d, err)
+			}
+		}
+		clock.Advance(time.Second)
+	}
+	if got := inner.calls.Load(); got != 30 {
+		t.Errorf("30 cold decisions made %d inner decisions, want 30", got)
+	}
+	if got := inner.debited.Load(); got != 30 {
+		t.Errorf("debited %d units, want 30", got)
+	}
+}
+
+// Past the threshold, an identity takes a lease and admits from it without
+// asking the inner store; Remaining counts the lease and the store's rest.
+func TestHotIdentityAdmitsFromLease(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(10, time.Second), WithClock(clock.Now),
+		WithLifetime(time.Second), WithMaxShare(0.01))
+	req := tollgate.Request{Key: "hot", Limit: tollgate.PerSecond(100_000)}
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := s.Allow(ctx, req); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	// The 11th decision turns it hot: the first lease is sized for a quarter
+	// of the lifetime at the threshold's rate, 11/s × 250ms → minLease.
+	d, err := s.Allow(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	if got := inner.calls.Load(); got != 11 {
+		t.Fatalf("after the 11th decision, %d inner decisions, want 11", got)
+	}
+	if got, want := inner.debited.Load(), int64(10+minLease); got != want {
+		t.Fatalf("debited %d, want %d", got, want)
+	}
+	// Store: 100000 - 12 left; lease: 1 left.
+	if d.Remaining != 100_000-12+1 {
+		t.Errorf("Remaining %d, want %d", d.Remaining, 100_000-12+1)
+	}
+	// The rest of the lease: no inner decision.
+	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != 100_000-12 {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	if got := inner.calls.Load(); got != 11 {
+		t.Errorf("a decision from the lease asked the inner store: %d calls", got)
+	}
+	// Leases grow at most fourfold each, up to 1% of the capacity (1000):
+	// 2 → 8 → 32 → 128 → 512 → 1000.
+	sizes := []int64{8, 32, 128, 512, 1000, 1000}
+	for i, size := range sizes {
+		before := inner.debited.Load()
+		for range size {
+			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+				t.Fatalf("lease %d: %+v, %v", i, d, err)
+			}
+		}
+		if got := inner.debited.Load() - before; got != size {
+			t.Errorf("lease %d: %d units debited for %d decisions, want one lease of %d", i, got, size, size)
+		}
+	}
+	if got := inner.calls.Load(); got != 11+int64(len(sizes)) {
+		t.Errorf("%d inner decisions, want %d", got, 11+len(sizes))
+	}
+}
+
+// Many goroutines on four tiers over one inner store, far over the quota:
+// the tiers admit no more than the inner store debited, the inner store
+// debits exactly the quota, and what is not admitted is what the tiers
+// still hold, at most one lease each.
+func TestFourTiersAdmitTheQuotaExactly(t *testing.T) {
+	clock := newFakeClock() // frozen: no refill, no lease expires
+	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
+		inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+		limit := tollgate.Limit{Algorithm: alg, Rate: 10_000, Period: time.Hour}
+		tiers := make([]*Store, 4)
+		for i := range tiers {
+			tiers[i] = mustNew(t, inner, WithClock(clock.Now), WithMaxShare(0.01))
+		}
+		admitted := hammer(t, len(tiers), 64, 500, func(i int) (bool, error) {
+			d, err := tiers[i].Allow(context.Background(), tollgate.Request{Key: "shared", Limit: limit})
+			return d.Allowed, err
+		})
+		checkTotals(t, alg.String(), tiers, inner, admitted, 10_000, 0, 100)
+	}
+}
+
+// checkTotals checks that the tiers admitted at most what inner debited,
+// that inner debited the quota (up to refill more), and that the difference
+// is exactly what the tiers hold, at most maxLease each.
+func checkTotals(t *testing.T, name string, tiers []*Store, inner *counting, admitted, quota, refill, maxLease int64) {
+	t.Helper()
+	debited := inner.debited.Load()
+	var h int64
+	for _, s := range tiers {
+		h += held(s)
+	}
+	if debited < quota || debited > quota+refill {
+		t.Errorf("%s: inner store debited %d, want %d to %d", name, debited, quota, quota+refill)
+	}
+	if admitted+h != debited {
+		t.Errorf("%s: admitted %d + held %d != debited %d", name, admitted, h, debited)
+	}
+	if h > int64(len(tiers))*maxLease {
+		t.Errorf("%s: %d units held, more than %d tiers × %d", name, h, len(tiers), maxLease)
+	}
+	t.Logf("%s: quota %d (+%d refill), debited %d, admitted %d, held %d, %d inner decisions",
+		name, quota, refill, debited, admitted, h, inner.calls.Load())
+}
+
+// hammer runs callers goroutines over n tiers, each calling do calls times
+// with tier g%n, and returns how many were admitted. An error fails the test.
+func hammer(t *testing.T, n, callers, calls int, do func(tier int) (bool, error)) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range calls {
+				ok, err := do(g % n)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return admitted.Load()
+}
+
+// At the limit, refused leases shrink and then give way to decisions one at
+// a time: the last unit of the quota is still admitted.
+func TestAtTheLimitEveryUnitIsAdmitted(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
+	// Another client takes 997 of 1000: 3 left.
+	limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1000, Period: time.Hour}
+	if d, err := inner.Store.Allow(context.Background(), tollgate.Request{Key: "k", Limit: limit, Cost: 997}); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	var admitted int
+	for range 10 {
+		d, err := s.Allow(context.Background(), tollgate.Request{Key: "k", Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		} else if d.RetryAfter <= 0 {
+			t.Errorf("a denial without RetryAfter: %+v", d)
+		}
+	}
+	if admitted != 3 {
+		t.Errorf("admitted %d of the 3 units left, want 3", admitted)
+	}
+}
+
+// A lease is spent only within its lifetime; an identity that stopped
+// being hot goes back to the inner store, and its unspent units are lost.
+func TestLeaseExpiresAndColdIdentityLeaves(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
+	req := tollgate.Request{Key: "k", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1000, Period: time.Hour}}
+	ctx := context.Background()
+	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	if got := held(s); got != minLease-1 {
+		t.Fatalf("held %d, want %d", got, minLease-1)
+	}
+	clock.Advance(time.Second)
+	if got := held(s); got != 0 {
+		t.Errorf("an expired lease still holds %d", got)
+	}
+	// One unit per lifetime is not hot (hot means more than 0 per second,
+	// and the last lease spent 1 in 1s = 1/s > 0): it renews.
+	calls := inner.calls.Load()
+	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	if got := inner.calls.Load() - calls; got != 1 {
+		t.Errorf("%d inner decisions after the lease expired, want 1", got)
+	}
+
+	// With a threshold of 100/s, a lease that spent 1 unit in a lifetime
+	// is cold: the entry goes, and decisions go to the inner store.
+	s2 := mustNew(t, inner, WithHotThreshold(100, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
+	req.Key = "k2"
+	for range 101 {
+		_, _ = s2.Allow(ctx, req)
+	}
+	s2.mu.RLock()
+	n := len(s2.entries)
+	s2.mu.RUnlock()
+	if n != 1 {
+		t.Fatalf("%d entries after 101 decisions, want 1", n)
+	}
+	clock.Advance(2 * time.Second)
+	_, _ = s2.Allow(ctx, req)
+	s2.mu.RLock()
+	n = len(s2.entries)
+	s2.mu.RUnlock()
+	if n != 0 {
+		t.Errorf("a cold identity kept its entry")
+	}
+}
+
+// A FixedWindow lease ends with the window that counted it.
+func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
+	clock := newFakeClock() // on a whole second
+	clock.Advance(900 * time.Millisecond)
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Minute))
+	req := tollgate.Request{Key: "w", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 1000, Period: time.Second}}
+	ctx := context.Background()
+	if d, err := s.Allow(ctx, req); err != nil || !d.Allowed || d.ResetAfter != 100*time.Millisecond {
+		t.Fatal(d, err)
+	}
+	if held(s) == 0 {
+		t.Fatal("no lease held")
+	}
+	clock.Advance(100 * time.Millisecond)
+	if got := held(s); got != 0 {
+		t.Errorf("the lease outlived its window by holding %d", got)
+	}
+}
+
+// Reset drops the lease: after it, the identity is debited afresh.
+func TestResetDropsTheLease(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
+	req := tollgate.Request{Key: "r", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Hour}}
+	ctx := context.Background()
+	for range 3 {
+		_, _ = s.Allow(ctx, req)
+	}
+	if held(s) == 0 {
+		t.Fatal("no lease held")
+	}
+	if err := s.Reset(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(s); got != 0 {
+		t.Errorf("Reset left %d units leased", got)
+	}
+	var admitted int
+	for range 20 {
+		if d, _ := s.Allow(ctx, req); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("after Reset, %d admitted, want the full 10", admitted)
+	}
+	d, err := s.Peek(ctx, req)
+	if err != nil || d.Remaining != 0 {
+		t.Errorf("Peek: %+v, %v", d, err)
+	}
+}
+
+// A request with a RequestID goes to the inner store, which replays it.
+func TestRequestIDGoesToInnerStore(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now))
+	req := tollgate.Request{Key: "id", Limit: tollgate.PerSecond(1000), RequestID: "call-1"}
+	ctx := context.Background()
+	for i := range 3 {
+		d, err := s.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Replayed != (i > 0) {
+			t.Fatalf("attempt %d: %+v, %v", i, d, err)
+		}
+	}
+	if inner.calls.Load() != 3 || inner.debited.Load() != 1 || held(s) != 0 {
+		t.Errorf("%d inner decisions, %d debited, %d held; want 3, 1, 0", inner.calls.Load(), inner.debited.Load(), held(s))
+	}
+}
+
+// Invalid requests are refused as the inner store would; AllowAll passes
+// through.
+func TestInvalidRequestsAndAllowAll(t *testing.T) {
+	s := mustNew(t, store.NewMemory(), WithHotThreshold(0, time.Second))
+	_, err := s.Allow(context.Background(), tollgate.Request{Key: "x", Limit: tollgate.PerSecond(10), Cost: 11})
+	if !errors.Is(err, tollgate.ErrInvalidRequest) {
+		t.Errorf("cost above capacity: %v, want ErrInvalidRequest", err)
+	}
+	ds, err := s.AllowAll(context.Background(), []tollgate.Request{
+		{Key: "a", Limit: tollgate.PerSecond(10), Cost: 10},
+		{Key: "b", Limit: tollgate.PerSecond(10), Cost: 10},
+	})
+	if err != nil || len(ds) != 2 || !ds[0].Allowed || !ds[1].Allowed {
+		t.Errorf("AllowAll: %+v, %v", ds, err)
+	}
+}
+
+// The table holds at most WithMaxLeases identities.
+func TestLeasesAreBounded(t *testing.T) {
+	clock := newFakeClock()
+	s := mustNew(t, store.NewMemory(store.WithClock(clock.Now)), WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxLeases(8))
+	for i := range 100 {
+		clock.Advance(time.Millisecond)
+		req := tollgate.Request{Key: "id-" + string(rune('A'+i)), Limit: tollgate.PerSecond(1000)}
+		if d, err := s.Allow(context.Background(), req); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}
+	s.mu.RLock()
+	n := len(s.entries)
+	s.mu.RUnlock()
+	if n != 8 {
+		t.Errorf("%d entries, want 8", n)
+	}
+}

@@ -1,0 +1,106 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults used when an option is not given.
+const (
+	// DefaultLifetime is how long a lease may be spent after it was taken.
+	DefaultLifetime = time.Second
+	// DefaultHotDecisions and DefaultHotInterval make an identity hot once
+	// it was decided more than 100 times within one second.
+	DefaultHotDecisions = 100
+	DefaultHotInterval  = time.Second
+	// DefaultMaxShare is the largest fraction of a limit's capacity one
+	// lease may hold: 1%.
+	DefaultMaxShare = 0.01
+	// DefaultMaxLeases is how many identities hold a lease at once.
+	DefaultMaxLeases = 1024
+)
+
+// minLease is the smallest lease worth a round trip: below two units a
+// lease saves nothing over a decision of its own.
+const minLease = 2
+
+// hotSlots is the size of the table counting decisions per identity; two
+// identities sharing a slot count together (see hotCounter).
+const hotSlots = 4096
+
+// Option configures a Store (New).
+type Option func(*config)
+
+type config struct {
+	lifetime    time.Duration
+	hotN        int64
+	hotInterval time.Duration
+	maxShare    float64
+	maxLeases   int
+	clock       func() time.Time
+}
+
+func defaults() config {
+	return config{
+		lifetime:    DefaultLifetime,
+		hotN:        DefaultHotDecisions,
+		hotInterval: DefaultHotInterval,
+		maxShare:    DefaultMaxShare,
+		maxLeases:   DefaultMaxLeases,
+		clock:       time.Now,
+	}
+}
+
+// WithLifetime sets how long a lease may be spent after it was taken
+// (default DefaultLifetime, at least 1ms and at most one minute). Units of
+// a lease not spent within it are lost to the identity, and the Remaining
+// of a decision admitted from a lease is at most this old. Leases are sized
+// to last about a quarter of it at the identity's observed rate.
+func WithLifetime(d time.Duration) Option { return func(c *config) { c.lifetime = d } }
+
+// WithHotThreshold makes an identity lease once it was decided more than n
+// times within one interval (default DefaultHotDecisions within
+// DefaultHotInterval); colder identities go straight to the inner store.
+// n = 0 makes every identity lease from its first decision. The interval
+// is between 1ms and one minute.
+func WithHotThreshold(n int64, interval time.Duration) Option {
+	return func(c *config) { c.hotN, c.hotInterval = n, interval }
+}
+
+// WithMaxShare bounds one lease to the fraction f of the limit's capacity
+// (Limit.Capacity; default DefaultMaxShare), 0 < f ≤ 0.5. With r replicas
+// sharing an identity, at most r×f of its capacity is held in leases at
+// any time: that is the most the tier can keep from one replica while
+// another holds units it does not need. A limit whose capacity × f is
+// below two units is not leased.
+func WithMaxShare(f float64) Option { return func(c *config) { c.maxShare = f } }
+
+// WithMaxLeases bounds how many identities hold a lease at once (default
+// DefaultMaxLeases). When a new identity turns hot and the table is full,
+// the entry whose lease was taken longest ago is dropped, and its unspent
+// units with it.
+func WithMaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
+
+// WithClock sets the clock leases are timed with (default time.Now), for
+// tests. Only differences between its readings are used.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
+
+func (c config) validate() error {
+	switch {
+	case c.lifetime < time.Millisecond || c.lifetime > time.Minute:
+		return fmt.Errorf("lease: WithLifetime(%s): the lifetime must be between 1ms and 1m", c.lifetime)
+	case c.hotN < 0:
+		return fmt.Errorf("lease: WithHotThreshold(%d, %s): the number of decisions must be >= 0", c.hotN, c.hotInterval)
+	case c.hotInterval < time.Millisecond || c.hotInterval > time.Minute:
+		return fmt.Errorf("lease: WithHotThreshold(%d, %s): the interval must be between 1ms and 1m", c.hotN, c.hotInterval)
+	case c.hotN >= 1<<32:
+		return fmt.Errorf("lease: WithHotThreshold(%d, %s): the number of decisions must be below 2^32", c.hotN, c.hotInterval)
+	case !(c.maxShare > 0 && c.maxShare <= 0.5):
+		return fmt.Errorf("lease: WithMaxShare(%g): the share must be > 0 and <= 0.5", c.maxShare)
+	case c.maxLeases < 1:
+		return fmt.Errorf("lease: WithMaxLeases(%d): at least one lease", c.maxLeases)
+	case c.clock == nil:
+		return fmt.Errorf("lease: WithClock(nil): give a clock")
+	}
+	return nil
+}
