@@ -448,3 +448,44 @@ func TestLeasesAreBounded(t *testing.T) {
 		t.Errorf("%d entries, want 8", n)
 	}
 }
+
+// gated holds every lease request (Cost > 1) until released.
+type gated struct {
+	tollgate.Store
+	asked, release chan struct{}
+}
+
+func (g *gated) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	if req.Cost > 1 {
+		g.asked <- struct{}{}
+		<-g.release
+	}
+	return g.Store.Allow(ctx, req)
+}
+
+// A lease asked for while a Reset runs is not kept: its units were debited
+// before the reset, and spending them after it would admit more than the
+// fresh quota.
+func TestLeaseOverlappingResetIsNotKept(t *testing.T) {
+	clock := newFakeClock()
+	inner := &gated{Store: store.NewMemory(store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
+	req := tollgate.Request{Key: "r", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Hour}}
+	ctx := context.Background()
+	done := make(chan tollgate.Decision)
+	go func() {
+		d, _ := s.Allow(ctx, req)
+		done <- d
+	}()
+	<-inner.asked // the lease is being asked for
+	if err := s.Reset(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	close(inner.release)
+	if d := <-done; !d.Allowed {
+		t.Fatalf("the request that asked for the lease: %+v", d)
+	}
+	if got := held(s); got != 0 {
+		t.Errorf("a lease debited across a Reset holds %d units", got)
+	}
+}
