@@ -125,11 +125,11 @@ func (s *Store) maxLease(l tollgate.Limit) int64 {
 }
 
 // Allow decides req: from this replica's lease when its identity is hot,
-// otherwise on the inner store. A request carrying a RequestID always goes
-// to the inner store, which alone knows whether that id was admitted on
-// another replica.
+// otherwise on the inner store. A request carrying a RequestID goes to the
+// inner store, which alone knows whether that id was admitted on another
+// replica, unless WithDebitRetriesWhenHot says otherwise.
 func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	if req.RequestID != "" {
+	if req.RequestID != "" && !s.cfg.debitRetries {
 		return s.inner.Allow(ctx, req)
 	}
 	req, err := req.Normalized()

@@ -489,3 +489,30 @@ func TestLeaseOverlappingResetIsNotKept(t *testing.T) {
 		t.Errorf("a lease debited across a Reset holds %d units", got)
 	}
 }
+
+// With WithDebitRetriesWhenHot, hot requests with ids are admitted from the
+// lease, and a retry is debited again; cold ones keep their ids.
+func TestDebitRetriesWhenHot(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(2, time.Second), WithClock(clock.Now), WithDebitRetriesWhenHot())
+	req := tollgate.Request{Key: "id", Limit: tollgate.PerSecond(1000), RequestID: "call-1"}
+	ctx := context.Background()
+	// Cold: the first two go to the inner store, the second replays.
+	for i := range 2 {
+		d, err := s.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Replayed != (i == 1) {
+			t.Fatalf("cold attempt %d: %+v, %v", i, d, err)
+		}
+	}
+	// Hot: from a lease of 2, each attempt debited.
+	for i := range 2 {
+		d, err := s.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Replayed {
+			t.Fatalf("hot attempt %d: %+v, %v", i, d, err)
+		}
+	}
+	if inner.calls.Load() != 3 || inner.debited.Load() != 1+minLease || held(s) != 0 {
+		t.Errorf("%d inner decisions, %d debited, %d held; want 3, %d, 0", inner.calls.Load(), inner.debited.Load(), held(s), 1+minLease)
+	}
+}

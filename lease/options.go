@@ -38,6 +38,9 @@ type config struct {
 	maxShare    float64
 	maxLeases   int
 	clock       func() time.Time
+	// debitRetries: hot requests carrying a RequestID are admitted from
+	// leases too (WithDebitRetriesWhenHot).
+	debitRetries bool
 }
 
 func defaults() config {
@@ -80,6 +83,17 @@ func WithMaxShare(f float64) Option { return func(c *config) { c.maxShare = f } 
 // the entry whose lease was taken longest ago is dropped, and its unspent
 // units with it.
 func WithMaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
+
+// WithDebitRetriesWhenHot lets requests carrying a RequestID be admitted
+// from a lease when their identity is hot, their id ignored: a retry is
+// then debited again rather than replayed, and Replayed is never reported
+// for them. That never admits more than the quota; it charges a retried
+// call once per attempt (at most the client's retry attempts). Without it
+// (the default) every request with an id goes to the inner store, which
+// alone knows whether the id was admitted on another replica, so a tier in
+// front of clients that stamp every call with an id (package idempotency)
+// admits nothing from leases. Cold identities keep their ids either way.
+func WithDebitRetriesWhenHot() Option { return func(c *config) { c.debitRetries = true } }
 
 // WithClock sets the clock leases are timed with (default time.Now), for
 // tests. Only differences between its readings are used.

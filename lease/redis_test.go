@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,15 +48,30 @@ func sum(cs []*counting) (calls, debited int64) {
 }
 
 func TestRedisHotIdentity(t *testing.T) {
-	t.Run("single", func(t *testing.T) { hotIdentity(t, false) })
-	t.Run("cluster", func(t *testing.T) { hotIdentity(t, true) })
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+			tiers, inners := redisTiers(t, cluster)
+			hotIdentity(t, tiers, inners)
+		})
+	}
+}
+
+// The same on one Memory store shared by the four tiers.
+func TestMemoryHotIdentity(t *testing.T) {
+	inners := make([]*counting, replicas)
+	tiers := make([]*Store, replicas)
+	shared := store.NewMemory()
+	for i := range tiers {
+		inners[i] = &counting{Store: shared}
+		tiers[i] = mustNew(t, inners[i])
+	}
+	hotIdentity(t, tiers, inners)
 }
 
 // hotIdentity: four replicas share one identity under a quota it stays
 // below; every decision is admitted, Redis debits exactly what was admitted
 // plus what the tiers still hold, and Redis decides at most one in twenty.
-func hotIdentity(t *testing.T, cluster bool) {
-	tiers, inners := redisTiers(t, cluster)
+func hotIdentity(t *testing.T, tiers []*Store, inners []*counting) {
 	limit := tollgate.PerSecond(1_000_000) // a lease is at most 10000
 	const callers, calls = 64, 2000        // 128000 decisions, far below the quota
 	start := time.Now()
@@ -79,9 +96,9 @@ func hotIdentity(t *testing.T, cluster bool) {
 	}
 	perDecision := float64(redisCalls) / float64(admitted)
 	if perDecision > 0.05 {
-		t.Errorf("%d Redis decisions for %d decisions: %.4f each, want at most 0.05", redisCalls, admitted, perDecision)
+		t.Errorf("%d inner-store decisions for %d decisions: %.4f each, want at most 0.05", redisCalls, admitted, perDecision)
 	}
-	t.Logf("%d decisions in %s on %d replicas: %d Redis decisions (%.4f per decision), %d debited, %d held",
+	t.Logf("%d decisions in %s on %d replicas: %d inner-store decisions (%.4f per decision), %d debited, %d held",
 		admitted, elapsed.Round(time.Millisecond), replicas, redisCalls, perDecision, debited, h)
 }
 
@@ -109,10 +126,86 @@ func quotaExhausted(t *testing.T, cluster bool) {
 			refill = int64(time.Since(start)/(24*time.Hour/10_000)) + 1
 		}
 		var c counting
-		c.calls.Store(0)
-		calls, debited := sum(inners)
+			calls, debited := sum(inners)
 		c.calls.Store(calls)
 		c.debited.Store(debited)
 		checkTotals(t, alg.String(), tiers, &c, admitted, 10_000, refill, 100)
 	}
+}
+
+func TestRedisSustainedQuota(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+			tiers, inners := redisTiers(t, cluster)
+			sustainedQuota(t, tiers, inners)
+		})
+	}
+}
+
+func TestMemorySustainedQuota(t *testing.T) {
+	inners := make([]*counting, replicas)
+	tiers := make([]*Store, replicas)
+	shared := store.NewMemory()
+	for i := range tiers {
+		inners[i] = &counting{Store: shared}
+		tiers[i] = mustNew(t, inners[i])
+	}
+	sustainedQuota(t, tiers, inners)
+}
+
+// sustainedQuota: four replicas ask far more than a 100k/s quota for a
+// window of one second. They admit no more than the quota over the window
+// (burst + rate × elapsed), and what Redis debited but they did not admit
+// is within the documented bound: one lease per replica held, plus one per
+// replica per lifetime lost.
+func sustainedQuota(t *testing.T, tiers []*Store, inners []*counting) {
+	const window = time.Second
+	limit := tollgate.PerSecond(100_000) // a lease is at most 1000
+	var admitted, attempts atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(window)
+	errs := make(chan error, 64)
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				d, err := tiers[g%replicas].Allow(context.Background(), tollgate.Request{Key: "tenant", Limit: limit})
+				if err != nil {
+					errs <- err
+					return
+				}
+				attempts.Add(1)
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	quota := limit.Burst + int64(elapsed.Seconds()*float64(limit.Rate)) + 1
+	_, debited := sum(inners)
+	var h int64
+	for _, s := range tiers {
+		h += held(s)
+	}
+	maxLease := int64(float64(limit.Capacity()) * DefaultMaxShare)
+	bound := replicas * maxLease * (1 + int64(elapsed/DefaultLifetime))
+	if admitted.Load() > quota || debited > quota {
+		t.Errorf("admitted %d, debited %d in %s: more than the quota %d", admitted.Load(), debited, elapsed, quota)
+	}
+	if debited < limit.Burst {
+		t.Errorf("debited %d: not even the burst %d, though %d decisions asked", debited, limit.Burst, attempts.Load())
+	}
+	if lost := debited - admitted.Load(); lost < h || lost > bound {
+		t.Errorf("debited %d - admitted %d = %d, want between the %d held and the bound %d", debited, admitted.Load(), lost, h, bound)
+	}
+	t.Logf("%d decisions in %s: quota %d, debited %d, admitted %d (%.4f of the quota), held %d, bound %d",
+		attempts.Load(), elapsed.Round(time.Millisecond), quota, debited, admitted.Load(), float64(admitted.Load())/float64(quota), h, bound)
 }
