@@ -126,7 +126,7 @@ func quotaExhausted(t *testing.T, cluster bool) {
 			refill = int64(time.Since(start)/(24*time.Hour/10_000)) + 1
 		}
 		var c counting
-			calls, debited := sum(inners)
+		calls, debited := sum(inners)
 		c.calls.Store(calls)
 		c.debited.Store(debited)
 		checkTotals(t, alg.String(), tiers, &c, admitted, 10_000, refill, 100)
