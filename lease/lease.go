@@ -62,12 +62,13 @@ type entryKey struct {
 	limit tollgate.Limit
 }
 
-// entry is one hot identity's lease and the state sizing the next one.
+// entry is one hot identity's leases and the state sizing the next one.
 type entry struct {
 	// cur is the lease being spent; nil before the first and after Reset.
-	// A new lease replaces it whole, so a caller holding the old one can
-	// only spend units the old one was granted.
-	cur atomic.Pointer[grant]
+	// next is the lease asked for ahead of need (see prefetch), spent once
+	// cur cannot pay. A lease is replaced whole, so a caller holding an old
+	// one can only spend units that one was granted.
+	cur, next atomic.Pointer[grant]
 	// leasedAt is when a lease was last asked for: entries that stopped
 	// asking are evicted first.
 	leasedAt atomic.Int64
@@ -91,6 +92,7 @@ type entry struct {
 type grant struct {
 	units      atomic.Int64 // left to spend
 	size       int64        // granted
+	low        int64        // below this many units left, the next lease is asked for
 	taken      int64        // when it was asked for (the debit is later)
 	expires    int64        // no unit is spent from then on
 	remaining  int64        // the inner store's Remaining after the debit
@@ -154,7 +156,18 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	for {
 		if g := e.cur.Load(); g != nil && now < g.expires {
 			if left, ok := g.spend(req.Cost); ok {
+				if left < g.low && left+req.Cost >= g.low {
+					// This request took the lease below its low-water mark:
+					// its caller asks for the next one while the others
+					// spend the rest.
+					s.prefetch(ctx, e, g, req, maxSize, now)
+				}
 				return g.decision(left, now), nil
+			}
+			if n := e.next.Load(); n != nil && now < n.expires {
+				e.cur.CompareAndSwap(g, n)
+				e.next.CompareAndSwap(n, nil)
+				continue
 			}
 		}
 		d, again, err := s.renew(ctx, k, e, req, maxSize, now)
@@ -189,20 +202,41 @@ func (g *grant) decision(left, now int64) tollgate.Decision {
 	}
 }
 
-// renew runs when e's lease cannot pay for req: it waits for the lease
+// maxWait bounds how long a request without a deadline waits for the lease
+// another request is asking for before it asks the inner store itself.
+const maxWait = 50 * time.Millisecond
+
+// waitBudget is how long a request under ctx waits for another request's
+// lease: half the time its context has left, so that it still has time to
+// be decided on the inner store, or maxWait without a deadline.
+func waitBudget(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return maxWait
+	}
+	return max(time.Until(deadline)/2, 0)
+}
+
+// renew runs when e's leases cannot pay for req: it waits for the lease
 // another caller is asking for, asks for one itself, or decides req on the
-// inner store. again reports that the caller should try e's lease anew.
+// inner store. again reports that the caller should try e's leases anew.
 func (s *Store) renew(ctx context.Context, k entryKey, e *entry, req tollgate.Request, maxSize, now int64) (d tollgate.Decision, again bool, err error) {
 	e.mu.Lock()
-	if g := e.cur.Load(); g != nil && now < g.expires && g.units.Load() >= req.Cost {
+	if e.canPay(req.Cost, now) {
 		e.mu.Unlock()
 		return d, true, nil // renewed while this caller waited for the lock
 	}
 	if ch := e.fetching; ch != nil {
 		e.mu.Unlock()
+		t := time.NewTimer(waitBudget(ctx))
+		defer t.Stop()
 		select {
 		case <-ch:
 			return d, true, nil
+		case <-t.C:
+			// The lease is slow to come: this request is decided alone.
+			d, err = s.inner.Allow(ctx, req)
+			return d, false, err
 		case <-ctx.Done():
 			return d, false, fmt.Errorf("lease: waiting for the lease another request is asking for: %w", ctx.Err())
 		}
@@ -224,24 +258,74 @@ func (s *Store) renew(ctx context.Context, k entryKey, e *entry, req tollgate.Re
 		d, err = s.inner.Allow(ctx, req)
 		return d, false, err
 	}
+	g, ld, err := s.fetch(ctx, e, req, size, maxSize, now, req.Cost)
+	switch {
+	case err != nil:
+		return d, false, err
+	case g == nil && ld.Allowed:
+		// A Reset ran meanwhile: this request counts as decided before it.
+		return tollgate.Decision{Allowed: true, Remaining: ld.Remaining, ResetAfter: ld.ResetAfter}, false, nil
+	case g == nil:
+		d, err = s.inner.Allow(ctx, req)
+		return d, false, err
+	}
+	return g.decision(size-req.Cost, s.now()), false, nil
+}
+
+// canPay reports whether e's current or next lease can pay cost at now.
+func (e *entry) canPay(cost, now int64) bool {
+	for _, g := range []*grant{e.cur.Load(), e.next.Load()} {
+		if g != nil && now < g.expires && g.units.Load() >= cost {
+			return true
+		}
+	}
+	return false
+}
+
+// prefetch asks for e's next lease on behalf of the caller that took g
+// below its low-water mark, unless a lease is already on its way or held.
+// Its outcome only shapes later leases: the caller is admitted already.
+func (s *Store) prefetch(ctx context.Context, e *entry, g *grant, req tollgate.Request, maxSize, now int64) {
+	if e.next.Load() != nil {
+		return
+	}
+	e.mu.Lock()
+	if e.fetching != nil || e.next.Load() != nil || e.cur.Load() != g || now < e.directUntil {
+		e.mu.Unlock()
+		return
+	}
+	size, _ := s.nextSize(e, 1, maxSize, now)
+	if size < minLease {
+		e.mu.Unlock()
+		return
+	}
+	_, _, _ = s.fetch(ctx, e, req, size, maxSize, now, 0)
+}
+
+// fetch asks the inner store for a lease of size for e, on behalf of a
+// request paying cost from it (0 for a prefetch, which goes to e.next).
+// It is called with e.mu held and releases it. It returns the lease
+// installed, or nil when the lease was refused (ld tells why) or taken
+// while a Reset may have run (then ld is its admission, and the rest of
+// the lease is lost). e's ceiling and direct mode follow the answer.
+func (s *Store) fetch(ctx context.Context, e *entry, req tollgate.Request, size, maxSize, now, cost int64) (g *grant, ld tollgate.Decision, err error) {
 	ch := make(chan struct{})
 	e.fetching = ch
 	e.leasedAt.Store(now)
 	e.mu.Unlock()
 
 	resets := s.resets.Load()
-	ld, err := s.inner.Allow(ctx, tollgate.Request{Key: req.Key, Limit: req.Limit, Cost: size})
+	ld, err = s.inner.Allow(ctx, tollgate.Request{Key: req.Key, Limit: req.Limit, Cost: size})
 	after := s.now()
 
 	e.mu.Lock()
-	done := func() {
+	defer func() {
 		e.fetching = nil
 		close(ch)
 		e.mu.Unlock()
-	}
+	}()
 	if err != nil {
-		done()
-		return d, false, err
+		return nil, ld, err
 	}
 	if !ld.Allowed {
 		// Too few units for this lease: the next is smaller, never above
@@ -249,16 +333,14 @@ func (s *Store) renew(ctx context.Context, k entryKey, e *entry, req tollgate.Re
 		// identity is at its limit, decided one request at a time for a
 		// while so it still gets every unit there is.
 		e.ceiling = min(size/2, ld.Remaining)
-		if e.ceiling < max(minLease, req.Cost) {
-			e.ceiling = max(minLease, req.Cost)
+		if floor := max(minLease, req.Cost); e.ceiling < floor {
+			e.ceiling = floor
 			e.directUntil = after + int64(s.cfg.lifetime/4)
 		}
-		done()
-		d, err = s.inner.Allow(ctx, req)
-		return d, false, err
+		return nil, ld, nil
 	}
 	e.ceiling = min(max(e.ceiling, size)*2, maxSize)
-	g := &grant{size: size, taken: now, expires: now + int64(s.cfg.lifetime),
+	g = &grant{size: size, low: size / 4, taken: now, expires: now + int64(s.cfg.lifetime),
 		remaining: ld.Remaining, resetAfter: int64(ld.ResetAfter)}
 	// A window's units are spent within the window that counted them.
 	switch req.Limit.Algorithm {
@@ -267,22 +349,23 @@ func (s *Store) renew(ctx context.Context, k entryKey, e *entry, req tollgate.Re
 	case tollgate.SlidingWindow:
 		g.expires = min(g.expires, now+int64(ld.ResetAfter-req.Limit.Period))
 	}
-	left := size - req.Cost
-	if s.resetting.Load() == 0 && s.resets.Load() == resets {
-		g.units.Store(left)
+	if s.resetting.Load() != 0 || s.resets.Load() != resets {
+		return nil, ld, nil
+	}
+	g.units.Store(size - cost)
+	if cost == 0 {
+		e.next.Store(g)
+	} else {
 		e.cur.Store(g)
 	}
-	// Otherwise a Reset may have run between the debit and now: this
-	// request counts as decided before it, the rest of the lease is lost.
-	done()
-	return g.decision(left, after), false, nil
+	return g, ld, nil
 }
 
 // nextSize is the size of the lease e asks for next, for a request of
 // cost: about a quarter of the lifetime's worth of units at the rate the
-// identity spent its last lease, at most four times that lease, at most
-// the ceiling. cold reports that the last lease expired at a rate that is
-// no longer hot: the identity goes back to the inner store.
+// identity spent its current lease, at most four times that lease, at most
+// the ceiling. cold reports that the lease expired at a rate that is no
+// longer hot: the identity goes back to the inner store.
 func (s *Store) nextSize(e *entry, cost, maxSize, now int64) (size int64, cold bool) {
 	quarter := float64(s.cfg.lifetime / 4)
 	var target float64
@@ -364,8 +447,10 @@ func (s *Store) Reset(ctx context.Context, req tollgate.Request) error {
 	for k, e := range s.entries {
 		if k.key == req.Key && k.limit.Algorithm == req.Limit.Algorithm {
 			delete(s.entries, k)
-			if g := e.cur.Swap(nil); g != nil {
-				g.units.Store(0)
+			for _, p := range []*atomic.Pointer[grant]{&e.cur, &e.next} {
+				if g := p.Swap(nil); g != nil {
+					g.units.Store(0)
+				}
 			}
 		}
 	}

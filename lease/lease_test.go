@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,8 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 type counting struct {
 	tollgate.Store
 	calls, debited atomic.Int64
+	mu             sync.Mutex
+	leases         []int64 // the costs above 1 admitted, in order
 }
 
 func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
@@ -28,6 +31,11 @@ func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.De
 	d, err := c.Store.Allow(ctx, req)
 	if err == nil && d.Allowed && !d.Replayed {
 		c.debited.Add(max(req.Cost, 1))
+		if req.Cost > 1 {
+			c.mu.Lock()
+			c.leases = append(c.leases, req.Cost)
+			c.mu.Unlock()
+		}
 	}
 	return d, err
 }
@@ -59,8 +67,10 @@ func held(s *Store) int64 {
 	defer s.mu.RUnlock()
 	var n int64
 	for _, e := range s.entries {
-		if g := e.cur.Load(); g != nil && now < g.expires {
-			n += g.units.Load()
+		for _, g := range []*grant{e.cur.Load(), e.next.Load()} {
+			if g != nil && now < g.expires {
+				n += g.units.Load()
+			}
 		}
 	}
 	return n
@@ -166,21 +176,20 @@ func TestHotIdentityAdmitsFromLease(t *testing.T) {
 		t.Errorf("a decision from the lease asked the inner store: %d calls", got)
 	}
 	// Leases grow at most fourfold each, up to 1% of the capacity (1000):
-	// 2 → 8 → 32 → 128 → 512 → 1000.
-	sizes := []int64{8, 32, 128, 512, 1000, 1000}
-	for i, size := range sizes {
-		before := inner.debited.Load()
-		for range size {
-			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
-				t.Fatalf("lease %d: %+v, %v", i, d, err)
-			}
-		}
-		if got := inner.debited.Load() - before; got != size {
-			t.Errorf("lease %d: %d units debited for %d decisions, want one lease of %d", i, got, size, size)
+	// 2 → 8 → 32 → 128 → 512 → 1000. From 8 on, the next lease is asked
+	// for when the current one is down to a quarter: while the 1000 is
+	// spent, the next 1000 is taken.
+	for i := range 8 + 32 + 128 + 512 + 1000 {
+		if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+			t.Fatalf("decision %d from leases: %+v, %v", i, d, err)
 		}
 	}
-	if got := inner.calls.Load(); got != 11+int64(len(sizes)) {
-		t.Errorf("%d inner decisions, want %d", got, 11+len(sizes))
+	want := []int64{2, 8, 32, 128, 512, 1000, 1000}
+	if !slices.Equal(inner.leases, want) {
+		t.Errorf("leases %v, want %v", inner.leases, want)
+	}
+	if got := inner.calls.Load(); got != 10+int64(len(want)) {
+		t.Errorf("%d inner decisions, want %d", got, 10+len(want))
 	}
 }
 
@@ -207,7 +216,7 @@ func TestFourTiersAdmitTheQuotaExactly(t *testing.T) {
 
 // checkTotals checks that the tiers admitted at most what inner debited,
 // that inner debited the quota (up to refill more), and that the difference
-// is exactly what the tiers hold, at most maxLease each.
+// is exactly what the tiers hold, at most two leases of maxLease each.
 func checkTotals(t *testing.T, name string, tiers []*Store, inner *counting, admitted, quota, refill, maxLease int64) {
 	t.Helper()
 	debited := inner.debited.Load()
@@ -221,8 +230,8 @@ func checkTotals(t *testing.T, name string, tiers []*Store, inner *counting, adm
 	if admitted+h != debited {
 		t.Errorf("%s: admitted %d + held %d != debited %d", name, admitted, h, debited)
 	}
-	if h > int64(len(tiers))*maxLease {
-		t.Errorf("%s: %d units held, more than %d tiers × %d", name, h, len(tiers), maxLease)
+	if h > 2*int64(len(tiers))*maxLease {
+		t.Errorf("%s: %d units held, more than %d tiers × 2 leases of %d", name, h, len(tiers), maxLease)
 	}
 	t.Logf("%s: quota %d (+%d refill), debited %d, admitted %d, held %d, %d inner decisions",
 		name, quota, refill, debited, admitted, h, inner.calls.Load())
@@ -515,4 +524,27 @@ func TestDebitRetriesWhenHot(t *testing.T) {
 	if inner.calls.Load() != 3 || inner.debited.Load() != 1+minLease || held(s) != 0 {
 		t.Errorf("%d inner decisions, %d debited, %d held; want 3, %d, 0", inner.calls.Load(), inner.debited.Load(), held(s), 1+minLease)
 	}
+}
+
+// A request waiting for another request's lease waits at most half its
+// time left, then is decided on the inner store alone.
+func TestSlowLeaseIsNotWaitedForPastHalfTheDeadline(t *testing.T) {
+	clock := newFakeClock()
+	inner := &gated{Store: store.NewMemory(store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now))
+	req := tollgate.Request{Key: "slow", Limit: tollgate.PerSecond(1000)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Allow(context.Background(), req)
+	}()
+	<-inner.asked // the first request's lease is on its way, and stays there
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+	defer cancel()
+	d, err := s.Allow(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Errorf("the waiting request: %+v, %v; want it admitted by the inner store", d, err)
+	}
+	close(inner.release)
+	<-done
 }
