@@ -76,7 +76,7 @@ func held(s *Store) int64 {
 	return n
 }
 
-func mustNew(t *testing.T, inner tollgate.Store, opts ...Option) *Store {
+func mustNew(t testing.TB, inner tollgate.Store, opts ...Option) *Store {
 	t.Helper()
 	s, err := New(inner, opts...)
 	if err != nil {

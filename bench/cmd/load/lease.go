@@ -72,8 +72,9 @@ func leaseSubject(name string, tier, reference bool, opts ...lease.Option) subje
 // leaseSection measures one hot tenant decided by leaseReplicas replicas
 // from leaseCallers goroutines, with and without the local tier (package
 // lease, default options), alternating -reps times: decisions per second
-// and Redis script calls per decision.
-func (m *measurer) leaseSection(ctx context.Context) ([]row, error) {
+// and Redis script calls per decision (also returned as a line for below
+// the table, with more digits than its column has).
+func (m *measurer) leaseSection(ctx context.Context) ([]row, []string, error) {
 	subjects := []subject{
 		leaseSubject(fmt.Sprintf("tollgate token_bucket, %d replicas", leaseReplicas), false, true),
 		leaseSubject(fmt.Sprintf("tollgate token_bucket + lease tier, %d replicas", leaseReplicas), true, false),
@@ -87,8 +88,12 @@ func (m *measurer) leaseSection(ctx context.Context) ([]row, error) {
 		return m.cell(ctx, d, leaseCallers, []string{"hot-tenant"}, false)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fmt.Fprintln(os.Stderr, "load: lease done")
-	return rows, nil
+	note := "lease: Redis script calls per decision for the hot tenant (medians):"
+	for _, r := range rows {
+		note += fmt.Sprintf(" %s %.5f;", r.subject, r.scriptsPerOp)
+	}
+	return rows, []string{note}, nil
 }

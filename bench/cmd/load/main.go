@@ -155,11 +155,12 @@ func run(cfg config, redisURL, cpuprofile string) error {
 		rows = append(rows, r...)
 	}
 	if cfg.sections["lease"] {
-		r, err := m.leaseSection(ctx)
+		r, n, err := m.leaseSection(ctx)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, r...)
+		notes = append(notes, n...)
 	}
 	fmt.Printf("tollgate vs redis_rate: Redis %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
 		version, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), cfg.d, cfg.reps, cfg.identities, time.Since(start).Round(time.Second))
