@@ -154,7 +154,8 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		e = s.enter(k, maxSize, now)
 	}
 	for {
-		if g := e.cur.Load(); g != nil && now < g.expires {
+		g := e.cur.Load()
+		if g != nil && now < g.expires {
 			if left, ok := g.spend(req.Cost); ok {
 				if left < g.low && left+req.Cost >= g.low {
 					// This request took the lease below its low-water mark:
@@ -164,11 +165,15 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 				}
 				return g.decision(left, now), nil
 			}
-			if n := e.next.Load(); n != nil && now < n.expires {
+		}
+		if n := e.next.Load(); n != nil {
+			// The current lease cannot pay: the next one takes its place
+			// (unless it expired too, or another caller just moved it).
+			if n != g && now < n.expires {
 				e.cur.CompareAndSwap(g, n)
-				e.next.CompareAndSwap(n, nil)
-				continue
 			}
+			e.next.CompareAndSwap(n, nil)
+			continue
 		}
 		d, again, err := s.renew(ctx, k, e, req, maxSize, now)
 		if !again {

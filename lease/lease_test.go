@@ -548,3 +548,36 @@ func TestSlowLeaseIsNotWaitedForPastHalfTheDeadline(t *testing.T) {
 	close(inner.release)
 	<-done
 }
+
+// The lease asked for ahead of need is spent once the current one cannot
+// pay, expired or used up.
+func TestNextLeaseTakesOver(t *testing.T) {
+	clock := newFakeClock()
+	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
+	req := tollgate.Request{Key: "n", Limit: tollgate.PerSecond(10_000)}
+	ctx := context.Background()
+	allow := func(n int) {
+		t.Helper()
+		for i := range n {
+			if d, err := s.Allow(ctx, req); err != nil || !d.Allowed {
+				t.Fatalf("decision %d: %+v, %v", i, d, err)
+			}
+		}
+	}
+	allow(3) // a lease of 2, then one of 8 with 7 left
+	clock.Advance(500 * time.Millisecond)
+	allow(6) // down to 1: the next lease is taken
+	if len(inner.leases) != 3 {
+		t.Fatalf("leases %v, want three", inner.leases)
+	}
+	clock.Advance(600 * time.Millisecond) // the lease of 8 expired with 1 unit, the next did not
+	calls := inner.calls.Load()
+	allow(1)
+	if got := inner.calls.Load(); got != calls {
+		t.Errorf("the decision after the current lease expired asked the inner store (%d calls)", got-calls)
+	}
+	if got, want := held(s), inner.leases[2]-1; got != want {
+		t.Errorf("held %d, want %d", got, want)
+	}
+}
