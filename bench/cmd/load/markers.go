@@ -29,20 +29,22 @@ const (
 	markerWait = 3 * time.Second
 )
 
-// markerLimit admits every marker call (20 per identity of 100 per hour)
-// and keeps each identity's state for minutes, so that only markers come
-// and go while the section measures.
+// markerLimit admits every marker call (41 per identity in all, of 100 per
+// hour) and keeps each identity's state for minutes, so that only markers
+// come and go while the section measures.
 func markerLimit() tollgate.Limit {
 	return tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 100, Period: time.Hour}
 }
 
 // markersSection measures the Redis memory request-id markers hold:
 // markerCalls admitted calls with fresh ids, each under a markerDeadline
-// context and with Request.ReplayTTL = its time left + markerMargin, on
-// identities whose state exists beforehand. It reads used_memory and the
-// key count before, right after, and markerWait later, and returns them
-// as lines for below the table. A store that ignores ReplayTTL keeps its
-// markers for its whole replay TTL (store.DefaultReplayTTL).
+// context, on identities whose state exists beforehand, first without
+// Request.ReplayTTL (the store's replay TTL applies, store.DefaultReplayTTL
+// unless configured), then with ReplayTTL = the call's time left +
+// markerMargin, as a caller that knows its deadline sets it. The first
+// run's markers outlive the second's measurement, so they do not blur it.
+// Each run reads used_memory and the key count before, right after, and
+// markerWait later; the figures are returned as lines for below the table.
 func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 	c := redis.NewClient(cloneOptions(m.opts))
 	defer c.Close()
@@ -55,6 +57,27 @@ func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("markers: %w", err)
 		}
 	}
+	notes := []string{fmt.Sprintf("request-id markers: %d admitted calls with ids, %s deadlines, on %d identities; Redis used_memory and keys added:",
+		markerCalls, markerDeadline, markerIdentities)}
+	for _, withTTL := range []bool{false, true} {
+		name := "no ReplayTTL"
+		if withTTL {
+			name = fmt.Sprintf("ReplayTTL = time left + %s", markerMargin)
+		}
+		n, err := m.markers(ctx, st, ids, withTTL)
+		if err != nil {
+			return nil, fmt.Errorf("markers, %s: %w", name, err)
+		}
+		notes = append(notes, fmt.Sprintf("  %-32s %s", name+":", n))
+	}
+	fmt.Fprintln(os.Stderr, "load: markers done")
+	return notes, nil
+}
+
+// markers makes markerCalls admitted calls with fresh ids on st and
+// describes the memory they hold right after and markerWait later.
+func (m *measurer) markers(ctx context.Context, st *store.Redis, ids []string, withTTL bool) (string, error) {
+	limit := markerLimit()
 	type reading struct {
 		mem, keys int64
 	}
@@ -68,7 +91,7 @@ func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 	}
 	before, err := read()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	idPrefix := prefix()
 	var next, denied atomic.Int64
@@ -85,12 +108,12 @@ func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 					return
 				}
 				cctx, cancel := context.WithTimeout(ctx, markerDeadline)
-				deadline, _ := cctx.Deadline()
-				d, err := st.Allow(cctx, tollgate.Request{
-					Key: ids[n%markerIdentities], Limit: limit,
-					RequestID: idPrefix + strconv.FormatInt(n, 36),
-					ReplayTTL: time.Until(deadline) + markerMargin,
-				})
+				req := tollgate.Request{Key: ids[n%markerIdentities], Limit: limit, RequestID: idPrefix + strconv.FormatInt(n, 36)}
+				if withTTL {
+					deadline, _ := cctx.Deadline()
+					req.ReplayTTL = time.Until(deadline) + markerMargin
+				}
+				d, err := st.Allow(cctx, req)
 				cancel()
 				if err != nil {
 					errs <- err
@@ -105,28 +128,22 @@ func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return nil, fmt.Errorf("markers: %w", err)
+		return "", err
 	}
 	if denied.Load() > 0 {
-		return nil, fmt.Errorf("markers: %d of %d calls denied: the measurement needs admissions", denied.Load(), markerCalls)
+		return "", fmt.Errorf("%d of %d calls denied: the measurement needs admissions", denied.Load(), markerCalls)
 	}
 	after, err := read()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	time.Sleep(markerWait)
 	later, err := read()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	fmt.Fprintln(os.Stderr, "load: markers done")
 	mb := func(b int64) string { return fmt.Sprintf("%.2f MB", float64(b)/1e6) }
-	return []string{
-		fmt.Sprintf("request-id markers: %d admitted calls with ids, %s deadlines, ReplayTTL = time left + %s, on %d identities:",
-			markerCalls, markerDeadline, markerMargin, markerIdentities),
-		fmt.Sprintf("  right after: used_memory +%s (%.0f B per call), %+d keys", mb(after.mem-before.mem),
-			float64(after.mem-before.mem)/markerCalls, after.keys-before.keys),
-		fmt.Sprintf("  %s later:   used_memory +%s (%.0f B per call), %+d keys", markerWait, mb(later.mem-before.mem),
-			float64(later.mem-before.mem)/markerCalls, later.keys-before.keys),
-	}, nil
+	return fmt.Sprintf("right after +%s (%.0f B per call), %+d keys; %s later +%s, %+d keys",
+		mb(after.mem-before.mem), float64(after.mem-before.mem)/markerCalls, after.keys-before.keys,
+		markerWait, mb(later.mem-before.mem), later.keys-before.keys), nil
 }
