@@ -38,8 +38,9 @@ import (
 // ResetAfter as the inner store's ResetAfter at the lease less the time
 // since. Denials always come from the inner store, with its RetryAfter.
 //
-// A Store holds no goroutine and at most WithMaxLeases leases; it is safe
-// for concurrent use.
+// A Store starts no goroutine and holds leases for at most WithMaxLeases
+// identities, two at most for each (the one being spent and the next); it
+// is safe for concurrent use.
 type Store struct {
 	inner tollgate.Store
 	cfg   config

@@ -71,11 +71,12 @@ func WithHotThreshold(n int64, interval time.Duration) Option {
 }
 
 // WithMaxShare bounds one lease to the fraction f of the limit's capacity
-// (Limit.Capacity; default DefaultMaxShare), 0 < f ≤ 0.5. With r replicas
-// sharing an identity, at most r×f of its capacity is held in leases at
-// any time: that is the most the tier can keep from one replica while
-// another holds units it does not need. A limit whose capacity × f is
-// below two units is not leased.
+// (Limit.Capacity; default DefaultMaxShare), 0 < f ≤ 0.5. A replica holds
+// at most two leases of an identity (the one being spent and the next), so
+// with r replicas at most 2×r×f of its capacity is held in leases at any
+// time: the most one replica at the limit can be refused while others hold
+// units they have not spent yet. A limit whose capacity × f is below two
+// units is not leased.
 func WithMaxShare(f float64) Option { return func(c *config) { c.maxShare = f } }
 
 // WithMaxLeases bounds how many identities hold a lease at once (default
