@@ -48,7 +48,8 @@ func markerLimit() tollgate.Limit {
 func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 	c := redis.NewClient(cloneOptions(m.opts))
 	defer c.Close()
-	st := store.NewRedis(c, store.WithPrefix(prefix()))
+	p := prefix()
+	st := store.NewRedis(c, store.WithPrefix(p))
 	limit := markerLimit()
 	ids := make([]string, markerIdentities)
 	for i := range ids {
@@ -69,6 +70,11 @@ func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("markers, %s: %w", name, err)
 		}
 		notes = append(notes, fmt.Sprintf("  %-32s %s", name+":", n))
+	}
+	// The sections after this one measure CPU: no marker should expire
+	// under them.
+	if err := m.deleteKeys(ctx, p+"*"); err != nil {
+		return nil, err
 	}
 	fmt.Fprintln(os.Stderr, "load: markers done")
 	return notes, nil
