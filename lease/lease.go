@@ -54,6 +54,9 @@ type Store struct {
 	// way: a lease asked for while a Reset of its identity may have run is
 	// not kept (see Reset).
 	resets, resetting atomic.Int64
+	// fullUntil: until then the table is full of entries that are not
+	// idle, and new hot identities are decided on the inner store.
+	fullUntil atomic.Int64
 }
 
 // entryKey is one identity under one Limit: a lease is spent only under
@@ -152,7 +155,9 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		if !s.hot.hit(req.Key, req.Limit.Algorithm, now) {
 			return s.inner.Allow(ctx, req)
 		}
-		e = s.enter(k, maxSize, now)
+		if e = s.enter(k, maxSize, now); e == nil {
+			return s.inner.Allow(ctx, req) // no room: decided as without the tier
+		}
 	}
 	for {
 		g := e.cur.Load()
@@ -390,9 +395,15 @@ func (s *Store) nextSize(e *entry, cost, maxSize, now int64) (size int64, cold b
 	return min(size, e.ceiling, maxSize), false
 }
 
-// enter returns k's entry, creating it (and evicting the entry whose lease
-// was asked for longest ago when the table is full).
+// enter returns k's entry, creating it, or nil when the table is full of
+// entries that asked for a lease within the last lifetime. An entry that
+// did not is idle: its leases have expired, so evicting it (the one idle
+// longest) loses no unit. A full table is not scanned again until its
+// oldest entry can be idle.
 func (s *Store) enter(k entryKey, maxSize, now int64) *entry {
+	if now < s.fullUntil.Load() {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.entries[k]; e != nil {
@@ -407,8 +418,10 @@ func (s *Store) enter(k entryKey, maxSize, now int64) *entry {
 				oldest, at, first = k, t, false
 			}
 		}
-		// Its callers in flight may still spend its lease until it
-		// expires: those units were debited.
+		if idleAt := at + int64(s.cfg.lifetime); now < idleAt {
+			s.fullUntil.Store(idleAt)
+			return nil
+		}
 		delete(s.entries, oldest)
 	}
 	e := &entry{ceiling: maxSize}

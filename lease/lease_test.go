@@ -452,9 +452,24 @@ func TestLeasesAreBounded(t *testing.T) {
 	}
 	s.mu.RLock()
 	n := len(s.entries)
+	_, late := s.entries[entryKey{"id-" + string(rune('A'+99)), tollgate.PerSecond(1000)}]
 	s.mu.RUnlock()
-	if n != 8 {
-		t.Errorf("%d entries, want 8", n)
+	if n != 8 || late {
+		t.Errorf("%d entries, the last identity's among them: %v; want 8, the first ones", n, late)
+	}
+	// A lifetime later the first entries are idle: a new hot identity
+	// takes the place of one.
+	clock.Advance(time.Second)
+	req := tollgate.Request{Key: "newcomer", Limit: tollgate.PerSecond(1000)}
+	if d, err := s.Allow(context.Background(), req); err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	s.mu.RLock()
+	n = len(s.entries)
+	_, newcomer := s.entries[entryKey{req.Key, req.Limit}]
+	s.mu.RUnlock()
+	if n != 8 || !newcomer {
+		t.Errorf("%d entries, the newcomer among them: %v; want 8, true", n, newcomer)
 	}
 }
 
@@ -579,5 +594,53 @@ func TestNextLeaseTakesOver(t *testing.T) {
 	}
 	if got, want := held(s), inner.leases[2]-1; got != want {
 		t.Errorf("held %d, want %d", got, want)
+	}
+}
+
+// More hot identities than the table holds, from many goroutines on four
+// tiers: those without a place are decided on the inner store, no identity
+// is admitted more than its quota, and no unit is lost but those held.
+func TestFullTableLosesNothing(t *testing.T) {
+	clock := newFakeClock() // frozen: no refill
+	shared := store.NewMemory(store.WithClock(clock.Now))
+	tiers := make([]*Store, 4)
+	for i := range tiers {
+		tiers[i] = mustNew(t, shared, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxLeases(2), WithMaxShare(0.05))
+	}
+	const identities, quota = 8, 1000
+	limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: quota, Period: time.Hour}
+	var admitted [identities]atomic.Int64
+	var seq atomic.Int64
+	hammer(t, len(tiers), 64, 400, func(i int) (bool, error) {
+		id := seq.Add(1) % identities
+		d, err := tiers[i].Allow(context.Background(), tollgate.Request{Key: "id-" + string(rune('a'+id)), Limit: limit})
+		if d.Allowed {
+			admitted[id].Add(1)
+		}
+		return d.Allowed, err
+	})
+	var total int64
+	for id := range admitted {
+		n := admitted[id].Load()
+		total += n
+		if n > quota {
+			t.Errorf("identity %d: %d admitted, more than its quota %d", id, n, quota)
+		}
+	}
+	var h int64
+	for _, s := range tiers {
+		h += held(s)
+	}
+	if total+h != identities*quota {
+		t.Errorf("admitted %d + held %d, want all %d units", total, h, identities*quota)
+	}
+	t.Logf("%d admitted of %d identities × %d, %d held", total, identities, quota, h)
+	for i, s := range tiers {
+		s.mu.RLock()
+		n := len(s.entries)
+		s.mu.RUnlock()
+		if n > 2 {
+			t.Errorf("tier %d holds %d entries, more than 2", i, n)
+		}
 	}
 }

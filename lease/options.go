@@ -79,10 +79,12 @@ func WithHotThreshold(n int64, interval time.Duration) Option {
 // units is not leased.
 func WithMaxShare(f float64) Option { return func(c *config) { c.maxShare = f } }
 
-// WithMaxLeases bounds how many identities hold a lease at once (default
+// WithMaxLeases bounds how many identities hold leases at once (default
 // DefaultMaxLeases). When a new identity turns hot and the table is full,
-// the entry whose lease was taken longest ago is dropped, and its unspent
-// units with it.
+// it takes the place of the identity that asked for a lease longest ago if
+// that was more than a lifetime ago (its leases have expired: nothing is
+// lost); otherwise it is decided on the inner store, as without the tier,
+// until a place is free.
 func WithMaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
 
 // WithDebitRetriesWhenHot lets requests carrying a RequestID be admitted
