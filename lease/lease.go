@@ -435,6 +435,7 @@ func (s *Store) drop(k entryKey, e *entry) {
 	s.mu.Lock()
 	if s.entries[k] == e {
 		delete(s.entries, k)
+		s.fullUntil.Store(0) // a place is free
 	}
 	s.mu.Unlock()
 }
@@ -466,6 +467,7 @@ func (s *Store) Reset(ctx context.Context, req tollgate.Request) error {
 	for k, e := range s.entries {
 		if k.key == req.Key && k.limit.Algorithm == req.Limit.Algorithm {
 			delete(s.entries, k)
+			s.fullUntil.Store(0)
 			for _, p := range []*atomic.Pointer[grant]{&e.cur, &e.next} {
 				if g := p.Swap(nil); g != nil {
 					g.units.Store(0)
