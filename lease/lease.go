@@ -173,12 +173,15 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 			}
 		}
 		if n := e.next.Load(); n != nil {
-			// The current lease cannot pay: the next one takes its place
-			// (unless it expired too, or another caller just moved it).
-			if n != g && now < n.expires {
-				e.cur.CompareAndSwap(g, n)
+			// The current lease cannot pay: the next one takes its place.
+			// It leaves the next slot once it is current (moved by this
+			// caller or another) or expired, never otherwise: a caller
+			// holding a stale current lease must not drop a next one
+			// taken after it.
+			expired := now >= n.expires
+			if expired || (n != g && e.cur.CompareAndSwap(g, n)) || e.cur.Load() == n {
+				e.next.CompareAndSwap(n, nil)
 			}
-			e.next.CompareAndSwap(n, nil)
 			continue
 		}
 		d, again, err := s.renew(ctx, k, e, req, maxSize, now)

@@ -153,14 +153,14 @@ func TestMemorySustainedQuota(t *testing.T) {
 	sustainedQuota(t, tiers, inners)
 }
 
-// sustainedQuota: four replicas ask far more than a 100k/s quota for a
-// window of one second. They admit no more than the quota over the window
+// sustainedQuota: four replicas ask more than a 20k/s quota (burst 20k)
+// for a window of one second. They admit no more than the quota over the window
 // (burst + rate × elapsed), and what Redis debited but they did not admit
 // is within the documented bound: two leases per replica held, plus two
 // per replica per lifetime lost.
 func sustainedQuota(t *testing.T, tiers []*Store, inners []*counting) {
 	const window = time.Second
-	limit := tollgate.PerSecond(100_000) // a lease is at most 1000
+	limit := tollgate.PerSecond(20_000) // a lease is at most 200
 	var admitted, attempts atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -200,8 +200,10 @@ func sustainedQuota(t *testing.T, tiers []*Store, inners []*counting) {
 	if admitted.Load() > quota || debited > quota {
 		t.Errorf("admitted %d, debited %d in %s: more than the quota %d", admitted.Load(), debited, elapsed, quota)
 	}
-	if debited < limit.Burst {
-		t.Errorf("debited %d: not even the burst %d, though %d decisions asked", debited, limit.Burst, attempts.Load())
+	// A denial means the bucket was empty: everything it held was debited.
+	if admitted.Load() < attempts.Load() && debited < limit.Burst-1 {
+		t.Errorf("debited %d, less than the burst %d, though %d of %d decisions were denied",
+			debited, limit.Burst, attempts.Load()-admitted.Load(), attempts.Load())
 	}
 	if lost := debited - admitted.Load(); lost < h || lost > bound {
 		t.Errorf("debited %d - admitted %d = %d, want between the %d held and the bound %d", debited, admitted.Load(), lost, h, bound)
