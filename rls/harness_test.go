@@ -57,7 +57,6 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 
 // env is a Server on a bufconn listener and go-control-plane's client for it.
 type env struct {
-	t      *testing.T
 	srv    *rls.Server
 	client pb.RateLimitServiceClient
 	prefix string // prepended to every domain of the configuration
@@ -69,7 +68,7 @@ type env struct {
 // never rolls over during a test).
 func newEnv(t *testing.T, b backend, files []string, opts ...rls.Option) *env {
 	t.Helper()
-	e := &env{t: t, prefix: strings.ReplaceAll(redistest.KeyPrefix(t), ":", "_")}
+	e := &env{prefix: strings.ReplaceAll(redistest.KeyPrefix(t), ":", "_")}
 	cfg, err := rls.ParseConfig(e.files(b, files)...)
 	if err != nil {
 		t.Fatal(err)
@@ -139,11 +138,11 @@ func (e *env) call(domain string, hits uint32, descs ...*rlv3.RateLimitDescripto
 }
 
 // must is call that fails the test on an error.
-func (e *env) must(domain string, hits uint32, descs ...*rlv3.RateLimitDescriptor) *pb.RateLimitResponse {
-	e.t.Helper()
+func (e *env) must(t *testing.T, domain string, hits uint32, descs ...*rlv3.RateLimitDescriptor) *pb.RateLimitResponse {
+	t.Helper()
 	resp, err := e.call(domain, hits, descs...)
 	if err != nil {
-		e.t.Fatalf("ShouldRateLimit(%s): %v", domain, err)
+		t.Fatalf("ShouldRateLimit(%s): %v", domain, err)
 	}
 	return resp
 }
@@ -178,11 +177,11 @@ func expect(t *testing.T, what string, resp *pb.RateLimitResponse, overall pb.Ra
 
 // admitted counts how many of n identical calls are OK, failing on an
 // error.
-func (e *env) admitted(n int, domain string, hits uint32, descs ...*rlv3.RateLimitDescriptor) int {
-	e.t.Helper()
+func (e *env) admitted(t *testing.T, n int, domain string, hits uint32, descs ...*rlv3.RateLimitDescriptor) int {
+	t.Helper()
 	count := 0
 	for range n {
-		if e.must(domain, hits, descs...).GetOverallCode() == ok {
+		if e.must(t, domain, hits, descs...).GetOverallCode() == ok {
 			count++
 		}
 	}

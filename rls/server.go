@@ -469,15 +469,30 @@ func (sl *slot) status() *pb.RateLimitResponse_DescriptorStatus {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 	}
 	if sl.decided {
-		st.LimitRemaining = uint32(min(sl.dec.Remaining, math.MaxUint32))
+		st.LimitRemaining = uint32(min(sl.remaining(), math.MaxUint32))
 		st.DurationUntilReset = durationpb.New(sl.dec.ResetAfter)
-		// In a refused set, the descriptors that had room were not debited
-		// but were not over their limit either: RetryAfter 0.
-		if sl.kind == kindEnforced && !sl.dec.Allowed && sl.dec.RetryAfter > 0 {
+		if sl.kind == kindEnforced && sl.overLimit() {
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	return st
+}
+
+// overLimit reports whether the store found the descriptor over its limit.
+// In a refused set, the descriptors that had room are not allowed (nothing
+// was debited) but were not over their limit either: their RetryAfter is 0.
+func (sl *slot) overLimit() bool { return !sl.dec.Allowed && sl.dec.RetryAfter > 0 }
+
+// remaining is what is left for the descriptor after this request. A store
+// reports the Remaining a decision would leave; where that decision was not
+// applied (a descriptor with room in a refused set, or a look with
+// hits_addend 0), nothing was taken, so the cost is still there.
+func (sl *slot) remaining() int64 {
+	notTaken := sl.kind == kindPeek && sl.dec.Allowed || sl.kind == kindEnforced && !sl.dec.Allowed && !sl.overLimit()
+	if !notTaken {
+		return sl.dec.Remaining
+	}
+	return min(sl.dec.Remaining+max(sl.req.Cost, 1), sl.req.Limit.Capacity())
 }
 
 // headers returns the response headers for the descriptor closest to its
