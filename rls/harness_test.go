@@ -98,7 +98,7 @@ func (e *env) files(b backend, files []string) []rls.File {
 }
 
 // readFiles returns the contents of the files matching pattern.
-func readFiles(t *testing.T, pattern string) []string {
+func readFiles(t testing.TB, pattern string) []string {
 	t.Helper()
 	names, err := filepath.Glob(pattern)
 	if err != nil || len(names) == 0 {
