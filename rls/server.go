@@ -160,7 +160,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if err != nil {
 		return nil, outcomeInvalid, err
 	}
-	overall, err := s.decide(ctx, slots)
+	overall, err := s.decide(ctx, d.name, slots)
 	if err != nil {
 		s.recordSlots(ctx, slots)
 		return nil, overall, err
@@ -321,7 +321,7 @@ var errBreakerOpen = errors.New("circuit breaker open: the store failed repeated
 
 // decide asks the store and fills the slots' decisions. It returns the
 // request's outcome, or the error to answer with.
-func (s *Server) decide(ctx context.Context, slots []slot) (outcome, error) {
+func (s *Server) decide(ctx context.Context, domain string, slots []slot) (outcome, error) {
 	var reqs []tollgate.Request
 	var idx []int
 	doomed := false
@@ -347,7 +347,7 @@ func (s *Server) decide(ctx context.Context, slots []slot) (outcome, error) {
 		}
 	case len(reqs) > 0:
 		var decs []tollgate.Decision
-		err := s.callStore(ctx, func(ctx context.Context) (err error) {
+		err := s.callStore(ctx, domain, func(ctx context.Context) (err error) {
 			decs, err = s.store.AllowAll(ctx, reqs)
 			return err
 		})
@@ -381,7 +381,7 @@ func (s *Server) decide(ctx context.Context, slots []slot) (outcome, error) {
 				sl.outcome = outcomeShadowDenied
 			}
 		case kindShadow:
-			err := s.callStore(ctx, func(ctx context.Context) (err error) {
+			err := s.callStore(ctx, domain, func(ctx context.Context) (err error) {
 				sl.dec, err = s.store.Allow(ctx, sl.req)
 				return err
 			})
@@ -395,7 +395,7 @@ func (s *Server) decide(ctx context.Context, slots []slot) (outcome, error) {
 				return outcomeCanceled, status.FromContextError(ctx.Err()).Err()
 			}
 		case kindPeek:
-			err := s.callStore(ctx, func(ctx context.Context) (err error) {
+			err := s.callStore(ctx, domain, func(ctx context.Context) (err error) {
 				sl.req.Cost = 0
 				sl.dec, err = s.store.Peek(ctx, sl.req)
 				return err
@@ -419,7 +419,7 @@ func (s *Server) decide(ctx context.Context, slots []slot) (outcome, error) {
 
 // callStore runs one store call behind the breaker, under the store
 // deadline, and records its latency.
-func (s *Server) callStore(ctx context.Context, call func(context.Context) error) error {
+func (s *Server) callStore(ctx context.Context, domain string, call func(context.Context) error) error {
 	ok, probe := s.breaker.allow()
 	if !ok {
 		return errBreakerOpen
@@ -432,12 +432,12 @@ func (s *Server) callStore(ctx context.Context, call func(context.Context) error
 	switch {
 	case err == nil:
 		s.breaker.done(probe, false, false)
-		s.tel.recordStore(ctx, elapsed, false)
+		s.tel.recordStore(ctx, domain, elapsed, false)
 	case errors.Is(err, tollgate.ErrInvalidRequest) || ctx.Err() != nil:
 		s.breaker.done(probe, false, true)
 	default:
 		s.breaker.done(probe, true, false)
-		s.tel.recordStore(ctx, elapsed, true)
+		s.tel.recordStore(ctx, domain, elapsed, true)
 	}
 	return err
 }

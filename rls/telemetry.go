@@ -59,8 +59,8 @@ type telemetry struct {
 	spanStart     []trace.SpanStartOption
 	decisions     metric.Int64Counter
 	storeDuration metric.Float64Histogram
-	storeOK       []metric.RecordOption
-	storeErr      []metric.RecordOption
+	// store caches each domain's latency options, [ok, error].
+	store sync.Map // string -> *[2][]metric.RecordOption
 
 	// options caches the attribute options of each (rule, outcome) so that
 	// recording builds no attribute set. detailed_metric rules, whose names
@@ -94,23 +94,31 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if err != nil {
 		return nil, err
 	}
-	rule := interceptor.AttrRule.String("envoy")
 	return &telemetry{
 		tracer:        tp.Tracer(instrumentationName),
 		spanStart:     []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
 		decisions:     decisions,
 		storeDuration: storeDuration,
-		storeOK:       []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(rule, interceptor.AttrStoreResult.String("ok")))},
-		storeErr:      []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(rule, interceptor.AttrStoreResult.String("error")))},
 	}, nil
 }
 
-func (t *telemetry) recordStore(ctx context.Context, elapsed time.Duration, failed bool) {
-	opt := t.storeOK
-	if failed {
-		opt = t.storeErr
+// recordStore records one store call's latency, with the domain as
+// tollgate.rule. Only configured domains reach the store, so the cache is
+// bounded by the configurations loaded.
+func (t *telemetry) recordStore(ctx context.Context, domain string, elapsed time.Duration, failed bool) {
+	v, ok := t.store.Load(domain)
+	if !ok {
+		rule := interceptor.AttrRule.String(domain)
+		v, _ = t.store.LoadOrStore(domain, &[2][]metric.RecordOption{
+			{metric.WithAttributeSet(attribute.NewSet(rule, interceptor.AttrStoreResult.String("ok")))},
+			{metric.WithAttributeSet(attribute.NewSet(rule, interceptor.AttrStoreResult.String("error")))},
+		})
 	}
-	t.storeDuration.Record(ctx, elapsed.Seconds(), opt...)
+	i := 0
+	if failed {
+		i = 1
+	}
+	t.storeDuration.Record(ctx, elapsed.Seconds(), v.(*[2][]metric.RecordOption)[i]...)
 }
 
 func (t *telemetry) decisionOptions(rule string, o outcome, cache bool) []metric.AddOption {
