@@ -73,7 +73,10 @@ func newEnv(t *testing.T, b backend, files []string, opts ...rls.Option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(b.store(t), append([]rls.Option{rls.WithConfig(cfg)}, opts...)...)
+	// A generous store deadline: these tests prove behaviour, and a
+	// loaded machine (-race, a Cluster's first slot lookup) must not turn
+	// into the fail policy.
+	srv, err := rls.NewServer(b.store(t), append([]rls.Option{rls.WithConfig(cfg), rls.WithStoreTimeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

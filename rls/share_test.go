@@ -36,7 +36,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := rls.NewServer(st, rls.WithConfig(cfg))
+		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ descriptors:
 			Methods: []string{echo.AllMethods},
 			Key:     rls.Descriptor(rls.EntryFunc{Key: "tenant", Value: keyfunc.Metadata("x-tenant")}),
 			Limit:   tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 10, Period: 24 * time.Hour},
-		}))
+		}), interceptor.WithStoreTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -64,7 +64,7 @@ func testReload(t *testing.T, env map[string]string) {
 	dir := t.TempDir()
 	domain := strings.ReplaceAll(redistest.KeyPrefix(t), ":", "_")
 	writeFile(t, dir, "shop.yaml", limitYAML(domain, 3))
-	cfg, err := parseFlags([]string{"-config", dir, "-addr", "127.0.0.1:0", "-response-headers"}, func(k string) string { return env[k] }, io.Discard)
+	cfg, err := parseFlags([]string{"-config", dir, "-addr", "127.0.0.1:0", "-response-headers", "-store-timeout", "5s"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
