@@ -13,6 +13,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -136,14 +137,14 @@ type slot struct {
 // malformed or oversized request is codes.InvalidArgument; a store that
 // cannot decide gives the fail mode's answer.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	ctx, span := s.tel.tracer.Start(ctx, "ratelimit "+req.GetDomain(), s.tel.spanStart...)
+	ctx, span := s.tel.tracer.Start(ctx, "ratelimit", s.tel.spanStart...)
 	defer span.End()
-	resp, overall, err := s.shouldRateLimit(ctx, req)
+	resp, overall, err := s.shouldRateLimit(ctx, span, req)
 	s.tel.recordCall(span, req.GetDomain(), len(req.GetDescriptors()), overall, err)
 	return resp, err
 }
 
-func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, outcome, error) {
+func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.RateLimitRequest) (*pb.RateLimitResponse, outcome, error) {
 	if err := checkRequest(req); err != nil {
 		return nil, outcomeInvalid, err
 	}
@@ -156,6 +157,8 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 		}
 		return resp, outcomeAllowed, nil
 	}
+	// Only configured domains name spans: span names stay few.
+	span.SetName("ratelimit " + d.name)
 	slots, err := s.plan(d, req)
 	if err != nil {
 		return nil, outcomeInvalid, err
@@ -395,6 +398,9 @@ func (s *Server) decide(ctx context.Context, domain string, slots []slot) (outco
 				return outcomeCanceled, status.FromContextError(ctx.Err()).Err()
 			}
 		case kindPeek:
+			if sl.rule.deny {
+				continue // nothing is ever admitted: OK, nothing remaining
+			}
 			err := s.callStore(ctx, domain, func(ctx context.Context) (err error) {
 				sl.req.Cost = 0
 				sl.dec, err = s.store.Peek(ctx, sl.req)

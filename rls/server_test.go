@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
 )
@@ -426,5 +427,34 @@ func TestReload(t *testing.T) {
 	e.srv.SetConfig(cfg2)
 	if n := e.admitted(t, 6, "api", 0, d("user", "after-reload")); n != 4 {
 		t.Fatalf("after reload: %d of 6 admitted, want the new limit 4", n)
+	}
+}
+
+// TestRedisDown: a stopped Redis gives the fail mode's answer, quickly.
+func TestRedisDown(t *testing.T) {
+	srvRedis := redistest.Start(t)
+	st := store.NewRedis(srvRedis.Client(t))
+	srvRedis.Stop(t)
+	cfg, err := rls.ParseConfig(rls.File{Name: "api.yaml", Data: []byte(limitsYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x")}}
+	for _, mode := range []rls.FailMode{rls.FailError, rls.FailOpen} {
+		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithFailMode(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := srv.ShouldRateLimit(context.Background(), req)
+		switch mode {
+		case rls.FailError:
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("FailError with Redis down: %v, %v; want Unavailable", resp, err)
+			}
+		case rls.FailOpen:
+			if err != nil || resp.OverallCode != ok {
+				t.Fatalf("FailOpen with Redis down: %v, %v; want OK", resp, err)
+			}
+		}
 	}
 }
