@@ -212,7 +212,7 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]slot, error) {
 	descs := req.GetDescriptors()
 	slots := make([]slot, len(descs))
 	var path []*node
-	replaced := map[string]bool{}
+	var replaced map[string]bool // names replaced by a matched limit; rare
 	for i, desc := range descs {
 		var r *rule
 		if ov := desc.GetLimit(); ov != nil {
@@ -225,6 +225,9 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]slot, error) {
 			continue
 		}
 		for _, name := range r.replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
 			replaced[name] = true
 		}
 		sl := &slots[i]
@@ -258,7 +261,9 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]slot, error) {
 	enforced, shadow := 0, 0
 	for i := range slots {
 		sl := &slots[i]
-		if sl.rule != nil && sl.rule.name != "" && replaced[sl.rule.name] {
+		// As in envoyproxy/ratelimit, an unlimited descriptor is never
+		// replaced.
+		if sl.kind != kindUnlimited && sl.rule != nil && sl.rule.name != "" && replaced[sl.rule.name] {
 			*sl = slot{}
 			continue
 		}
