@@ -458,3 +458,28 @@ func TestRedisDown(t *testing.T) {
 		}
 	}
 }
+
+// TestReplacesNeverDropsUnlimited: as in envoyproxy/ratelimit, a replaced
+// name drops limited descriptors only; an unlimited one stays unlimited.
+func TestReplacesNeverDropsUnlimited(t *testing.T) {
+	e := newEnv(t, backends()[0], []string{`
+domain: rep
+descriptors:
+  - key: a
+    rate_limit: {name: base, unlimited: true}
+  - key: b
+    rate_limit: {name: base2, unit: day, requests_per_unit: 1}
+  - key: c
+    rate_limit:
+      unit: day
+      requests_per_unit: 5
+      replaces: [{name: base}, {name: base2}]
+`})
+	for range 3 {
+		resp := e.must(t, "rep", 0, d("a", "x"), d("b", "x"), d("c", "x"))
+		expect(t, "all three", resp, ok, ok, ok, ok)
+		if resp.Statuses[0].LimitRemaining != 4294967295 || resp.Statuses[1].CurrentLimit != nil {
+			t.Fatalf("statuses %v: want a unlimited and b replaced", resp.Statuses)
+		}
+	}
+}
