@@ -234,7 +234,7 @@ func parseFile(f File) (*domain, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
-		return nil, p.errorf(nil, "", "not valid YAML: %v", err)
+		return nil, syntaxError(f.Name, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, p.errorf(nil, "", "empty file: want a mapping with domain and descriptors")
@@ -270,6 +270,21 @@ func parseFile(f File) (*domain, error) {
 		return nil, err
 	}
 	return &domain{name: p.domain, file: f.Name, root: root}, nil
+}
+
+// syntaxError is a ConfigError for a YAML syntax error, with the line
+// yaml.v3 names in its message ("yaml: line 3: ...") moved to Line.
+func syntaxError(file string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok {
+			if l, err := strconv.Atoi(n); err == nil {
+				line, msg = l, after
+			}
+		}
+	}
+	return &ConfigError{File: file, Line: line, Msg: "not valid YAML: " + msg}
 }
 
 // fields calls fn for each key of the mapping n, rejecting non-string and

@@ -17,7 +17,7 @@ func TestConfigErrors(t *testing.T) {
 		name, yaml string
 		want       string // substring of the error, after "f.yaml:"
 	}{
-		{"not yaml", "domain: [", "f.yaml: not valid YAML"},
+		{"not yaml", "domain: d\ndescriptors:\n  - key: [\n", "f.yaml:3: not valid YAML: did not find expected node content"},
 		{"empty", "", "f.yaml: empty file"},
 		{"top is a list", "- a\n", "f.yaml:1: want a mapping"},
 		{"no domain", "descriptors: []\n", "f.yaml: domain is missing"},
