@@ -32,26 +32,24 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 )
 
-// Environment variables that select a Redis store. The first two are the
-// example server's.
+// Environment variables that select a Redis store, as the example server
+// reads them.
 const (
-	envRedisURL            = "REDIS_URL"
-	envRedisClusterAddrs   = "REDIS_CLUSTER_ADDRS"
-	envRedisSentinelAddrs  = "REDIS_SENTINEL_ADDRS"
-	envRedisSentinelMaster = "REDIS_SENTINEL_MASTER"
+	envRedisURL            = serving.EnvRedisURL
+	envRedisClusterAddrs   = serving.EnvRedisClusterAddrs
+	envRedisSentinelAddrs  = serving.EnvRedisSentinelAddrs
+	envRedisSentinelMaster = serving.EnvRedisSentinelMaster
 )
 
 // serviceName is the rate limit service's name for the health service.
@@ -84,10 +82,8 @@ type config struct {
 	headerNames     [3]string
 	shadow          bool
 	shutdownTimeout time.Duration
-	redisURL        string
-	clusterAddrs    []string
-	sentinelAddrs   []string
-	sentinelMaster  string
+	metricsAddr     string
+	redis           serving.Redis
 }
 
 func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (config, error) {
@@ -105,9 +101,9 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	fs.StringVar(&c.headerNames[2], "reset-header", rls.DefaultResetHeader, "name of the reset header")
 	fs.BoolVar(&c.shadow, "shadow-mode", false, "decide and debit as usual but always answer OK (as SHADOW_MODE)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+serving.MetricsPath+" (empty: none)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls -config DIR [flags]\n\nEnvoy's rate limit service over a tollgate store. The store is in-process unless\n%s, %s or %s (with %s) names a Redis.\nSIGHUP reloads the configuration.\n\n",
-			envRedisURL, envRedisClusterAddrs, envRedisSentinelAddrs, envRedisSentinelMaster)
+		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls -config DIR [flags]\n\nEnvoy's rate limit service over a tollgate store. %s\nSIGHUP reloads the configuration.\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -127,33 +123,11 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	default:
 		return config{}, fmt.Errorf("-fail-mode %q: want error or open", failMode)
 	}
-	c.redisURL = getenv(envRedisURL)
-	c.clusterAddrs = list(getenv(envRedisClusterAddrs))
-	c.sentinelAddrs = list(getenv(envRedisSentinelAddrs))
-	c.sentinelMaster = getenv(envRedisSentinelMaster)
-	named := 0
-	for _, set := range []bool{c.redisURL != "", len(c.clusterAddrs) > 0, len(c.sentinelAddrs) > 0} {
-		if set {
-			named++
-		}
-	}
-	switch {
-	case named > 1:
-		return config{}, fmt.Errorf("more than one of %s, %s and %s is set: choose one", envRedisURL, envRedisClusterAddrs, envRedisSentinelAddrs)
-	case len(c.sentinelAddrs) > 0 && c.sentinelMaster == "":
-		return config{}, fmt.Errorf("%s needs %s, the name of the primary", envRedisSentinelAddrs, envRedisSentinelMaster)
+	var err error
+	if c.redis, err = serving.RedisFromEnv(getenv); err != nil {
+		return config{}, err
 	}
 	return c, nil
-}
-
-func list(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // run listens on cfg.addr and serves until ctx is done.
@@ -177,13 +151,22 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup <-chan os.Sign
 		lis.Close()
 		return err
 	}
-	st, closeStore, err := newStore(ctx, cfg, logger)
+	st, closeStore, err := cfg.redis.Store(ctx, logger)
 	if err != nil {
 		lis.Close()
 		return err
 	}
 	defer closeStore()
 	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout), rls.WithShadowMode(cfg.shadow)}
+	if cfg.metricsAddr != "" {
+		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.metricsAddr, logger)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer stopMetrics()
+		opts = append(opts, rls.WithMeterProvider(provider))
+	}
 	if cfg.headers {
 		opts = append(opts, rls.WithResponseHeaders(cfg.headerNames[0], cfg.headerNames[1], cfg.headerNames[2]))
 	}
@@ -201,38 +184,7 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup <-chan os.Sign
 
 	logger.Printf("configuration %s: domains %s", cfg.dir, strings.Join(conf.Domains(), ", "))
 	logger.Printf("listening on %s", lis.Addr())
-	served := make(chan error, 1)
-	go func() { served <- gs.Serve(lis) }()
-	for done := false; !done; {
-		select {
-		case err := <-served:
-			return fmt.Errorf("serve: %w", err)
-		case <-hup:
-			reload(srv, cfg.dir, logger)
-		case <-ctx.Done():
-			done = true
-		}
-	}
-	logger.Printf("shutting down (waiting up to %s for running calls)", cfg.shutdownTimeout)
-	hs.Shutdown()
-	stopped := make(chan struct{})
-	go func() {
-		gs.GracefulStop()
-		close(stopped)
-	}()
-	timer := time.NewTimer(cfg.shutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-stopped:
-	case <-timer.C:
-		gs.Stop()
-		<-stopped
-	}
-	if err := <-served; err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Printf("stopped")
-	return nil
+	return serving.Serve(ctx, gs, hs, lis, cfg.shutdownTimeout, logger, hup, func() { reload(srv, cfg.dir, logger) })
 }
 
 // reload swaps in the configuration directory's files if they are all
@@ -246,42 +198,4 @@ func reload(srv *rls.Server, dir string, logger *log.Logger) {
 	}
 	srv.SetConfig(next)
 	logger.Printf("reloaded %s: domains %s", dir, strings.Join(next.Domains(), ", "))
-}
-
-// newStore returns the store the environment names and a function that
-// releases it. Clients are set up as the example server sets them up: the
-// store deadline reaches the socket and nothing is re-sent.
-func newStore(ctx context.Context, cfg config, logger *log.Logger) (tollgate.Store, func(), error) {
-	var client redis.UniversalClient
-	switch {
-	case cfg.redisURL != "":
-		opt, err := redis.ParseURL(cfg.redisURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", envRedisURL, err)
-		}
-		opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
-		client = redis.NewClient(opt)
-		logger.Printf("store: Redis at %s (%s)", opt.Addr, envRedisURL)
-	case len(cfg.clusterAddrs) > 0:
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.clusterAddrs, ContextTimeoutEnabled: true, MaxRetries: -1})
-		logger.Printf("store: Redis Cluster seeded by %s (%s)", strings.Join(cfg.clusterAddrs, ","), envRedisClusterAddrs)
-	case len(cfg.sentinelAddrs) > 0:
-		client = redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: cfg.sentinelMaster, SentinelAddrs: cfg.sentinelAddrs, ContextTimeoutEnabled: true, MaxRetries: -1,
-		})
-		logger.Printf("store: Redis primary %q from Sentinels %s (%s)", cfg.sentinelMaster, strings.Join(cfg.sentinelAddrs, ","), envRedisSentinelAddrs)
-	default:
-		logger.Printf("store: in-process memory (set %s, %s or %s for Redis)", envRedisURL, envRedisClusterAddrs, envRedisSentinelAddrs)
-		return store.NewMemory(), func() {}, nil
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := client.Ping(pingCtx).Err(); err != nil {
-		logger.Printf("warning: Redis does not answer (%v); fail mode %s applies until it does", err, cfg.failMode)
-	}
-	return store.NewRedis(client), func() {
-		if err := client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
-			logger.Printf("closing Redis client: %v", err)
-		}
-	}, nil
 }

@@ -257,7 +257,7 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 	c, err := parseFlags([]string{"-config", "d", "-fail-mode", "open"}, env(map[string]string{envRedisSentinelAddrs: "a:1, b:2", envRedisSentinelMaster: "mymaster"}), io.Discard)
-	if err != nil || len(c.sentinelAddrs) != 2 || c.sentinelMaster != "mymaster" {
+	if err != nil || len(c.redis.SentinelAddrs) != 2 || c.redis.SentinelMaster != "mymaster" {
 		t.Fatalf("%+v %v", c, err)
 	}
 }

@@ -64,7 +64,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	log := out.String()
-	for _, want := range []string{"store: in-process memory (set REDIS_URL or REDIS_CLUSTER_ADDRS for Redis)", "stopped"} {
+	for _, want := range []string{"store: in-process memory (set REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS for Redis)", "stopped"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}

@@ -10,14 +10,14 @@
 // tenant header.
 //
 // The store is the in-process store.Memory unless the environment names a
-// Redis: REDIS_URL (a redis:// or rediss:// URL, one node) or
-// REDIS_CLUSTER_ADDRS (comma-separated host:port seeds of a Cluster). With
-// Redis, every replica of the server shares the tenants' quotas.
+// Redis: REDIS_URL (a redis:// or rediss:// URL, one node),
+// REDIS_CLUSTER_ADDRS (comma-separated host:port seeds of a Cluster) or
+// REDIS_SENTINEL_ADDRS with REDIS_SENTINEL_MASTER (Sentinel). With Redis,
+// every replica of the server shares the tenants' quotas.
 package exampleserver
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,7 +30,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,23 +42,32 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // RuleName is the name of the server's only rule, as it appears in denial
 // messages, spans and metrics.
 const RuleName = "per-tenant"
 
-// Environment variables that select a Redis store.
+// Environment variables that select a Redis store (see package
+// internal/serving, which tollgate-rls reads them with too).
 const (
 	// EnvRedisURL names a single Redis node, as a URL redis.ParseURL
 	// accepts ("redis://user:pass@host:6379/0").
-	EnvRedisURL = "REDIS_URL"
+	EnvRedisURL = serving.EnvRedisURL
 	// EnvRedisClusterAddrs names the seed nodes of a Redis Cluster,
 	// comma-separated host:port pairs.
-	EnvRedisClusterAddrs = "REDIS_CLUSTER_ADDRS"
+	EnvRedisClusterAddrs = serving.EnvRedisClusterAddrs
+	// EnvRedisSentinelAddrs names Sentinels, comma-separated host:port
+	// pairs, watching the primary EnvRedisSentinelMaster names.
+	EnvRedisSentinelAddrs = serving.EnvRedisSentinelAddrs
+	// EnvRedisSentinelMaster is the Sentinel name of the primary.
+	EnvRedisSentinelMaster = serving.EnvRedisSentinelMaster
 )
+
+// MetricsPath is the HTTP path the metrics are served on.
+const MetricsPath = serving.MetricsPath
 
 // Config is everything the server is configured with.
 type Config struct {
@@ -76,6 +84,11 @@ type Config struct {
 	RedisURL string
 	// RedisClusterAddrs, when set, selects a Redis Cluster store.
 	RedisClusterAddrs []string
+	// RedisSentinelAddrs, when set, selects the primary named
+	// RedisSentinelMaster through these Sentinels.
+	RedisSentinelAddrs []string
+	// RedisSentinelMaster is the Sentinel name of the primary.
+	RedisSentinelMaster string
 	// StoreTimeout bounds each decision's wait for the store; past it the
 	// fail mode applies.
 	StoreTimeout time.Duration
@@ -120,7 +133,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+MetricsPath+" (empty: none)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. The store is in-process unless\n%s (one node) or %s (a Cluster, comma-separated) is set.\n\n", EnvRedisURL, EnvRedisClusterAddrs)
+		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. %s\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -142,15 +155,11 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	if cfg.Flaky < 0 || cfg.Flaky > 1 {
 		return Config{}, fmt.Errorf("-flaky %v: want a fraction from 0 to 1", cfg.Flaky)
 	}
-	cfg.RedisURL = getenv(EnvRedisURL)
-	for _, a := range strings.Split(getenv(EnvRedisClusterAddrs), ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			cfg.RedisClusterAddrs = append(cfg.RedisClusterAddrs, a)
-		}
+	r, err := serving.RedisFromEnv(getenv)
+	if err != nil {
+		return Config{}, err
 	}
-	if cfg.RedisURL != "" && len(cfg.RedisClusterAddrs) > 0 {
-		return Config{}, fmt.Errorf("both %s and %s are set: choose one", EnvRedisURL, EnvRedisClusterAddrs)
-	}
+	cfg.RedisURL, cfg.RedisClusterAddrs, cfg.RedisSentinelAddrs, cfg.RedisSentinelMaster = r.URL, r.ClusterAddrs, r.SentinelAddrs, r.SentinelMaster
 	return cfg, nil
 }
 
@@ -190,7 +199,8 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 // closes lis in every case.
 func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) error {
 	logger := log.New(logOut, "", log.LstdFlags)
-	st, closeStore, err := newStore(ctx, cfg, logger)
+	redisCfg := serving.Redis{URL: cfg.RedisURL, ClusterAddrs: cfg.RedisClusterAddrs, SentinelAddrs: cfg.RedisSentinelAddrs, SentinelMaster: cfg.RedisSentinelMaster}
+	st, closeStore, err := redisCfg.Store(ctx, logger)
 	if err != nil {
 		lis.Close()
 		return err
@@ -199,13 +209,13 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 
 	var limiterOpts []interceptor.Option
 	if cfg.MetricsAddr != "" {
-		withMetrics, stopMetrics, err := serveMetrics(ctx, cfg.MetricsAddr, logger)
+		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger)
 		if err != nil {
 			lis.Close()
 			return err
 		}
 		defer stopMetrics()
-		limiterOpts = append(limiterOpts, withMetrics)
+		limiterOpts = append(limiterOpts, interceptor.WithMeterProvider(provider))
 	}
 
 	srv, hs, err := NewServer(st, cfg, limiterOpts...)
@@ -216,34 +226,7 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
 	logger.Printf("listening on %s", lis.Addr())
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	logger.Printf("shutting down (waiting up to %s for running calls)", cfg.ShutdownTimeout)
-	hs.Shutdown()
-	stopped := make(chan struct{})
-	go func() {
-		srv.GracefulStop()
-		close(stopped)
-	}()
-	timer := time.NewTimer(cfg.ShutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-stopped:
-	case <-timer.C:
-		logger.Printf("calls still running after %s: cancelling them", cfg.ShutdownTimeout)
-		srv.Stop()
-		<-stopped
-	}
-	if err := <-served; err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Printf("stopped")
-	return nil
+	return serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and
@@ -299,51 +282,4 @@ func flaky(p float64) func(context.Context, string) error {
 		}
 		return nil
 	}
-}
-
-// newStore returns the store the configuration names and a function that
-// releases it.
-func newStore(ctx context.Context, cfg Config, logger *log.Logger) (tollgate.Store, func(), error) {
-	var client redis.UniversalClient
-	switch {
-	case cfg.RedisURL != "":
-		opt, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
-		}
-		// The limiter's own client: the store deadline must reach the socket
-		// (ContextTimeoutEnabled). The store never lets go-redis re-send its
-		// scripts; MaxRetries -1 keeps the client's other commands to one
-		// attempt within that deadline too.
-		opt.ContextTimeoutEnabled = true
-		opt.MaxRetries = -1
-		client = redis.NewClient(opt)
-		logger.Printf("store: Redis at %s (%s)", opt.Addr, EnvRedisURL)
-	case len(cfg.RedisClusterAddrs) > 0:
-		// MaxRedirects stays at its default: a Cluster client needs it to
-		// follow MOVED during failover (redirects are followed even for the
-		// store's scripts, which are otherwise never re-sent).
-		client = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 cfg.RedisClusterAddrs,
-			ContextTimeoutEnabled: true,
-			MaxRetries:            -1,
-		})
-		logger.Printf("store: Redis Cluster seeded by %s (%s)", strings.Join(cfg.RedisClusterAddrs, ","), EnvRedisClusterAddrs)
-	default:
-		logger.Printf("store: in-process memory (set %s or %s for Redis)", EnvRedisURL, EnvRedisClusterAddrs)
-		return store.NewMemory(), func() {}, nil
-	}
-	// An unreachable Redis is not fatal: the rule's fail mode covers it, as
-	// it would if Redis went away later. Say so at once, though.
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := client.Ping(pingCtx).Err(); err != nil {
-		logger.Printf("warning: Redis does not answer (%v); fail mode %s applies until it does", err, cfg.FailMode)
-	}
-	closeClient := func() {
-		if err := client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
-			logger.Printf("closing Redis client: %v", err)
-		}
-	}
-	return store.NewRedis(client), closeClient, nil
 }

@@ -179,7 +179,7 @@ func TestMemoryStore(t *testing.T) {
 	}
 	log := s.Log.String()
 	for _, want := range []string{
-		"store: in-process memory (set REDIS_URL or REDIS_CLUSTER_ADDRS for Redis)",
+		"store: in-process memory (set REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS for Redis)",
 		"rule per-tenant: token_bucket 3/1h0m0s burst 3",
 		"listening on " + s.Addr,
 		"shutting down",
