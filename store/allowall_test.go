@@ -10,14 +10,6 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// forEachRedis runs test on the shared single node and on the shared
-// Cluster, as subtests "single" and "cluster", each with a client of its
-// own.
-func forEachRedis(t *testing.T, test func(t *testing.T, c redis.UniversalClient)) {
-	t.Run("single", func(t *testing.T) { test(t, redistest.Single(t).Client(t)) })
-	t.Run("cluster", func(t *testing.T) { test(t, redistest.SharedCluster(t).Client(t)) })
-}
-
 func TestRedisAllowAllPeekReset(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
