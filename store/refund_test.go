@@ -134,13 +134,13 @@ func acrossSlotsExact(t *testing.T, denyCacheSize int) {
 
 	var (
 		admitted, xAdmitted, yzCalls atomic.Int64
-		stop                       atomic.Bool
-		mu                         sync.Mutex
-		deniedTook                 []time.Duration
-		yzDenied                   []time.Time // when a {y, z} denial returned
-		lastAdmitStart             time.Time
-		wg                         sync.WaitGroup
-		failed                     atomic.Value
+		stop                         atomic.Bool
+		mu                           sync.Mutex
+		deniedTook                   []time.Duration
+		yzDenied                     []time.Time // when a {y, z} denial returned
+		lastAdmitStart               time.Time
+		wg                           sync.WaitGroup
+		failed                       atomic.Value
 	)
 	deadline := time.Now().Add(30 * time.Second)
 	for i := range 64 {
