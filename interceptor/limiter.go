@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,7 +84,6 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("interceptor: rule %q: the name is used by an earlier rule: names keep the rules' buckets apart", r.Name)
 		}
 		names[r.Name] = true
-		cr.tel = newRuleTelemetry(cr)
 		l.rules = append(l.rules, cr)
 		if r.FailMode == FailLocal && l.local == nil {
 			l.local = c.local
@@ -150,46 +150,45 @@ func (res *result) hasDecision() bool {
 // store.
 var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly and is not asked until the cool-down passes")
 
-// decide makes one decision for a call to method under r, in its own span.
-// scope is scopeCall for a unary call or a stream's opening, scopeMessage
-// for one received stream message; req is the unary request or nil.
-func (l *Limiter) decide(ctx context.Context, r *rule, method string, scope byte, req any) result {
-	ctx, span := l.tel.tracer.Start(ctx, r.tel.spanName, r.tel.spanStart[scopeIndex(scope)]...)
+// decide makes one decision under plan p for a call to method, in its own
+// span; req is the unary request or nil.
+func (l *Limiter) decide(ctx context.Context, p *plan, method string, req any) result {
+	ctx, span := l.tel.tracer.Start(ctx, p.tel.spanName, p.tel.spanStart...)
 	var res result
-	l.decideIn(ctx, r, method, scope, req, &res)
-	l.recordDecision(ctx, span, r, scope, &res)
+	l.decideIn(ctx, p, method, req, &res)
+	l.recordDecision(ctx, span, p, &res)
 	span.End()
 	return res
 }
 
-func (l *Limiter) decideIn(ctx context.Context, r *rule, method string, scope byte, req any, res *result) {
-	key, value, ok := l.identity(ctx, r, method, scope, res)
+func (l *Limiter) decideIn(ctx context.Context, p *plan, method string, req any, res *result) {
+	key, value, ok := identity(ctx, p, method, res)
 	if !ok {
 		return
 	}
 	var requestID string
-	if scope == scopeCall {
+	if p.priced {
 		id, err := idempotency.FromIncoming(ctx, l.header)
 		if err != nil {
-			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: %v", r.Name, err)
+			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: %v", p.rule.Name, err)
 			return
 		}
 		requestID = id
 	}
-	limit, ok := l.limitFor(ctx, r, scope, value, res)
+	lp, ok := limitFor(ctx, p, value, res)
 	if !ok {
 		return
 	}
-	cost, ok := costFor(ctx, r, method, scope, req, limit, res)
+	cost, ok := costFor(ctx, p, method, req, lp.limit, res)
 	if !ok {
 		return
 	}
-	sreq := tollgate.Request{Key: key, Limit: limit, Cost: cost, RequestID: requestID}
+	sreq := tollgate.Request{Key: key, Limit: lp.limit, Cost: cost, RequestID: requestID}
 	res.cost = cost
 
 	allowed, probe := l.breaker.allow()
 	if !allowed {
-		l.failPolicy(ctx, r, scope, sreq, errBreakerOpen, res)
+		l.failPolicy(ctx, p, lp, sreq, errBreakerOpen, res)
 		return
 	}
 	// One clock reading is both the start of the store's latency and the
@@ -203,12 +202,12 @@ func (l *Limiter) decideIn(ctx context.Context, r *rule, method string, scope by
 	switch {
 	case err == nil:
 		l.breaker.done(probe, storeOK)
-		l.recordStore(ctx, r, elapsed, false)
-		res.decided(r, dec, limit, limitHeaderFor(r, scope, limit))
+		l.recordStore(ctx, p, elapsed, false)
+		res.decided(p.rule, dec, lp.limit, lp.header)
 	case errors.Is(err, tollgate.ErrInvalidRequest):
 		// A configuration the checks above let through; the store is fine.
 		l.breaker.done(probe, storeNoNews)
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", r.Name, err)
+		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", p.rule.Name, err)
 	case ctx.Err() != nil:
 		// The caller cancelled or ran out of time, not the store.
 		l.breaker.done(probe, storeNoNews)
@@ -216,14 +215,15 @@ func (l *Limiter) decideIn(ctx context.Context, r *rule, method string, scope by
 		res.err = status.FromContextError(ctx.Err()).Err()
 	default:
 		l.breaker.done(probe, storeFailed)
-		l.recordStore(ctx, r, elapsed, true)
-		l.failPolicy(ctx, r, scope, sreq, err, res)
+		l.recordStore(ctx, p, elapsed, true)
+		l.failPolicy(ctx, p, lp, sreq, err, res)
 	}
 }
 
 // identity returns the store key for the call and the key function's value
 // in it, or fills res with the rejection.
-func (l *Limiter) identity(ctx context.Context, r *rule, method string, scope byte, res *result) (key, value string, ok bool) {
+func identity(ctx context.Context, p *plan, method string, res *result) (key, value string, ok bool) {
+	r := p.rule
 	value, err := r.Key(ctx, method)
 	anonymous := false
 	switch {
@@ -237,7 +237,7 @@ func (l *Limiter) identity(ctx context.Context, r *rule, method string, scope by
 		res.fail(outcomeError, err, "rate limit %q: key function failed: %v", r.Name, err)
 		return "", "", false
 	}
-	key = r.keyPrefix(scope, anonymous) + value
+	key = p.key(value, anonymous)
 	if len(key) > tollgate.MaxKeyLen {
 		res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the caller's identity is %d bytes, more than %d", r.Name, len(value), tollgate.MaxKeyLen)
 		return "", "", false
@@ -247,30 +247,28 @@ func (l *Limiter) identity(ctx context.Context, r *rule, method string, scope by
 
 // limitFor returns the limit enforced on the identity value (the key
 // function's result), or fills res with the rejection.
-func (l *Limiter) limitFor(ctx context.Context, r *rule, scope byte, value string, res *result) (tollgate.Limit, bool) {
-	switch {
-	case scope == scopeMessage:
-		return *r.PerMessage, true
-	case r.LimitFunc == nil:
-		return r.Limit, true
+func limitFor(ctx context.Context, p *plan, value string, res *result) (limitPlan, bool) {
+	if p.limitFunc == nil {
+		return p.limits[0], true
 	}
-	limit, err := r.LimitFunc(ctx, value)
+	limit, err := p.limitFunc(ctx, value)
 	if err != nil {
-		res.fail(outcomeError, err, "rate limit %q: LimitFunc failed: %v", r.Name, err)
-		return limit, false
+		res.fail(outcomeError, err, "rate limit %q: LimitFunc failed: %v", p.rule.Name, err)
+		return limitPlan{}, false
 	}
 	if err := limit.Validate(); err != nil {
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: LimitFunc returned an invalid limit: %v", r.Name, err)
-		return limit, false
+		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: LimitFunc returned an invalid limit: %v", p.rule.Name, err)
+		return limitPlan{}, false
 	}
-	return limit, true
+	return p.newLimitPlan(limit), true
 }
 
 // costFor returns the cost of the call, or fills res with the rejection.
-func costFor(ctx context.Context, r *rule, method string, scope byte, req any, limit tollgate.Limit, res *result) (int64, bool) {
-	if scope == scopeMessage {
+func costFor(ctx context.Context, p *plan, method string, req any, limit tollgate.Limit, res *result) (int64, bool) {
+	if !p.priced {
 		return 1, true
 	}
+	r := p.rule
 	cost := r.Cost
 	fromFunc := r.CostFunc != nil && req != nil
 	if fromFunc {
@@ -292,19 +290,19 @@ func costFor(ctx context.Context, r *rule, method string, scope byte, req any, l
 	return cost, true
 }
 
-// failPolicy fills res according to r's FailMode after the store failed
-// with cause.
-func (l *Limiter) failPolicy(ctx context.Context, r *rule, scope byte, sreq tollgate.Request, cause error, res *result) {
+// failPolicy fills res according to the rule's FailMode after the store
+// failed with cause.
+func (l *Limiter) failPolicy(ctx context.Context, p *plan, lp limitPlan, sreq tollgate.Request, cause error, res *result) {
 	res.storeFailed, res.cause = true, cause
-	switch r.FailMode {
+	switch p.rule.FailMode {
 	case FailOpen:
 		res.outcome = outcomeFailOpen
 		return
 	case FailLocal:
-		sreq.Limit = l.localLimitFor(r, scope, sreq.Limit)
+		sreq.Limit = lp.local
 		dec, err := l.local.Allow(ctx, sreq)
 		if err == nil {
-			res.decided(r, dec, sreq.Limit, limitHeaderFor(r, scope, sreq.Limit))
+			res.decided(p.rule, dec, lp.local, strconv.FormatInt(lp.local.Capacity(), 10))
 			res.outcome = outcomeFailLocal
 			return
 		}
@@ -313,18 +311,7 @@ func (l *Limiter) failPolicy(ctx context.Context, r *rule, scope byte, sreq toll
 		res.cause = errors.Join(cause, err)
 	}
 	res.outcome = outcomeFailClosed
-	res.err = status.Errorf(codes.Unavailable, "rate limit %q: rate limiter unavailable: its store cannot decide", r.Name)
-}
-
-// localLimitFor is the FailLocal cap under which limit is enforced.
-func (l *Limiter) localLimitFor(r *rule, scope byte, limit tollgate.Limit) tollgate.Limit {
-	switch {
-	case scope == scopeMessage:
-		return localLimit(limit, nil, l.replicas)
-	case r.LimitFunc == nil:
-		return r.localLimit
-	}
-	return localLimit(limit, r.LocalLimit, l.replicas)
+	res.err = status.Errorf(codes.Unavailable, "rate limit %q: rate limiter unavailable: its store cannot decide", p.rule.Name)
 }
 
 // reject fills res with a refusal of the given code. cause, when not nil,

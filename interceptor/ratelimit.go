@@ -32,7 +32,7 @@ func (m middlewareLimiter) Limit(ctx context.Context) error {
 	if r == nil {
 		return nil
 	}
-	res := m.l.decide(ctx, r, method, scopeCall, nil)
+	res := m.l.decide(ctx, r.call, method, nil)
 	if md := res.trailer(); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}

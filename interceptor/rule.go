@@ -145,43 +145,14 @@ type Rule struct {
 	MaxShapeWait time.Duration
 }
 
-// Key prefixes. A store key is the rule name, a NUL (which names cannot
-// contain), a scope byte (c: the call, m: a stream message) and then either
-// "k:" and the key function's value or "a" for the anonymous identity of
-// ShareMissing. The prefixes are fixed-length after the name, so no value
-// can make one rule's key equal another rule's, another scope's, or the
-// anonymous one.
-const (
-	scopeCall    = 'c'
-	scopeMessage = 'm'
-)
-
-// rule is a validated Rule with everything the hot path needs precomputed.
+// rule is a validated Rule with the plans its decisions follow.
 type rule struct {
 	Rule
 	index        int
-	callPrefix   string // name + "\x00ck:"
-	callAnon     string // name + "\x00ca"
-	msgPrefix    string
-	msgAnon      string
 	maxShapeWait time.Duration
-	// limitHeader is x-ratelimit-limit for the static Limit.
-	limitHeader string
-	// localLimit is the FailLocal cap for the static Limit.
-	localLimit tollgate.Limit
-	tel        ruleTelemetry
-}
-
-func (r *rule) keyPrefix(scope byte, anonymous bool) string {
-	switch {
-	case scope == scopeCall && anonymous:
-		return r.callAnon
-	case scope == scopeCall:
-		return r.callPrefix
-	case anonymous:
-		return r.msgAnon
-	}
-	return r.msgPrefix
+	// call decides calls and stream openings; message decides stream
+	// messages and is nil without PerMessage.
+	call, message *plan
 }
 
 // compileRule validates r and precomputes what the hot path needs. replicas
@@ -217,40 +188,37 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 		return nil, fail("MaxShapeWait must be >= 0, got %s", r.MaxShapeWait)
 	}
 	cost := max(r.Cost, 1)
-	c := &rule{
-		Rule:         r,
-		index:        index,
-		callPrefix:   r.Name + "\x00ck:",
-		callAnon:     r.Name + "\x00ca",
-		msgPrefix:    r.Name + "\x00mk:",
-		msgAnon:      r.Name + "\x00ma",
-		maxShapeWait: r.MaxShapeWait,
-	}
+	c := &rule{Rule: r, index: index, maxShapeWait: r.MaxShapeWait}
 	if c.maxShapeWait == 0 {
 		c.maxShapeWait = DefaultMaxShapeWait
 	}
+	var limits []tollgate.Limit
 	if r.LimitFunc == nil {
 		if err := checkLimit(r.Limit, cost); err != nil {
 			return nil, fail("Limit: %w", err)
 		}
-		c.limitHeader = strconv.FormatInt(r.Limit.Capacity(), 10)
-		c.localLimit = localLimit(r.Limit, r.LocalLimit, replicas)
-		if r.FailMode == FailLocal {
-			if err := checkLimit(c.localLimit, cost); err != nil {
+		limits = []tollgate.Limit{r.Limit}
+	}
+	c.call = newPlan(c, scopeCall, limits, replicas)
+	if r.FailMode == FailLocal {
+		for _, lp := range c.call.limits {
+			if err := checkLimit(lp.local, cost); err != nil {
 				return nil, fail("local limit for FailLocal: %w", err)
 			}
 		}
-	} else if r.LocalLimit != nil && r.FailMode == FailLocal {
-		if err := checkLimit(*r.LocalLimit, cost); err != nil {
-			return nil, fail("LocalLimit: %w", err)
+		if r.LimitFunc != nil && r.LocalLimit != nil {
+			if err := checkLimit(*r.LocalLimit, cost); err != nil {
+				return nil, fail("LocalLimit: %w", err)
+			}
 		}
 	}
 	if r.PerMessage != nil {
 		if err := checkLimit(*r.PerMessage, 1); err != nil {
 			return nil, fail("PerMessage: %w", err)
 		}
+		c.message = newPlan(c, scopeMessage, []tollgate.Limit{*r.PerMessage}, replicas)
 		if r.FailMode == FailLocal {
-			if err := checkLimit(localLimit(*r.PerMessage, nil, replicas), 1); err != nil {
+			if err := checkLimit(c.message.limits[0].local, 1); err != nil {
 				return nil, fail("local limit for PerMessage: %w", err)
 			}
 		}

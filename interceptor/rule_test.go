@@ -135,7 +135,7 @@ func TestNewAcceptsGoodConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// WithReplicas(4) divides the static limit for FailLocal, rounding up.
-	if got, want := l.rules[0].localLimit, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
+	if got, want := l.rules[0].call.limits[0].local, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
 		t.Errorf("local limit = %v, want %v", got, want)
 	}
 	if l.local == nil {
@@ -156,14 +156,15 @@ func TestKeyPrefixesAreUnambiguous(t *testing.T) {
 	values := []string{"", "a", "\x00ck:", "\x00ca", "\x00mk:", "\x00ma", "b", "k:", "ck:x", "a\x00ck:"}
 	seen := map[string]string{}
 	for _, r := range l.rules {
-		for _, scope := range []byte{scopeCall, scopeMessage} {
-			anon := r.keyPrefix(scope, true)
+		for _, s := range []scope{scopeCall, scopeMessage} {
+			p := newPlan(r, s, nil, 1)
+			anon := p.key("", true)
 			if prev, dup := seen[anon]; dup {
 				t.Fatalf("key %q for rule %q anonymous also built as %s", anon, r.Name, prev)
 			}
 			seen[anon] = r.Name + " anonymous"
 			for _, v := range values {
-				k := r.keyPrefix(scope, false) + v
+				k := p.key(v, false)
 				if prev, dup := seen[k]; dup {
 					t.Fatalf("key %q for rule %q value %q also built as %s", k, r.Name, v, prev)
 				}

@@ -19,7 +19,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if r == nil {
 			return handler(ctx, req)
 		}
-		res := l.decide(ctx, r, info.FullMethod, scopeCall, req)
+		res := l.decide(ctx, r.call, info.FullMethod, req)
 		if md := res.trailer(); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -42,7 +42,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if r == nil {
 			return handler(srv, ss)
 		}
-		res := l.decide(ss.Context(), r, info.FullMethod, scopeCall, nil)
+		res := l.decide(ss.Context(), r.call, info.FullMethod, nil)
 		if res.err != nil {
 			if md := res.trailer(); md != nil {
 				ss.SetTrailer(md)
@@ -101,7 +101,7 @@ func (s *limitedStream) RecvMsg(m any) error {
 	ctx := s.Context()
 	var waited time.Duration
 	for {
-		res := s.l.decide(ctx, s.r, s.method, scopeMessage, nil)
+		res := s.l.decide(ctx, s.r.message, s.method, nil)
 		s.remember(res)
 		if res.err == nil || !res.hasDecision() || s.r.StreamMode != Shape {
 			return res.err

@@ -50,15 +50,6 @@ func (res *result) decided(r *rule, dec tollgate.Decision, limit tollgate.Limit,
 	}
 }
 
-// limitHeaderFor is x-ratelimit-limit for limit, precomputed for the
-// rule's static limit.
-func limitHeaderFor(r *rule, scope byte, limit tollgate.Limit) string {
-	if scope == scopeCall && r.LimitFunc == nil && limit == r.Limit {
-		return r.limitHeader
-	}
-	return strconv.FormatInt(limit.Capacity(), 10)
-}
-
 // denial is the status of a call the limit did not admit. The subject of
 // the QuotaFailure is the rule, not the caller's identity: key functions may
 // read credentials, and a status travels through proxies and logs.
