@@ -1,10 +1,8 @@
 package interceptor
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -73,6 +70,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	}
 	names := make(map[string]bool, len(c.rules))
 	for i, r := range c.rules {
+		r.Shadow = r.Shadow || c.shadow
 		cr, err := compileRule(r, i, c.replicas)
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)
@@ -128,6 +126,10 @@ type result struct {
 	limitHeader string
 	// storeFailed reports that the rule's FailMode applied.
 	storeFailed bool
+	// shape says a denial may be waited out within a stream (every
+	// denying rule is Shape), for at most maxShapeWait.
+	shape        bool
+	maxShapeWait time.Duration
 	// err is the status returned to the client; nil admits the call.
 	err error
 	// cause is recorded on the span as an error.
@@ -140,7 +142,7 @@ func (res *result) allowed() bool { return res.err == nil }
 // to say in trailers.
 func (res *result) hasDecision() bool {
 	switch res.outcome {
-	case outcomeAllowed, outcomeDenied, outcomeReplayed, outcomeFailLocal:
+	case outcomeAllowed, outcomeDenied, outcomeReplayed, outcomeFailLocal, outcomeSkipped:
 		return res.limit.Rate > 0
 	}
 	return false
@@ -149,170 +151,6 @@ func (res *result) hasDecision() bool {
 // errBreakerOpen is recorded on spans of calls the breaker kept from the
 // store.
 var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly and is not asked until the cool-down passes")
-
-// decide makes one decision under plan p for a call to method, in its own
-// span; req is the unary request or nil.
-func (l *Limiter) decide(ctx context.Context, p *plan, method string, req any) result {
-	ctx, span := l.tel.tracer.Start(ctx, p.tel.spanName, p.tel.spanStart...)
-	var res result
-	l.decideIn(ctx, p, method, req, &res)
-	l.recordDecision(ctx, span, p, &res)
-	span.End()
-	return res
-}
-
-func (l *Limiter) decideIn(ctx context.Context, p *plan, method string, req any, res *result) {
-	key, value, ok := identity(ctx, p, method, res)
-	if !ok {
-		return
-	}
-	var requestID string
-	if p.priced {
-		id, err := idempotency.FromIncoming(ctx, l.header)
-		if err != nil {
-			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: %v", p.rule.Name, err)
-			return
-		}
-		requestID = id
-	}
-	lp, ok := limitFor(ctx, p, value, res)
-	if !ok {
-		return
-	}
-	cost, ok := costFor(ctx, p, method, req, lp.limit, res)
-	if !ok {
-		return
-	}
-	sreq := tollgate.Request{Key: key, Limit: lp.limit, Cost: cost, RequestID: requestID}
-	res.cost = cost
-
-	allowed, probe := l.breaker.allow()
-	if !allowed {
-		l.failPolicy(ctx, p, lp, sreq, errBreakerOpen, res)
-		return
-	}
-	// One clock reading is both the start of the store's latency and the
-	// base of its deadline: a call that times out records at least the
-	// timeout, and the decision reads the clock once instead of twice.
-	start := time.Now()
-	sctx, cancel := context.WithDeadline(ctx, start.Add(l.storeTimeout))
-	dec, err := l.store.Allow(sctx, sreq)
-	elapsed := time.Since(start)
-	cancel()
-	switch {
-	case err == nil:
-		l.breaker.done(probe, storeOK)
-		l.recordStore(ctx, p, elapsed, false)
-		res.decided(p.rule, dec, lp.limit, lp.header)
-	case errors.Is(err, tollgate.ErrInvalidRequest):
-		// A configuration the checks above let through; the store is fine.
-		l.breaker.done(probe, storeNoNews)
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", p.rule.Name, err)
-	case ctx.Err() != nil:
-		// The caller cancelled or ran out of time, not the store.
-		l.breaker.done(probe, storeNoNews)
-		res.outcome, res.cause = outcomeCanceled, ctx.Err()
-		res.err = status.FromContextError(ctx.Err()).Err()
-	default:
-		l.breaker.done(probe, storeFailed)
-		l.recordStore(ctx, p, elapsed, true)
-		l.failPolicy(ctx, p, lp, sreq, err, res)
-	}
-}
-
-// identity returns the store key for the call and the key function's value
-// in it, or fills res with the rejection.
-func identity(ctx context.Context, p *plan, method string, res *result) (key, value string, ok bool) {
-	r := p.rule
-	value, err := r.Key(ctx, method)
-	anonymous := false
-	switch {
-	case err == nil:
-	case errors.Is(err, keyfunc.ErrMissing) && r.OnMissingKey == ShareMissing:
-		anonymous, value = true, ""
-	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid):
-		res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q cannot identify the caller: %v", r.Name, err)
-		return "", "", false
-	default:
-		res.fail(outcomeError, err, "rate limit %q: key function failed: %v", r.Name, err)
-		return "", "", false
-	}
-	key = p.key(value, anonymous)
-	if len(key) > tollgate.MaxKeyLen {
-		res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the caller's identity is %d bytes, more than %d", r.Name, len(value), tollgate.MaxKeyLen)
-		return "", "", false
-	}
-	return key, value, true
-}
-
-// limitFor returns the limit enforced on the identity value (the key
-// function's result), or fills res with the rejection.
-func limitFor(ctx context.Context, p *plan, value string, res *result) (limitPlan, bool) {
-	if p.limitFunc == nil {
-		return p.limits[0], true
-	}
-	limit, err := p.limitFunc(ctx, value)
-	if err != nil {
-		res.fail(outcomeError, err, "rate limit %q: LimitFunc failed: %v", p.rule.Name, err)
-		return limitPlan{}, false
-	}
-	if err := limit.Validate(); err != nil {
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: LimitFunc returned an invalid limit: %v", p.rule.Name, err)
-		return limitPlan{}, false
-	}
-	return p.newLimitPlan(limit), true
-}
-
-// costFor returns the cost of the call, or fills res with the rejection.
-func costFor(ctx context.Context, p *plan, method string, req any, limit tollgate.Limit, res *result) (int64, bool) {
-	if !p.priced {
-		return 1, true
-	}
-	r := p.rule
-	cost := r.Cost
-	fromFunc := r.CostFunc != nil && req != nil
-	if fromFunc {
-		cost = r.CostFunc(ctx, method, req)
-		if cost < 0 {
-			res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: CostFunc returned %d, a negative cost", r.Name, cost)
-			return 0, false
-		}
-	}
-	cost = max(cost, 1)
-	if capacity := limit.Capacity(); cost > capacity {
-		if fromFunc {
-			res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the request costs %d, more than the %d it can ever admit at once (%s)", r.Name, cost, capacity, limit)
-		} else {
-			res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: cost %d exceeds the capacity %d of %s returned by LimitFunc", r.Name, cost, capacity, limit)
-		}
-		return 0, false
-	}
-	return cost, true
-}
-
-// failPolicy fills res according to the rule's FailMode after the store
-// failed with cause.
-func (l *Limiter) failPolicy(ctx context.Context, p *plan, lp limitPlan, sreq tollgate.Request, cause error, res *result) {
-	res.storeFailed, res.cause = true, cause
-	switch p.rule.FailMode {
-	case FailOpen:
-		res.outcome = outcomeFailOpen
-		return
-	case FailLocal:
-		sreq.Limit = lp.local
-		dec, err := l.local.Allow(ctx, sreq)
-		if err == nil {
-			res.decided(p.rule, dec, lp.local, strconv.FormatInt(lp.local.Capacity(), 10))
-			res.outcome = outcomeFailLocal
-			return
-		}
-		// Only a cost above the local cap gets here: no local decision
-		// could ever admit it, so refuse it as FailClosed does.
-		res.cause = errors.Join(cause, err)
-	}
-	res.outcome = outcomeFailClosed
-	res.err = status.Errorf(codes.Unavailable, "rate limit %q: rate limiter unavailable: its store cannot decide", p.rule.Name)
-}
 
 // reject fills res with a refusal of the given code. cause, when not nil,
 // is recorded on the span; otherwise the message is.

@@ -32,7 +32,24 @@ func (s scope) String() string {
 // ShareMissing. The prefixes are fixed-length after the name, so no value
 // can make one rule's key equal another rule's, another scope's, or the
 // anonymous one.
+//
+// A rule with Limits or LimitsFunc gives each limit its own state: its keys
+// end with limitSuffix, a separator (which periods and calendar names never
+// contain) and the limit's period, so that the identity stays the keys'
+// leading part and one identity's limits never share a bucket.
 var scopeLetter = [...]byte{scopeCall: 'c', scopeMessage: 'm'}
+
+// limitSeparator starts a key's per-limit suffix: the ASCII unit separator.
+// The identity before it is what one identity's limits have in common.
+const limitSeparator = "\x1f"
+
+// limitSuffix is the end of a multi-limit rule's key for limit l.
+func limitSuffix(l tollgate.Limit) string {
+	if l.Calendar != tollgate.NoCalendar {
+		return limitSeparator + l.Calendar.String()
+	}
+	return limitSeparator + l.Period.String()
+}
 
 // plan is how a rule decides one scope, fixed by New: the limits, the store
 // keys, what a decision costs and the telemetry it records. A decision
@@ -45,8 +62,12 @@ type plan struct {
 	prefix, anon string
 	// limits are the static limits; limitFunc, when not nil, chooses them
 	// per identity instead.
-	limits    []limitPlan
-	limitFunc func(ctx context.Context, key string) (tollgate.Limit, error)
+	limits     []limitPlan
+	limitFunc  func(ctx context.Context, key string) (tollgate.Limit, error)
+	limitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
+	// multi: every limit's key ends with its limitSuffix (Limits and
+	// LimitsFunc; a single Limit keeps the identity's key as it is).
+	multi bool
 	// explicitLocal is the rule's LocalLimit where it applies (the call
 	// scope); nil means the limit divided by the replicas.
 	explicitLocal *tollgate.Limit
@@ -64,15 +85,21 @@ type limitPlan struct {
 	local tollgate.Limit
 	// header is x-ratelimit-limit for limit.
 	header string
+	// suffix ends the limit's store key; empty unless the plan is multi.
+	suffix string
 }
 
 // newLimitPlan returns the plan of limit under p's local-cap policy.
 func (p *plan) newLimitPlan(limit tollgate.Limit) limitPlan {
-	return limitPlan{
+	lp := limitPlan{
 		limit:  limit,
 		local:  localLimit(limit, p.explicitLocal, p.replicas),
 		header: strconv.FormatInt(limit.Capacity(), 10),
 	}
+	if p.multi {
+		lp.suffix = limitSuffix(limit)
+	}
+	return lp
 }
 
 // key returns the store key of value, or of the anonymous identity.
@@ -89,12 +116,13 @@ func newPlan(r *rule, s scope, limits []tollgate.Limit, replicas int64) *plan {
 	head := r.Name + "\x00" + string(scopeLetter[s])
 	p := &plan{rule: r, scope: s, prefix: head + "k:", anon: head + "a", replicas: replicas, priced: s == scopeCall}
 	if s == scopeCall {
-		p.explicitLocal, p.limitFunc = r.LocalLimit, r.LimitFunc
+		p.explicitLocal, p.limitFunc, p.limitsFunc = r.LocalLimit, r.LimitFunc, r.LimitsFunc
+		p.multi = r.Limits != nil || r.LimitsFunc != nil
 	}
 	for _, l := range limits {
 		p.limits = append(p.limits, p.newLimitPlan(l))
 	}
-	p.tel = newPlanTelemetry(r.Name, s, limits)
+	p.tel = newPlanTelemetry(r.Name, s, limits, r.Shadow)
 	return p
 }
 
@@ -109,4 +137,6 @@ type planTelemetry struct {
 	decisions [numOutcomes][2][]metric.AddOption // by outcome, allowed
 	storeOK   []metric.RecordOption
 	storeErr  []metric.RecordOption
+	// limitPerCall: the span start does not name the limit, the decision does.
+	limitPerCall bool
 }

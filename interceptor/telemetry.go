@@ -42,26 +42,29 @@ const (
 	AttrFailMode     = attribute.Key("tollgate.fail_mode")      // "none" when the store decided, else FailMode.String()
 	AttrOutcome      = attribute.Key("tollgate.outcome")        // see outcome
 	AttrStoreResult  = attribute.Key("tollgate.store.result")   // "ok" or "error"
+	AttrShadow       = attribute.Key("tollgate.shadow")         // true on spans of shadow rules (Rule.Shadow, WithShadow)
 )
 
 // outcome is the value of tollgate.outcome: what became of one decision.
 type outcome uint8
 
 const (
-	outcomeAllowed    outcome = iota // the store admitted the call
-	outcomeDenied                    // the store denied it: ResourceExhausted
-	outcomeReplayed                  // a retry of an admitted call, not debited again
-	outcomeFailOpen                  // the store could not decide; admitted by FailOpen
-	outcomeFailClosed                // the store could not decide; Unavailable by FailClosed
-	outcomeFailLocal                 // the store could not decide; the local store did
-	outcomeInvalid                   // no decision possible: bad request id, missing key, bad cost or limit
-	outcomeError                     // a rule's Key or LimitFunc failed
-	outcomeCanceled                  // the caller went away before the store answered
+	outcomeAllowed      outcome = iota // the store admitted the call
+	outcomeDenied                      // the store denied it: ResourceExhausted
+	outcomeReplayed                    // a retry of an admitted call, not debited again
+	outcomeFailOpen                    // the store could not decide; admitted by FailOpen
+	outcomeFailClosed                  // the store could not decide; Unavailable by FailClosed
+	outcomeFailLocal                   // the store could not decide; the local store did
+	outcomeInvalid                     // no decision possible: bad request id, missing key, bad cost or limit
+	outcomeError                       // a rule's Key or LimitFunc failed
+	outcomeCanceled                    // the caller went away before the store answered
+	outcomeSkipped                     // this rule would have admitted the call, another refused it: nothing debited
+	outcomeShadowDenied                // a shadow rule denied the call, which went on
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
-	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled",
+	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied",
 }
 
 // histogram bounds for store latency, in seconds: 50µs to 1s.
@@ -100,13 +103,19 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, 
 	return telemetry{tracer: tp.Tracer(instrumentationName), decisions: decisions, storeDuration: storeDuration}, nil
 }
 
-func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit) planTelemetry {
+func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit, shadow bool) planTelemetry {
 	t := planTelemetry{spanName: "ratelimit " + rule}
 	name := AttrRule.String(rule)
 	attrs := []attribute.KeyValue{name, AttrScope.String(s.String())}
-	// The limit is known here unless LimitFunc chooses it per call.
+	// The limit is known here when there is one and no function chooses it;
+	// otherwise each span names the most restrictive limit of its decision.
 	if len(limits) == 1 {
 		attrs = append(attrs, AttrAlgorithm.String(limits[0].Algorithm.String()), AttrLimit.String(limits[0].String()))
+	} else {
+		t.limitPerCall = true
+	}
+	if shadow {
+		attrs = append(attrs, AttrShadow.Bool(true))
 	}
 	t.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 	for o := range numOutcomes {
@@ -153,7 +162,7 @@ func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, p *plan, 
 		AttrFailMode.String(failMode),
 		AttrOutcome.String(outcomeNames[res.outcome]),
 	}
-	if p.limitFunc != nil && res.limit.Rate > 0 {
+	if p.tel.limitPerCall && res.limit.Rate > 0 {
 		attrs = append(attrs, AttrAlgorithm.String(res.limit.Algorithm.String()), AttrLimit.String(res.limit.String()))
 	}
 	span.SetAttributes(attrs...)
