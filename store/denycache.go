@@ -318,3 +318,16 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 		s.entries[victim] = e
 	}
 }
+
+// forget ends k's entry, if any: its state was reset or given back, so the
+// remembered denial may no longer hold.
+func (dc *denyCache) forget(k denyKey) {
+	s := &dc.shards[k.a&dc.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.entries {
+		if e := &s.entries[i]; e.used && e.key == k {
+			e.end()
+		}
+	}
+}
