@@ -20,6 +20,7 @@ type Limiter struct {
 	store        tollgate.Store
 	local        tollgate.Store // FailLocal's in-process store; nil when no rule uses it
 	rules        []*rule
+	byName       map[string]*rule
 	matcher      matcher
 	header       string
 	storeTimeout time.Duration
@@ -67,6 +68,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		replicas:     c.replicas,
 		breaker:      newBreaker(c.breakerFailures, c.breakerCoolDown),
 		tel:          tel,
+		byName:       make(map[string]*rule, len(c.rules)),
 	}
 	names := make(map[string]bool, len(c.rules))
 	for i, r := range c.rules {
@@ -83,6 +85,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		}
 		names[r.Name] = true
 		l.rules = append(l.rules, cr)
+		l.byName[r.Name] = cr
 		if r.FailMode == FailLocal && l.local == nil {
 			l.local = c.local
 			if l.local == nil {
