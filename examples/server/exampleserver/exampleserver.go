@@ -87,6 +87,11 @@ type Config struct {
 	// the same request id and is admitted as a replay, without a second
 	// debit. Retried attempts (grpc-previous-rpc-attempts set) never fail.
 	Flaky float64
+	// AdminAddr, when set, is the TCP address of a separate listener for the
+	// admin service (tollgate.admin.v1), which requires AdminToken.
+	AdminAddr string
+	// AdminToken is the bearer token admin calls must carry (EnvAdminToken).
+	AdminToken string
 }
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
@@ -114,6 +119,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", interceptor.DefaultStoreTimeout, "how long a decision waits for the store before the fail mode applies")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "TCP address of a separate listener for the admin service (needs "+EnvAdminToken+"); empty: no admin service")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. The store is in-process unless\n%s (one node) or %s (a Cluster, comma-separated) is set.\n\n", EnvRedisURL, EnvRedisClusterAddrs)
 		fs.PrintDefaults()
@@ -142,6 +148,9 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 		if a = strings.TrimSpace(a); a != "" {
 			cfg.RedisClusterAddrs = append(cfg.RedisClusterAddrs, a)
 		}
+	}
+	if cfg.AdminToken = getenv(EnvAdminToken); cfg.AdminAddr != "" && cfg.AdminToken == "" {
+		return Config{}, fmt.Errorf("-admin-addr needs %s: the admin service resets quotas, so it is never served without a token", EnvAdminToken)
 	}
 	if cfg.RedisURL != "" && len(cfg.RedisClusterAddrs) > 0 {
 		return Config{}, fmt.Errorf("both %s and %s are set: choose one", EnvRedisURL, EnvRedisClusterAddrs)
@@ -198,6 +207,14 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 		return err
 	}
 	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
+	if cfg.AdminAddr != "" {
+		stopAdmin, err := serveAdmin(st, cfg, logger)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer stopAdmin()
+	}
 	logger.Printf("listening on %s", lis.Addr())
 
 	served := make(chan error, 1)
@@ -230,17 +247,22 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	return nil
 }
 
-// NewServer builds the gRPC server with its interceptor chain around st and
-// registers the echo and health services; the health server reports
-// SERVING for the whole server and for the echo service.
-func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, error) {
-	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
+// tenantRule is the server's only rule.
+func tenantRule(cfg Config) interceptor.Rule {
+	return interceptor.Rule{
 		Name:     RuleName,
 		Methods:  []string{echo.AllMethods},
 		Key:      keyfunc.Metadata(cfg.TenantHeader),
 		Limit:    cfg.Limit,
 		FailMode: cfg.FailMode,
-	}), interceptor.WithStoreTimeout(cfg.StoreTimeout))
+	}
+}
+
+// NewServer builds the gRPC server with its interceptor chain around st and
+// registers the echo and health services; the health server reports
+// SERVING for the whole server and for the echo service.
+func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, error) {
+	lim, err := interceptor.New(st, interceptor.WithRules(tenantRule(cfg)), interceptor.WithStoreTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return nil, nil, err
 	}
