@@ -456,8 +456,9 @@ func (res *result) shadowed(refused bool) {
 		return
 	}
 	if res.outcome == outcomeDenied {
+		// A denial is the limiter working, not an error: the span says it
+		// with the outcome, as for an enforced denial.
 		res.outcome = outcomeShadowDenied
-		res.cause = res.err
 	}
 	res.err = nil
 }
