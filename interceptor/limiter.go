@@ -33,8 +33,10 @@ type Limiter struct {
 // configuration is reported here, naming the rule, so that nothing is
 // rejected at request time that could have been rejected at start-up: a
 // missing store or rule, an empty or duplicate name, a malformed method
-// pattern, a rule no method can reach, a missing Key function, an invalid
-// Limit, a Cost above the limit's capacity, an unknown mode.
+// pattern, a Replaces that names no rule, forms a cycle or leaves a rule
+// nothing to apply to, a missing Key function, an invalid limit or two
+// limits that would share a state, a Cost above a limit's capacity, an
+// unknown mode.
 func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	c := defaultConfig()
 	for _, o := range opts {
@@ -70,7 +72,6 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		tel:          tel,
 		byName:       make(map[string]*rule, len(c.rules)),
 	}
-	names := make(map[string]bool, len(c.rules))
 	for i, r := range c.rules {
 		r.Shadow = r.Shadow || c.shadow
 		cr, err := compileRule(r, i, c.replicas)
@@ -80,10 +81,9 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.
 		cr.Key = keyfunc.Checked(r.Key)
-		if names[r.Name] {
+		if l.byName[r.Name] != nil {
 			return nil, fmt.Errorf("interceptor: rule %q: the name is used by an earlier rule: names keep the rules' buckets apart", r.Name)
 		}
-		names[r.Name] = true
 		l.rules = append(l.rules, cr)
 		l.byName[r.Name] = cr
 		if r.FailMode == FailLocal && l.local == nil {
