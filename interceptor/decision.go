@@ -77,7 +77,7 @@ func (l *Limiter) decide(ctx context.Context, plans []*plan, method string, req 
 	// Enforcing checks first, then shadow ones, each in rule order.
 	for _, shadow := range [2]bool{false, true} {
 		for i, p := range plans {
-			if l.shadow(p) == shadow {
+			if p.rule.Shadow == shadow {
 				checks[i].p = p
 				set = append(set, &checks[i])
 			}
@@ -86,19 +86,16 @@ func (l *Limiter) decide(ctx context.Context, plans []*plan, method string, req 
 	return l.decideChecks(ctx, set, method, req)
 }
 
-// shadow reports whether p's denials are only recorded.
-func (l *Limiter) shadow(p *plan) bool { return p.rule.Shadow }
-
 // decideChecks decides set, whose enforcing checks come first.
 func (l *Limiter) decideChecks(ctx context.Context, set []*check, method string, req any) result {
 	refused := false
 	n := len(set) // enforcing checks
 	for i, c := range set {
 		c.ctx, c.span = l.tel.tracer.Start(ctx, c.p.tel.spanName, c.p.tel.spanStart...)
-		if !l.prepare(c, method, req) && !l.shadow(c.p) {
+		if !l.prepare(c, method, req) && !c.p.rule.Shadow {
 			refused = true
 		}
-		if n == len(set) && l.shadow(c.p) {
+		if n == len(set) && c.p.rule.Shadow {
 			n = i
 		}
 	}
@@ -449,10 +446,11 @@ func (res *result) skip() {
 	res.outcome, res.err = outcomeSkipped, errSkipped
 }
 
-// shadowed turns a shadow check's refusal into a record: the call goes on
-// unless an enforcing rule refused it.
+// shadowed turns a shadow check's refusal into a record. When an enforcing
+// rule refused the call, the check keeps its result (the call did not go
+// on); otherwise the call goes on whatever the check decided.
 func (res *result) shadowed(refused bool) {
-	if res.err == nil || (res.err == errSkipped && refused) {
+	if refused {
 		return
 	}
 	if res.outcome == outcomeDenied {

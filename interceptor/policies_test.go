@@ -357,3 +357,34 @@ func TestStreamMessagesUnderTwoRules(t *testing.T) {
 		}
 	}
 }
+
+// When two rules deny one call, the status names both and has a violation
+// of each; a third rule that would admit is skipped and debits nothing.
+func TestTwoRulesDeny(t *testing.T) {
+	m := newMeter(t)
+	a, b, roomy := perTenant(), perTenant(), perTenant()
+	a.Name, a.Limit = "a", tollgate.PerHour(1)
+	b.Name, b.Limit = "b", tollgate.PerMinute(1)
+	roomy.Name, roomy.Limit = "roomy", tollgate.PerHour(100)
+	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
+	c := serve(t, l)
+	ctx := tenant(context.Background(), "x")
+	if _, _, err := say(ctx, c, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	trailer, _, err := say(ctx, c, "hi")
+	st := wantCode(t, err, codes.ResourceExhausted, `rate limits "a", "b" exceeded: retry after 1h0m0s`)
+	if _, quota := grpctest.DenialDetails(st); len(quota.GetViolations()) != 2 {
+		t.Errorf("QuotaFailure = %v, want a violation of a and of b", quota)
+	}
+	if got := one(t, trailer, interceptor.TrailerRetryAfter); got != "3600" {
+		t.Errorf("retry-after = %s, want rule a's 3600", got)
+	}
+	qs, err := l.Peek(context.Background(), "roomy", interceptor.Caller{Value: "x"})
+	if err != nil || qs[0].Available != 99 {
+		t.Errorf("roomy: %v, %v; want 99 left: the denied call debited nothing", qs, err)
+	}
+	if got := m.decisions(t)["roomy/call/skipped/false"]; got != 1 {
+		t.Errorf("roomy skipped %d times, want 1 (all: %v)", got, m.decisions(t))
+	}
+}
