@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/store"
 )
 
 // scope is what one decision is about.
@@ -40,10 +39,8 @@ func (s scope) String() string {
 // leading part and one identity's limits never share a bucket.
 var scopeLetter = [...]byte{scopeCall: 'c', scopeMessage: 'm'}
 
-// limitSeparator starts a key's per-limit suffix. The Redis store makes its
-// hash tag of the key up to it, so the limits of one identity share one
-// Cluster slot and one script call decides them.
-const limitSeparator = store.TagSeparator
+// limitSeparator starts a key's per-limit suffix: the ASCII unit separator.
+const limitSeparator = "\x1f"
 
 // limitSuffix is the end of a multi-limit rule's key for limit l.
 func limitSuffix(l tollgate.Limit) string {

@@ -131,50 +131,17 @@ func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID str
 	return keys[:n]
 }
 
-// TagSeparator splits a Request.Key into the part that picks the Redis
-// Cluster slot and a rest: the hash tag is made of the Key up to its last
-// TagSeparator (the whole Key when it has none), and the rest follows the
-// tag in the key names. Keys that differ only after their last separator
-// share one slot, so one script decides them together: the interceptor
-// ends the keys of one identity's several limits with a separator and the
-// limit's period.
-const TagSeparator = "\x1f"
-
-// splitIdentity returns the part of identity its tag is made of and the
-// rest, which starts with TagSeparator when it is not empty.
-func splitIdentity(identity string) (tagged, rest string) {
-	if i := strings.LastIndex(identity, TagSeparator); i >= 0 {
-		return identity[:i], identity[i:]
-	}
-	return identity, ""
-}
-
 // fillDecisionKeys is decisionKeys writing into dst, which the store keeps
 // in the decision's call, and returning how many keys it wrote. The names
 // share one backing string: one allocation for both, on every decision.
-//
-// The layout is prefix{tag}rest:code, rest being empty, or the escaped
-// rest of the identity (it starts with "%1F"), or "#" and its hash when
-// escaped it would be longer than maxVerbatimTag: the brace ends the tag
-// and the first byte after it tells the three apart, so the names stay one
-// to one with the identities.
 func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, identity, requestID string) int {
-	tagged, rest := splitIdentity(identity)
-	escapedLen := escapedTagLen(tagged)
+	escapedLen := escapedTagLen(identity)
 	tagLen := escapedLen
 	if tagLen < 0 {
 		tagLen = 1 + encodedHashLen
 	}
-	restEscaped, restLen := 0, 0
-	if rest != "" {
-		restEscaped = escapedTagLen(rest)
-		restLen = restEscaped
-		if restLen < 0 {
-			restLen = 1 + encodedHashLen
-		}
-	}
 	code := algorithmCode[alg]
-	baseLen := len(prefix) + 1 + tagLen + 1 + restLen + 1 + len(code) // prefix{tag}rest:code
+	baseLen := len(prefix) + 1 + tagLen + 2 + len(code) // prefix{tag}:code
 	n := baseLen
 	if requestID != "" {
 		n += baseLen + 3 + encodedHashLen // base ":r:" id
@@ -183,12 +150,8 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 	b.Grow(n)
 	b.WriteString(prefix)
 	b.WriteByte('{')
-	appendTag(&b, tagged, escapedLen)
-	b.WriteByte('}')
-	if rest != "" {
-		appendTag(&b, rest, restEscaped)
-	}
-	b.WriteByte(':')
+	appendTag(&b, identity, escapedLen)
+	b.WriteString("}:")
 	b.WriteString(code)
 	if requestID == "" {
 		*dst = [2]string{b.String()}
