@@ -1,7 +1,11 @@
 -- tollgate group loop: judges the call's groups in order. Two groups on one
--- state key see each other's debits: the working state is carried in work,
--- and nothing is written until every group is judged.
-local reply, work, keep_for = {}, {}, {}
+-- state key see each other's debits: with several groups the working state
+-- is carried in work (and its TTL in keep_for), and nothing is written
+-- until every group is judged. A single decision needs neither table.
+local reply = {}
+local work, keep_for
+if groups > 1 then work, keep_for = {}, {} end
+local only_state, only_keep -- the single group's write
 local all = true
 for i = 1, groups do
   local key, o = KEYS[i], 2 + 5 * (i - 1)
@@ -12,8 +16,8 @@ for i = 1, groups do
   local c = tonumber(ARGV[o + 5])        -- 1 <= cost <= capacity; 0 on a replay
   if replay then c = 0 end
   -- state is the key's string, or false when absent.
-  local state = work[key]
-  if state == nil then state = got[i] end
+  local state = got[i]
+  if work and work[key] then state = work[key] end
 
   -- The algorithm's block judges cost c at now from state and sets allowed,
   -- remaining, retry and reset (us); when it admits c > 0 it also sets the

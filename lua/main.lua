@@ -1,5 +1,7 @@
   -- tollgate main: follows the algorithm blocks, still inside the loop.
-  if new_state then work[key], keep_for[key] = new_state, keep end
+  if new_state then
+    if work then work[key], keep_for[key] = new_state, keep else only_state, only_keep = new_state, keep end
+  end
   if replay then
     allowed, retry = 1, 0
   elseif allowed == 0 then
@@ -30,7 +32,8 @@ elseif not peek then
   -- millisecond, hence the extra one: a key never vanishes while its state
   -- still matters, and outlives it by at most 2ms. Absent state is an idle
   -- identity.
-  for i = 1, groups do
+  if only_state then call('SET', KEYS[1], only_state, 'PX', ceil(only_keep / 1000) + 1) end
+  for i = 1, work and groups or 0 do
     local key = KEYS[i]
     local s = work[key]
     if s then

@@ -30,11 +30,13 @@ for i = 1, groups do
   -- not been debited, it might have reached its capacity meanwhile and lost
   -- that refill; giving the whole cost back would then create quota. That
   -- can only happen when what the debit left, plus the cost, plus the
-  -- refill since (at most r units) reaches the capacity: then r units fewer
-  -- are given back.
+  -- refill since (and under one unit the debit left unseen) reaches the
+  -- capacity: then the refill of the forfeit microseconds since the debit
+  -- is not given back.
+  local forfeit = 0
   if alg <= 1 then
-    local r = ceil(min(max(now - debited_at, 0), period) * rate / period)
-    if remaining + c + r >= capacity then c = max(c - r, 0) end
+    local e = min(max(now - debited_at, 0), ceil(capacity * period / rate))
+    if (remaining + c + 1) * period + e * rate > capacity * period then forfeit = e end
   end
 
   -- The block gives c back to state (a string; absent state is already

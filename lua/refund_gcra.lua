@@ -1,10 +1,11 @@
 -- GCRA refund: the theoretical arrival time moves back by c emission
--- intervals, kept exact as whole microseconds and 1/rate fractions, never
--- before now (a TAT in the past is an idle identity, an absent key).
+-- intervals less the forfeit, kept exact as whole microseconds and 1/rate
+-- fractions, never before now (a TAT in the past is an idle identity, an
+-- absent key).
 do
   local t, f = match(state, '^(%d+) (%d+)$')
-  if t then
-    local back = c * period -- 1/rate us
+  local back = c * period - forfeit * rate -- 1/rate us
+  if t and back > 0 then
     local whole = floor(back / rate)
     t, f = tonumber(t) - whole, min(tonumber(f), rate - 1) - (back - whole * rate)
     if f < 0 then t, f = t - 1, f + rate end

@@ -1,9 +1,14 @@
--- Token bucket refund: the whole tokens go back, at most to the capacity
--- (a full bucket is an absent key).
+-- Token bucket refund: c whole tokens go back, at most to the capacity (a
+-- full bucket is an absent key); a forfeit delays the refill credited from
+-- t by as long, so that the bucket earns nothing for those microseconds.
 do
   local n, t = match(state, '^(%d+) (%d+)$')
-  if n then
+  if n and forfeit * rate < c * period then
     n = tonumber(n) + c
-    if n >= capacity then new_state = false else new_state = format('%d %s', n, t) end
+    if n >= capacity then
+      new_state = false
+    else
+      new_state = format('%d %d', n, tonumber(t) + forfeit)
+    end
   end
 end

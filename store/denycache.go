@@ -20,51 +20,12 @@ const MaxDenyCacheTTL = 10 * time.Second
 
 // WithDenyCache sets how many denials the store remembers in process
 // (rounded up to a multiple of denyWays; default DefaultDenyCacheSize); 0
-// turns the cache off.
-//
-// When Redis denies a request with "retry after d", the store repeats that
-// denial from memory, without a round trip, for requests with the same Key,
-// Limit and a Cost at least as large, until d has passed (at most
-// MaxDenyCacheTTL). It never denies what Redis would admit:
-//
-//   - d is counted from before the request was sent, on the monotonic
-//     clock, less 1/1024 of d for a Redis clock running fast; Redis counted
-//     it from when the script ran, later. Nothing but other requests'
-//     debits changes what a cost needs before then, and those only delay it.
-//   - a smaller cost, which may fit, goes to Redis;
-//   - a request carrying a RequestID always goes to Redis: it may replay an
-//     earlier admission.
-//
-// When a remembered denial runs out, one request goes to Redis for the
-// identity while the others with a cost the entry covered wait for its
-// answer (no longer than their contexts allow): a denial starts a new
-// entry that answers them all; an admission that leaves too little for
-// the cost the entry covered times the waiters lets the next one go; one
-// that leaves that much ends the entry and lets them all go. A request
-// waits for probes, one after another, for half the time its context has
-// left at most (50ms without a deadline); then it asks Redis itself, so a
-// limit that frees a unit about every round trip, whose probes are all
-// admitted, never holds its callers until their deadlines. So a hot
-// identity over its limit costs about two round trips per wait Redis
-// names, however many callers it has, instead of one per caller.
-//
-// A repeated denial reports the Remaining of the denial it repeats (the
-// bucket may have refilled a little, or other requests used some, since),
-// and the RetryAfter and ResetAfter left of that denial's.
-//
-// The guarantee assumes an identity is limited under one Limit at a time,
-// as a rule is. When an identity's limit changes, its state in Redis keeps
-// the expiry the old limit wrote, so Redis itself answers inconsistently
-// until it passes; a request under the new limit ends the entry in this
-// store, but a denial remembered elsewhere can be repeated until its wait
-// ends (at most MaxDenyCacheTTL).
-//
-// Only denied identities enter the cache, and an identity is denied only
-// after it used its quota, so fresh identities never push entries out. The
-// cache is sharded; within a shard an entry is replaced only when it has
-// expired or, when none has, the one that saved the fewest round trips, so
-// a flood of denied identities cannot push out a hot identity's entry,
-// which saves one round trip per request.
+// turns the cache off. When Redis denies a request with "retry after d",
+// the store repeats that denial from memory, without a round trip, for
+// requests with the same Key, Limit and a Cost at least as large, until d
+// has passed (at most MaxDenyCacheTTL). It never denies what Redis would
+// admit; requests carrying a RequestID always go to Redis. See denyCache
+// for how.
 func WithDenyCache(size int) RedisOption {
 	return redisOption(func(r *Redis) {
 		r.deny = nil
@@ -131,6 +92,49 @@ type denyShard struct {
 	_       [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
+// denyCache remembers Redis's recent denials (see WithDenyCache).
+//
+// It never denies what Redis would admit:
+//
+//   - d is counted from before the request was sent, on the monotonic
+//     clock, less 1/1024 of d for a Redis clock running fast; Redis counted
+//     it from when the script ran, later. Nothing but other requests'
+//     debits changes what a cost needs before then, and those only delay it.
+//   - a smaller cost, which may fit, goes to Redis;
+//   - a request carrying a RequestID always goes to Redis: it may replay an
+//     earlier admission.
+//
+// When a remembered denial runs out, one request goes to Redis for the
+// identity while the others with a cost the entry covered wait for its
+// answer (no longer than their contexts allow): a denial starts a new
+// entry that answers them all; an admission that leaves too little for
+// the cost the entry covered times the waiters lets the next one go; one
+// that leaves that much ends the entry and lets them all go. A request
+// waits for probes, one after another, for half the time its context has
+// left at most (50ms without a deadline); then it asks Redis itself, so a
+// limit that frees a unit about every round trip, whose probes are all
+// admitted, never holds its callers until their deadlines. So a hot
+// identity over its limit costs about two round trips per wait Redis
+// names, however many callers it has, instead of one per caller.
+//
+// A repeated denial reports the Remaining of the denial it repeats (the
+// bucket may have refilled a little, or other requests used some, since),
+// and the RetryAfter and ResetAfter left of that denial's.
+//
+// The guarantee assumes an identity is limited under one Limit at a time,
+// as a rule is. When an identity's limit changes, its state in Redis keeps
+// the expiry the old limit wrote, so Redis itself answers inconsistently
+// until it passes; a request under the new limit ends the entry in this
+// store, but a denial remembered elsewhere can be repeated until its wait
+// ends (at most MaxDenyCacheTTL). Likewise Reset, and the refund of a
+// denied AllowAll set's debits, end the entries of this store only.
+//
+// Only denied identities enter the cache, and an identity is denied only
+// after it used its quota, so fresh identities never push entries out. The
+// cache is sharded; within a shard an entry is replaced only when it has
+// expired or, when none has, the one that saved the fewest round trips, so
+// a flood of denied identities cannot push out a hot identity's entry,
+// which saves one round trip per request.
 type denyCache struct {
 	seedA, seedB maphash.Seed
 	epoch        time.Time // carries the monotonic clock reading
@@ -317,6 +321,76 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 	if victim >= 0 {
 		s.entries[victim] = e
 	}
+}
+
+// ticket is a request's place in the deny cache between its lookup and
+// Redis's answer: settle records the answer. The zero ticket (no cache, or
+// a request the cache does not see) settles nothing.
+type ticket struct {
+	dc    *denyCache
+	key   denyKey
+	limit tollgate.Limit
+	cost  int64
+	sent  int64         // when the request went to Redis, from dc.now
+	probe chan struct{} // the probe the request holds, if any
+}
+
+// consult looks req (normalized, without a request id) up: a remembered
+// denial answers it (denied true); while another request probes Redis for
+// the identity it waits, within its probeWaitBudget, and looks again; ctx
+// ending first returns ctx's error. Otherwise the request goes to Redis
+// with the ticket consult returns. A nil cache returns the zero ticket.
+func (dc *denyCache) consult(ctx context.Context, req tollgate.Request) (d tollgate.Decision, denied bool, tk ticket, err error) {
+	if dc == nil {
+		return d, false, tk, nil
+	}
+	k, l := dc.key(req.Key, req.Limit.Algorithm), req.Limit
+	waitUntil := int64(-1)
+	for {
+		d, v, wait := dc.lookup(k, l, req.Cost, waitUntil < 0 || dc.now() < waitUntil)
+		if v == verdictDenied {
+			return d, true, tk, nil
+		}
+		if v != verdictWait {
+			return d, false, ticket{dc: dc, key: k, limit: l, cost: req.Cost, sent: dc.now(), probe: wait}, nil
+		}
+		if waitUntil < 0 {
+			waitUntil = dc.now() + int64(probeWaitBudget(ctx))
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return d, false, tk, ctx.Err()
+		}
+	}
+}
+
+// settle records Redis's answer d to the ticket's request, ok false when
+// the call failed.
+func (tk *ticket) settle(d tollgate.Decision, ok bool) {
+	if tk.dc != nil {
+		tk.dc.settle(tk.key, tk.limit, tk.cost, tk.sent, d, ok, tk.probe)
+	}
+}
+
+// remembers reports whether a denial of req (normalized) is remembered and
+// still in force, without probing or waiting: AllowAll uses it to judge a
+// set it knows will be denied without debiting the set's other parts.
+func (dc *denyCache) remembers(req tollgate.Request) bool {
+	if dc == nil {
+		return false
+	}
+	k := dc.key(req.Key, req.Limit.Algorithm)
+	s := &dc.shards[k.a&dc.mask]
+	now := dc.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.entries {
+		if e := &s.entries[i]; e.used && e.key == k {
+			return e.limit == req.Limit && req.Cost >= e.cost && now < e.expires
+		}
+	}
+	return false
 }
 
 // forget ends k's entry, if any: its state was reset or given back, so the

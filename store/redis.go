@@ -33,8 +33,9 @@ const DefaultPrefix = "tollgate:"
 // 64 bytes of letters, digits and "-_.:/@=+,", K percent-escaped when that
 // fits in 64 bytes, and otherwise "#" and a 128-bit hash of K. One hash tag
 // keeps a decision on one Cluster slot, and no identity can produce another
-// identity's tag. Every key a script writes expires once it no longer
-// matters.
+// identity's tag. A Key made by PartKey(K, P) has the tag of K and the state
+// <prefix>{<tag>}/<P escaped>:<a>, so the parts of one identity share its
+// slot. Every key a script writes expires once it no longer matters.
 //
 // A decision is debited at most once. go-redis re-sends a command whose
 // reply did not arrive (MaxRetries, and a ClusterClient's MaxRedirects),
@@ -128,60 +129,41 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	l := req.Limit
 	mode := r.modeFor(req.RequestID)
-	requestID := ""
-	if mode > 0 {
-		requestID = req.RequestID
-	}
-	var dk denyKey
-	var sent int64
-	var probe chan struct{}
-	if r.deny != nil {
-		dk = r.deny.key(req.Key, l.Algorithm)
-		// A request id may replay an admission: only Redis knows.
-		waitUntil := int64(-1)
-		for requestID == "" {
-			d, v, wait := r.deny.lookup(dk, l, req.Cost, waitUntil < 0 || r.deny.now() < waitUntil)
-			if v == verdictDenied {
-				return d, nil
-			}
-			if v != verdictWait {
-				probe = wait
-				break
-			}
-			if waitUntil < 0 {
-				waitUntil = r.deny.now() + int64(probeWaitBudget(ctx))
-			}
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, ctx.Err())
-			}
+	var tk ticket
+	if mode == modeNoID { // a request id may replay an admission: only Redis knows
+		var denied bool
+		var d tollgate.Decision
+		if d, denied, tk, err = r.deny.consult(ctx, req); denied || err != nil {
+			return d, r.wrap(req, err)
 		}
-		sent = r.deny.now()
 	}
+	d, err := r.decide(ctx, req, mode)
+	tk.settle(d, err == nil)
+	return d, r.wrap(req, err)
+}
+
+// decide sends req (normalized) in mode as one decide script call.
+func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode int64) (tollgate.Decision, error) {
 	c := r.newCall(ctx, []tollgate.Request{req}, mode, req.RequestID, r.replays.ttlMsFor(req.ReplayTTL))
 	if err := r.send(ctx, c); err != nil {
-		if probe != nil {
-			r.deny.settle(dk, l, req.Cost, sent, tollgate.Decision{}, false, probe)
-		}
-		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
+		return tollgate.Decision{}, err // c is abandoned to its runner
 	}
-	err = c.err
-	var d tollgate.Decision
-	if err == nil {
-		d = decisionOf(c.reply)
-	}
+	d, err := decisionOf(c.reply), c.err
 	calls.Put(c)
-	if r.deny != nil {
-		r.deny.settle(dk, l, req.Cost, sent, d, err == nil, probe)
-	}
 	if err != nil {
 		r.refreshRouting(err)
-		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
+		return tollgate.Decision{}, err
 	}
 	return d, nil
+}
+
+// wrap says where err, from deciding req, comes from; nil stays nil.
+func (r *Redis) wrap(req tollgate.Request, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("tollgate: redis store: %s script: %w", req.Limit.Algorithm, err)
 }
 
 // refreshRouting asks a Cluster client to reload its slot map after a
@@ -218,8 +200,12 @@ func (r *Redis) modeFor(requestID string) int64 {
 var errBadReply = errors.New("script reply is not five integers per group and the time")
 
 // decisionOf turns a script's {allowed, remaining, retry_after_us,
-// reset_after_us, replayed}, the first five integers of v, into a Decision.
+// reset_after_us, replayed}, the first five integers of v, into a Decision;
+// the zero Decision when v is shorter (a failed call).
 func decisionOf(v []int64) tollgate.Decision {
+	if len(v) < 5 {
+		return tollgate.Decision{}
+	}
 	return tollgate.Decision{
 		Allowed:    v[0] == 1,
 		Remaining:  v[1],

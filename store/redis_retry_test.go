@@ -247,10 +247,8 @@ func requestIDReplays(t *testing.T, st *Redis) {
 	}
 }
 
-func TestRedisRequestIDReplaysSingle(t *testing.T) {
-	requestIDReplays(t, NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t))))
-}
-
-func TestRedisRequestIDReplaysCluster(t *testing.T) {
-	requestIDReplays(t, NewRedis(redistest.SharedCluster(t).Client(t), WithPrefix(redistest.KeyPrefix(t))))
+func TestRedisRequestIDReplays(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		requestIDReplays(t, NewRedis(c, WithPrefix(redistest.KeyPrefix(t))))
+	})
 }
