@@ -7,6 +7,7 @@ package tollgate_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,6 +178,9 @@ func TestTwoRulesAllOrNothing(t *testing.T) {
 func TestTwoLimitsOnOneIdentity(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		r := rule(t, tollgate.Limit{})
+		// A short name, unique to the run, keeps the keys' tags verbatim
+		// (not hashed), so the Cluster's keys can be found by name below.
+		r.Name = "two-limits-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		r.Limits = []tollgate.Limit{tollgate.PerSecond(5), tollgate.PerHour(20)}
 		l := limiter(t, st, interceptor.WithRules(r))
 		c := serve(t, l, &echo.Server{}, nil)
@@ -186,6 +190,11 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 		admitted := hammer(t, c, "a", 64, 20*time.Millisecond, untilAndAfter(20, 300*time.Millisecond))
 		if admitted != 20 {
 			t.Fatalf("admitted %d calls, want exactly 20 (the hourly limit)", admitted)
+		}
+		if t.Name() == "TestTwoLimitsOnOneIdentity/cluster" {
+			// Both states, while the per-second bucket is not yet full
+			// again (a full bucket is no key).
+			sameSlot(t, r.Name, 2)
 		}
 		// Once the per-second bucket is full again, a call the hourly
 		// limit denies leaves it full.
@@ -213,6 +222,38 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 			t.Errorf("hourly remaining = %d, want 0", got)
 		}
 	})
+}
+
+// sameSlot fails the test unless the Cluster holds exactly n keys whose
+// names contain unique, all on one slot: one script call decides them.
+func sameSlot(t *testing.T, unique string, n int) {
+	t.Helper()
+	c := redis.NewClusterClient(redistest.SharedCluster(t).Options())
+	defer c.Close()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var keys []string
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		found, err := m.Keys(ctx, "*"+unique+"*").Result()
+		mu.Lock()
+		keys = append(keys, found...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int64]bool{}
+	for _, k := range keys {
+		slot, err := c.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+	}
+	if len(keys) != n || len(slots) != 1 {
+		t.Fatalf("keys %q on %d slots, want %d keys on one slot", keys, len(slots), n)
+	}
 }
 
 // Shadow rules never deny; their denials are recorded, and they do not keep

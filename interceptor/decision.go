@@ -237,10 +237,7 @@ func (l *Limiter) prepare(c *check, method string, req any) bool {
 	}
 	reqs := c.requests()
 	for i, lp := range c.limits {
-		k := key
-		if lp.suffix != "" {
-			k = key + lp.suffix
-		}
+		k := lp.key(key)
 		if len(k) > tollgate.MaxKeyLen {
 			res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the caller's identity is %d bytes, more than %d", p.rule.Name, len(value), tollgate.MaxKeyLen-len(k)+len(value))
 			return false

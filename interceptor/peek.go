@@ -125,7 +125,7 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 			cost = max(r.Cost, 1)
 		}
 		for _, lp := range c.limits {
-			req := tollgate.Request{Key: key + lp.suffix, Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())}
+			req := tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())}
 			if err := f(p, req); err != nil {
 				if errors.Is(err, tollgate.ErrInvalidRequest) {
 					return status.Errorf(codes.InvalidArgument, "rate limit %q: %v", r.Name, err)

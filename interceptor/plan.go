@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/store"
 )
 
 // scope is what one decision is about.
@@ -33,21 +34,20 @@ func (s scope) String() string {
 // can make one rule's key equal another rule's, another scope's, or the
 // anonymous one.
 //
-// A rule with Limits or LimitsFunc gives each limit its own state: its keys
-// end with limitSuffix, a separator (which periods and calendar names never
-// contain) and the limit's period, so that the identity stays the keys'
-// leading part and one identity's limits never share a bucket.
+// A rule with Limits or LimitsFunc gives each limit its own state, a part
+// of the identity named by the limit's period (store.PartKey): the
+// identity stays the keys' leading part, which the Redis store makes their
+// hash tag of, so one identity's limits share one Cluster slot and one
+// script call decides them; and no two limits share a bucket.
 var scopeLetter = [...]byte{scopeCall: 'c', scopeMessage: 'm'}
 
-// limitSeparator starts a key's per-limit suffix: the ASCII unit separator.
-const limitSeparator = "\x1f"
-
-// limitSuffix is the end of a multi-limit rule's key for limit l.
-func limitSuffix(l tollgate.Limit) string {
+// limitPart names the state of limit l within its identity: its period, or
+// its calendar unit.
+func limitPart(l tollgate.Limit) string {
 	if l.Calendar != tollgate.NoCalendar {
-		return limitSeparator + l.Calendar.String()
+		return l.Calendar.String()
 	}
-	return limitSeparator + l.Period.String()
+	return l.Period.String()
 }
 
 // plan is how a rule decides one scope, fixed by New: the limits, the store
@@ -64,7 +64,7 @@ type plan struct {
 	limits     []limitPlan
 	limitFunc  func(ctx context.Context, key string) (tollgate.Limit, error)
 	limitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
-	// multi: every limit's key ends with its limitSuffix (Limits and
+	// multi: every limit's key is a part of the identity's (Limits and
 	// LimitsFunc; a single Limit keeps the identity's key as it is).
 	multi bool
 	// explicitLocal is the rule's LocalLimit where it applies (the call
@@ -84,8 +84,9 @@ type limitPlan struct {
 	local tollgate.Limit
 	// header is x-ratelimit-limit for limit.
 	header string
-	// suffix ends the limit's store key; empty unless the plan is multi.
-	suffix string
+	// part names the limit's state within the identity (limitPart);
+	// empty unless the plan is multi.
+	part string
 }
 
 // newLimitPlan returns the plan of limit under p's local-cap policy.
@@ -96,7 +97,7 @@ func (p *plan) newLimitPlan(limit tollgate.Limit) limitPlan {
 		header: strconv.FormatInt(limit.Capacity(), 10),
 	}
 	if p.multi {
-		lp.suffix = limitSuffix(limit)
+		lp.part = limitPart(limit)
 	}
 	return lp
 }
@@ -107,6 +108,15 @@ func (p *plan) key(value string, anonymous bool) string {
 		return p.anon
 	}
 	return p.prefix + value
+}
+
+// key returns the store key of lp's state for the identity whose key is
+// identity.
+func (lp *limitPlan) key(identity string) string {
+	if lp.part == "" {
+		return identity
+	}
+	return store.PartKey(identity, lp.part)
 }
 
 // newPlan returns the plan of r for scope s; limits are its static limits

@@ -283,7 +283,7 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 func distinctLimits(limits []tollgate.Limit) error {
 	for i, a := range limits {
 		for j, b := range limits[:i] {
-			if limitSuffix(a) == limitSuffix(b) && a.Algorithm == b.Algorithm {
+			if limitPart(a) == limitPart(b) && a.Algorithm == b.Algorithm {
 				return fmt.Errorf("limits %d (%s) and %d (%s) have the same algorithm and period, so they would share one state", j, b, i, a)
 			}
 		}

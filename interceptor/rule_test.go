@@ -226,16 +226,16 @@ func TestKeyPrefixesAreUnambiguous(t *testing.T) {
 	}
 }
 
-// Calendar limits have no Period: their key suffix names the calendar.
-func TestLimitSuffix(t *testing.T) {
+// Calendar limits have no Period: their part names the calendar.
+func TestLimitPart(t *testing.T) {
 	for l, want := range map[tollgate.Limit]string{
-		tollgate.PerSecond(1): "\x1f1s",
-		tollgate.PerHour(1):   "\x1f1h0m0s",
-		tollgate.Daily(1):     "\x1fdaily",
-		tollgate.Monthly(1):   "\x1fmonthly",
+		tollgate.PerSecond(1): "1s",
+		tollgate.PerHour(1):   "1h0m0s",
+		tollgate.Daily(1):     "daily",
+		tollgate.Monthly(1):   "monthly",
 	} {
-		if got := limitSuffix(l); got != want {
-			t.Errorf("limitSuffix(%v) = %q, want %q", l, got, want)
+		if got := limitPart(l); got != want {
+			t.Errorf("limitPart(%v) = %q, want %q", l, got, want)
 		}
 	}
 }
