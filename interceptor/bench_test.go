@@ -48,7 +48,7 @@ func BenchmarkUnaryAdmit(b *testing.B) {
 func BenchmarkUnaryAdmitTwoLimits(b *testing.B) {
 	benchmarkAdmit(b, interceptor.Rule{
 		Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader),
-		Limits: []tollgate.Limit{tollgate.PerSecond(1_000_000), tollgate.PerHour(1_000_000_000)},
+		Limits: []tollgate.Limit{tollgate.PerSecond(1_000_000), tollgate.PerMinute(60_000_000)},
 	})
 }
 

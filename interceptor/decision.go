@@ -347,10 +347,13 @@ func ask(ctx context.Context, st tollgate.Store, set []*check) error {
 		c.oneDec[0] = dec
 		return err
 	}
-	reqs := make([]tollgate.Request, 0, n)
-	for _, c := range set {
-		if c.active {
-			reqs = append(reqs, c.requests()...)
+	reqs := one.reqs // one check's several limits: its requests as they are
+	if n != one.nreq {
+		reqs = make([]tollgate.Request, 0, n)
+		for _, c := range set {
+			if c.active {
+				reqs = append(reqs, c.requests()...)
+			}
 		}
 	}
 	decs, err := st.AllowAll(ctx, reqs)
