@@ -7,6 +7,7 @@ package tollgate_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,8 +300,8 @@ func TestShadowPeekAndReset(t *testing.T) {
 		wantCode(t, err, codes.ResourceExhausted, enforcing.Name)
 
 		_, err = l.Peek(context.Background(), "no such rule", who)
-		if st, _ := status.FromError(err); st.Code() != codes.NotFound || !strings.Contains(st.Message(), `"no such rule"`) {
-			t.Errorf("Peek of an unknown rule: %v, want NotFound naming it", err)
+		if st, _ := status.FromError(err); st.Code() != codes.NotFound || !strings.Contains(st.Message(), `"no such rule"`) || !errors.Is(err, interceptor.ErrUnknownRule) {
+			t.Errorf("Peek of an unknown rule: %v, want NotFound naming it, wrapping ErrUnknownRule", err)
 		}
 	})
 }

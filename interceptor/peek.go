@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -51,9 +52,23 @@ type Quota struct {
 	Available int64
 }
 
-// ErrUnknownRule is wrapped by the error Peek and Reset return for a rule
-// name the Limiter does not have; the error is a gRPC codes.NotFound status.
+// ErrUnknownRule is matched (errors.Is) by the error Peek and Reset return
+// for a rule name the Limiter does not have. That error is also a gRPC
+// codes.NotFound status naming the rule.
 var ErrUnknownRule = errors.New("interceptor: unknown rule")
+
+// unknownRuleError is the error of an unknown rule name.
+type unknownRuleError string
+
+func (e unknownRuleError) Error() string {
+	return fmt.Sprintf("interceptor: no rate limit rule is named %q", string(e))
+}
+
+// GRPCStatus makes the error a NotFound status, as status.FromError sees it.
+func (e unknownRuleError) GRPCStatus() *status.Status { return status.New(codes.NotFound, e.Error()) }
+
+// Is reports that the error is ErrUnknownRule.
+func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRule }
 
 // Peek returns the state of every limit of the named rule for who, without
 // debiting anything or recording a request id. An unknown rule is a
@@ -90,12 +105,13 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 	})
 }
 
-// Rules returns the Limiter's rules as configured, in WithRules order
-// (with Shadow set when WithShadow is given).
+// Rules returns a copy of the Limiter's rules as configured, in WithRules
+// order (with Shadow set when WithShadow is given).
 func (l *Limiter) Rules() []Rule {
 	out := make([]Rule, len(l.rules))
 	for i, r := range l.rules {
 		out[i] = r.Rule
+		out[i].Methods, out[i].Limits, out[i].Replaces = slices.Clone(r.Methods), slices.Clone(r.Limits), slices.Clone(r.Replaces)
 	}
 	return out
 }
@@ -105,7 +121,7 @@ func (l *Limiter) Rules() []Rule {
 func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, tollgate.Request) error) error {
 	r := l.byName[rule]
 	if r == nil {
-		return status.Error(codes.NotFound, fmt.Sprintf("%v: no rule is named %q", ErrUnknownRule, rule))
+		return unknownRuleError(rule)
 	}
 	value, anonymous, err := r.identify(ctx, who)
 	if err != nil {
