@@ -13,7 +13,9 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // EnvAdminToken holds the bearer token the admin service (-admin-addr)
@@ -40,6 +42,18 @@ func serveAdmin(st tollgate.Store, cfg Config, logger *log.Logger) (stop func(),
 	go func() { _ = srv.Serve(lis) }()
 	logger.Printf("admin service (tollgate.admin.v1) on %s, bearer token from %s", lis.Addr(), EnvAdminToken)
 	return srv.Stop, nil
+}
+
+// tenantRule is the server's only rule, for its Limiter and the admin
+// service's.
+func tenantRule(cfg Config) interceptor.Rule {
+	return interceptor.Rule{
+		Name:     RuleName,
+		Methods:  []string{echo.AllMethods},
+		Key:      keyfunc.Metadata(cfg.TenantHeader),
+		Limit:    cfg.Limit,
+		FailMode: cfg.FailMode,
+	}
 }
 
 // requireToken refuses calls without "authorization: Bearer token".

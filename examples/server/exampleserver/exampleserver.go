@@ -42,7 +42,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
-	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -245,17 +244,6 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	}
 	logger.Printf("stopped")
 	return nil
-}
-
-// tenantRule is the server's only rule.
-func tenantRule(cfg Config) interceptor.Rule {
-	return interceptor.Rule{
-		Name:     RuleName,
-		Methods:  []string{echo.AllMethods},
-		Key:      keyfunc.Metadata(cfg.TenantHeader),
-		Limit:    cfg.Limit,
-		FailMode: cfg.FailMode,
-	}
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and
