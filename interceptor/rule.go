@@ -126,8 +126,8 @@ type Rule struct {
 	// share it, so New rejects them.
 	Limits []tollgate.Limit
 	// LimitFunc, when set, returns the limit for one key at request time
-	// (tiers per tenant, for example). It gets the Key
-	// function's value, or "" for the anonymous identity of ShareMissing. Its result is
+	// (tiers per tenant, for example). It gets the Key function's value, or
+	// "" for the anonymous identity of ShareMissing. Its result is
 	// validated on every call; an invalid limit fails the call with
 	// codes.Internal. An error that is a gRPC status is returned to the
 	// client as it is; any other error becomes codes.Internal. The limiter
@@ -139,12 +139,12 @@ type Rule struct {
 	// otherwise the call fails with codes.Internal.
 	LimitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
-	// the limit's capacity. Streams pay it once, when they open.
+	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
 	// CostFunc, when set, returns the cost of one unary call from its request
 	// message, and Cost is ignored for unary calls (streams still pay Cost).
 	// 0 means 1. A negative cost fails the call with codes.Internal; a cost
-	// above the limit's capacity can never be admitted and fails it with
+	// above a limit's capacity can never be admitted and fails it with
 	// codes.InvalidArgument.
 	CostFunc func(ctx context.Context, fullMethod string, req any) int64
 	// FailMode says what happens when the store cannot decide.
