@@ -388,3 +388,28 @@ func TestTwoRulesDeny(t *testing.T) {
 		t.Errorf("roomy skipped %d times, want 1 (all: %v)", got, m.decisions(t))
 	}
 }
+
+// A retry carrying an admitted call's request id is replayed as a whole
+// under several rules and limits: admitted again, debited once.
+func TestRequestIDReplayUnderSeveralRules(t *testing.T) {
+	r := perTenant()
+	r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerMinute(2), tollgate.PerHour(3)}
+	global := perTenant()
+	global.Name, global.Key = "global", keyfunc.Method()
+	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r, global))
+	c := serve(t, l)
+	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "req-7")
+	for i := range 3 {
+		trailer, _, err := say(ctx, c, "hi")
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i+1, err)
+		}
+		if i > 0 && one(t, trailer, interceptor.TrailerReplayed) != "1" {
+			t.Errorf("attempt %d: not replayed: %v", i+1, trailer)
+		}
+	}
+	qs, err := l.Peek(context.Background(), r.Name, interceptor.Caller{Value: "a"})
+	if err != nil || len(qs) != 2 || qs[0].Available != 1 || qs[1].Available != 2 {
+		t.Errorf("Peek = %v, %v; want one unit debited from each limit", qs, err)
+	}
+}
