@@ -44,7 +44,7 @@ func TestAdminService(t *testing.T) {
 	}
 	adminAddr := freeAddr(t)
 	s := start(t, parse(t, withToken, "-rate", "2", "-period", "1h", "-admin-addr", adminAddr))
-	c := echo.NewClient(dial(t, s.addr))
+	c := echo.NewClient(dial(t, s.Addr))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 2 {
