@@ -43,6 +43,41 @@ func BenchmarkUnaryAdmit(b *testing.B) {
 	}
 }
 
+// BenchmarkUnaryAdmitTwoLimits is BenchmarkUnaryAdmit with two limits on
+// the tenant, decided together with one Store.AllowAll.
+func BenchmarkUnaryAdmitTwoLimits(b *testing.B) {
+	benchmarkAdmit(b, interceptor.Rule{
+		Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader),
+		Limits: []tollgate.Limit{tollgate.PerSecond(1_000_000), tollgate.PerMinute(60_000_000)},
+	})
+}
+
+// BenchmarkUnaryAdmitTwoRules is BenchmarkUnaryAdmit with a per-tenant and a
+// global rule on the call, decided together with one Store.AllowAll.
+func BenchmarkUnaryAdmitTwoRules(b *testing.B) {
+	benchmarkAdmit(b,
+		interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerSecond(1_000_000)},
+		interceptor.Rule{Name: "global", Key: keyfunc.Method(), Limit: tollgate.PerSecond(1_000_000)})
+}
+
+func benchmarkAdmit(b *testing.B, rules ...interceptor.Rule) {
+	l, err := interceptor.New(store.NewMemory(), interceptor.WithRules(rules...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	unary := l.UnaryServerInterceptor()
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(tenantHeader, "a"))
+	ctx = grpc.NewContextWithServerTransportStream(ctx, trailerSink{})
+	info := &grpc.UnaryServerInfo{FullMethod: echo.SayMethod}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := unary(ctx, nil, info, handler); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkUnaryUnmatched is the cost for a method no rule matches.
 func BenchmarkUnaryUnmatched(b *testing.B) {
 	l, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{

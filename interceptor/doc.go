@@ -1,9 +1,13 @@
 // Package interceptor turns a tollgate.Store into gRPC server interceptors.
 //
-// A Limiter holds an ordered list of Rules. For every call it finds the
-// first rule whose Methods match the call's full method name, asks the
-// rule's key function who is calling, and asks the store for one decision
-// under the rule's Limit. Calls that no rule matches are never limited.
+// A Limiter holds a list of Rules. For every call it finds every rule whose
+// Methods match the call's full method name (less those another matching
+// rule replaces, Rule.Replaces), asks each rule's key function who is
+// calling, and asks the store to decide all their limits at once, all or
+// nothing: one Store.Allow for a single limit, one Store.AllowAll for more.
+// A call denied by any limit debits none. Shadow rules (Rule.Shadow,
+// WithShadow) are decided and debited but never deny. Calls that no rule
+// matches are never limited.
 //
 // An admitted call carries the x-ratelimit-limit, x-ratelimit-remaining and
 // x-ratelimit-reset trailers. A denied call fails with
@@ -14,10 +18,15 @@
 // call, and grpc-go only retries (and honours pushback for) calls whose
 // response is trailers-only.
 //
-// When the store fails or exceeds its deadline (WithStoreTimeout), the
+// When the store fails or exceeds its deadline (WithStoreTimeout), each
 // rule's FailMode decides: admit, refuse with codes.Unavailable, or decide
-// in process under a per-replica cap. A circuit breaker (WithBreaker) stops
-// waiting on a store that keeps failing.
+// in process under a per-replica cap. Across the rules of one call, a
+// fail-closed refusal wins over fail-local decisions, which win over
+// fail-open admissions. A circuit breaker (WithBreaker) stops waiting on a
+// store that keeps failing.
+//
+// Limiter.Peek and Limiter.Reset read and restore a caller's quota under a
+// rule; package admin serves them as a gRPC service.
 //
 // Every decision is one child span named "ratelimit <rule>" and one count
 // in the tollgate.decisions metric; see WithTracerProvider and

@@ -30,7 +30,8 @@ import (
 
 // A server with the whole chain: otelgrpc's stats handler (whose span is the
 // parent of every decision span), recovery, and the limiter behind a
-// selector that leaves health checks alone.
+// selector that leaves health checks alone. Both rules apply to the Orders
+// service's calls, all or nothing; other calls meet only per-peer.
 func ExampleNew() {
 	// ContextTimeoutEnabled lets the limiter's store deadline reach the
 	// socket: without it go-redis waits for its own ReadTimeout.
@@ -73,6 +74,50 @@ func ExampleNew() {
 		),
 	)
 	_ = srv // register services, then srv.Serve(listener)
+}
+
+// Two limits on one tenant, and a rule on trial in shadow: a call is
+// admitted only when every enforcing limit admits it, and Peek shows what
+// is left without spending it.
+func ExampleLimiter_Peek() {
+	limiter, err := interceptor.New(store.NewMemory(), interceptor.WithRules(
+		interceptor.Rule{
+			Name:   "per-tenant",
+			Key:    keyfunc.Metadata("x-tenant"),
+			Limits: []tollgate.Limit{tollgate.PerMinute(10), tollgate.PerHour(1000)},
+		},
+		interceptor.Rule{
+			Name:   "stricter-trial",
+			Key:    keyfunc.Metadata("x-tenant"),
+			Limit:  tollgate.PerHour(2),
+			Shadow: true, // decided and debited, never denies
+		},
+	))
+	if err != nil {
+		log.Fatal(err)
+	}
+	unary := limiter.UnaryServerInterceptor()
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant", "acme"))
+	info := &grpc.UnaryServerInfo{FullMethod: "/shop.Orders/Create"}
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	for range 3 {
+		if _, err := unary(ctx, nil, info, ok); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for _, rule := range []string{"per-tenant", "stricter-trial"} {
+		quotas, err := limiter.Peek(context.Background(), rule, interceptor.Caller{Value: "acme"})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, q := range quotas {
+			fmt.Printf("%s: %s: %d left\n", rule, q.Limit, q.Available)
+		}
+	}
+	// Output:
+	// per-tenant: token_bucket 10/1m0s burst 10: 7 left
+	// per-tenant: token_bucket 1000/1h0m0s burst 1000: 997 left
+	// stricter-trial: token_bucket 2/1h0m0s burst 2: 0 left
 }
 
 // A Limiter on a real gRPC server (over an in-memory bufconn listener, on

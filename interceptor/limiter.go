@@ -1,7 +1,6 @@
 package interceptor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -22,6 +20,7 @@ type Limiter struct {
 	store        tollgate.Store
 	local        tollgate.Store // FailLocal's in-process store; nil when no rule uses it
 	rules        []*rule
+	byName       map[string]*rule
 	matcher      matcher
 	header       string
 	storeTimeout time.Duration
@@ -34,8 +33,10 @@ type Limiter struct {
 // configuration is reported here, naming the rule, so that nothing is
 // rejected at request time that could have been rejected at start-up: a
 // missing store or rule, an empty or duplicate name, a malformed method
-// pattern, a rule no method can reach, a missing Key function, an invalid
-// Limit, a Cost above the limit's capacity, an unknown mode.
+// pattern, a Replaces that names no rule, forms a cycle or leaves a rule
+// nothing to apply to, a missing Key function, an invalid limit or two
+// limits that would share a state, a Cost above a limit's capacity, an
+// unknown mode.
 func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	c := defaultConfig()
 	for _, o := range opts {
@@ -69,9 +70,10 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		replicas:     c.replicas,
 		breaker:      newBreaker(c.breakerFailures, c.breakerCoolDown),
 		tel:          tel,
+		byName:       make(map[string]*rule, len(c.rules)),
 	}
-	names := make(map[string]bool, len(c.rules))
 	for i, r := range c.rules {
+		r.Shadow = r.Shadow || c.shadow
 		cr, err := compileRule(r, i, c.replicas)
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)
@@ -79,12 +81,11 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.
 		cr.Key = keyfunc.Checked(r.Key)
-		if names[r.Name] {
+		if l.byName[r.Name] != nil {
 			return nil, fmt.Errorf("interceptor: rule %q: the name is used by an earlier rule: names keep the rules' buckets apart", r.Name)
 		}
-		names[r.Name] = true
-		cr.tel = newRuleTelemetry(cr)
 		l.rules = append(l.rules, cr)
+		l.byName[r.Name] = cr
 		if r.FailMode == FailLocal && l.local == nil {
 			l.local = c.local
 			if l.local == nil {
@@ -128,6 +129,10 @@ type result struct {
 	limitHeader string
 	// storeFailed reports that the rule's FailMode applied.
 	storeFailed bool
+	// shape says a denial may be waited out within a stream (every
+	// denying rule is Shape), for at most maxShapeWait.
+	shape        bool
+	maxShapeWait time.Duration
 	// err is the status returned to the client; nil admits the call.
 	err error
 	// cause is recorded on the span as an error.
@@ -140,7 +145,7 @@ func (res *result) allowed() bool { return res.err == nil }
 // to say in trailers.
 func (res *result) hasDecision() bool {
 	switch res.outcome {
-	case outcomeAllowed, outcomeDenied, outcomeReplayed, outcomeFailLocal:
+	case outcomeAllowed, outcomeDenied, outcomeReplayed, outcomeFailLocal, outcomeSkipped:
 		return res.limit.Rate > 0
 	}
 	return false
@@ -149,183 +154,6 @@ func (res *result) hasDecision() bool {
 // errBreakerOpen is recorded on spans of calls the breaker kept from the
 // store.
 var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly and is not asked until the cool-down passes")
-
-// decide makes one decision for a call to method under r, in its own span.
-// scope is scopeCall for a unary call or a stream's opening, scopeMessage
-// for one received stream message; req is the unary request or nil.
-func (l *Limiter) decide(ctx context.Context, r *rule, method string, scope byte, req any) result {
-	ctx, span := l.tel.tracer.Start(ctx, r.tel.spanName, r.tel.spanStart[scopeIndex(scope)]...)
-	var res result
-	l.decideIn(ctx, r, method, scope, req, &res)
-	l.recordDecision(ctx, span, r, scope, &res)
-	span.End()
-	return res
-}
-
-func (l *Limiter) decideIn(ctx context.Context, r *rule, method string, scope byte, req any, res *result) {
-	key, value, ok := l.identity(ctx, r, method, scope, res)
-	if !ok {
-		return
-	}
-	var requestID string
-	if scope == scopeCall {
-		id, err := idempotency.FromIncoming(ctx, l.header)
-		if err != nil {
-			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: %v", r.Name, err)
-			return
-		}
-		requestID = id
-	}
-	limit, ok := l.limitFor(ctx, r, scope, value, res)
-	if !ok {
-		return
-	}
-	cost, ok := costFor(ctx, r, method, scope, req, limit, res)
-	if !ok {
-		return
-	}
-	sreq := tollgate.Request{Key: key, Limit: limit, Cost: cost, RequestID: requestID}
-	res.cost = cost
-
-	allowed, probe := l.breaker.allow()
-	if !allowed {
-		l.failPolicy(ctx, r, scope, sreq, errBreakerOpen, res)
-		return
-	}
-	// One clock reading is both the start of the store's latency and the
-	// base of its deadline: a call that times out records at least the
-	// timeout, and the decision reads the clock once instead of twice.
-	start := time.Now()
-	sctx, cancel := context.WithDeadline(ctx, start.Add(l.storeTimeout))
-	dec, err := l.store.Allow(sctx, sreq)
-	elapsed := time.Since(start)
-	cancel()
-	switch {
-	case err == nil:
-		l.breaker.done(probe, storeOK)
-		l.recordStore(ctx, r, elapsed, false)
-		res.decided(r, dec, limit, limitHeaderFor(r, scope, limit))
-	case errors.Is(err, tollgate.ErrInvalidRequest):
-		// A configuration the checks above let through; the store is fine.
-		l.breaker.done(probe, storeNoNews)
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", r.Name, err)
-	case ctx.Err() != nil:
-		// The caller cancelled or ran out of time, not the store.
-		l.breaker.done(probe, storeNoNews)
-		res.outcome, res.cause = outcomeCanceled, ctx.Err()
-		res.err = status.FromContextError(ctx.Err()).Err()
-	default:
-		l.breaker.done(probe, storeFailed)
-		l.recordStore(ctx, r, elapsed, true)
-		l.failPolicy(ctx, r, scope, sreq, err, res)
-	}
-}
-
-// identity returns the store key for the call and the key function's value
-// in it, or fills res with the rejection.
-func (l *Limiter) identity(ctx context.Context, r *rule, method string, scope byte, res *result) (key, value string, ok bool) {
-	value, err := r.Key(ctx, method)
-	anonymous := false
-	switch {
-	case err == nil:
-	case errors.Is(err, keyfunc.ErrMissing) && r.OnMissingKey == ShareMissing:
-		anonymous, value = true, ""
-	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid):
-		res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q cannot identify the caller: %v", r.Name, err)
-		return "", "", false
-	default:
-		res.fail(outcomeError, err, "rate limit %q: key function failed: %v", r.Name, err)
-		return "", "", false
-	}
-	key = r.keyPrefix(scope, anonymous) + value
-	if len(key) > tollgate.MaxKeyLen {
-		res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the caller's identity is %d bytes, more than %d", r.Name, len(value), tollgate.MaxKeyLen)
-		return "", "", false
-	}
-	return key, value, true
-}
-
-// limitFor returns the limit enforced on the identity value (the key
-// function's result), or fills res with the rejection.
-func (l *Limiter) limitFor(ctx context.Context, r *rule, scope byte, value string, res *result) (tollgate.Limit, bool) {
-	switch {
-	case scope == scopeMessage:
-		return *r.PerMessage, true
-	case r.LimitFunc == nil:
-		return r.Limit, true
-	}
-	limit, err := r.LimitFunc(ctx, value)
-	if err != nil {
-		res.fail(outcomeError, err, "rate limit %q: LimitFunc failed: %v", r.Name, err)
-		return limit, false
-	}
-	if err := limit.Validate(); err != nil {
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: LimitFunc returned an invalid limit: %v", r.Name, err)
-		return limit, false
-	}
-	return limit, true
-}
-
-// costFor returns the cost of the call, or fills res with the rejection.
-func costFor(ctx context.Context, r *rule, method string, scope byte, req any, limit tollgate.Limit, res *result) (int64, bool) {
-	if scope == scopeMessage {
-		return 1, true
-	}
-	cost := r.Cost
-	fromFunc := r.CostFunc != nil && req != nil
-	if fromFunc {
-		cost = r.CostFunc(ctx, method, req)
-		if cost < 0 {
-			res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: CostFunc returned %d, a negative cost", r.Name, cost)
-			return 0, false
-		}
-	}
-	cost = max(cost, 1)
-	if capacity := limit.Capacity(); cost > capacity {
-		if fromFunc {
-			res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the request costs %d, more than the %d it can ever admit at once (%s)", r.Name, cost, capacity, limit)
-		} else {
-			res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: cost %d exceeds the capacity %d of %s returned by LimitFunc", r.Name, cost, capacity, limit)
-		}
-		return 0, false
-	}
-	return cost, true
-}
-
-// failPolicy fills res according to r's FailMode after the store failed
-// with cause.
-func (l *Limiter) failPolicy(ctx context.Context, r *rule, scope byte, sreq tollgate.Request, cause error, res *result) {
-	res.storeFailed, res.cause = true, cause
-	switch r.FailMode {
-	case FailOpen:
-		res.outcome = outcomeFailOpen
-		return
-	case FailLocal:
-		sreq.Limit = l.localLimitFor(r, scope, sreq.Limit)
-		dec, err := l.local.Allow(ctx, sreq)
-		if err == nil {
-			res.decided(r, dec, sreq.Limit, limitHeaderFor(r, scope, sreq.Limit))
-			res.outcome = outcomeFailLocal
-			return
-		}
-		// Only a cost above the local cap gets here: no local decision
-		// could ever admit it, so refuse it as FailClosed does.
-		res.cause = errors.Join(cause, err)
-	}
-	res.outcome = outcomeFailClosed
-	res.err = status.Errorf(codes.Unavailable, "rate limit %q: rate limiter unavailable: its store cannot decide", r.Name)
-}
-
-// localLimitFor is the FailLocal cap under which limit is enforced.
-func (l *Limiter) localLimitFor(r *rule, scope byte, limit tollgate.Limit) tollgate.Limit {
-	switch {
-	case scope == scopeMessage:
-		return localLimit(limit, nil, l.replicas)
-	case r.LimitFunc == nil:
-		return r.localLimit
-	}
-	return localLimit(limit, r.LocalLimit, l.replicas)
-}
 
 // reject fills res with a refusal of the given code. cause, when not nil,
 // is recorded on the span; otherwise the message is.

@@ -34,6 +34,7 @@ type config struct {
 	breakerCoolDown time.Duration
 	replicas        int64
 	local           tollgate.Store
+	shadow          bool
 	tracerProvider  trace.TracerProvider
 	meterProvider   metric.MeterProvider
 }
@@ -48,8 +49,9 @@ func defaultConfig() config {
 	}
 }
 
-// WithRules appends rules. A call is judged by the first rule, in order,
-// whose Methods match it; calls no rule matches are not limited.
+// WithRules appends rules. Every rule whose Methods match a call applies to
+// it, unless another matching rule replaces it (Rule.Replaces); calls no
+// rule matches are not limited.
 func WithRules(rules ...Rule) Option {
 	return func(c *config) { c.rules = append(c.rules, rules...) }
 }
@@ -107,4 +109,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // otel.GetMeterProvider()).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.meterProvider = mp }
+}
+
+// WithShadow puts every rule in shadow (see Rule.Shadow): decisions are made
+// and debited as usual, all or nothing as if enforced, but a denial never
+// refuses a call; it is recorded as outcome "shadow_denied".
+func WithShadow() Option {
+	return func(c *config) { c.shadow = true }
 }

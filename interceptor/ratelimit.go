@@ -28,11 +28,11 @@ type middlewareLimiter struct{ l *Limiter }
 // grpc.Method. It returns nil when the call may proceed.
 func (m middlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	r := m.l.matcher.match(method)
-	if r == nil {
+	set := m.l.matcher.match(method)
+	if set == nil {
 		return nil
 	}
-	res := m.l.decide(ctx, r, method, scopeCall, nil)
+	res := m.l.decide(ctx, set.calls, method, nil)
 	if md := res.trailer(); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,9 +95,18 @@ type Rule struct {
 	Name string
 	// Methods are the full method names the rule applies to, either exact
 	// ("/pkg.Service/Method") or a whole service ("/pkg.Service/*"). Empty
-	// means every method. A call is judged by the first rule, in WithRules
-	// order, that matches it.
+	// means every method. Every rule whose Methods match a call applies to
+	// it, unless a rule that also matches replaces it (Replaces); the call
+	// is admitted only if all of them admit it, and a denied call debits
+	// none of them.
 	Methods []string
+	// Replaces names rules this rule replaces on the methods it matches:
+	// where both match a call, only this one applies (a method's own rule
+	// overriding a service-wide one, say). A replaced rule still applies
+	// to the methods this one does not match. New rejects unknown names, a
+	// rule replacing itself, a cycle, a replacement that shares no method
+	// with the rule it names, and a rule replaced on every method it names.
+	Replaces []string
 	// Key returns who is being limited: calls with the same key share one
 	// bucket. It is required. New wraps it with keyfunc.Checked, so an empty
 	// value counts as missing and one longer than keyfunc.MaxValueLen as
@@ -106,31 +116,44 @@ type Rule struct {
 	Key keyfunc.Func
 	// OnMissingKey says what to do when Key returns keyfunc.ErrMissing.
 	OnMissingKey MissingKeyPolicy
-	// Limit is enforced for every key, unless LimitFunc is set.
+	// Limit is enforced for every key. Set exactly one of Limit, Limits,
+	// LimitFunc and LimitsFunc.
 	Limit tollgate.Limit
+	// Limits are enforced together for every key: a call is admitted only
+	// if every limit admits its cost, and a denied call debits none of them
+	// ("10 per second and 10,000 per day"). Each limit has its own state;
+	// two limits with the same Algorithm and Period (or Calendar) would
+	// share it, so New rejects them.
+	Limits []tollgate.Limit
 	// LimitFunc, when set, returns the limit for one key at request time
-	// (tiers per tenant, for example) and Limit is ignored. It gets the Key
-	// function's value, or "" for the anonymous identity of ShareMissing. Its result is
+	// (tiers per tenant, for example). It gets the Key function's value, or
+	// "" for the anonymous identity of ShareMissing. Its result is
 	// validated on every call; an invalid limit fails the call with
 	// codes.Internal. An error that is a gRPC status is returned to the
 	// client as it is; any other error becomes codes.Internal. The limiter
 	// caches nothing it returns: cache in the function, bounded, if needed.
 	LimitFunc func(ctx context.Context, key string) (tollgate.Limit, error)
+	// LimitsFunc is LimitFunc for tiers of several limits, enforced
+	// together as Limits are. It must return 1 to tollgate.MaxAllowAll
+	// limits, no two with the same Algorithm and Period (or Calendar);
+	// otherwise the call fails with codes.Internal.
+	LimitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
-	// the limit's capacity. Streams pay it once, when they open.
+	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
 	// CostFunc, when set, returns the cost of one unary call from its request
 	// message, and Cost is ignored for unary calls (streams still pay Cost).
 	// 0 means 1. A negative cost fails the call with codes.Internal; a cost
-	// above the limit's capacity can never be admitted and fails it with
+	// above a limit's capacity can never be admitted and fails it with
 	// codes.InvalidArgument.
 	CostFunc func(ctx context.Context, fullMethod string, req any) int64
 	// FailMode says what happens when the store cannot decide.
 	FailMode FailMode
 	// LocalLimit is the per-replica cap FailLocal enforces. When nil it is
-	// the rule's limit divided by WithReplicas (rounded up), which is the
-	// rule's limit itself when WithReplicas is not given: with N replicas the
+	// each of the rule's limits divided by WithReplicas (rounded up), which
+	// is the limit itself when WithReplicas is not given: with N replicas the
 	// fleet then admits up to N times the limit while the store is down.
+	// When set it is the one local cap, whatever the number of limits.
 	// New checks that Cost fits it; a call whose CostFunc or LimitFunc makes
 	// it too small for the call is refused as FailClosed would.
 	LocalLimit *tollgate.Limit
@@ -143,45 +166,23 @@ type Rule struct {
 	// MaxShapeWait bounds how long Shape holds one message back in total;
 	// 0 means DefaultMaxShapeWait.
 	MaxShapeWait time.Duration
+	// Shadow decides and debits as usual but never refuses a call: a
+	// denial is only recorded (outcome "shadow_denied" on the span and the
+	// tollgate.decisions metric, and tollgate.shadow on the span), to see
+	// whom a new rule would deny before it does. Shadow rules are decided
+	// apart from the enforcing ones, after them and only for calls they
+	// admit, so a shadow denial never blocks or undoes another rule's debit.
+	Shadow bool
 }
 
-// Key prefixes. A store key is the rule name, a NUL (which names cannot
-// contain), a scope byte (c: the call, m: a stream message) and then either
-// "k:" and the key function's value or "a" for the anonymous identity of
-// ShareMissing. The prefixes are fixed-length after the name, so no value
-// can make one rule's key equal another rule's, another scope's, or the
-// anonymous one.
-const (
-	scopeCall    = 'c'
-	scopeMessage = 'm'
-)
-
-// rule is a validated Rule with everything the hot path needs precomputed.
+// rule is a validated Rule with the plans its decisions follow.
 type rule struct {
 	Rule
 	index        int
-	callPrefix   string // name + "\x00ck:"
-	callAnon     string // name + "\x00ca"
-	msgPrefix    string
-	msgAnon      string
 	maxShapeWait time.Duration
-	// limitHeader is x-ratelimit-limit for the static Limit.
-	limitHeader string
-	// localLimit is the FailLocal cap for the static Limit.
-	localLimit tollgate.Limit
-	tel        ruleTelemetry
-}
-
-func (r *rule) keyPrefix(scope byte, anonymous bool) string {
-	switch {
-	case scope == scopeCall && anonymous:
-		return r.callAnon
-	case scope == scopeCall:
-		return r.callPrefix
-	case anonymous:
-		return r.msgAnon
-	}
-	return r.msgPrefix
+	// call decides calls and stream openings; message decides stream
+	// messages and is nil without PerMessage.
+	call, message *plan
 }
 
 // compileRule validates r and precomputes what the hot path needs. replicas
@@ -217,45 +218,77 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 		return nil, fail("MaxShapeWait must be >= 0, got %s", r.MaxShapeWait)
 	}
 	cost := max(r.Cost, 1)
-	c := &rule{
-		Rule:         r,
-		index:        index,
-		callPrefix:   r.Name + "\x00ck:",
-		callAnon:     r.Name + "\x00ca",
-		msgPrefix:    r.Name + "\x00mk:",
-		msgAnon:      r.Name + "\x00ma",
-		maxShapeWait: r.MaxShapeWait,
-	}
+	c := &rule{Rule: r, index: index, maxShapeWait: r.MaxShapeWait}
 	if c.maxShapeWait == 0 {
 		c.maxShapeWait = DefaultMaxShapeWait
 	}
-	if r.LimitFunc == nil {
+	set := 0
+	for _, isSet := range []bool{r.Limit != (tollgate.Limit{}), r.Limits != nil, r.LimitFunc != nil, r.LimitsFunc != nil} {
+		if isSet {
+			set++
+		}
+	}
+	if set > 1 {
+		return nil, fail("set exactly one of Limit, Limits, LimitFunc and LimitsFunc")
+	}
+	limits := r.Limits
+	switch {
+	case r.Limits != nil:
+		if len(r.Limits) == 0 || len(r.Limits) > tollgate.MaxAllowAll {
+			return nil, fail("Limits has %d limits: give 1 to %d", len(r.Limits), tollgate.MaxAllowAll)
+		}
+		for i, l := range r.Limits {
+			if err := checkLimit(l, cost); err != nil {
+				return nil, fail("Limits[%d]: %w", i, err)
+			}
+		}
+		if err := distinctLimits(r.Limits); err != nil {
+			return nil, fail("Limits: %w", err)
+		}
+	case r.LimitFunc == nil && r.LimitsFunc == nil:
 		if err := checkLimit(r.Limit, cost); err != nil {
 			return nil, fail("Limit: %w", err)
 		}
-		c.limitHeader = strconv.FormatInt(r.Limit.Capacity(), 10)
-		c.localLimit = localLimit(r.Limit, r.LocalLimit, replicas)
-		if r.FailMode == FailLocal {
-			if err := checkLimit(c.localLimit, cost); err != nil {
+		limits = []tollgate.Limit{r.Limit}
+	}
+	c.call = newPlan(c, scopeCall, limits, replicas)
+	if r.FailMode == FailLocal {
+		for _, lp := range c.call.limits {
+			if err := checkLimit(lp.local, cost); err != nil {
 				return nil, fail("local limit for FailLocal: %w", err)
 			}
 		}
-	} else if r.LocalLimit != nil && r.FailMode == FailLocal {
-		if err := checkLimit(*r.LocalLimit, cost); err != nil {
-			return nil, fail("LocalLimit: %w", err)
+		if limits == nil && r.LocalLimit != nil {
+			if err := checkLimit(*r.LocalLimit, cost); err != nil {
+				return nil, fail("LocalLimit: %w", err)
+			}
 		}
 	}
 	if r.PerMessage != nil {
 		if err := checkLimit(*r.PerMessage, 1); err != nil {
 			return nil, fail("PerMessage: %w", err)
 		}
+		c.message = newPlan(c, scopeMessage, []tollgate.Limit{*r.PerMessage}, replicas)
 		if r.FailMode == FailLocal {
-			if err := checkLimit(localLimit(*r.PerMessage, nil, replicas), 1); err != nil {
+			if err := checkLimit(c.message.limits[0].local, 1); err != nil {
 				return nil, fail("local limit for PerMessage: %w", err)
 			}
 		}
 	}
 	return c, nil
+}
+
+// distinctLimits reports an error when two limits would share one state:
+// the same Algorithm and the same Period or Calendar.
+func distinctLimits(limits []tollgate.Limit) error {
+	for i, a := range limits {
+		for j, b := range limits[:i] {
+			if limitPart(a) == limitPart(b) && a.Algorithm == b.Algorithm {
+				return fmt.Errorf("limits %d (%s) and %d (%s) have the same algorithm and period, so they would share one state", j, b, i, a)
+			}
+		}
+	}
+	return nil
 }
 
 // checkLimit validates l and that a request of cost fits it.
@@ -322,60 +355,273 @@ func splitMethod(full string) (service, method string, ok bool) {
 	return full[1:i], full[i+1:], true
 }
 
-// matcher finds the first rule matching a full method name with at most
-// three map lookups, whatever the number of rules.
-type matcher struct {
-	// exact maps a full method name to the first rule matching it, which
-	// may be an earlier service wildcard or catch-all rule.
-	exact map[string]*rule
-	// services maps "/pkg.Service/" to the first rule matching every
-	// method of that service.
-	services map[string]*rule
-	// all is the first rule with no Methods.
-	all *rule
+// ruleSet is what applies to the calls of one method: the plans of every
+// matching rule that no other matching rule replaces, in WithRules order.
+type ruleSet struct {
+	calls []*plan
+	// messages are the message plans of those rules with PerMessage.
+	messages []*plan
 }
 
-// newMatcher indexes rules, in order, and rejects a rule no call could
-// reach because earlier rules match everything it names.
-func newMatcher(rules []*rule) (matcher, error) {
-	m := matcher{exact: map[string]*rule{}, services: map[string]*rule{}}
-	for _, r := range rules {
-		reachable := false
-		if len(r.Methods) == 0 && m.all == nil {
-			m.all, reachable = r, true
+// matcher finds the rules applying to a full method name with at most three
+// map lookups, whatever the number of rules.
+type matcher struct {
+	// exact maps every full method name a rule names to its set, which
+	// includes the service-wide and catch-all rules matching it.
+	exact map[string]*ruleSet
+	// services maps "/pkg.Service/" to the set of a method of that service
+	// no rule names exactly.
+	services map[string]*ruleSet
+	// all is the set of a method no rule names; nil when it is empty.
+	all *ruleSet
+}
+
+// pattern is one entry of Rule.Methods, or "" for a rule without Methods
+// (every method).
+type pattern string
+
+// service returns "/pkg.Service/" of an exact or service pattern.
+func (p pattern) service() string { return string(p[:strings.LastIndexByte(string(p), '/')+1]) }
+
+func (p pattern) wildcard() bool { return p == "" || strings.HasSuffix(string(p), "/*") }
+
+// covers reports whether every method q matches, p matches too.
+func (p pattern) covers(q pattern) bool {
+	switch {
+	case p == "":
+		return true
+	case q == "":
+		return false
+	case p.wildcard():
+		return p.service() == q.service()
+	}
+	return p == q
+}
+
+// overlaps reports whether some method matches both p and q.
+func (p pattern) overlaps(q pattern) bool { return p.covers(q) || q.covers(p) }
+
+// patterns returns r's patterns.
+func (r *rule) patterns() []pattern {
+	if len(r.Methods) == 0 {
+		return []pattern{""}
+	}
+	out := make([]pattern, len(r.Methods))
+	for i, m := range r.Methods {
+		out[i] = pattern(m)
+	}
+	return out
+}
+
+// matches reports whether r applies to a method matched by q, q being an
+// exact method or a service or catch-all key of the matcher.
+func (r *rule) matches(q pattern) bool {
+	for _, p := range r.patterns() {
+		if p.covers(q) {
+			return true
 		}
-		for _, p := range r.Methods {
-			service := p[:strings.LastIndexByte(p, '/')+1]
-			switch {
-			case strings.HasSuffix(p, "/*"):
-				if m.services[service] == nil && m.all == nil {
-					m.services[service], reachable = r, true
-				}
-			case m.exact[p] == nil:
-				if earlier := m.services[service]; earlier != nil {
-					m.exact[p] = earlier
-				} else if m.all != nil {
-					m.exact[p] = m.all
-				} else {
-					m.exact[p], reachable = r, true
-				}
+	}
+	return false
+}
+
+// newMatcher checks the rules' Replaces and indexes the rule sets.
+func newMatcher(rules []*rule) (matcher, error) {
+	m := matcher{exact: map[string]*ruleSet{}, services: map[string]*ruleSet{}}
+	if err := checkReplaces(rules); err != nil {
+		return m, err
+	}
+	setOf := func(q pattern) (*ruleSet, error) {
+		var applying []*rule
+		for _, r := range rules {
+			if r.matches(q) {
+				applying = append(applying, r)
 			}
 		}
-		if !reachable {
-			return m, fmt.Errorf("rule %q is unreachable: earlier rules match every method it names", r.Name)
+		set := &ruleSet{}
+		for _, r := range applying {
+			if replacedAmong(r, applying) {
+				continue
+			}
+			set.calls = append(set.calls, r.call)
+			if r.message != nil {
+				set.messages = append(set.messages, r.message)
+			}
+		}
+		if len(set.calls) == 0 {
+			return nil, nil
+		}
+		if err := checkSetSize(q, set); err != nil {
+			return nil, err
+		}
+		return set, nil
+	}
+	var err error
+	if m.all, err = setOf(""); err != nil {
+		return m, err
+	}
+	for _, r := range rules {
+		for _, p := range r.patterns() {
+			if p == "" {
+				continue
+			}
+			var set *ruleSet
+			if set, err = setOf(p); err != nil {
+				return m, err
+			}
+			if p.wildcard() {
+				m.services[p.service()] = set
+			} else {
+				m.exact[string(p)] = set
+			}
 		}
 	}
 	return m, nil
 }
 
-// match returns the rule for fullMethod, or nil when no rule applies.
-func (m *matcher) match(fullMethod string) *rule {
-	if r := m.exact[fullMethod]; r != nil {
-		return r
+// checkSetSize rejects a set whose static limits exceed what one store
+// call decides.
+func checkSetSize(q pattern, set *ruleSet) error {
+	for _, plans := range [][]*plan{set.calls, set.messages} {
+		n := 0
+		for _, p := range plans {
+			n += len(p.limits)
+		}
+		if n > tollgate.MaxAllowAll {
+			what := "every method"
+			if q != "" {
+				what = string(q)
+			}
+			return fmt.Errorf("%s: its rules have %d limits together, more than the %d one decision takes", what, n, tollgate.MaxAllowAll)
+		}
+	}
+	return nil
+}
+
+// replacedAmong reports whether a rule of applying replaces r.
+func replacedAmong(r *rule, applying []*rule) bool {
+	for _, o := range applying {
+		if slices.Contains(o.Replaces, r.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkReplaces rejects Replaces whose meaning is ambiguous or void,
+// naming the rules: unknown names, a rule replacing itself, cycles, a
+// replacement sharing no method with the rule it names, and a rule replaced
+// on every method it names (it would never apply).
+func checkReplaces(rules []*rule) error {
+	byName := make(map[string]*rule, len(rules))
+	for _, r := range rules {
+		byName[r.Name] = r
+	}
+	for _, r := range rules {
+		for _, name := range r.Replaces {
+			o := byName[name]
+			switch {
+			case name == r.Name:
+				return fmt.Errorf("rule %q replaces itself", r.Name)
+			case o == nil:
+				return fmt.Errorf("rule %q replaces %q, which is not a rule", r.Name, name)
+			case !anyOverlap(r.patterns(), o.patterns()):
+				return fmt.Errorf("rule %q replaces %q, but no method matches both", r.Name, name)
+			}
+		}
+	}
+	// A cycle: follow Replaces depth first, with the path on a stack.
+	const (
+		unvisited = iota
+		visiting
+		done
+	)
+	state := map[string]int{}
+	var path []string
+	var visit func(r *rule) error
+	visit = func(r *rule) error {
+		switch state[r.Name] {
+		case visiting:
+			i := slices.Index(path, r.Name)
+			return fmt.Errorf("rules replace each other in a cycle: %s", strings.Join(quoteAll(append(path[i:], r.Name)), " replaces "))
+		case done:
+			return nil
+		}
+		state[r.Name] = visiting
+		path = append(path, r.Name)
+		for _, name := range r.Replaces {
+			if err := visit(byName[name]); err != nil {
+				return err
+			}
+		}
+		path = path[:len(path)-1]
+		state[r.Name] = done
+		return nil
+	}
+	for _, r := range rules {
+		if err := visit(r); err != nil {
+			return err
+		}
+	}
+	// A rule replaced on every method it names. A wildcard can only be
+	// covered by one pattern as wide (no set of exact names covers a whole
+	// service), so checking each pattern against single patterns is exact.
+	for _, r := range rules {
+		covered := true
+		for _, p := range r.patterns() {
+			if !replacedOn(r, p, rules) {
+				covered = false
+				break
+			}
+		}
+		if covered {
+			return fmt.Errorf("rule %q never applies: rules replacing it match every method it names", r.Name)
+		}
+	}
+	return nil
+}
+
+func anyOverlap(ps, qs []pattern) bool {
+	for _, p := range ps {
+		for _, q := range qs {
+			if p.overlaps(q) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// replacedOn reports whether a rule replacing r matches every method p does.
+func replacedOn(r *rule, p pattern, rules []*rule) bool {
+	for _, o := range rules {
+		if !slices.Contains(o.Replaces, r.Name) {
+			continue
+		}
+		for _, op := range o.patterns() {
+			if op.covers(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
+}
+
+// match returns the set applying to fullMethod, or nil when no rule applies.
+func (m *matcher) match(fullMethod string) *ruleSet {
+	if set, ok := m.exact[fullMethod]; ok {
+		return set
 	}
 	if i := strings.LastIndexByte(fullMethod, '/'); i > 0 {
-		if r := m.services[fullMethod[:i+1]]; r != nil {
-			return r
+		if set, ok := m.services[fullMethod[:i+1]]; ok {
+			return set
 		}
 	}
 	return m.all

@@ -18,15 +18,34 @@ func (nopStore) Allow(context.Context, tollgate.Request) (tollgate.Decision, err
 	return tollgate.Decision{}, context.DeadlineExceeded
 }
 
+// replacing returns a rule on methods that replaces the rules named.
+func replacing(name string, methods []string, replaces ...string) Rule {
+	r := testRule(name, methods...)
+	r.Replaces = replaces
+	return r
+}
+
 func testRule(name string, methods ...string) Rule {
 	return Rule{Name: name, Methods: methods, Key: keyfunc.Method(), Limit: tollgate.PerSecond(10)}
 }
 
-func TestMatchFirstRuleWins(t *testing.T) {
+// names returns the names of the rules in set, "" for none.
+func names(set *ruleSet) string {
+	if set == nil {
+		return ""
+	}
+	var out []string
+	for _, p := range set.calls {
+		out = append(out, p.rule.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestMatchEveryRuleApplies(t *testing.T) {
 	l, err := New(nopStore{}, WithRules(
 		testRule("say", "/a.Echo/Say"),
 		testRule("echo", "/a.Echo/*", "/b.Other/Exact"),
-		testRule("count-shadowed-by-echo", "/a.Echo/Count", "/c.Third/One"),
+		testRule("count", "/a.Echo/Count", "/c.Third/One"),
 		testRule("other", "/b.Other/*"),
 		testRule("rest"),
 	))
@@ -34,20 +53,41 @@ func TestMatchFirstRuleWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	for method, want := range map[string]string{
-		"/a.Echo/Say":    "say",
-		"/a.Echo/Count":  "echo", // the wildcard comes first
-		"/a.Echo/Chat":   "echo",
-		"/b.Other/Exact": "echo",
-		"/b.Other/Else":  "other",
-		"/c.Third/One":   "count-shadowed-by-echo",
+		"/a.Echo/Say":    "say,echo,rest",
+		"/a.Echo/Count":  "echo,count,rest",
+		"/a.Echo/Chat":   "echo,rest",
+		"/b.Other/Exact": "echo,other,rest",
+		"/b.Other/Else":  "other,rest",
+		"/c.Third/One":   "count,rest",
 		"/c.Third/Two":   "rest",
 		"/d.X/Y":         "rest",
 		"":               "rest",
 		"garbage":        "rest",
 	} {
-		r := l.matcher.match(method)
-		if r == nil || r.Name != want {
-			t.Errorf("match(%q) = %v, want rule %q", method, r, want)
+		if got := names(l.matcher.match(method)); got != want {
+			t.Errorf("match(%q) = %q, want %q", method, got, want)
+		}
+	}
+}
+
+// A rule replaces others only on the methods it matches, and a replaced
+// rule's own Replaces still apply.
+func TestMatchReplaces(t *testing.T) {
+	say := testRule("say", "/a.Echo/Say")
+	say.Replaces = []string{"echo"}
+	echo := testRule("echo", "/a.Echo/*")
+	echo.Replaces = []string{"global"}
+	l, err := New(nopStore{}, WithRules(say, echo, testRule("tenant", "/a.Echo/Say"), testRule("global")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for method, want := range map[string]string{
+		"/a.Echo/Say":   "say,tenant",
+		"/a.Echo/Count": "echo",
+		"/b.X/Y":        "global",
+	} {
+		if got := names(l.matcher.match(method)); got != want {
+			t.Errorf("match(%q) = %q, want %q", method, got, want)
 		}
 	}
 }
@@ -58,12 +98,12 @@ func TestMatchNoCatchAllLeavesOthersUnlimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []string{"/a.Echo/Count", "/a.Echo/Sayx", "/b.Sx/M", "/b.S", "", "/grpc.health.v1.Health/Check"} {
-		if r := l.matcher.match(m); r != nil {
-			t.Errorf("match(%q) = rule %q, want none", m, r.Name)
+		if set := l.matcher.match(m); set != nil {
+			t.Errorf("match(%q) = rules %q, want none", m, names(set))
 		}
 	}
-	if r := l.matcher.match("/b.S/Anything"); r == nil || r.Name != "svc" {
-		t.Errorf("match(/b.S/Anything) = %v, want svc", r)
+	if got := names(l.matcher.match("/b.S/Anything")); got != "svc" {
+		t.Errorf("match(/b.S/Anything) = %q, want svc", got)
 	}
 }
 
@@ -101,9 +141,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"per message", []Option{WithRules(with(func(r *Rule) { r.PerMessage = &tollgate.Limit{Rate: 1} }))}, nopStore{}, `rule "r": PerMessage:`},
 		{"local limit too small", []Option{WithRules(with(func(r *Rule) { r.FailMode, r.Cost, r.LocalLimit = FailLocal, 2, &big }))}, nopStore{}, `rule "r": local limit for FailLocal`},
 		{"replicas leave no room for cost", []Option{WithReplicas(10), WithRules(with(func(r *Rule) { r.FailMode, r.Cost = FailLocal, 5 }))}, nopStore{}, `rule "r": local limit for FailLocal`},
-		{"unreachable after catch-all", []Option{WithRules(testRule("all"), ok)}, nopStore{}, `rule "r" is unreachable`},
-		{"unreachable exact", []Option{WithRules(testRule("svc", "/a.B/*"), ok)}, nopStore{}, `rule "r" is unreachable`},
-		{"second catch-all", []Option{WithRules(testRule("all"), testRule("all2"))}, nopStore{}, `rule "all2" is unreachable`},
+		{"replaced everywhere by a catch-all", []Option{WithRules(replacing("all", nil, "r"), ok)}, nopStore{}, `rule "r" never applies`},
+		{"replaced everywhere by a service", []Option{WithRules(replacing("svc", []string{"/a.B/*"}, "r"), ok)}, nopStore{}, `rule "r" never applies`},
+		{"replaced everywhere by several", []Option{WithRules(replacing("x", []string{"/a.B/C"}, "two"), replacing("y", []string{"/z.Z/*"}, "two"), testRule("two", "/a.B/C", "/z.Z/Q"))}, nopStore{}, `rule "two" never applies`},
+		{"replaces unknown", []Option{WithRules(replacing("x", nil, "nope"))}, nopStore{}, `rule "x" replaces "nope", which is not a rule`},
+		{"replaces itself", []Option{WithRules(replacing("x", nil, "x"))}, nopStore{}, `rule "x" replaces itself`},
+		{"replaces disjoint", []Option{WithRules(replacing("x", []string{"/a.B/D"}, "r"), ok)}, nopStore{}, `rule "x" replaces "r", but no method matches both`},
+		{"replace cycle", []Option{WithRules(replacing("x", []string{"/a.B/*"}, "y"), replacing("y", []string{"/a.B/C", "/a.B/D"}, "x"))}, nopStore{}, `rules replace each other in a cycle: "x" replaces "y" replaces "x"`},
+		{"two options", []Option{WithRules(with(func(r *Rule) { r.Limits = []tollgate.Limit{tollgate.PerSecond(1)} }))}, nopStore{}, `rule "r": set exactly one of Limit, Limits, LimitFunc and LimitsFunc`},
+		{"empty limits", []Option{WithRules(with(func(r *Rule) { r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{} }))}, nopStore{}, `rule "r": Limits has 0 limits`},
+		{"bad limits", []Option{WithRules(with(func(r *Rule) {
+			r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerSecond(1), {Rate: 1}}
+		}))}, nopStore{}, `rule "r": Limits[1]:`},
+		{"limits sharing state", []Option{WithRules(with(func(r *Rule) {
+			r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerSecond(10), tollgate.PerHour(9), {Rate: 20, Period: time.Second}}
+		}))}, nopStore{}, `rule "r": Limits: limits 0 (token_bucket 10/1s burst 10) and 2 (token_bucket 20/1s burst 20) have the same algorithm and period`},
 		{"store timeout", []Option{WithRules(ok), WithStoreTimeout(0)}, nopStore{}, "store timeout"},
 		{"breaker cool-down", []Option{WithRules(ok), WithBreaker(3, 0)}, nopStore{}, "cool-down"},
 		{"breaker failures", []Option{WithRules(ok), WithBreaker(-1, time.Second)}, nopStore{}, "breaker failures"},
@@ -135,7 +187,7 @@ func TestNewAcceptsGoodConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// WithReplicas(4) divides the static limit for FailLocal, rounding up.
-	if got, want := l.rules[0].localLimit, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
+	if got, want := l.rules[0].call.limits[0].local, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
 		t.Errorf("local limit = %v, want %v", got, want)
 	}
 	if l.local == nil {
@@ -156,19 +208,34 @@ func TestKeyPrefixesAreUnambiguous(t *testing.T) {
 	values := []string{"", "a", "\x00ck:", "\x00ca", "\x00mk:", "\x00ma", "b", "k:", "ck:x", "a\x00ck:"}
 	seen := map[string]string{}
 	for _, r := range l.rules {
-		for _, scope := range []byte{scopeCall, scopeMessage} {
-			anon := r.keyPrefix(scope, true)
+		for _, s := range []scope{scopeCall, scopeMessage} {
+			p := newPlan(r, s, nil, 1)
+			anon := p.key("", true)
 			if prev, dup := seen[anon]; dup {
 				t.Fatalf("key %q for rule %q anonymous also built as %s", anon, r.Name, prev)
 			}
 			seen[anon] = r.Name + " anonymous"
 			for _, v := range values {
-				k := r.keyPrefix(scope, false) + v
+				k := p.key(v, false)
 				if prev, dup := seen[k]; dup {
 					t.Fatalf("key %q for rule %q value %q also built as %s", k, r.Name, v, prev)
 				}
 				seen[k] = r.Name + " value " + v
 			}
+		}
+	}
+}
+
+// Calendar limits have no Period: their part names the calendar.
+func TestLimitPart(t *testing.T) {
+	for l, want := range map[tollgate.Limit]string{
+		tollgate.PerSecond(1): "1s",
+		tollgate.PerHour(1):   "1h0m0s",
+		tollgate.Daily(1):     "daily",
+		tollgate.Monthly(1):   "monthly",
+	} {
+		if got := limitPart(l); got != want {
+			t.Errorf("limitPart(%v) = %q, want %q", l, got, want)
 		}
 	}
 }

@@ -15,11 +15,11 @@ import (
 // stay retryable by the client's retry policy.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		r := l.matcher.match(info.FullMethod)
-		if r == nil {
+		set := l.matcher.match(info.FullMethod)
+		if set == nil {
 			return handler(ctx, req)
 		}
-		res := l.decide(ctx, r, info.FullMethod, scopeCall, req)
+		res := l.decide(ctx, set.calls, info.FullMethod, req)
 		if md := res.trailer(); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -33,29 +33,31 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 }
 
 // StreamServerInterceptor returns the interceptor that limits streams: one
-// decision, at the rule's Cost, when the stream opens, and, for rules with
-// PerMessage, one for every message the client sends. The trailers describe
-// the stream's last decision.
+// decision, at each rule's Cost, when the stream opens, and, when some of
+// the stream's rules have PerMessage, one for every message the client
+// sends, all or nothing across those rules. A message is held back (Shape)
+// only when every rule denying it shapes. The trailers describe the
+// stream's last decision.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		r := l.matcher.match(info.FullMethod)
-		if r == nil {
+		set := l.matcher.match(info.FullMethod)
+		if set == nil {
 			return handler(srv, ss)
 		}
-		res := l.decide(ss.Context(), r, info.FullMethod, scopeCall, nil)
+		res := l.decide(ss.Context(), set.calls, info.FullMethod, nil)
 		if res.err != nil {
 			if md := res.trailer(); md != nil {
 				ss.SetTrailer(md)
 			}
 			return res.err
 		}
-		if r.PerMessage == nil {
+		if len(set.messages) == 0 {
 			if md := res.trailer(); md != nil {
 				ss.SetTrailer(md)
 			}
 			return handler(srv, ss)
 		}
-		ls := &limitedStream{ServerStream: ss, l: l, r: r, method: info.FullMethod, last: res}
+		ls := &limitedStream{ServerStream: ss, l: l, plans: set.messages, method: info.FullMethod, last: res}
 		err := handler(srv, ls)
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
@@ -71,7 +73,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 type limitedStream struct {
 	grpc.ServerStream
 	l      *Limiter
-	r      *rule
+	plans  []*plan // the message plans of the stream's rules
 	method string
 
 	mu   sync.Mutex
@@ -101,15 +103,15 @@ func (s *limitedStream) RecvMsg(m any) error {
 	ctx := s.Context()
 	var waited time.Duration
 	for {
-		res := s.l.decide(ctx, s.r, s.method, scopeMessage, nil)
+		res := s.l.decide(ctx, s.plans, s.method, nil)
 		s.remember(res)
-		if res.err == nil || !res.hasDecision() || s.r.StreamMode != Shape {
+		if res.err == nil || !res.hasDecision() || !res.shape {
 			return res.err
 		}
 		// Shape: wait until the same message fits, within the bound and
 		// the stream's life. A zero wait would spin, so wait at least 1ms.
 		wait := max(res.decision.RetryAfter, time.Millisecond)
-		if waited+wait > s.r.maxShapeWait {
+		if waited+wait > res.maxShapeWait {
 			return res.err
 		}
 		waited += wait

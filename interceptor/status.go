@@ -3,6 +3,7 @@ package interceptor
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -10,8 +11,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/tollgate/tollgate"
 )
 
 // Trailer keys. They are the names Envoy's rate limit filter uses, plus
@@ -36,43 +35,46 @@ const (
 	TrailerReplayed = "x-ratelimit-replayed"
 )
 
-// decided fills res with a store's decision under limit.
-func (res *result) decided(r *rule, dec tollgate.Decision, limit tollgate.Limit, limitHeader string) {
-	res.decision, res.limit, res.limitHeader = dec, limit, limitHeader
-	switch {
-	case dec.Replayed:
-		res.outcome = outcomeReplayed
-	case dec.Allowed:
-		res.outcome = outcomeAllowed
-	default:
-		res.outcome = outcomeDenied
-		res.err = denial(r, limit, dec)
+// denial is the status of a call the denying limits of checks (those of
+// the checks that denied) did not admit: RetryInfo is the longest wait, after which every limit admits the
+// call if nobody else consumes, and QuotaFailure has one violation per
+// denying limit. The subject of a violation is the rule, not the caller's
+// identity: key functions may read credentials, and a status travels
+// through proxies and logs.
+func denial(checks []*check) error {
+	var (
+		wait       time.Duration
+		names      []string
+		violations []*errdetails.QuotaFailure_Violation
+	)
+	for _, c := range checks {
+		if !c.denied() {
+			continue
+		}
+		name := c.p.rule.Name
+		names = append(names, strconv.Quote(name))
+		for i, d := range c.decisions() {
+			if c.denying&(1<<i) == 0 {
+				continue
+			}
+			wait = max(wait, d.RetryAfter)
+			limit := c.limits[i].limit
+			violations = append(violations, &errdetails.QuotaFailure_Violation{
+				Subject:     "rule:" + name,
+				Description: fmt.Sprintf("%s exceeded; retry after %s", limit, roundUp(d.RetryAfter, time.Millisecond)),
+				QuotaId:     name,
+				QuotaValue:  limit.Capacity(),
+			})
+		}
 	}
-}
-
-// limitHeaderFor is x-ratelimit-limit for limit, precomputed for the
-// rule's static limit.
-func limitHeaderFor(r *rule, scope byte, limit tollgate.Limit) string {
-	if scope == scopeCall && r.LimitFunc == nil && limit == r.Limit {
-		return r.limitHeader
+	what := "rate limit " + names[0]
+	if len(names) > 1 {
+		what = "rate limits " + strings.Join(names, ", ")
 	}
-	return strconv.FormatInt(limit.Capacity(), 10)
-}
-
-// denial is the status of a call the limit did not admit. The subject of
-// the QuotaFailure is the rule, not the caller's identity: key functions may
-// read credentials, and a status travels through proxies and logs.
-func denial(r *rule, limit tollgate.Limit, dec tollgate.Decision) error {
-	wait := roundUp(dec.RetryAfter, time.Millisecond)
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit %q exceeded: retry after %s", r.Name, wait))
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("%s exceeded: retry after %s", what, roundUp(wait, time.Millisecond)))
 	detailed, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(dec.RetryAfter)},
-		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     "rule:" + r.Name,
-			Description: fmt.Sprintf("%s exceeded; retry after %s", limit, wait),
-			QuotaId:     r.Name,
-			QuotaValue:  limit.Capacity(),
-		}}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
+		&errdetails.QuotaFailure{Violations: violations},
 	)
 	if err != nil {
 		// Only a proto marshalling bug gets here; the code and message

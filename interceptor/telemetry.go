@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tollgate/tollgate"
 )
 
 // instrumentationName names the tracer and the meter.
@@ -40,26 +42,29 @@ const (
 	AttrFailMode     = attribute.Key("tollgate.fail_mode")      // "none" when the store decided, else FailMode.String()
 	AttrOutcome      = attribute.Key("tollgate.outcome")        // see outcome
 	AttrStoreResult  = attribute.Key("tollgate.store.result")   // "ok" or "error"
+	AttrShadow       = attribute.Key("tollgate.shadow")         // true on spans of shadow rules (Rule.Shadow, WithShadow)
 )
 
 // outcome is the value of tollgate.outcome: what became of one decision.
 type outcome uint8
 
 const (
-	outcomeAllowed    outcome = iota // the store admitted the call
-	outcomeDenied                    // the store denied it: ResourceExhausted
-	outcomeReplayed                  // a retry of an admitted call, not debited again
-	outcomeFailOpen                  // the store could not decide; admitted by FailOpen
-	outcomeFailClosed                // the store could not decide; Unavailable by FailClosed
-	outcomeFailLocal                 // the store could not decide; the local store did
-	outcomeInvalid                   // no decision possible: bad request id, missing key, bad cost or limit
-	outcomeError                     // a rule's Key or LimitFunc failed
-	outcomeCanceled                  // the caller went away before the store answered
+	outcomeAllowed      outcome = iota // the store admitted the call
+	outcomeDenied                      // the store denied it: ResourceExhausted
+	outcomeReplayed                    // a retry of an admitted call, not debited again
+	outcomeFailOpen                    // the store could not decide; admitted by FailOpen
+	outcomeFailClosed                  // the store could not decide; Unavailable by FailClosed
+	outcomeFailLocal                   // the store could not decide; the local store did
+	outcomeInvalid                     // no decision possible: bad request id, missing key, bad cost or limit
+	outcomeError                       // a rule's Key or LimitFunc failed
+	outcomeCanceled                    // the caller went away before the store answered
+	outcomeSkipped                     // this rule would have admitted the call, another refused it: nothing debited
+	outcomeShadowDenied                // a shadow rule denied the call, which went on
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
-	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled",
+	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied",
 }
 
 // histogram bounds for store latency, in seconds: 50µs to 1s.
@@ -98,43 +103,25 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, 
 	return telemetry{tracer: tp.Tracer(instrumentationName), decisions: decisions, storeDuration: storeDuration}, nil
 }
 
-// ruleTelemetry is one rule's precomputed span name, start options and
-// metric attribute sets, so that recording a decision builds no attribute
-// set.
-type ruleTelemetry struct {
-	spanName  string
-	spanStart [2][]trace.SpanStartOption // by scope index
-	// Options are kept in one-element slices: passing a slice on needs no
-	// allocation, building one for a variadic interface call does.
-	decisions [2][numOutcomes][2][]metric.AddOption // by scope index, outcome, allowed
-	storeOK   []metric.RecordOption
-	storeErr  []metric.RecordOption
-}
-
-func scopeIndex(scope byte) int {
-	if scope == scopeMessage {
-		return 1
+func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit, shadow bool) planTelemetry {
+	t := planTelemetry{spanName: "ratelimit " + rule}
+	name := AttrRule.String(rule)
+	attrs := []attribute.KeyValue{name, AttrScope.String(s.String())}
+	// The limit is known here when there is one and no function chooses it;
+	// otherwise each span names the most restrictive limit of its decision.
+	if len(limits) == 1 {
+		attrs = append(attrs, AttrAlgorithm.String(limits[0].Algorithm.String()), AttrLimit.String(limits[0].String()))
+	} else {
+		t.limitPerCall = true
 	}
-	return 0
-}
-
-func newRuleTelemetry(r *rule) ruleTelemetry {
-	t := ruleTelemetry{spanName: "ratelimit " + r.Name}
-	name := AttrRule.String(r.Name)
-	for si, scope := range [2]string{"call", "message"} {
-		attrs := []attribute.KeyValue{name, AttrScope.String(scope)}
-		// The limit is known here unless LimitFunc chooses it per call.
-		if si == 1 && r.PerMessage != nil {
-			attrs = append(attrs, AttrAlgorithm.String(r.PerMessage.Algorithm.String()), AttrLimit.String(r.PerMessage.String()))
-		} else if si == 0 && r.LimitFunc == nil {
-			attrs = append(attrs, AttrAlgorithm.String(r.Limit.Algorithm.String()), AttrLimit.String(r.Limit.String()))
-		}
-		t.spanStart[si] = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
-		for o := range numOutcomes {
-			for allowed := range 2 {
-				t.decisions[si][o][allowed] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-					name, AttrScope.String(scope), AttrOutcome.String(outcomeNames[o]), AttrAllowed.Bool(allowed == 1)))}
-			}
+	if shadow {
+		attrs = append(attrs, AttrShadow.Bool(true))
+	}
+	t.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+	for o := range numOutcomes {
+		for allowed := range 2 {
+			t.decisions[o][allowed] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+				name, AttrScope.String(s.String()), AttrOutcome.String(outcomeNames[o]), AttrAllowed.Bool(allowed == 1)))}
 		}
 	}
 	t.storeOK = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("ok")))}
@@ -143,29 +130,28 @@ func newRuleTelemetry(r *rule) ruleTelemetry {
 }
 
 // recordStore records one store call's latency.
-func (l *Limiter) recordStore(ctx context.Context, r *rule, elapsed time.Duration, failed bool) {
-	opt := r.tel.storeOK
+func (l *Limiter) recordStore(ctx context.Context, p *plan, elapsed time.Duration, failed bool) {
+	opt := p.tel.storeOK
 	if failed {
-		opt = r.tel.storeErr
+		opt = p.tel.storeErr
 	}
 	l.tel.storeDuration.Record(ctx, elapsed.Seconds(), opt...)
 }
 
 // recordDecision counts res and, when the span is sampled, puts the
 // decision on it.
-func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, r *rule, scope byte, res *result) {
-	si := scopeIndex(scope)
+func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, p *plan, res *result) {
 	allowed := 0
 	if res.allowed() {
 		allowed = 1
 	}
-	l.tel.decisions.Add(ctx, 1, r.tel.decisions[si][res.outcome][allowed]...)
+	l.tel.decisions.Add(ctx, 1, p.tel.decisions[res.outcome][allowed]...)
 	if !span.IsRecording() {
 		return
 	}
 	failMode := "none"
 	if res.storeFailed {
-		failMode = r.FailMode.String()
+		failMode = p.rule.FailMode.String()
 	}
 	attrs := []attribute.KeyValue{
 		AttrCost.Int64(res.cost),
@@ -176,7 +162,7 @@ func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, r *rule, 
 		AttrFailMode.String(failMode),
 		AttrOutcome.String(outcomeNames[res.outcome]),
 	}
-	if r.LimitFunc != nil && scope == scopeCall && res.limit.Rate > 0 {
+	if p.tel.limitPerCall && res.limit.Rate > 0 {
 		attrs = append(attrs, AttrAlgorithm.String(res.limit.Algorithm.String()), AttrLimit.String(res.limit.String()))
 	}
 	span.SetAttributes(attrs...)

@@ -259,15 +259,37 @@ func Join(fs ...Func) Func {
 			if err != nil {
 				return "", fmt.Errorf("keyfunc: join part %d: %w", i, err)
 			}
-			b.WriteString(strconv.Itoa(len(v)))
-			b.WriteByte(':')
-			b.WriteString(v)
+			appendPart(&b, v)
 			if b.Len() > MaxValueLen {
 				break // check reports it; stop before building more
 			}
 		}
 		return check(b.String(), "joined value")
 	}
+}
+
+// appendPart appends one part of a Join value: its length, a colon, itself.
+func appendPart(b *strings.Builder, v string) {
+	b.WriteString(strconv.Itoa(len(v)))
+	b.WriteByte(':')
+	b.WriteString(v)
+}
+
+// JoinValues returns the value Join gives when its Funcs return values, in
+// order: what an operator passes to identify a caller of a rule keyed by
+// Join (interceptor.Limiter's Peek and Reset) without encoding it by hand.
+func JoinValues(values ...string) string {
+	var b strings.Builder
+	for _, v := range values {
+		appendPart(&b, v)
+	}
+	return b.String()
+}
+
+// FirstOfValue returns the value FirstOf gives when its Func at position i
+// supplied v, for the same use as JoinValues.
+func FirstOfValue(i int, v string) string {
+	return strconv.Itoa(i) + ":" + v
 }
 
 // FirstOf returns a Func whose value is that of the first of fs that
@@ -289,7 +311,7 @@ func FirstOf(fs ...Func) Func {
 		for i, f := range fs {
 			v, err := f(ctx, fullMethod)
 			if err == nil {
-				return check(strconv.Itoa(i)+":"+v, "value")
+				return check(FirstOfValue(i, v), "value")
 			}
 			if !errors.Is(err, ErrMissing) {
 				return "", err

@@ -43,7 +43,6 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/serving"
-	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // RuleName is the name of the server's only rule, as it appears in denial
@@ -104,6 +103,11 @@ type Config struct {
 	// MetricsAddr, when set, is the TCP address on which the limiter's
 	// OpenTelemetry metrics are served for Prometheus, at MetricsPath.
 	MetricsAddr string
+	// AdminAddr, when set, is the TCP address of a separate listener for the
+	// admin service (tollgate.admin.v1), which requires AdminToken.
+	AdminAddr string
+	// AdminToken is the bearer token admin calls must carry (EnvAdminToken).
+	AdminToken string
 }
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
@@ -132,6 +136,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+MetricsPath+" (empty: none)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "TCP address of a separate listener for the admin service (needs "+EnvAdminToken+"); empty: no admin service")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. %s\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
@@ -154,6 +159,9 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	}
 	if cfg.Flaky < 0 || cfg.Flaky > 1 {
 		return Config{}, fmt.Errorf("-flaky %v: want a fraction from 0 to 1", cfg.Flaky)
+	}
+	if cfg.AdminToken = getenv(EnvAdminToken); cfg.AdminAddr != "" && cfg.AdminToken == "" {
+		return Config{}, fmt.Errorf("-admin-addr needs %s: the admin service resets quotas, so it is never served without a token", EnvAdminToken)
 	}
 	r, err := serving.RedisFromEnv(getenv)
 	if err != nil {
@@ -224,6 +232,14 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 		return err
 	}
 	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
+	if cfg.AdminAddr != "" {
+		stopAdmin, err := serveAdmin(st, cfg, logger)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer stopAdmin()
+	}
 	logger.Printf("listening on %s", lis.Addr())
 
 	return serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
@@ -234,13 +250,8 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 // server reports SERVING for the whole server and for the echo service.
 // Options in opts are added to the limiter's own.
 func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
-	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(interceptor.Rule{
-		Name:     RuleName,
-		Methods:  []string{echo.AllMethods},
-		Key:      keyfunc.Metadata(cfg.TenantHeader),
-		Limit:    cfg.Limit,
-		FailMode: cfg.FailMode,
-	}), interceptor.WithStoreTimeout(cfg.StoreTimeout)}, opts...)...)
+	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
+		interceptor.WithStoreTimeout(cfg.StoreTimeout)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}

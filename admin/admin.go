@@ -1,0 +1,132 @@
+// Package admin serves tollgate.admin.v1 (admin/v1/admin.proto) over an
+// interceptor.Limiter: support staff read a caller's remaining quota under
+// a rule (GetQuota), give it back (ResetQuota) and list the rules
+// (ListRules), with any gRPC client, grpcurl included.
+//
+// The service is off unless registered. It changes rate-limit state, so
+// serve it on a listener of its own, behind an authorization interceptor,
+// never on the public port:
+//
+//	adminSrv := grpc.NewServer(grpc.ChainUnaryInterceptor(requireAdmin))
+//	admin.Register(adminSrv, limiter)
+//	go adminSrv.Serve(adminListener)
+package admin
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate/tollgate"
+	adminv1 "github.com/tollgate/tollgate/admin/v1"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
+)
+
+// Register registers the admin service of l on s.
+func Register(s grpc.ServiceRegistrar, l *interceptor.Limiter) {
+	adminv1.RegisterAdminServer(s, NewServer(l))
+}
+
+// NewServer returns the admin service of l, for servers that register it
+// themselves.
+func NewServer(l *interceptor.Limiter) adminv1.AdminServer {
+	return &server{l: l}
+}
+
+type server struct {
+	adminv1.UnimplementedAdminServer
+	l *interceptor.Limiter
+}
+
+// GetQuota returns the state of every limit of the rule for the caller.
+func (s *server) GetQuota(ctx context.Context, req *adminv1.GetQuotaRequest) (*adminv1.GetQuotaResponse, error) {
+	who, err := caller(req.GetCaller())
+	if err != nil {
+		return nil, err
+	}
+	qs, err := s.l.Peek(ctx, req.GetRule(), who)
+	if err != nil {
+		return nil, err
+	}
+	resp := &adminv1.GetQuotaResponse{}
+	for _, q := range qs {
+		resp.Quotas = append(resp.Quotas, &adminv1.Quota{
+			Limit:      q.Limit.String(),
+			Algorithm:  q.Limit.Algorithm.String(),
+			Rate:       q.Limit.Rate,
+			Period:     durationpb.New(q.Limit.Period),
+			Capacity:   q.Limit.Capacity(),
+			PerMessage: q.PerMessage,
+			Available:  q.Available,
+			Cost:       q.Cost,
+			Allowed:    q.Decision.Allowed,
+			RetryAfter: durationpb.New(q.Decision.RetryAfter),
+			ResetAfter: durationpb.New(q.Decision.ResetAfter),
+		})
+	}
+	return resp, nil
+}
+
+// ResetQuota gives the caller its whole quota back under the rule.
+func (s *server) ResetQuota(ctx context.Context, req *adminv1.ResetQuotaRequest) (*adminv1.ResetQuotaResponse, error) {
+	who, err := caller(req.GetCaller())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.l.Reset(ctx, req.GetRule(), who); err != nil {
+		return nil, err
+	}
+	return &adminv1.ResetQuotaResponse{}, nil
+}
+
+// ListRules describes the Limiter's rules.
+func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1.ListRulesResponse, error) {
+	resp := &adminv1.ListRulesResponse{}
+	for _, r := range s.l.Rules() {
+		out := &adminv1.Rule{
+			Name:          r.Name,
+			Methods:       r.Methods,
+			DynamicLimits: r.LimitFunc != nil || r.LimitsFunc != nil,
+			FailMode:      r.FailMode.String(),
+			Shadow:        r.Shadow,
+			Replaces:      r.Replaces,
+			Cost:          max(r.Cost, 1),
+		}
+		limits := r.Limits
+		if limits == nil && !out.DynamicLimits {
+			limits = []tollgate.Limit{r.Limit}
+		}
+		for _, l := range limits {
+			out.Limits = append(out.Limits, l.String())
+		}
+		if r.PerMessage != nil {
+			out.PerMessage = r.PerMessage.String()
+		}
+		resp.Rules = append(resp.Rules, out)
+	}
+	return resp, nil
+}
+
+// caller translates the request's caller.
+func caller(c *adminv1.Caller) (interceptor.Caller, error) {
+	switch id := c.GetIdentity().(type) {
+	case *adminv1.Caller_Value:
+		return interceptor.Caller{Value: id.Value}, nil
+	case *adminv1.Caller_Join:
+		return interceptor.Caller{Value: keyfunc.JoinValues(id.Join.GetValues()...)}, nil
+	case *adminv1.Caller_FirstOf:
+		return interceptor.Caller{Value: keyfunc.FirstOfValue(int(id.FirstOf.GetIndex()), id.FirstOf.GetValue())}, nil
+	case *adminv1.Caller_Metadata:
+		return interceptor.Caller{Metadata: metadata.New(id.Metadata.GetEntries()), Method: c.GetMethod()}, nil
+	case *adminv1.Caller_Anonymous:
+		if id.Anonymous {
+			return interceptor.Caller{Anonymous: true}, nil
+		}
+	}
+	return interceptor.Caller{}, status.Error(codes.InvalidArgument, "caller: set one of value, join, first_of, metadata or anonymous")
+}

@@ -1,0 +1,129 @@
+package admin_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
+	adminv1 "github.com/tollgate/tollgate/admin/v1"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// stores returns the stores every test runs on.
+func stores() map[string]func(t *testing.T) tollgate.Store {
+	return map[string]func(t *testing.T) tollgate.Store{
+		"memory": func(*testing.T) tollgate.Store { return store.NewMemory() },
+		"single": func(t *testing.T) tollgate.Store { return store.NewRedis(redistest.Single(t).Client(t)) },
+		"cluster": func(t *testing.T) tollgate.Store {
+			c := redis.NewClusterClient(redistest.SharedCluster(t).Options())
+			t.Cleanup(func() { _ = c.Close() })
+			return store.NewRedis(c)
+		},
+	}
+}
+
+// The admin service over bufconn, beside the limited echo service: it lists
+// the rules, reads a caller's quota under each way of naming the caller,
+// gives a quota back, and refuses unknown rules and unnamed callers.
+func TestAdmin(t *testing.T) {
+	for name, newStore := range stores() {
+		t.Run(name, func(t *testing.T) {
+			prefix := redistest.KeyPrefix(t)
+			perTenant := interceptor.Rule{
+				Name:   "tenant-method " + prefix,
+				Key:    keyfunc.Join(keyfunc.Metadata("x-tenant"), keyfunc.Method()),
+				Limits: []tollgate.Limit{tollgate.PerMinute(10), tollgate.PerHour(3)},
+			}
+			perUser := interceptor.Rule{
+				Name:         "per-user " + prefix,
+				Key:          keyfunc.Metadata("x-user"),
+				OnMissingKey: interceptor.ShareMissing,
+				Limit:        tollgate.PerHour(2),
+				Shadow:       true,
+			}
+			l, err := interceptor.New(newStore(t), interceptor.WithRules(perTenant, perUser))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, &echo.Server{}) },
+				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
+			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { admin.Register(s, l) }, nil))
+			ctx := context.Background()
+
+			rules, err := a.ListRules(ctx, &adminv1.ListRulesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rules.GetRules(); len(got) != 2 || got[0].GetName() != perTenant.Name ||
+				strings.Join(got[0].GetLimits(), "; ") != "token_bucket 10/1m0s burst 10; token_bucket 3/1h0m0s burst 3" ||
+				!got[1].GetShadow() || got[1].GetFailMode() != "open" {
+				t.Fatalf("ListRules = %v", rules)
+			}
+
+			acme := metadata.AppendToOutgoingContext(ctx, "x-tenant", "acme")
+			for range 2 {
+				if _, err := c.Say(acme, wrapperspb.String("hi")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for what, who := range map[string]*adminv1.Caller{
+				"join":     {Identity: &adminv1.Caller_Join{Join: &adminv1.JoinParts{Values: []string{"acme", echo.SayMethod}}}},
+				"metadata": {Identity: &adminv1.Caller_Metadata{Metadata: &adminv1.Metadata{Entries: map[string]string{"x-tenant": "acme"}}}, Method: echo.SayMethod},
+				"value":    {Identity: &adminv1.Caller_Value{Value: keyfunc.JoinValues("acme", echo.SayMethod)}},
+			} {
+				q, err := a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: perTenant.Name, Caller: who})
+				if err != nil {
+					t.Fatalf("GetQuota by %s: %v", what, err)
+				}
+				if got := q.GetQuotas(); len(got) != 2 || got[0].GetAvailable() != 8 || got[1].GetAvailable() != 1 ||
+					!got[1].GetAllowed() || got[1].GetCapacity() != 3 || got[1].GetPeriod().AsDuration().String() != "1h0m0s" {
+					t.Fatalf("GetQuota by %s = %v, want 8 of 10 a minute and 1 of 3 an hour", what, q)
+				}
+			}
+			anonymous := &adminv1.Caller{Identity: &adminv1.Caller_Anonymous{Anonymous: true}}
+			q, err := a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: perUser.Name, Caller: anonymous})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := q.GetQuotas(); len(got) != 1 || got[0].GetAvailable() != 0 || got[0].GetAllowed() {
+				t.Fatalf("anonymous per-user quota = %v, want 0 of 2 left", q)
+			}
+
+			if _, err := a.ResetQuota(ctx, &adminv1.ResetQuotaRequest{Rule: perUser.Name, Caller: anonymous}); err != nil {
+				t.Fatal(err)
+			}
+			if q, err = a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: perUser.Name, Caller: anonymous}); err != nil || q.GetQuotas()[0].GetAvailable() != 2 {
+				t.Fatalf("after ResetQuota: %v, %v; want 2 available", q, err)
+			}
+
+			_, err = a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: "nope", Caller: anonymous})
+			if st, _ := status.FromError(err); st.Code() != codes.NotFound || !strings.Contains(st.Message(), `"nope"`) {
+				t.Errorf("unknown rule: %v, want NotFound naming it", err)
+			}
+			_, err = a.ResetQuota(ctx, &adminv1.ResetQuotaRequest{Rule: perTenant.Name})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("no caller: %v, want InvalidArgument", err)
+			}
+			_, err = a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: perTenant.Name, Caller: anonymous})
+			if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "ShareMissing") {
+				t.Errorf("anonymous caller of a rule without one: %v, want InvalidArgument", err)
+			}
+		})
+	}
+}

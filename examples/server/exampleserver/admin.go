@@ -1,0 +1,69 @@
+package exampleserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"log"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
+)
+
+// EnvAdminToken holds the bearer token the admin service (-admin-addr)
+// requires in the "authorization" metadata ("Bearer TOKEN").
+const EnvAdminToken = "TOLLGATE_ADMIN_TOKEN"
+
+// serveAdmin serves the admin service for st's quotas on a listener of its
+// own at cfg.AdminAddr, behind a bearer-token check, and returns the
+// function that stops it. Its Limiter has the serving Limiter's rule and
+// store, hence the same keys: what one peeks or resets, the other decides
+// with. (Only FailLocal's per-replica state, private to each Limiter, is
+// out of its reach.)
+func serveAdmin(st tollgate.Store, cfg Config, logger *log.Logger) (stop func(), err error) {
+	lim, err := interceptor.New(st, interceptor.WithRules(tenantRule(cfg)), interceptor.WithStoreTimeout(cfg.StoreTimeout))
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken)))
+	admin.Register(srv, lim)
+	go func() { _ = srv.Serve(lis) }()
+	logger.Printf("admin service (tollgate.admin.v1) on %s, bearer token from %s", lis.Addr(), EnvAdminToken)
+	return srv.Stop, nil
+}
+
+// tenantRule is the server's only rule, for its Limiter and the admin
+// service's.
+func tenantRule(cfg Config) interceptor.Rule {
+	return interceptor.Rule{
+		Name:     RuleName,
+		Methods:  []string{echo.AllMethods},
+		Key:      keyfunc.Metadata(cfg.TenantHeader),
+		Limit:    cfg.Limit,
+		FailMode: cfg.FailMode,
+	}
+}
+
+// requireToken refuses calls without "authorization: Bearer token".
+func requireToken(token string) grpc.UnaryServerInterceptor {
+	want := []byte("Bearer " + token)
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		got := metadata.ValueFromIncomingContext(ctx, "authorization")
+		if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), want) != 1 {
+			return nil, status.Error(codes.Unauthenticated, "admin: a bearer token is required")
+		}
+		return handler(ctx, req)
+	}
+}

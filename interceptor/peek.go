@@ -1,0 +1,177 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/keyfunc"
+)
+
+// Caller names one identity of a rule, as the rule's key function sees it,
+// for Peek and Reset. Set one of its fields.
+type Caller struct {
+	// Value is the key function's value for the caller. For a rule keyed by
+	// keyfunc.Join or keyfunc.FirstOf, keyfunc.JoinValues and
+	// keyfunc.FirstOfValue build it from its parts.
+	Value string
+	// Metadata, when Value is empty, is given to the rule's key function as
+	// the incoming metadata of a call to Method, so that the identity is
+	// found exactly as for a real call carrying those headers.
+	Metadata metadata.MD
+	// Method is the full method name the key function is given with
+	// Metadata ("/pkg.Service/Method"); keyfunc.Method reads it.
+	Method string
+	// Anonymous names the identity every caller without a key shares under
+	// ShareMissing.
+	Anonymous bool
+}
+
+// Quota is the state of one limit of a rule for one identity.
+type Quota struct {
+	// Limit is the limit (for a LimitFunc or LimitsFunc rule, the one its
+	// function returns for the identity now).
+	Limit tollgate.Limit
+	// PerMessage reports that Limit is the rule's PerMessage limit, whose
+	// state is separate from the call limits'.
+	PerMessage bool
+	// Cost is what Decision was asked for: the rule's Cost (at least 1,
+	// at most the limit's capacity), or 1 for a message.
+	Cost int64
+	// Decision is what a call of Cost would get now; nothing is debited.
+	// Its Remaining is what would be left after that call.
+	Decision tollgate.Decision
+	// Available is how many units the identity has now: Decision.Remaining,
+	// plus Cost when the call would be admitted.
+	Available int64
+}
+
+// ErrUnknownRule is matched (errors.Is) by the error Peek and Reset return
+// for a rule name the Limiter does not have. That error is also a gRPC
+// codes.NotFound status naming the rule.
+var ErrUnknownRule = errors.New("interceptor: unknown rule")
+
+// unknownRuleError is the error of an unknown rule name.
+type unknownRuleError string
+
+func (e unknownRuleError) Error() string {
+	return fmt.Sprintf("interceptor: no rate limit rule is named %q", string(e))
+}
+
+// GRPCStatus makes the error a NotFound status, as status.FromError sees it.
+func (e unknownRuleError) GRPCStatus() *status.Status { return status.New(codes.NotFound, e.Error()) }
+
+// Is reports that the error is ErrUnknownRule.
+func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRule }
+
+// Peek returns the state of every limit of the named rule for who, without
+// debiting anything or recording a request id. An unknown rule is a
+// codes.NotFound status naming it; an identity the key function cannot
+// find is codes.InvalidArgument; a store failure is codes.Unavailable.
+func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, error) {
+	var out []Quota
+	err := l.eachLimit(ctx, rule, who, func(p *plan, req tollgate.Request) error {
+		dec, err := l.store.Peek(ctx, req)
+		if err != nil {
+			return err
+		}
+		q := Quota{Limit: req.Limit, PerMessage: p.scope == scopeMessage, Cost: req.Cost, Decision: dec, Available: dec.Remaining}
+		if dec.Allowed {
+			q.Available += req.Cost
+		}
+		out = append(out, q)
+		return nil
+	})
+	return out, err
+}
+
+// Reset forgets the state of every limit of the named rule for who, in the
+// shared store and in the local store of FailLocal: the identity is back to
+// full buckets and empty windows. Errors are those of Peek.
+func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
+	return l.eachLimit(ctx, rule, who, func(_ *plan, req tollgate.Request) error {
+		if l.local != nil {
+			if err := l.local.Reset(ctx, req); err != nil {
+				return err
+			}
+		}
+		return l.store.Reset(ctx, req)
+	})
+}
+
+// Rules returns a copy of the Limiter's rules as configured, in WithRules
+// order (with Shadow set when WithShadow is given).
+func (l *Limiter) Rules() []Rule {
+	out := make([]Rule, len(l.rules))
+	for i, r := range l.rules {
+		out[i] = r.Rule
+		out[i].Methods, out[i].Limits, out[i].Replaces = slices.Clone(r.Methods), slices.Clone(r.Limits), slices.Clone(r.Replaces)
+	}
+	return out
+}
+
+// eachLimit calls f with the request of every limit of rule for who, in
+// the rule's order, the message limit last.
+func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, tollgate.Request) error) error {
+	r := l.byName[rule]
+	if r == nil {
+		return unknownRuleError(rule)
+	}
+	value, anonymous, err := r.identify(ctx, who)
+	if err != nil {
+		return err
+	}
+	for _, p := range [2]*plan{r.call, r.message} {
+		if p == nil {
+			continue
+		}
+		c := check{p: p, ctx: ctx}
+		if !limitsFor(&c, value) {
+			return c.res.err
+		}
+		key := p.key(value, anonymous)
+		cost := int64(1)
+		if p.priced {
+			cost = max(r.Cost, 1)
+		}
+		for _, lp := range c.limits {
+			req := tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())}
+			if err := f(p, req); err != nil {
+				if errors.Is(err, tollgate.ErrInvalidRequest) {
+					return status.Errorf(codes.InvalidArgument, "rate limit %q: %v", r.Name, err)
+				}
+				return status.Errorf(codes.Unavailable, "rate limit %q: the store cannot answer: %v", r.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// identify returns the key function's value for who.
+func (r *rule) identify(ctx context.Context, who Caller) (value string, anonymous bool, err error) {
+	switch {
+	case who.Anonymous:
+		if r.OnMissingKey != ShareMissing {
+			return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q has no anonymous identity: its OnMissingKey is not ShareMissing", r.Name)
+		}
+		return "", true, nil
+	case who.Value != "":
+		if len(who.Value) > keyfunc.MaxValueLen {
+			return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q: the value is %d bytes, more than %d", r.Name, len(who.Value), keyfunc.MaxValueLen)
+		}
+		return who.Value, false, nil
+	case who.Metadata != nil:
+		value, err := r.Key(metadata.NewIncomingContext(ctx, who.Metadata), who.Method)
+		if err != nil {
+			return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q cannot identify the caller from the metadata given: %v", r.Name, err)
+		}
+		return value, false, nil
+	}
+	return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q: name the caller by its value, its metadata or as anonymous", r.Name)
+}
