@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
@@ -259,7 +260,7 @@ func (l *Limiter) run(ctx context.Context, set []*check) {
 	if !ready {
 		return
 	}
-	allowed, probe := l.breaker.allow()
+	allowed, probe := l.breaker.Allow()
 	if !allowed {
 		l.failSet(ctx, set, errBreakerOpen)
 		return
@@ -278,7 +279,7 @@ func (l *Limiter) run(ctx context.Context, set []*check) {
 	cancel()
 	switch {
 	case err == nil:
-		l.breaker.done(probe, storeOK)
+		l.breaker.Done(probe, breaker.OK)
 		for _, c := range set {
 			if c.active {
 				l.recordStore(ctx, c.p, elapsed, false)
@@ -287,7 +288,7 @@ func (l *Limiter) run(ctx context.Context, set []*check) {
 		settle(set)
 	case errors.Is(err, tollgate.ErrInvalidRequest):
 		// A configuration the checks above let through; the store is fine.
-		l.breaker.done(probe, storeNoNews)
+		l.breaker.Done(probe, breaker.NoNews)
 		for _, c := range set {
 			if !c.active {
 				continue
@@ -296,7 +297,7 @@ func (l *Limiter) run(ctx context.Context, set []*check) {
 		}
 	case ctx.Err() != nil:
 		// The caller cancelled or ran out of time, not the store.
-		l.breaker.done(probe, storeNoNews)
+		l.breaker.Done(probe, breaker.NoNews)
 		for _, c := range set {
 			if !c.active {
 				continue
@@ -305,7 +306,7 @@ func (l *Limiter) run(ctx context.Context, set []*check) {
 			c.res.err = status.FromContextError(ctx.Err()).Err()
 		}
 	default:
-		l.breaker.done(probe, storeFailed)
+		l.breaker.Done(probe, breaker.Failed)
 		for _, c := range set {
 			if c.active {
 				l.recordStore(ctx, c.p, elapsed, true)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/breaker"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -25,7 +26,7 @@ type Limiter struct {
 	header       string
 	storeTimeout time.Duration
 	replicas     int64
-	breaker      *breaker
+	breaker      *breaker.Breaker
 	tel          telemetry
 }
 
@@ -68,7 +69,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		header:       c.requestIDHeader,
 		storeTimeout: c.storeTimeout,
 		replicas:     c.replicas,
-		breaker:      newBreaker(c.breakerFailures, c.breakerCoolDown),
+		breaker:      breaker.New(c.breakerFailures, c.breakerCoolDown),
 		tel:          tel,
 		byName:       make(map[string]*rule, len(c.rules)),
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/breaker"
 )
 
 // Request bounds. A request beyond them is refused with
@@ -38,7 +39,7 @@ type Server struct {
 	store   tollgate.Store
 	config  atomic.Pointer[Config]
 	opts    options
-	breaker *breaker
+	breaker *breaker.Breaker
 	tel     *telemetry
 }
 
@@ -73,7 +74,7 @@ func NewServer(st tollgate.Store, opts ...Option) (*Server, error) {
 	s := &Server{
 		store:   st,
 		opts:    o,
-		breaker: &breaker{threshold: o.breakerFailures, coolDown: o.breakerCoolDown, now: time.Now},
+		breaker: breaker.New(o.breakerFailures, o.breakerCoolDown),
 		tel:     tel,
 	}
 	if o.config == nil {
@@ -431,7 +432,7 @@ func (s *Server) decide(ctx context.Context, domain string, slots []slot) (outco
 // callStore runs one store call behind the breaker, under the store
 // deadline, and records its latency.
 func (s *Server) callStore(ctx context.Context, domain string, call func(context.Context) error) error {
-	ok, probe := s.breaker.allow()
+	ok, probe := s.breaker.Allow()
 	if !ok {
 		return errBreakerOpen
 	}
@@ -442,12 +443,12 @@ func (s *Server) callStore(ctx context.Context, domain string, call func(context
 	cancel()
 	switch {
 	case err == nil:
-		s.breaker.done(probe, false, false)
+		s.breaker.Done(probe, breaker.OK)
 		s.tel.recordStore(ctx, domain, elapsed, false)
 	case errors.Is(err, tollgate.ErrInvalidRequest) || ctx.Err() != nil:
-		s.breaker.done(probe, false, true)
+		s.breaker.Done(probe, breaker.NoNews)
 	default:
-		s.breaker.done(probe, true, false)
+		s.breaker.Done(probe, breaker.Failed)
 		s.tel.recordStore(ctx, domain, elapsed, true)
 	}
 	return err

@@ -1,4 +1,4 @@
-package interceptor
+package breaker
 
 import (
 	"sync"
@@ -25,16 +25,16 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func newTestBreaker(threshold int, coolDown time.Duration) (*breaker, *fakeClock) {
+func newTestBreaker(threshold int, coolDown time.Duration) (*Breaker, *fakeClock) {
 	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
-	b := newBreaker(threshold, coolDown)
+	b := New(threshold, coolDown)
 	b.now = clock.Now
 	return b, clock
 }
 
-func mustAllow(t *testing.T, b *breaker, wantOK, wantProbe bool) bool {
+func mustAllow(t *testing.T, b *Breaker, wantOK, wantProbe bool) bool {
 	t.Helper()
-	ok, probe := b.allow()
+	ok, probe := b.Allow()
 	if ok != wantOK || probe != wantProbe {
 		t.Fatalf("allow() = (%v, %v), want (%v, %v)", ok, probe, wantOK, wantProbe)
 	}
@@ -46,24 +46,24 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	// Two failures, then a success: the count starts again.
 	for range 2 {
 		mustAllow(t, b, true, false)
-		b.done(false, storeFailed)
+		b.Done(false, Failed)
 	}
 	mustAllow(t, b, true, false)
-	b.done(false, storeOK)
+	b.Done(false, OK)
 	for range 2 {
 		mustAllow(t, b, true, false)
-		b.done(false, storeFailed)
+		b.Done(false, Failed)
 	}
 	// Cancelled callers say nothing about the store.
 	mustAllow(t, b, true, false)
-	b.done(false, storeNoNews)
+	b.Done(false, NoNews)
 	mustAllow(t, b, true, false)
-	b.done(false, storeFailed) // the third in a row
+	b.Done(false, Failed) // the third in a row
 	mustAllow(t, b, false, false)
 
 	// A call that started before the breaker opened and succeeds late does
 	// not close it: only a probe does.
-	b.done(false, storeOK)
+	b.Done(false, OK)
 	mustAllow(t, b, false, false)
 
 	clock.Advance(time.Second - time.Nanosecond)
@@ -71,18 +71,18 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	clock.Advance(time.Nanosecond)
 	probe := mustAllow(t, b, true, true)
 	mustAllow(t, b, false, false) // one probe at a time
-	b.done(probe, storeFailed)    // the store is still down: open again
+	b.Done(probe, Failed)    // the store is still down: open again
 	clock.Advance(time.Second / 2)
 	mustAllow(t, b, false, false)
 	clock.Advance(time.Second / 2)
 	probe = mustAllow(t, b, true, true)
-	b.done(probe, storeNoNews) // the prober went away: the next call probes at once
+	b.Done(probe, NoNews) // the prober went away: the next call probes at once
 	probe = mustAllow(t, b, true, true)
-	b.done(probe, storeOK)
+	b.Done(probe, OK)
 	mustAllow(t, b, true, false)
 	// Closed again, with a fresh count.
 	for range 2 {
-		b.done(false, storeFailed)
+		b.Done(false, Failed)
 	}
 	mustAllow(t, b, true, false)
 }
@@ -91,7 +91,7 @@ func TestBreakerDisabled(t *testing.T) {
 	b, _ := newTestBreaker(0, 0)
 	for range 100 {
 		mustAllow(t, b, true, false)
-		b.done(false, storeFailed)
+		b.Done(false, Failed)
 	}
 }
 
@@ -104,13 +104,13 @@ func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
 	// Trip it from many goroutines at once: every failure counts.
 	for range goroutines {
 		wg.Go(func() {
-			if ok, probe := b.allow(); ok {
-				b.done(probe, storeFailed)
+			if ok, probe := b.Allow(); ok {
+				b.Done(probe, Failed)
 			}
 		})
 	}
 	wg.Wait()
-	if ok, _ := b.allow(); ok {
+	if ok, _ := b.Allow(); ok {
 		t.Fatal("breaker still closed after 64 concurrent failures")
 	}
 	clock.Advance(time.Second)
@@ -121,7 +121,7 @@ func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			<-start
-			ok, probe := b.allow()
+			ok, probe := b.Allow()
 			if ok {
 				allowed.Add(1)
 			}
@@ -131,7 +131,7 @@ func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
 			gotProbe.Done()
 			gotProbe.Wait() // hold the probe until every caller has asked
 			if ok {
-				b.done(probe, storeOK)
+				b.Done(probe, OK)
 			}
 		})
 	}
@@ -140,7 +140,7 @@ func TestBreakerOneProbeUnderConcurrency(t *testing.T) {
 	if probes.Load() != 1 || allowed.Load() != 1 {
 		t.Fatalf("probes = %d, allowed = %d; want exactly 1 of %d callers", probes.Load(), allowed.Load(), goroutines)
 	}
-	if ok, probe := b.allow(); !ok || probe {
+	if ok, probe := b.Allow(); !ok || probe {
 		t.Fatalf("after a successful probe allow() = (%v, %v), want closed", ok, probe)
 	}
 }

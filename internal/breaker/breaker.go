@@ -1,4 +1,8 @@
-package interceptor
+// Package breaker is the circuit breaker the interceptors and the rate
+// limit service put in front of a store: after consecutive failures it stops
+// calls from waiting on the store until a cool-down has passed, then lets
+// one call probe it.
+package breaker
 
 import (
 	"sync"
@@ -18,9 +22,10 @@ const (
 	probing
 )
 
-// breaker stops calls from waiting on a store that keeps failing. It is
-// shared by every rule of a Limiter, because they share the store.
-type breaker struct {
+// Breaker stops calls from waiting on a store that keeps failing. One
+// Breaker guards one store, whoever its callers are. It is safe for
+// concurrent use; the zero threshold disables it.
+type Breaker struct {
 	threshold int           // consecutive failures that open it; 0 disables it
 	coolDown  time.Duration // how long it stays open before a probe
 	now       func() time.Time
@@ -37,14 +42,16 @@ type breaker struct {
 	openedAt time.Time
 }
 
-func newBreaker(threshold int, coolDown time.Duration) *breaker {
-	return &breaker{threshold: threshold, coolDown: coolDown, now: time.Now}
+// New returns a breaker that opens after threshold consecutive failures
+// (0 disables it) and stays open for coolDown before a probe.
+func New(threshold int, coolDown time.Duration) *Breaker {
+	return &Breaker{threshold: threshold, coolDown: coolDown, now: time.Now}
 }
 
-// allow reports whether this call may ask the store, and whether it is the
+// Allow reports whether this call may ask the store, and whether it is the
 // one probe of a breaker that was open. A call that gets ok must report its
-// outcome with done.
-func (b *breaker) allow() (ok, probe bool) {
+// outcome with Done.
+func (b *Breaker) Allow() (ok, probe bool) {
 	if b.threshold <= 0 || breakerState(b.state.Load()) == closed {
 		return true, false
 	}
@@ -62,29 +69,32 @@ func (b *breaker) allow() (ok, probe bool) {
 	return false, false
 }
 
-// storeResult is what a store call told the breaker.
-type storeResult uint8
+// Result is what a store call told the breaker.
+type Result uint8
 
 const (
-	storeOK     storeResult = iota // the store decided
-	storeFailed                    // the store erred or timed out
-	storeNoNews                    // the caller went away first: says nothing about the store
+	// OK means the store decided.
+	OK Result = iota
+	// Failed means the store erred or timed out.
+	Failed
+	// NoNews means the caller went away first, which says nothing about the store.
+	NoNews
 )
 
-// done records the outcome of a call that allow let through.
-func (b *breaker) done(probe bool, res storeResult) {
-	if b.threshold <= 0 || (res == storeOK && !probe && !b.failing.Load()) {
+// Done records the outcome of a call that Allow let through.
+func (b *Breaker) Done(probe bool, res Result) {
+	if b.threshold <= 0 || (res == OK && !probe && !b.failing.Load()) {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if probe {
 		switch res {
-		case storeOK:
+		case OK:
 			b.close()
-		case storeFailed:
+		case Failed:
 			b.trip()
-		case storeNoNews:
+		case NoNews:
 			// Let the next call probe at once.
 			b.state.Store(uint32(open))
 		}
@@ -96,9 +106,9 @@ func (b *breaker) done(probe bool, res storeResult) {
 		return
 	}
 	switch res {
-	case storeOK:
+	case OK:
 		b.close()
-	case storeFailed:
+	case Failed:
 		b.failures++
 		b.failing.Store(true)
 		if b.failures >= b.threshold {
@@ -107,13 +117,13 @@ func (b *breaker) done(probe bool, res storeResult) {
 	}
 }
 
-func (b *breaker) close() {
+func (b *Breaker) close() {
 	b.failures = 0
 	b.failing.Store(false)
 	b.state.Store(uint32(closed))
 }
 
-func (b *breaker) trip() {
+func (b *Breaker) trip() {
 	b.openedAt = b.now()
 	b.state.Store(uint32(open))
 }
