@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/rls"
 )
 
 // TestMetricsAddr runs the command with -metrics-addr, makes two admitted
@@ -81,5 +82,17 @@ func TestMetricsAddr(t *testing.T) {
 		if !found {
 			t.Errorf("no tollgate_decisions_total sample of %s %s in:\n%s", want, outcome, body)
 		}
+	}
+}
+
+// TestExampleConfig loads the configuration the README runs the command
+// with.
+func TestExampleConfig(t *testing.T) {
+	conf, err := rls.LoadDir("../../examples/rls/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(conf.Domains(), ","); got != "api" {
+		t.Fatalf("domains %q, want api", got)
 	}
 }
