@@ -47,26 +47,28 @@ func sum(cs []*counting) (calls, debited int64) {
 	return calls, debited
 }
 
-func TestRedisHotIdentity(t *testing.T) {
+// forEachBackend runs test on replicas tiers over a single Redis node, a
+// Redis Cluster (each tier with its own client) and one shared Memory store.
+func forEachBackend(t *testing.T, test func(t *testing.T, tiers []*Store, inners []*counting)) {
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
 			tiers, inners := redisTiers(t, cluster)
-			hotIdentity(t, tiers, inners)
+			test(t, tiers, inners)
 		})
 	}
+	t.Run("memory", func(t *testing.T) {
+		inners := make([]*counting, replicas)
+		tiers := make([]*Store, replicas)
+		shared := store.NewMemory()
+		for i := range tiers {
+			inners[i] = &counting{Store: shared}
+			tiers[i] = mustNew(t, inners[i])
+		}
+		test(t, tiers, inners)
+	})
 }
 
-// The same on one Memory store shared by the four tiers.
-func TestMemoryHotIdentity(t *testing.T) {
-	inners := make([]*counting, replicas)
-	tiers := make([]*Store, replicas)
-	shared := store.NewMemory()
-	for i := range tiers {
-		inners[i] = &counting{Store: shared}
-		tiers[i] = mustNew(t, inners[i])
-	}
-	hotIdentity(t, tiers, inners)
-}
+func TestHotIdentity(t *testing.T) { forEachBackend(t, hotIdentity) }
 
 // hotIdentity: four replicas share one identity under a quota it stays
 // below; every decision is admitted, Redis debits exactly what was admitted
@@ -133,25 +135,7 @@ func quotaExhausted(t *testing.T, cluster bool) {
 	}
 }
 
-func TestRedisSustainedQuota(t *testing.T) {
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
-			tiers, inners := redisTiers(t, cluster)
-			sustainedQuota(t, tiers, inners)
-		})
-	}
-}
-
-func TestMemorySustainedQuota(t *testing.T) {
-	inners := make([]*counting, replicas)
-	tiers := make([]*Store, replicas)
-	shared := store.NewMemory()
-	for i := range tiers {
-		inners[i] = &counting{Store: shared}
-		tiers[i] = mustNew(t, inners[i])
-	}
-	sustainedQuota(t, tiers, inners)
-}
+func TestSustainedQuota(t *testing.T) { forEachBackend(t, sustainedQuota) }
 
 // sustainedQuota: four replicas ask more than a 20k/s quota (burst 20k)
 // for a window of one second. They admit no more than the quota over the window

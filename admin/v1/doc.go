@@ -2,4 +2,4 @@
 // service of a tollgate Limiter (admin.proto). Package admin implements it.
 package adminv1
 
-//go:generate sh gen.sh
+//go:generate sh ../../internal/protogen/gen.sh tollgate/admin/v1 github.com/tollgate/tollgate/admin/v1 admin.proto

@@ -10,7 +10,7 @@
 // Client whose Count takes a number, and the method names as constants.
 package echo
 
-//go:generate sh gen.sh
+//go:generate sh ../../internal/protogen/gen.sh tollgate/example github.com/tollgate/tollgate/examples/echo echo.proto
 
 import (
 	"context"
