@@ -71,7 +71,7 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	clock.Advance(time.Nanosecond)
 	probe := mustAllow(t, b, true, true)
 	mustAllow(t, b, false, false) // one probe at a time
-	b.Done(probe, Failed)    // the store is still down: open again
+	b.Done(probe, Failed)         // the store is still down: open again
 	clock.Advance(time.Second / 2)
 	mustAllow(t, b, false, false)
 	clock.Advance(time.Second / 2)
