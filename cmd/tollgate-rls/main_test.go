@@ -60,11 +60,12 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	}
 }
 
-func testReload(t *testing.T, env map[string]string) {
-	dir := t.TempDir()
-	domain := strings.ReplaceAll(redistest.KeyPrefix(t), ":", "_")
-	writeFile(t, dir, "shop.yaml", limitYAML(domain, 3))
-	cfg, err := parseFlags([]string{"-config", dir, "-addr", "127.0.0.1:0", "-response-headers", "-store-timeout", "5s"}, func(k string) string { return env[k] }, io.Discard)
+// startCommand serves the command's server in-process with args and env
+// until the test ends, and returns a connection to it, its log and its
+// SIGHUP channel.
+func startCommand(t *testing.T, env map[string]string, args ...string) (*grpc.ClientConn, *grpctest.Log, chan<- os.Signal) {
+	t.Helper()
+	cfg, err := parseFlags(args, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,22 +73,30 @@ func testReload(t *testing.T, env map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs grpctest.Log
+	logs := &grpctest.Log{}
 	ctx, cancel := context.WithCancel(context.Background())
 	hup := make(chan os.Signal, 1)
 	served := make(chan error, 1)
-	go func() { served <- serve(ctx, cfg, lis, hup, &logs) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
+	go func() { served <- serve(ctx, cfg, lis, hup, logs) }()
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	t.Cleanup(func() {
+		cc.Close()
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return cc, logs, hup
+}
+
+func testReload(t *testing.T, env map[string]string) {
+	dir := t.TempDir()
+	domain := strings.ReplaceAll(redistest.KeyPrefix(t), ":", "_")
+	writeFile(t, dir, "shop.yaml", limitYAML(domain, 3))
+	cc, logs, hup := startCommand(t, env, "-config", dir, "-addr", "127.0.0.1:0", "-response-headers", "-store-timeout", "5s")
 	client := pb.NewRateLimitServiceClient(cc)
 	callCtx, callCancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer callCancel()
@@ -146,13 +155,13 @@ func testReload(t *testing.T, env map[string]string) {
 	}
 
 	writeFile(t, dir, "shop.yaml", limitYAML(domain, 6))
-	signalAndWait(t, hup, &logs, "reloaded")
+	signalAndWait(t, hup, logs, "reloaded")
 	if n := admitted("b", 8); n != 6 {
 		t.Fatalf("after reload: %d of 8 admitted, want 6", n)
 	}
 
 	writeFile(t, dir, "broken.yaml", "domain: other\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n")
-	signalAndWait(t, hup, &logs, "reload rejected")
+	signalAndWait(t, hup, logs, "reload rejected")
 	if !strings.Contains(logs.String(), "broken.yaml:5: descriptor other.k: invalid rate limit unit") {
 		t.Fatalf("the rejection does not name file, line and descriptor:\n%s", logs.String())
 	}
@@ -169,7 +178,7 @@ func testReload(t *testing.T, env map[string]string) {
 // signalAndWait sends SIGHUP on the channel serve reads (TestRunWiresSIGHUP
 // proves that run connects the real signal to it) and waits for want to
 // appear once more in the log.
-func signalAndWait(t *testing.T, hup chan os.Signal, logs *grpctest.Log, want string) {
+func signalAndWait(t *testing.T, hup chan<- os.Signal, logs *grpctest.Log, want string) {
 	t.Helper()
 	before := strings.Count(logs.String(), want)
 	hup <- syscall.SIGHUP

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,9 +12,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/rls"
 )
 
@@ -26,29 +22,7 @@ import (
 func TestMetricsAddr(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "shop.yaml", limitYAML("shop", 2))
-	cfg, err := parseFlags([]string{"-config", dir, "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs grpctest.Log
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, cfg, lis, make(chan os.Signal), &logs) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc, logs, _ := startCommand(t, nil, "-config", dir, "-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")
 	callCtx, callCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer callCancel()
 	for i := range 3 {
