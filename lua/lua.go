@@ -9,12 +9,14 @@ import (
 )
 
 // Each script is prelude.lua (arguments, clock, the read and the
-// request-id replay), one algorithm file (an inline block deciding cost c)
-// and main.lua (the writes and the reply): the replay handling is
-// written once for all four.
+// request-id replay), arith.lua (exact integer helpers), one algorithm file
+// (an inline block deciding cost c) and main.lua (the writes and the reply):
+// the replay handling is written once for all four.
 var (
 	//go:embed prelude.lua
 	prelude string
+	//go:embed arith.lua
+	arith string
 	//go:embed main.lua
 	mainPart string
 	//go:embed token_bucket.lua
@@ -28,10 +30,10 @@ var (
 )
 
 var sources = [...]string{
-	tollgate.TokenBucket:   prelude + tokenBucket + mainPart,
-	tollgate.GCRA:          prelude + gcra + mainPart,
-	tollgate.SlidingWindow: prelude + slidingWindow + mainPart,
-	tollgate.FixedWindow:   prelude + fixedWindow + mainPart,
+	tollgate.TokenBucket:   prelude + arith + tokenBucket + mainPart,
+	tollgate.GCRA:          prelude + arith + gcra + mainPart,
+	tollgate.SlidingWindow: prelude + arith + slidingWindow + mainPart,
+	tollgate.FixedWindow:   prelude + arith + fixedWindow + mainPart,
 }
 
 // The scripts, one per algorithm. Run them with Script.Run, which sends

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/lua"
 )
 
@@ -99,7 +100,8 @@ func (r *Redis) newCall(ctx context.Context, req tollgate.Request, requestID str
 	c := calls.Get().(*call)
 	c.alg = l.Algorithm
 	nkeys := fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID)
-	c.argv = [6]int64{l.Rate, l.Period.Microseconds(), l.Capacity(), req.Cost, maxReplays, r.replayTTLms}
+	p := algo.ParamsOf(req)
+	c.argv = [6]int64{p.Rate, p.Period, p.Capacity, p.Cost, maxReplays, r.replayTTLms}
 	nargv := 4
 	if nkeys == 2 {
 		nargv = 6
