@@ -1,45 +1,54 @@
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
 -- doubles. Follows prelude.lua. docs/limits.md has the proof in full.
 --
--- mulfloor(a, b, d) and mulceil(a, b, d) are floor(a * b / d) and
--- ceil(a * b / d), exactly, and muldiv(a, b, d) is that quotient and the
--- remainder, for integers 0 <= a, b < 2^52, 0 < d < 2^50 whose quotient is
--- below 2^52 (tollgate.Limit.Validate keeps every call in range: counts up to
--- 10^12 < 2^40, periods up to 366 days < 2^45 us, refill times below 2^52 us).
+-- For a limit with max(rate, capacity) * period < 2^53 every product the
+-- blocks form is below 2^53 too, so a double holds it exactly and the
+-- correctly rounded quotient's floor and ceiling are exact: the blocks
+-- compute floor(a * b / d) and ceil(a * b / d) directly, as they always did.
+-- Only for larger limits are muldiv, mulfloor and mulceil defined (a
+-- function is a closure created on every call of the script, which costs an
+-- ordinary decision several percent), and the blocks use them when they
+-- are: muldiv(a, b, d) is floor(a * b / d) and the remainder, mulfloor and
+-- mulceil the floor and the ceiling, exactly, for integers 0 <= a, b < 2^52,
+-- 0 < d < 2^50 whose quotient is below 2^52 (tollgate.Limit.Validate keeps
+-- every call in range: counts up to 10^12 < 2^40, periods up to 366 days
+-- < 2^45 us, refill times up to 100 years < 2^52 us).
 --
--- When a * b < 2^53 the double product is exact and so is the correctly
--- rounded quotient's floor: that is the whole cost of an ordinary limit. A
--- larger product is estimated in doubles (q within 2 of the true quotient),
--- then the remainder a * b - q * d is computed exactly from 26-bit limbs:
--- every partial product is below 2^52 and every partial sum below 2^53, and
--- the remainder itself is below 3 * d < 2^52. Moving q by the remainder's
--- excess makes it exact.
-local function muldiv(a, b, d)
-  local p = a * b
-  local q = floor(p / d)
-  if p < 9007199254740992 then return q, p - q * d end
-  local S = 67108864 -- 2^26
-  local a1, b1, q1, d1 = floor(a / S), floor(b / S), floor(q / S), floor(d / S)
-  local a0, b0, q0, d0 = a - a1 * S, b - b1 * S, q - q1 * S, d - d1 * S
-  -- The middle limb's difference first: its terms are each below 2^53,
-  -- while the top limb times S alone may not be an exact double sum.
-  local mid = (a1 * b0 + a0 * b1) - (q1 * d0 + q0 * d1)
-  local r = ((a1 * b1 - q1 * d1) * S + mid) * S + (a0 * b0 - q0 * d0)
-  while r < 0 do q, r = q - 1, r + d end
-  while r >= d do q, r = q + 1, r - d end
-  return q, r
-end
+-- A product below 2^53 is exact as it is. A larger one is estimated in
+-- doubles (q within 2 of the true quotient), then the remainder
+-- a * b - q * d is computed exactly from 26-bit limbs: every partial product
+-- is below 2^52 and every partial sum below 2^53, and the remainder itself
+-- lies in [-d, 3d), below 2^52. Moving q by the remainder's excess makes it
+-- exact.
+local muldiv, mulfloor, mulceil = false, false, false
+if max(rate, capacity) * period >= 9007199254740992 then
+  muldiv = function(a, b, d)
+    local p = a * b
+    local q = floor(p / d)
+    if p < 9007199254740992 then return q, p - q * d end
+    local S = 67108864 -- 2^26
+    local a1, b1, q1, d1 = floor(a / S), floor(b / S), floor(q / S), floor(d / S)
+    local a0, b0, q0, d0 = a - a1 * S, b - b1 * S, q - q1 * S, d - d1 * S
+    -- The middle limb's difference first: its terms are each below 2^53,
+    -- while the top limb times S alone may not be an exact double sum.
+    local mid = (a1 * b0 + a0 * b1) - (q1 * d0 + q0 * d1)
+    local r = ((a1 * b1 - q1 * d1) * S + mid) * S + (a0 * b0 - q0 * d0)
+    while r < 0 do q, r = q - 1, r + d end
+    while r >= d do q, r = q + 1, r - d end
+    return q, r
+  end
 
-local function mulfloor(a, b, d)
-  local p = a * b
-  if p < 9007199254740992 then return floor(p / d) end
-  return (muldiv(a, b, d))
-end
+  mulfloor = function(a, b, d)
+    local p = a * b
+    if p < 9007199254740992 then return floor(p / d) end
+    return (muldiv(a, b, d))
+  end
 
-local function mulceil(a, b, d)
-  local p = a * b
-  if p < 9007199254740992 then return ceil(p / d) end
-  local q, r = muldiv(a, b, d)
-  if r > 0 then q = q + 1 end
-  return q
+  mulceil = function(a, b, d)
+    local p = a * b
+    if p < 9007199254740992 then return ceil(p / d) end
+    local q, r = muldiv(a, b, d)
+    if r > 0 then q = q + 1 end
+    return q
+  end
 end

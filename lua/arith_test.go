@@ -18,7 +18,8 @@ import (
 // (a, b, d) triples and returns, for each, muldiv's quotient and remainder,
 // mulfloor and mulceil. Replies are integers: Redis truncates Lua numbers,
 // which is exact below 2^53.
-var mulDivScript = redis.NewScript(`local floor, ceil = math.floor, math.ceil
+var mulDivScript = redis.NewScript(`local floor, ceil, max = math.floor, math.ceil, math.max
+local rate, capacity, period = 1, 1, 2^53 -- a limit large enough to define them
 ` + lua.Arith + `
 local out = {}
 for i = 1, #ARGV, 3 do

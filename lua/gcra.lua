@@ -11,8 +11,9 @@
 -- L <= (capacity - c) * period / rate. So L never exceeds
 -- full = capacity * period / rate, except after the clock stepped back or
 -- the limit was lowered: then the whole microseconds beyond full are kept
--- apart, in over, as a wait that comes first. muldiv (arith.lua) splits each
--- product exactly, so nothing is rounded whatever the limit's size.
+-- apart, in over, as a wait that comes first. A limit whose products reach
+-- 2^53 has them split by muldiv (arith.lua), so nothing is rounded whatever
+-- the limit's size.
 --
 -- Differences from redis_rate, which computes in float seconds: it rounds
 -- remaining with floor(x + 0.5), so it admits up to half an emission interval
@@ -21,8 +22,14 @@
 -- remaining 0, while this reports the units still available (nonzero when a
 -- cost above one was denied), as every tollgate algorithm does.
 do
-  local fq, fr = muldiv(capacity, period, rate) -- full
-  local cq, cr = muldiv(c, period, rate)        -- what cost c adds
+  local fq, fr, cq, cr -- full, and what cost c adds
+  if muldiv then
+    fq, fr = muldiv(capacity, period, rate)
+    cq, cr = muldiv(c, period, rate)
+  else
+    fq, cq = floor(capacity * period / rate), floor(c * period / rate)
+    fr, cr = capacity * period - fq * rate, c * period - cq * rate
+  end
   local lq, lr = fq - cq, fr - cr               -- the most lead that c fits
   if lr < 0 then lq, lr = lq - 1, lr + rate end
   local ahead, frac = 0, 0 -- the lead: whole us, and 1/rate us
@@ -50,7 +57,13 @@ do
   end
   -- remaining = floor((full - L) / T) = capacity - ceil(L * rate / period)
   if over == 0 and (ahead < fq or ahead == fq and frac < fr) then
-    local q, r = muldiv(ahead, rate, period)
+    local q, r
+    if muldiv then
+      q, r = muldiv(ahead, rate, period)
+    else
+      q = floor(ahead * rate / period)
+      r = ahead * rate - q * period
+    end
     remaining = capacity - q - ceil((r + frac) / period)
   end
 end

@@ -11,8 +11,9 @@
 -- with the previous window's share rounded up: a request of cost c is
 -- admitted iff ceil(previous * (period - elapsed) / period) + current + c
 -- <= rate, which is the exact comparison of the real estimate with rate - c
--- since both sides but the share are integers. mulceil and mulfloor
--- (arith.lua) keep every product exact whatever the limit's size.
+-- since both sides but the share are integers. A limit whose products
+-- reach 2^53 has them computed by mulfloor and mulceil (arith.lua): exact
+-- whatever the limit's size.
 do
   local w = floor(now / period)
   local elapsed = now - w * period
@@ -32,7 +33,9 @@ do
   -- stored, so that a limit raised again later sees it whole.
   cur_n, prev_n = min(cur_n, rate), min(prev_n, rate)
   local share = 0 -- the previous window's share, rounded up
-  if prev_n > 0 then share = mulceil(prev_n, period - elapsed, period) end
+  if prev_n > 0 then
+    share = mulceil and mulceil(prev_n, period - elapsed, period) or ceil(prev_n * (period - elapsed) / period)
+  end
 
   if share + cur_n + c <= rate then
     allowed, cur_n = 1, cur_n + c
@@ -40,11 +43,13 @@ do
     -- Fits later in this window, as the previous window's share decays to
     -- rate - c - cur_n (denied with cur_n <= rate - c implies prev_n > 0,
     -- and rate - c - cur_n < prev_n).
-    retry = period - elapsed - mulfloor(rate - c - cur_n, period, prev_n)
+    local k = rate - c - cur_n
+    retry = period - elapsed - (mulfloor and mulfloor(k, period, prev_n) or floor(k * period / prev_n))
   else
     -- Only in the next window, once this window's count, now the previous
     -- one, has decayed to rate - c (at its very end if c = rate).
-    retry = period - elapsed + mulceil(cur_n - (rate - c), period, cur_n)
+    local k = cur_n - (rate - c)
+    retry = period - elapsed + (mulceil and mulceil(k, period, cur_n) or ceil(k * period / cur_n))
   end
 
   if cur_n > 0 then
