@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
 )
 
 // DefaultDenyCacheSize is how many denials a Redis store remembers unless
@@ -22,49 +23,15 @@ const MaxDenyCacheTTL = 10 * time.Second
 // (rounded up to a multiple of denyWays; default DefaultDenyCacheSize); 0
 // turns the cache off.
 //
-// When Redis denies a request with "retry after d", the store repeats that
-// denial from memory, without a round trip, for requests with the same Key,
-// Limit and a Cost at least as large, until d has passed (at most
-// MaxDenyCacheTTL). It never denies what Redis would admit:
-//
-//   - d is counted from before the request was sent, on the monotonic
-//     clock, less 1/1024 of d for a Redis clock running fast; Redis counted
-//     it from when the script ran, later. Nothing but other requests'
-//     debits changes what a cost needs before then, and those only delay it.
-//   - a smaller cost, which may fit, goes to Redis;
-//   - a request carrying a RequestID always goes to Redis: it may replay an
-//     earlier admission.
-//
-// When a remembered denial runs out, one request goes to Redis for the
-// identity while the others with a cost the entry covered wait for its
-// answer (no longer than their contexts allow): a denial starts a new
-// entry that answers them all; an admission that leaves too little for
-// the cost the entry covered times the waiters lets the next one go; one
-// that leaves that much ends the entry and lets them all go. A request
-// waits for probes, one after another, for half the time its context has
-// left at most (50ms without a deadline); then it asks Redis itself, so a
-// limit that frees a unit about every round trip, whose probes are all
-// admitted, never holds its callers until their deadlines. So a hot
-// identity over its limit costs about two round trips per wait Redis
-// names, however many callers it has, instead of one per caller.
-//
-// A repeated denial reports the Remaining of the denial it repeats (the
-// bucket may have refilled a little, or other requests used some, since),
-// and the RetryAfter and ResetAfter left of that denial's.
-//
-// The guarantee assumes an identity is limited under one Limit at a time,
-// as a rule is. When an identity's limit changes, its state in Redis keeps
-// the expiry the old limit wrote, so Redis itself answers inconsistently
-// until it passes; a request under the new limit ends the entry in this
-// store, but a denial remembered elsewhere can be repeated until its wait
-// ends (at most MaxDenyCacheTTL).
-//
-// Only denied identities enter the cache, and an identity is denied only
-// after it used its quota, so fresh identities never push entries out. The
-// cache is sharded; within a shard an entry is replaced only when it has
-// expired or, when none has, the one that saved the fewest round trips, so
-// a flood of denied identities cannot push out a hot identity's entry,
-// which saves one round trip per request.
+// While a denial Redis gave is in force, the store answers requests with the
+// same Key and Limit and at least the same Cost from memory, with the
+// RetryAfter and ResetAfter Redis would give for their Cost less the time
+// since, or sends them to Redis when those cannot be known exactly. It never
+// denies what Redis would admit; requests with a RequestID always go to
+// Redis. Remaining is the remembered denial's. A denial is remembered at
+// most MaxDenyCacheTTL, and when one runs out a single request asks Redis
+// for the identity while the others wait for its answer. denyCache's
+// comment has the reasoning.
 func WithDenyCache(size int) RedisOption {
 	return redisOption(func(r *Redis) {
 		r.deny = nil
@@ -131,6 +98,54 @@ type denyShard struct {
 	_       [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
+// denyCache remembers recent denials so that an identity over its limit
+// costs Redis about two round trips per wait it names, however many callers
+// it has, instead of one per caller.
+//
+// It never denies what Redis would admit:
+//
+//   - a denial's wait d is counted from before the request was sent, on the
+//     monotonic clock, less 1/1024 of d for a Redis clock running fast;
+//     Redis counted it from when the script ran, later. Nothing but other
+//     requests' debits changes what a cost needs before then, and those only
+//     delay it.
+//   - a smaller cost, which may fit, goes to Redis; so does a request with a
+//     RequestID, which may replay an earlier admission.
+//   - an admission seen by this store for the identity (a smaller cost, a
+//     request id) ends the entry: the state it describes has changed.
+//
+// Answers are exact for the costs it answers (see retryAtFor): a larger cost
+// than the one denied needs longer, and how much longer follows from the
+// remembered answer alone when the difference is a whole number of
+// microseconds, for every algorithm in the cases retryAtFor lists. A
+// request it cannot answer exactly goes to Redis.
+//
+// When a remembered denial runs out, one request (the probe) goes to Redis
+// for the identity while the others with a cost the entry covered wait for
+// its answer (no longer than their contexts allow): a denial starts a new
+// entry that answers them all; an admission that leaves too little for the
+// cost the entry covered times the waiters lets the next one go; one that
+// leaves that much ends the entry and lets them all go. A request waits for
+// probes, one after another, for half the time its context has left at most
+// (50ms without a deadline); then it asks Redis itself, so a limit that
+// frees a unit about every round trip, whose probes are all admitted, never
+// holds its callers until their deadlines.
+//
+// The guarantee assumes an identity is limited under one Limit at a time,
+// as a rule is. When an identity's limit changes, its state in Redis keeps
+// the expiry the old limit wrote, so Redis itself answers inconsistently
+// until it passes; a request under the new limit ends the entry in this
+// store, but a denial remembered elsewhere can be repeated until its wait
+// ends (at most MaxDenyCacheTTL). Debits by other processes are unknown
+// here: until the entry runs out, its answers are those of the state it saw,
+// which those debits only make longer.
+//
+// Only denied identities enter the cache, and an identity is denied only
+// after it used its quota, so fresh identities never push entries out. The
+// cache is sharded; within a shard an entry is replaced only when it has
+// expired or, when none has, the one that saved the fewest round trips, so
+// a flood of denied identities cannot push out a hot identity's entry,
+// which saves one round trip per request.
 type denyCache struct {
 	seedA, seedB maphash.Seed
 	epoch        time.Time // carries the monotonic clock reading
@@ -222,10 +237,14 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64, mayWait boo
 		case cost < e.cost:
 			return tollgate.Decision{}, verdictAsk, nil
 		case now < e.expires:
+			retryAt, ok := e.retryAtFor(cost)
+			if !ok {
+				return tollgate.Decision{}, verdictAsk, nil
+			}
 			e.hits = min(e.hits+1, ^uint32(0)-1)
 			return tollgate.Decision{
 				Remaining:  e.remaining,
-				RetryAfter: time.Duration(e.retryAt - now),
+				RetryAfter: time.Duration(retryAt - now),
 				ResetAfter: time.Duration(max(e.resetAt-now, 0)),
 			}, verdictDenied, nil
 		case e.probe != nil && !mayWait:
@@ -238,6 +257,42 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64, mayWait boo
 		return tollgate.Decision{}, verdictProbe, e.probe
 	}
 	return tollgate.Decision{}, verdictAsk, nil
+}
+
+// retryAtFor returns when a cost at least e.cost fits, as Redis would say
+// from the state it denied e.cost on, and whether that is known exactly
+// from the remembered answer. Every algorithm's wait is, for the state of a
+// denial,
+//
+//   - for the whole capacity, the time until the identity is full again:
+//     ResetAfter;
+//   - for a fixed window, the end of the window, whatever the cost;
+//   - for a token bucket or GCRA, ⌈x + cost·Period/Rate⌉ for some x fixed
+//     by the state, so two costs whose difference takes a whole number m of
+//     microseconds (cost·Period divisible by Rate) wait m apart: from the
+//     denied cost, or back from the capacity's wait.
+//
+// A sliding window's wait for another cost depends on both windows' counts,
+// which the answer does not tell apart: it goes to Redis.
+func (e *denyEntry) retryAtFor(cost int64) (int64, bool) {
+	l := e.limit
+	switch {
+	case cost == e.cost:
+		return e.retryAt, true
+	case cost == l.Capacity():
+		return e.resetAt, true
+	case l.Algorithm == tollgate.FixedWindow:
+		return e.retryAt, true
+	case l.Algorithm == tollgate.TokenBucket || l.Algorithm == tollgate.GCRA:
+		period := l.Period.Microseconds()
+		if m, r := algo.MulDiv(cost-e.cost, period, l.Rate); r == 0 {
+			return e.retryAt + m*int64(time.Microsecond), true
+		}
+		if m, r := algo.MulDiv(l.Capacity()-cost, period, l.Rate); r == 0 {
+			return e.resetAt - m*int64(time.Microsecond), true
+		}
+	}
+	return 0, false
 }
 
 // settle records Redis's answer d to a request of cost under limit l for
@@ -272,6 +327,11 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 		case probe != nil && e.probe == probe:
 			close(e.probe)
 			e.probe, e.waiting = nil, 0
+		case ok && d.Allowed && now < e.expires:
+			// A smaller cost or a request id was admitted: the state the
+			// entry describes is gone.
+			e.end()
+			slot = -1
 		}
 	}
 	if !ok || d.Allowed {
