@@ -172,6 +172,8 @@ func diffLimits(rng *rand.Rand, alg tollgate.Algorithm) []tollgate.Limit {
 		{Algorithm: alg, Rate: tollgate.MaxRate, Period: day},
 		{Algorithm: alg, Rate: tollgate.MaxRate, Period: tollgate.MaxPeriod, Burst: tollgate.MaxRate},
 		{Algorithm: alg, Rate: 3, Period: 7 * time.Millisecond},
+		{Algorithm: alg, Rate: 1, Period: tollgate.MaxRefill / 100, Burst: 100},                          // a refill of exactly MaxRefill
+		{Algorithm: alg, Rate: 999_999_999_989, Period: tollgate.MaxPeriod - time.Microsecond, Burst: 7}, // a prime rate, an odd period
 	}
 	if alg == tollgate.FixedWindow {
 		pool = append(pool, tollgate.Daily(1000), tollgate.Weekly(7), tollgate.Monthly(tollgate.MaxRate), tollgate.Yearly(5))
