@@ -19,9 +19,9 @@ import (
 // (the end of February in leap and common years and in 2100, which is not
 // leap; 31 December; Sunday to Monday) and checks that the window ends
 // exactly where Go's time package says: one unit of a limit of 1 is
-// admitted a microsecond before the boundary with a reset of 1µs, the next
-// is denied with a retry of 1µs, and at the boundary a new window admits
-// it with a reset of the whole next window.
+// admitted an hour before the boundary with a reset of 1h, the next is
+// denied a microsecond before it with a retry of 1µs, and at the boundary a
+// new window admits it with a reset of the whole next window.
 func TestCalendarBoundaries(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
@@ -64,12 +64,12 @@ func TestCalendarBoundaries(t *testing.T) {
 				}
 				return r
 			}
-			before := tc.boundary.Add(-time.Microsecond)
-			if r := at(before); r[0] != 1 || r[3] != 1 {
-				t.Fatalf("1µs before the boundary: %v, want admitted with a reset of 1µs", r)
+			// An hour before, so that the key's real TTL outlasts the test.
+			if r := at(tc.boundary.Add(-time.Hour)); r[0] != 1 || r[3] != time.Hour.Microseconds() {
+				t.Fatalf("an hour before the boundary: %v, want admitted with a reset of 1h", r)
 			}
-			if r := at(before); r[0] != 0 || r[2] != 1 || r[3] != 1 {
-				t.Fatalf("again 1µs before the boundary: %v, want denied, retry and reset 1µs", r)
+			if r := at(tc.boundary.Add(-time.Microsecond)); r[0] != 0 || r[2] != 1 || r[3] != 1 {
+				t.Fatalf("1µs before the boundary: %v, want denied, retry and reset 1µs", r)
 			}
 			whole := tc.next.Sub(tc.boundary).Microseconds()
 			if r := at(tc.boundary); r[0] != 1 || r[3] != whole {
