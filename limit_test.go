@@ -61,10 +61,20 @@ func TestLimitSizes(t *testing.T) {
 			t.Errorf("%+v: %v, want an error wrapping ErrInvalidRequest that says %q", b.limit, err, b.names)
 		}
 	}
-	// Just within and just beyond MaxRefill.
-	edge := tollgate.Limit{Rate: 1, Period: 365 * day, Burst: 100}
+	// Just within and just beyond MaxRefill, and far beyond it with a
+	// rate whose quotient would fit 64 bits only when truncated.
+	edge := tollgate.Limit{Rate: 1, Period: tollgate.MaxRefill / 100, Burst: 100}
 	if err := edge.Validate(); err != nil {
-		t.Errorf("%s refills in exactly 100 years of 365 days: %v", edge, err)
+		t.Errorf("%s refills in exactly MaxRefill: %v", edge, err)
+	}
+	for _, l := range []tollgate.Limit{
+		{Rate: 3, Period: tollgate.MaxRefill/100 + time.Microsecond, Burst: 300},
+		{Rate: 100, Period: tollgate.MaxRefill / 100, Burst: 10_001},
+		{Rate: 1_000_000, Period: tollgate.MaxPeriod, Burst: tollgate.MaxRate},
+	} {
+		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "MaxRefill") {
+			t.Errorf("%s refills in more than MaxRefill: %v, want refused", l, err)
+		}
 	}
 }
 

@@ -215,17 +215,25 @@ func (l Limit) Validate() error {
 	case l.Period > MaxPeriod:
 		return invalid("period must be at most MaxPeriod (366 days), got %s", l.Period)
 	}
-	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
-		// Capacity × Period / Rate > MaxRefill, in µs, exactly in 128 bits.
-		hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Period.Microseconds()))
-		if hi >= uint64(l.Rate) { // the quotient would not fit 64 bits
-			hi, lo = 0, ^uint64(0)
-		}
-		if q, _ := bits.Div64(hi, lo, uint64(l.Rate)); q > uint64(MaxRefill.Microseconds()) {
-			return invalid("%s takes more than MaxRefill (100 years) to refill from empty: burst × period / rate must be at most that", l)
-		}
+	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && l.refillTooLong() {
+		return invalid("%s takes more than MaxRefill (100 years) to refill from empty: burst × period / rate must be at most that", l)
 	}
 	return nil
+}
+
+// refillTooLong reports whether ⌈Capacity × Period / Rate⌉ µs, the time to
+// refill from empty, exceeds MaxRefill: exactly, in 128 bits.
+func (l Limit) refillTooLong() bool {
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Period.Microseconds()))
+	rate := uint64(l.Rate)
+	if hi >= rate { // the quotient does not even fit 64 bits
+		return true
+	}
+	q, r := bits.Div64(hi, lo, rate)
+	if r > 0 {
+		q++
+	}
+	return q > uint64(MaxRefill.Microseconds())
 }
 
 // MaxKeyLen is the longest Request.Key a store accepts (64 KiB). Longer
