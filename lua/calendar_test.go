@@ -25,7 +25,7 @@ import (
 func TestCalendarBoundaries(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
-	script := redis.NewScript(lua.SourceAt(tollgate.FixedWindow))
+	script := redis.NewScript(lua.SourceAt())
 	date := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
 	cases := []struct {
 		cal      tollgate.Calendar
@@ -58,7 +58,7 @@ func TestCalendarBoundaries(t *testing.T) {
 			at := func(ts time.Time) []int64 {
 				t.Helper()
 				us := ts.UnixMicro()
-				r, err := script.Run(ctx, c, []string{key}, p.Rate, p.Period, p.Capacity, p.Cost, "", "", us/1e6, us%1e6).Int64Slice()
+				r, err := script.Run(ctx, c, []string{key}, 0, 0, int(tollgate.FixedWindow), p.Rate, p.Period, p.Capacity, p.Cost, us/1e6, us%1e6).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}

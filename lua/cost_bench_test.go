@@ -22,11 +22,14 @@ import (
 // from INFO commandstats: cmdstat_evalsha's usec over its calls) on
 // ordinary limits, for each algorithm, on a private server. With
 // TOLLGATE_BASELINE_LUA naming a directory holding another version's
-// prelude.lua, main.lua, <algorithm>.lua (and arith.lua if it has one), it
-// loads those scripts beside the current ones and alternates batches of
-// the two, so that both are measured in the same run on the same server;
-// each reports the median batch over the benchmark's iterations (use
-// -benchtime=5x or more). For example:
+// scripts (prelude.lua, main.lua and the four <algorithm>.lua blocks, plus
+// group.lua and arith.lua when that version has them), it loads those
+// scripts beside the current decide script and alternates batches of the
+// two, so that both are measured in the same run on the same server; each
+// reports the median batch over the benchmark's iterations (use
+// -benchtime=5x or more). A baseline without group.lua is the older calling
+// convention: one script per algorithm taking rate, period, capacity and
+// cost. For example:
 //
 //	mkdir -p /tmp/base && for f in prelude main token_bucket gcra sliding_window fixed_window; do
 //	  git show main:lua/$f.lua > /tmp/base/$f.lua; done
@@ -37,13 +40,9 @@ func BenchmarkScriptServerCost(b *testing.B) {
 	base := os.Getenv("TOLLGATE_BASELINE_LUA")
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			type named struct {
-				name   string
-				script *redis.Script
-			}
-			scripts := []named{{"current", redis.NewScript(lua.Source(alg))}}
+			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), true}}
 			if base != "" {
-				scripts = append(scripts, named{"baseline", redis.NewScript(baselineSource(b, base, alg))})
+				scripts = append(scripts, baselineScript(b, base, alg))
 			}
 			for _, s := range scripts {
 				if err := s.script.Load(context.Background(), c).Err(); err != nil {
@@ -56,7 +55,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 			for b.Loop() {
 				for batch := range costBatches {
 					for i, s := range scripts {
-						perCall[i] = append(perCall[i], serverCost(b, srv, c, s.script, s.name+"-"+alg.String(), batch))
+						perCall[i] = append(perCall[i], serverCost(b, srv, c, s, alg, batch))
 					}
 				}
 			}
@@ -68,6 +67,14 @@ func BenchmarkScriptServerCost(b *testing.B) {
 	}
 }
 
+// costScript is a script to measure and its calling convention: the
+// decide script's groups, or the older one script per algorithm.
+type costScript struct {
+	name   string
+	script *redis.Script
+	groups bool
+}
+
 // costBatches is how many batches of costBatchSize calls each script makes
 // per benchmark iteration: over 1000 identities, so that buckets empty and
 // refill and about half the calls are admitted.
@@ -75,13 +82,17 @@ const costBatches, costBatchSize = 20, 500
 
 // serverCost runs one batch (a pipeline) of s on ordinary limits (100/s
 // with a burst of 100, cost 1) and returns the server's µs per call.
-func serverCost(b *testing.B, srv *redistest.Server, c *redis.Client, s *redis.Script, space string, batch int) float64 {
+func serverCost(b *testing.B, srv *redistest.Server, c *redis.Client, s costScript, alg tollgate.Algorithm, batch int) float64 {
 	ctx := context.Background()
 	calls0, usec0 := evalshaStats(b, srv)
 	pipe := c.Pipeline()
 	for i := range costBatchSize {
-		key := fmt.Sprintf("{%s-%d}:s", space, (batch*costBatchSize+i)%1000)
-		s.EvalSha(ctx, pipe, []string{key}, 100, time.Second.Microseconds(), 100, 1)
+		key := fmt.Sprintf("{%s-%s-%d}:s", s.name, alg, (batch*costBatchSize+i)%1000)
+		if s.groups {
+			s.script.EvalSha(ctx, pipe, []string{key}, 0, 0, int(alg), 100, time.Second.Microseconds(), 100, 1)
+		} else {
+			s.script.EvalSha(ctx, pipe, []string{key}, 100, time.Second.Microseconds(), 100, 1)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		b.Fatal(err)
@@ -104,8 +115,10 @@ func evalshaStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
 	return calls, usec
 }
 
-// baselineSource joins the baseline's script parts as lua.go does.
-func baselineSource(b *testing.B, dir string, alg tollgate.Algorithm) string {
+// baselineScript joins the baseline's script parts as its lua.go did: with
+// group.lua, one decide script choosing the block by the group's algorithm;
+// without, one script of alg's block.
+func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript {
 	read := func(name string, optional bool) string {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil && !(optional && os.IsNotExist(err)) {
@@ -113,5 +126,18 @@ func baselineSource(b *testing.B, dir string, alg tollgate.Algorithm) string {
 		}
 		return string(data)
 	}
-	return read("prelude.lua", false) + read("arith.lua", true) + read(alg.String()+".lua", false) + read("main.lua", false)
+	group := read("group.lua", true)
+	if group == "" {
+		src := read("prelude.lua", false) + read("arith.lua", true) + read(alg.String()+".lua", false) + read("main.lua", false)
+		return costScript{"baseline", redis.NewScript(src), false}
+	}
+	blocks := ""
+	for i, a := range algorithms {
+		if i > 0 {
+			blocks += "else"
+		}
+		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua", false))
+	}
+	src := read("prelude.lua", false) + group + read("arith.lua", true) + blocks + "end\n" + read("main.lua", false)
+	return costScript{"baseline", redis.NewScript(src), true}
 }

@@ -27,17 +27,17 @@ const diffSteps = 4000
 // to the capacity, waits from nothing to a full refill, the clock stepping
 // back, calendar windows across month and year ends) run on a real Redis,
 // through the script with the clock passed as arguments (lua.SourceAt), and
-// on internal/algo side by side. Every reply, every stored state string and
-// every TTL must be identical. Expiry follows the test's clock: the test
-// removes a key's own TTL after checking it and deletes the key when the
-// test's clock passes it, as the Memory store does.
+// on internal/algo side by side. Every reply (and the time it reports),
+// every stored state string and every TTL must be identical. Expiry follows
+// the test's clock: the test removes a key's own TTL after checking it and
+// deletes the key when the test's clock passes it, as the Memory store does.
 func TestScriptsMatchMirror(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
 	prefix := redistest.KeyPrefix(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			script := redis.NewScript(lua.SourceAt(alg))
+			script := redis.NewScript(lua.SourceAt())
 			if err := script.Load(ctx, c).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +77,7 @@ func TestScriptsMatchMirror(t *testing.T) {
 				// One transaction: the TTL cannot run out in real time
 				// between the write and its PERSIST.
 				pipe := c.TxPipeline()
-				eval := script.EvalSha(ctx, pipe, []string{key}, p.Rate, p.Period, p.Capacity, p.Cost, "", "", now/1e6, now%1e6)
+				eval := script.EvalSha(ctx, pipe, []string{key}, 0, 0, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, now/1e6, now%1e6)
 				get := pipe.Get(ctx, key)
 				pttl := pipe.PTTL(ctx, key)
 				pipe.Persist(ctx, key)
@@ -96,7 +96,7 @@ func TestScriptsMatchMirror(t *testing.T) {
 				wantReply.TTL = 0
 				where := fmt.Sprintf("step %d at %s, %s cost %d (params %+v), state before %q", step,
 					time.UnixMicro(now).UTC().Format(time.RFC3339Nano), limit, p.Cost, p, stateString(alg, before))
-				if got != wantReply || reply[4] != 0 {
+				if len(reply) != 6 || got != wantReply || reply[4] != 0 || reply[5] != now {
 					t.Fatalf("%s:\nscript reply %v\nmirror       %+v", where, reply, want)
 				}
 				stored, err := get.Result()

@@ -1,45 +1,78 @@
-// Package lua holds tollgate's Redis scripts, one per algorithm, embedded
-// from the *.lua files beside this one and exposed as go-redis Script values
-// (EVALSHA first, EVAL once on NOSCRIPT).
+// Package lua holds tollgate's Redis scripts, embedded from the *.lua files
+// beside this one. It exports their sources and SHA-1 hashes only (Source,
+// Hash), for SCRIPT LOAD or inspection: the store sends them itself, as
+// commands go-redis never re-sends (see store.Redis), because a decision
+// re-sent after a lost reply would be debited twice.
 //
-// Every script has the same calling convention, so that the store can build
-// one argument list for any algorithm. A decision without a request id sends
-// one key and four arguments; with one, two keys and six:
+// # Decide
 //
-//	KEYS[1]  state key       {tag}:<alg>       (a string of decimal integers)
-//	KEYS[2]  request-id key  {tag}:<alg>:r:<h> (only with a request id)
+// One call judges n ≥ 1 groups, each a (state key, limit, cost), in order,
+// and debits them all only when every group admits. Two groups on one
+// state key see each other's debits. All the keys of a call must be on one
+// Cluster slot (on a single node any keys may be declared together):
 //
-//	ARGV[1]  rate             events per period (integer > 0)
-//	ARGV[2]  period           microseconds (integer > 0)
-//	ARGV[3]  capacity         burst for token bucket and GCRA; rate for windows
-//	ARGV[4]  cost             integer, 1 ≤ cost ≤ capacity
-//	ARGV[5]  max replays      replays allowed per admitted id (only with a request id)
-//	ARGV[6]  replay ttl       milliseconds the request-id key lives (only with a request id)
+//	KEYS[i]      state key of group i    {tag}:<alg>        (a string of decimal integers)
+//	KEYS[n+i]    request-id marker of i  {tag}:<alg>:r:<h>  (only in mode > 0)
 //
-// Both keys share one hash tag, so a decision touches a single Cluster slot.
-// The reply is an array of five integers:
+//	ARGV[1]      mode        -1 peek: judge, write nothing, no markers
+//	                          0 decide, no request id
+//	                         m > 0 decide with a request id, replayed at most m times
+//	ARGV[2]      replay TTL  milliseconds a marker lives after an admission (0 when unused)
+//	ARGV[3+5(i-1)..]  group i: algorithm (0 token bucket, 1 GCRA, 2 sliding
+//	             window, 3 fixed window: tollgate.Algorithm's values), rate
+//	             (events per period), period (microseconds; for a calendar
+//	             fixed window -1 day, -2 week, -3 month, -4 year), capacity
+//	             (burst for the buckets, rate for the windows), cost
+//	             (1 ≤ cost ≤ capacity): internal/algo.ParamsOf's numbers
 //
-//	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1)}
+// The reply is five integers per group, then the server time (µs):
 //
-// The clock is redis.call('TIME'); nothing time-related comes from ARGV.
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1)} × n, now_us
 //
-// A replayed request id answers {1, remaining, 0, reset_after_us, 1} with the
-// identity's current remaining, without a debit.
+// When one group denies, every group answers allowed 0 (those that would
+// have been admitted with retry_after 0) and nothing is written. When every
+// marker of the call holds an earlier admission with replays left, the call
+// replays: each group answers {1, remaining, 0, reset_after_us, 1} with
+// its identity's current state and nothing is debited. An admission writes
+// each state with SET … PX (no longer than it matters) and each marker with
+// SET … PX ARGV[2]; a denied call leaves no marker.
 //
-// A script must run once per decision: a client that re-sent it after a
-// lost reply would debit twice. The store sends it as a command go-redis
-// never retries (see store.Redis); the script itself keeps no record of
-// earlier runs.
+// # Refund
 //
-// Each script is prelude.lua (arguments, clock, one read of every key,
-// the request-id check), the algorithm's own file (its state and its
-// decision, an inline block judging cost c) and main.lua (the writes and the
-// reply), joined, so the request-id handling is written once.
-// Package internal/algo mirrors each algorithm in Go, bit for bit.
+// A Redis Cluster cannot decide keys of several slots in one call, so a set
+// spread over slots is decided one slot per call, and the debits of the
+// slots that admitted are given back when another slot denied:
+//
+//	KEYS[i]      state key of group i, as in the decide call
+//	KEYS[n+i]    marker of group i (only when ARGV[1] is 1: deleted)
+//	KEYS[last]   nonce key on the same slot, {tag}:n:<nonce>
+//
+//	ARGV[1]      1 when the decide call set markers, else 0
+//	ARGV[2]      the nonce key's TTL, milliseconds
+//	ARGV[3]      now_us of the decide call's reply
+//	ARGV[4+6(i-1)..]  group i: algorithm, rate, period, capacity, cost, and
+//	             the remaining the decide call answered for it
+//
+// It replies 1, or 0 when the nonce key already existed (a re-sent refund,
+// which gives nothing back twice). A refund never creates quota: a window
+// is credited only while the window debited is still stored; a bucket at
+// most up to its capacity, less the refill since the debit when the bucket
+// could have filled up meanwhile.
+//
+// # Files
+//
+// The decide script is prelude.lua (arguments, clock, one MGET of every
+// key, the request-id check), group.lua (the loop over the groups),
+// arith.lua (exact products and the calendar, defined only for the groups
+// that need them), the four algorithm blocks (inline chunks deciding cost c
+// from state, chosen by the group's algorithm) and main.lua (the reply and
+// the writes). The refund script is refund.lua, arith.lua,
+// refund_forfeit.lua, the four refund_*.lua blocks and refund_end.lua. The
+// clock is always redis.call('TIME').
 //
 // What Redis spends on a script is mostly per redis.call and per key
-// created, so a decision makes as few calls as it can: TIME, one GET (MGET
-// with a request id), and on admission one SET ... PX per key it
-// writes. State is a short string ("<int> <int>"), not a hash, so that one
-// command writes it with its TTL.
+// created, so a single decision makes as few calls as it can: TIME, one
+// MGET, and on admission one SET … PX per key it writes. State is a short
+// string ("<int> <int>"), not a hash, so that one command writes it with
+// its TTL. Package internal/algo mirrors each algorithm in Go, bit for bit.
 package lua

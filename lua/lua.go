@@ -1,20 +1,24 @@
 package lua
 
 import (
+	"crypto/sha1"
 	_ "embed"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/tollgate/tollgate"
+	"encoding/hex"
+	"fmt"
 )
 
-// Each script is prelude.lua (arguments, clock, the read and the
-// request-id replay), arith.lua (exact integer helpers), one algorithm file
-// (an inline block deciding cost c) and main.lua (the writes and the reply):
-// the replay handling is written once for all four.
+// The decide script is prelude.lua (arguments, clock, one read of every
+// key, the request-id check), group.lua (the loop over the groups and the
+// locals a block reads), arith.lua (the group's exact arithmetic and
+// calendar helpers), the four algorithm blocks, each an inline chunk chosen
+// by the group's algorithm, and main.lua (the reply and, when every group
+// admits, the writes). The refund script is refund.lua, arith.lua,
+// refund_forfeit.lua, the four refund blocks and refund_end.lua.
 var (
 	//go:embed prelude.lua
 	prelude string
+	//go:embed group.lua
+	group string
 	//go:embed arith.lua
 	arith string
 	//go:embed main.lua
@@ -27,50 +31,86 @@ var (
 	slidingWindow string
 	//go:embed fixed_window.lua
 	fixedWindow string
+
+	//go:embed refund.lua
+	refund string
+	//go:embed refund_forfeit.lua
+	refundForfeit string
+	//go:embed refund_token_bucket.lua
+	refundTokenBucket string
+	//go:embed refund_gcra.lua
+	refundGCRA string
+	//go:embed refund_sliding_window.lua
+	refundSlidingWindow string
+	//go:embed refund_fixed_window.lua
+	refundFixedWindow string
+	//go:embed refund_end.lua
+	refundEnd string
+)
+
+// byAlgorithm chooses one block per tollgate.Algorithm value (0 to 3) by
+// the local alg.
+func byAlgorithm(blocks ...string) string {
+	s := ""
+	for i, b := range blocks {
+		if i > 0 {
+			s += "else"
+		}
+		s += fmt.Sprintf("if alg == %d then\n%s", i, b)
+	}
+	return s + "end\n"
+}
+
+// Script names one of tollgate's scripts.
+type Script uint8
+
+const (
+	// Decide judges one or more (key, limit, cost) groups and debits them
+	// all when every one admits; it also peeks (judges without writing).
+	Decide Script = iota
+	// Refund gives back the debits of a Decide call, at most once per
+	// nonce.
+	Refund
 )
 
 var sources = [...]string{
-	tollgate.TokenBucket:   prelude + arith + tokenBucket + mainPart,
-	tollgate.GCRA:          prelude + arith + gcra + mainPart,
-	tollgate.SlidingWindow: prelude + arith + slidingWindow + mainPart,
-	tollgate.FixedWindow:   prelude + arith + fixedWindow + mainPart,
+	Decide: prelude + group + arith + byAlgorithm(tokenBucket, gcra, slidingWindow, fixedWindow) + mainPart,
+	Refund: refund + arith + refundForfeit + byAlgorithm(refundTokenBucket, refundGCRA, refundSlidingWindow, refundFixedWindow) + refundEnd,
 }
 
-// The scripts, one per algorithm. Run them with Script.Run, which sends
-// EVALSHA and falls back to EVAL once when the server answers NOSCRIPT.
-var (
-	// TokenBucket decides for tollgate.TokenBucket.
-	TokenBucket = redis.NewScript(sources[tollgate.TokenBucket])
-	// GCRA decides for tollgate.GCRA.
-	GCRA = redis.NewScript(sources[tollgate.GCRA])
-	// SlidingWindow decides for tollgate.SlidingWindow.
-	SlidingWindow = redis.NewScript(sources[tollgate.SlidingWindow])
-	// FixedWindow decides for tollgate.FixedWindow.
-	FixedWindow = redis.NewScript(sources[tollgate.FixedWindow])
-)
-
-// ForAlgorithm returns the script that decides for a, or nil for an unknown
-// algorithm (which tollgate.Limit.Validate rejects).
-func ForAlgorithm(a tollgate.Algorithm) *redis.Script {
-	switch a {
-	case tollgate.TokenBucket:
-		return TokenBucket
-	case tollgate.GCRA:
-		return GCRA
-	case tollgate.SlidingWindow:
-		return SlidingWindow
-	case tollgate.FixedWindow:
-		return FixedWindow
+var hashes = func() (h [len(sources)]string) {
+	for i, s := range sources {
+		sum := sha1.Sum([]byte(s))
+		h[i] = hex.EncodeToString(sum[:])
 	}
-	return nil
+	return h
+}()
+
+// String returns the script's name: "decide" or "refund".
+func (s Script) String() string {
+	switch s {
+	case Decide:
+		return "decide"
+	case Refund:
+		return "refund"
+	}
+	return fmt.Sprintf("script(%d)", uint8(s))
 }
 
-// Source returns the full text of the script for a, as sent with EVAL (for
-// SCRIPT LOAD on a pipelined path, or to inspect it), or "" for an unknown
-// algorithm.
-func Source(a tollgate.Algorithm) string {
-	if int(a) >= len(sources) {
+// Source returns the full text of s as sent with EVAL or SCRIPT LOAD, or ""
+// for an unknown script.
+func Source(s Script) string {
+	if int(s) >= len(sources) {
 		return ""
 	}
-	return sources[a]
+	return sources[s]
+}
+
+// Hash returns the SHA-1 of s's source in lower-case hex, the name EVALSHA
+// calls it by, or "" for an unknown script.
+func Hash(s Script) string {
+	if int(s) >= len(hashes) {
+		return ""
+	}
+	return hashes[s]
 }

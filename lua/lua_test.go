@@ -8,12 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/lua"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
+
+// decide is the decide script as a go-redis Script, for tests that call it
+// directly.
+var decide = redis.NewScript(lua.Source(lua.Decide))
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
 
@@ -44,20 +50,20 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 				base := fmt.Sprintf("%s{%s-%v}:x", prefix, alg, withID)
 				keys := []string{base}
 				// 10 per second, capacity 10, cost 3.
-				argv := []any{10, 1_000_000, 10, 3}
+				argv := []any{0, 0, int(alg), 10, 1_000_000, 10, 3}
 				if withID {
 					keys = append(keys, base+":r:id")
-					argv = append(argv, 4, 60_000)
+					argv[0], argv[1] = 4, 60_000
 				}
 				if err := c.HSet(ctx, keys[0], "n", 0, "t", 1, "w", 0, "c", 1<<40).Err(); err != nil {
 					t.Fatal(err)
 				}
-				reply, err := lua.ForAlgorithm(alg).Run(ctx, c, keys, argv...).Int64Slice()
+				reply, err := decide.Run(ctx, c, keys, argv...).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(reply) != 5 || reply[0] != 1 || reply[1] != 7 || reply[2] != 0 || reply[4] != 0 {
-					t.Fatalf("reply %v over an old-layout key, want {1 7 0 reset 0}: the old state must read as absent", reply)
+				if len(reply) != 6 || reply[0] != 1 || reply[1] != 7 || reply[2] != 0 || reply[4] != 0 || reply[5] < 1e15 {
+					t.Fatalf("reply %v over an old-layout key, want {1 7 0 reset 0 now}: the old state must read as absent", reply)
 				}
 				state, err := c.Get(ctx, keys[0]).Result()
 				if err != nil {

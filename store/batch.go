@@ -51,39 +51,42 @@ func WithBatching(maxBatch, maxPipelines int) RedisOption {
 // Script-call arguments that never change, boxed once: converting a string
 // to an interface value allocates.
 var (
-	evalshaArg any                     = "evalsha"
-	evalArg    any                     = "eval"
-	numKeysArg                         = [...]any{1: "1", 2: "2"}
-	shaArg     [len(algorithmCode)]any // per algorithm
-	sourceArg  [len(algorithmCode)]any
+	evalshaArg any = "evalsha"
+	evalArg    any = "eval"
+	decideSHA  any = lua.Hash(lua.Decide)
+	decideText any = lua.Source(lua.Decide)
 )
 
-func init() {
-	for a := range algorithmCode {
-		alg := tollgate.Algorithm(a)
-		shaArg[a] = lua.ForAlgorithm(alg).Hash()
-		sourceArg[a] = lua.Source(alg)
-	}
-}
+// Decide modes (ARGV[1], lua/doc.go): a peek writes nothing; a decision
+// without a request id is mode 0, with one the store's max replays (> 0).
+const (
+	modePeek   = -1
+	modeNoID   = 0
+	headerArgs = 2 // mode, replay TTL
+	groupArgs  = 5 // algorithm, rate, period, capacity, cost
+)
 
-// call is one decision on its way to Redis: the script's KEYS and ARGV,
-// laid out so that handing them to go-redis (as pointers, which box without
-// allocating) costs nothing beyond the call itself, and the answer.
+// call is one decide script call on its way to Redis: the script's KEYS and
+// ARGV, laid out so that handing them to go-redis (as pointers, which box
+// without allocating) costs nothing beyond the call itself, and the answer.
+// A call of one group (a single decision) uses the arrays in the call; a
+// call of several groups allocates its slices.
 type call struct {
-	alg  tollgate.Algorithm
-	keys [2]string
-	argv [6]int64
-	args [3 + 2 + 6]any // EVALSHA sha numkeys KEYS... ARGV...
-	// nargs is how much of args the call uses: without a request id, one
-	// key and four arguments (lua/doc.go).
-	nargs int
+	groups int
+	keys   []string // the groups' state keys, then their markers
+	argv   []int64  // mode, replay TTL, then groupArgs per group
+	args   []any    // EVALSHA sha numkeys KEYS... ARGV...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
 
 	// Written by whoever runs the call, then signalled on done.
-	reply [5]int64
+	reply []int64 // 5 per group, then the server time
 	err   error
 	done  chan struct{} // capacity 1, so the runner never blocks on a caller that left
+
+	keyBuf  [2]string
+	argvBuf [headerArgs + groupArgs]int64
+	argBuf  [3 + 2 + headerArgs + groupArgs]any
 }
 
 // calls recycles calls whose caller read the answer. A call abandoned by
@@ -93,28 +96,49 @@ var calls = sync.Pool{New: func() any {
 	return &call{done: make(chan struct{}, 1)}
 }}
 
-// newCall takes a call from the pool and fills it in for req (normalized)
-// under ctx, with requestID and maxReplays as Allow resolved them.
-func (r *Redis) newCall(ctx context.Context, req tollgate.Request, requestID string, maxReplays int64) *call {
-	l := req.Limit
+// newCall takes a call from the pool and fills it in under ctx for reqs
+// (normalized, one slot's worth; see AllowAll) in mode (modePeek, modeNoID
+// or the max replays of a request id, when the groups' markers are named
+// after requestID) with markers living ttlMs.
+func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode int64, requestID string, ttlMs int64) *call {
 	c := calls.Get().(*call)
-	c.alg = l.Algorithm
-	nkeys := fillDecisionKeys(&c.keys, r.prefix, l.Algorithm, req.Key, requestID)
-	p := algo.ParamsOf(req)
-	c.argv = [6]int64{p.Rate, p.Period, p.Capacity, p.Cost, maxReplays, r.replayTTLms}
-	nargv := 4
-	if nkeys == 2 {
-		nargv = 6
+	n := len(reqs)
+	nkeys := n
+	if mode > 0 {
+		nkeys = 2 * n
 	}
-	c.args[2] = numKeysArg[nkeys]
-	for i := range nkeys {
+	nargv := headerArgs + groupArgs*n
+	c.groups = n
+	if n == 1 {
+		c.keys, c.argv, c.args = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+nargv]
+	} else {
+		c.keys, c.argv, c.args = make([]string, nkeys), make([]int64, nargv), make([]any, 3+nkeys+nargv)
+	}
+	c.argv[0], c.argv[1] = mode, ttlMs
+	id := ""
+	if mode > 0 {
+		id = requestID
+	}
+	for i, req := range reqs {
+		var k [2]string
+		fillDecisionKeys(&k, r.prefix, req.Limit.Algorithm, req.Key, id)
+		c.keys[i] = k[0]
+		if mode > 0 {
+			c.keys[n+i] = k[1]
+		}
+		p := algo.ParamsOf(req)
+		g := c.argv[headerArgs+groupArgs*i:]
+		g[0], g[1], g[2], g[3], g[4] = int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost
+	}
+	c.args[2] = int64(nkeys)
+	for i := range c.keys {
 		c.args[3+i] = &c.keys[i]
 	}
-	for i := range nargv {
+	for i := range c.argv {
 		c.args[3+nkeys+i] = &c.argv[i]
 	}
-	c.nargs = 3 + nkeys + nargv
 	c.deadline, _ = ctx.Deadline()
+	c.reply, c.err = nil, nil
 	return c
 }
 
@@ -134,11 +158,11 @@ func (scriptCmd) NoRetry() bool { return true }
 // (which also loads it on the node that runs it) when eval is set.
 func (c *call) command(ctx context.Context, eval bool) scriptCmd {
 	if eval {
-		c.args[0], c.args[1] = evalArg, sourceArg[c.alg]
+		c.args[0], c.args[1] = evalArg, decideText
 	} else {
-		c.args[0], c.args[1] = evalshaArg, shaArg[c.alg]
+		c.args[0], c.args[1] = evalshaArg, decideSHA
 	}
-	cmd := redis.NewIntSliceCmd(ctx, c.args[:c.nargs]...)
+	cmd := redis.NewIntSliceCmd(ctx, c.args...)
 	cmd.SetFirstKeyPos(3) // KEYS[1]: the Cluster slot, without parsing numkeys
 	return scriptCmd{cmd}
 }
@@ -146,11 +170,10 @@ func (c *call) command(ctx context.Context, eval bool) scriptCmd {
 // finish records cmd's outcome as the call's answer.
 func (c *call) finish(cmd scriptCmd) {
 	v, err := cmd.Result()
-	if err == nil && len(v) != len(c.reply) {
+	if err == nil && len(v) != 5*c.groups+1 {
 		err = errBadReply
 	}
-	c.err = err
-	copy(c.reply[:], v)
+	c.reply, c.err = v, err
 }
 
 // isNoScript reports a reply saying the server does not have the script:

@@ -75,27 +75,11 @@ func batchedExactQuota(t *testing.T, clients []redis.UniversalClient) {
 	checkBatched(t, total)
 }
 
-func TestBatchedExactQuotaSingle(t *testing.T) {
-	srv := redistest.Single(t)
-	var clients []redis.UniversalClient
-	for range clients4() {
-		clients = append(clients, srv.Client(t))
-	}
-	batchedExactQuota(t, clients)
+func TestBatchedExactQuota(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		batchedExactQuota(t, clientsLike(t, c, clients))
+	})
 }
-
-func TestBatchedExactQuotaCluster(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	var clients []redis.UniversalClient
-	for range clients4() {
-		clients = append(clients, cl.Client(t))
-	}
-	batchedExactQuota(t, clients)
-}
-
-// clients4 ranges over the number of independent clients the exact-quota
-// tests use.
-func clients4() []struct{} { return make([]struct{}, clients) }
 
 // flushDuringBatchedLoad runs 32 goroutines of decisions through a batched
 // store while admin flushes the script cache of every node every 2ms, and
@@ -148,14 +132,9 @@ func flushDuringBatchedLoad(t *testing.T, client redis.UniversalClient, nodes []
 	checkBatched(t, p)
 }
 
-func TestBatchedScriptFlushDuringLoadSingle(t *testing.T) {
-	srv := redistest.Start(t) // private: its script cache is flushed and its errors counted
-	flushDuringBatchedLoad(t, srv.Client(t), []*redistest.Server{srv})
-}
-
-func TestBatchedScriptFlushDuringLoadCluster(t *testing.T) {
-	cl := redistest.NewCluster(t, 0) // private: every node's script cache is flushed
-	flushDuringBatchedLoad(t, cl.Client(t), cl.Nodes)
+func TestBatchedScriptFlushDuringLoad(t *testing.T) {
+	// Private servers: their script caches are flushed and errors counted.
+	forEachPrivateRedis(t, flushDuringBatchedLoad)
 }
 
 // TestBatchedCallersLeaveOnTime freezes Redis while one decision is in

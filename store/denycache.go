@@ -131,14 +131,19 @@ type denyShard struct {
 // frees a unit about every round trip, whose probes are all admitted, never
 // holds its callers until their deadlines.
 //
+// A repeated denial reports the Remaining of the denial it repeats (the
+// bucket may have refilled a little, or other requests used some, since).
+//
 // The guarantee assumes an identity is limited under one Limit at a time,
 // as a rule is. When an identity's limit changes, its state in Redis keeps
 // the expiry the old limit wrote, so Redis itself answers inconsistently
 // until it passes; a request under the new limit ends the entry in this
 // store, but a denial remembered elsewhere can be repeated until its wait
-// ends (at most MaxDenyCacheTTL). Debits by other processes are unknown
-// here: until the entry runs out, its answers are those of the state it saw,
-// which those debits only make longer.
+// ends (at most MaxDenyCacheTTL). Likewise Reset, and the refund of a
+// denied AllowAll set's debits, end the entries of this store only. Debits
+// by other processes are unknown here: until the entry runs out, its
+// answers are those of the state it saw, which those debits only make
+// longer.
 //
 // Only denied identities enter the cache, and an identity is denied only
 // after it used its quota, so fresh identities never push entries out. The
@@ -376,5 +381,68 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 	}
 	if victim >= 0 {
 		s.entries[victim] = e
+	}
+}
+
+// ticket is a request's place in the deny cache between its lookup and
+// Redis's answer: settle records the answer. The zero ticket (no cache, or
+// a request the cache does not see) settles nothing.
+type ticket struct {
+	dc    *denyCache
+	key   denyKey
+	limit tollgate.Limit
+	cost  int64
+	sent  int64         // when the request went to Redis, from dc.now
+	probe chan struct{} // the probe the request holds, if any
+}
+
+// consult looks req (normalized, without a request id) up: a remembered
+// denial answers it (denied true); while another request probes Redis for
+// the identity it waits, within its probeWaitBudget, and looks again; ctx
+// ending first returns ctx's error. Otherwise the request goes to Redis
+// with the ticket consult returns. A nil cache returns the zero ticket.
+func (dc *denyCache) consult(ctx context.Context, req tollgate.Request) (d tollgate.Decision, denied bool, tk ticket, err error) {
+	if dc == nil {
+		return d, false, tk, nil
+	}
+	k, l := dc.key(req.Key, req.Limit.Algorithm), req.Limit
+	waitUntil := int64(-1)
+	for {
+		d, v, wait := dc.lookup(k, l, req.Cost, waitUntil < 0 || dc.now() < waitUntil)
+		if v == verdictDenied {
+			return d, true, tk, nil
+		}
+		if v != verdictWait {
+			return d, false, ticket{dc: dc, key: k, limit: l, cost: req.Cost, sent: dc.now(), probe: wait}, nil
+		}
+		if waitUntil < 0 {
+			waitUntil = dc.now() + int64(probeWaitBudget(ctx))
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return d, false, tk, ctx.Err()
+		}
+	}
+}
+
+// settle records Redis's answer d to the ticket's request, ok false when
+// the call failed.
+func (tk *ticket) settle(d tollgate.Decision, ok bool) {
+	if tk.dc != nil {
+		tk.dc.settle(tk.key, tk.limit, tk.cost, tk.sent, d, ok, tk.probe)
+	}
+}
+
+// forget ends k's entry, if any: its state was reset or given back, so the
+// remembered denial may no longer hold.
+func (dc *denyCache) forget(k denyKey) {
+	s := &dc.shards[k.a&dc.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.entries {
+		if e := &s.entries[i]; e.used && e.key == k {
+			e.end()
+		}
 	}
 }

@@ -164,3 +164,37 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 	*dst = [2]string{all[:baseLen], all[baseLen:]}
 	return 2
 }
+
+// crc16 is the CRC-16/XMODEM Redis Cluster uses for key slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// hashTag returns the part of key Redis Cluster hashes: the bytes between
+// the first "{" and the first "}" after it when there are any, otherwise
+// the whole key.
+func hashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
+}
+
+// slot is the Cluster slot of key.
+func slot(key string) int { return int(crc16(hashTag(key)) % 16384) }

@@ -12,40 +12,6 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// crc16 is the CRC-16/XMODEM Redis Cluster uses for key slots.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// hashTag returns the part of key Redis Cluster hashes: the bytes between
-// the first "{" and the first "}" after it when there are any, otherwise
-// the whole key.
-func hashTag(key string) string {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return key
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 {
-		return key
-	}
-	return key[open+1 : open+1+end]
-}
-
-// slot is the Cluster slot of key.
-func slot(key string) int { return int(crc16(hashTag(key)) % 16384) }
-
 // unescapeTag reverses the percent-escaping of a verbatim tag.
 func unescapeTag(t *testing.T, tag string) string {
 	var b strings.Builder
@@ -110,8 +76,8 @@ func TestDecisionKeysAllocations(t *testing.T) {
 	}
 }
 
-// TestSlotMatchesRedis checks the test's slot function, which the fuzz test
-// relies on, against the Cluster's own CLUSTER KEYSLOT.
+// TestSlotMatchesRedis checks slot, by which AllowAll groups a set and on
+// which the fuzz test relies, against the Cluster's own CLUSTER KEYSLOT.
 func TestSlotMatchesRedis(t *testing.T) {
 	c := redistest.SharedCluster(t).Client(t)
 	ctx := context.Background()
@@ -122,7 +88,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			if int(got) != slot(key) {
-				t.Fatalf("CLUSTER KEYSLOT %q = %d, the test computes %d", key, got, slot(key))
+				t.Fatalf("CLUSTER KEYSLOT %q = %d, slot computes %d", key, got, slot(key))
 			}
 		}
 	}

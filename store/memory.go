@@ -34,13 +34,12 @@ const DefaultMaxKeys = 1 << 20
 // A Memory is safe for concurrent use; identities are spread over up to 64
 // independently locked shards.
 type Memory struct {
-	clock     func() time.Time
-	maxKeys   int
-	replays   replays
-	replayTTL int64 // µs: replays.ttlMs, whole milliseconds as in Redis
-	seed      maphash.Seed
-	shards    []memShard
-	next      atomic.Uint64 // the shard the next decision sweeps
+	clock   func() time.Time
+	maxKeys int
+	replays replays
+	seed    maphash.Seed
+	shards  []memShard
+	next    atomic.Uint64 // the shard the next decision sweeps
 }
 
 // WithClock sets the clock the store reads (default time.Now), for tests and
@@ -80,7 +79,6 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	for _, o := range opts {
 		o.applyMemory(m)
 	}
-	m.replayTTL = m.replays.ttlMs() * 1000
 	// Small stores get one shard, so that the bound evicts the entry
 	// closest to expiry store-wide; large ones spread over 64.
 	n := min(max(m.maxKeys/minShardKeys, 1), maxShards)
@@ -125,7 +123,7 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	sh, stateKey := m.locate(req)
 	sh.mu.Lock()
 	sh.reclaim(now)
-	d := m.decide(sh, stateKey, req.RequestID, decide, p, now)
+	d := m.decide(sh, stateKey, req.RequestID, m.replays.ttlMsFor(req.ReplayTTL)*1000, decide, p, now)
 	sh.mu.Unlock()
 
 	// Also sweep one other shard, in turn, so that expired entries are
@@ -141,8 +139,8 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 }
 
 // decide is main.lua: request-id replay, then the algorithm, then the
-// writes of an admission. sh is locked.
-func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, decide algo.Func, p algo.Params, now int64) tollgate.Decision {
+// writes of an admission, the marker living markerTTL µs. sh is locked.
+func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, markerTTL int64, decide algo.Func, p algo.Params, now int64) tollgate.Decision {
 	var markerKey entryKey
 	useMarker := m.replays.max > 0 && requestID != ""
 	if useMarker {
@@ -170,7 +168,7 @@ func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, decid
 		if useMarker {
 			mk := sh.upsert(markerKey, now)
 			mk.replays = 0
-			sh.setExpiry(mk, now+m.replayTTL)
+			sh.setExpiry(mk, now+markerTTL)
 		}
 	}
 	return tollgate.Decision{
@@ -339,6 +337,7 @@ func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 
 	out := make([]tollgate.Decision, len(reqs))
 	requestID := reqs[0].RequestID
+	markerTTL := m.replays.ttlMsFor(setReplayTTL(reqs)) * 1000
 	useMarker := m.replays.max > 0 && requestID != ""
 	markers := make([]entryKey, len(reqs))
 	if useMarker {
@@ -351,8 +350,13 @@ func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 			}
 		}
 		if replay {
+			// Requests on one state share its marker, counted once.
+			counted := make(map[entryKey]bool, len(reqs))
 			for i, req := range reqs {
-				shards[i].live(markers[i], now).replays++
+				if !counted[markers[i]] {
+					counted[markers[i]] = true
+					shards[i].live(markers[i], now).replays++
+				}
 				p := algo.ParamsOf(req)
 				p.Cost = 0
 				_, r := algo.For(req.Limit.Algorithm)(shards[i].state(keys[i], now), now, p)
@@ -397,7 +401,7 @@ func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 		if useMarker {
 			mk := sh.upsert(markers[i], now)
 			mk.replays = 0
-			sh.setExpiry(mk, now+m.replayTTL)
+			sh.setExpiry(mk, now+markerTTL)
 		}
 	}
 	return out, nil

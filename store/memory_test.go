@@ -227,3 +227,32 @@ func BenchmarkMemoryAllow(b *testing.B) {
 		})
 	}
 }
+
+func TestMemoryMarkerFollowsReplayTTL(t *testing.T) {
+	clock := newFakeClock()
+	m := store.NewMemory(store.WithClock(clock.Now), store.WithReplayTTL(10*time.Second))
+	// 2.001ms is kept 3ms, whole milliseconds rounded up as in Redis.
+	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "id", ReplayTTL: 2*time.Millisecond + time.Microsecond}
+	if d := allow(t, m, req); !d.Allowed || d.Replayed {
+		t.Fatalf("first call: %+v", d)
+	}
+	clock.Advance(3*time.Millisecond - time.Microsecond)
+	if d := allow(t, m, req); !d.Replayed {
+		t.Fatalf("within the ReplayTTL: %+v, want replayed", d)
+	}
+	clock.Advance(time.Microsecond)
+	if d := allow(t, m, req); d.Replayed || d.Remaining != 8 {
+		t.Fatalf("at the ReplayTTL: %+v, want judged afresh (8 remaining)", d)
+	}
+	// Longer than the store's: the store's.
+	req.RequestID, req.ReplayTTL = "id-2", time.Hour
+	allow(t, m, req)
+	clock.Advance(10*time.Second - time.Microsecond)
+	if d := allow(t, m, req); !d.Replayed {
+		t.Fatalf("within the store's replay TTL: %+v, want replayed", d)
+	}
+	clock.Advance(time.Microsecond)
+	if d := allow(t, m, req); d.Replayed {
+		t.Fatalf("at the store's replay TTL: %+v, want judged afresh", d)
+	}
+}

@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
 
 // Defaults shared by the Memory and Redis stores, so that both give the same
 // answers unless configured otherwise.
@@ -49,7 +53,34 @@ func defaultReplays() replays { return replays{max: DefaultMaxReplays, ttl: Defa
 
 // ttlMs is the replay TTL as both stores apply it: whole milliseconds,
 // rounded up, at least one.
-func (p replays) ttlMs() int64 { return max(int64((p.ttl+time.Millisecond-1)/time.Millisecond), 1) }
+func (p replays) ttlMs() int64 { return wholeMs(p.ttl) }
+
+// ttlMsFor is how long the marker of an admission lives, in the units of
+// ttlMs, for a request whose ReplayTTL is d: the replay TTL, or d when
+// shorter and above 0.
+func (p replays) ttlMsFor(d time.Duration) int64 {
+	if d <= 0 || d >= p.ttl {
+		return p.ttlMs()
+	}
+	return wholeMs(d)
+}
+
+// setReplayTTL is the ReplayTTL an AllowAll set's markers live by: the
+// longest of its requests', so that no marker of the set is forgotten while
+// a request still expects its retries; 0 (the store's) when one has none.
+func setReplayTTL(reqs []tollgate.Request) time.Duration {
+	var d time.Duration
+	for _, req := range reqs {
+		if req.ReplayTTL <= 0 {
+			return 0
+		}
+		d = max(d, req.ReplayTTL)
+	}
+	return d
+}
+
+// wholeMs is d in whole milliseconds, rounded up, at least one.
+func wholeMs(d time.Duration) int64 { return max(int64((d+time.Millisecond-1)/time.Millisecond), 1) }
 
 type replayOption func(*replays)
 

@@ -57,8 +57,6 @@ type Redis struct {
 	// the caller leaves at its deadline, so a hung Redis never holds a call
 	// for the client's ReadTimeout (3s by default) times its retries.
 	deadlineSafe bool
-	// replayTTLms is ARGV[6], the replay TTL in milliseconds.
-	replayTTLms int64
 	// batch shares round trips between concurrent decisions; nil when
 	// batching is off (see WithBatching). On a ClusterClient it is the
 	// template of primaries' batchers, and serves the decisions whose
@@ -98,7 +96,6 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	for _, o := range opts {
 		o.applyRedis(r)
 	}
-	r.replayTTLms = r.replays.ttlMs()
 	r.deadlineSafe = honoursDeadlines(c)
 	r.cluster, _ = c.(*redis.ClusterClient)
 	return r
@@ -131,57 +128,41 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	l := req.Limit
-	var maxReplays int64
-	requestID := ""
-	if req.RequestID != "" && r.replays.max > 0 {
-		maxReplays, requestID = r.replays.max, req.RequestID
-	}
-	var dk denyKey
-	var sent int64
-	var probe chan struct{}
-	if r.deny != nil {
-		dk = r.deny.key(req.Key, l.Algorithm)
-		// A request id may replay an admission: only Redis knows.
-		waitUntil := int64(-1)
-		for requestID == "" {
-			d, v, wait := r.deny.lookup(dk, l, req.Cost, waitUntil < 0 || r.deny.now() < waitUntil)
-			if v == verdictDenied {
-				return d, nil
-			}
-			if v != verdictWait {
-				probe = wait
-				break
-			}
-			if waitUntil < 0 {
-				waitUntil = r.deny.now() + int64(probeWaitBudget(ctx))
-			}
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, ctx.Err())
-			}
+	mode := r.modeFor(req.RequestID)
+	var tk ticket
+	if mode == modeNoID { // a request id may replay an admission: only Redis knows
+		var denied bool
+		var d tollgate.Decision
+		if d, denied, tk, err = r.deny.consult(ctx, req); denied || err != nil {
+			return d, r.wrap(req, err)
 		}
-		sent = r.deny.now()
 	}
-	c := r.newCall(ctx, req, requestID, maxReplays)
+	d, err := r.decide(ctx, req, mode)
+	tk.settle(d, err == nil)
+	return d, r.wrap(req, err)
+}
+
+// decide sends req (normalized) in mode as one decide script call.
+func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode int64) (tollgate.Decision, error) {
+	c := r.newCall(ctx, []tollgate.Request{req}, mode, req.RequestID, r.replays.ttlMsFor(req.ReplayTTL))
 	if err := r.send(ctx, c); err != nil {
-		if probe != nil {
-			r.deny.settle(dk, l, req.Cost, sent, tollgate.Decision{}, false, probe)
-		}
-		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
+		return tollgate.Decision{}, err // c is abandoned to its runner
 	}
-	reply, err := c.reply, c.err
+	d, err := decisionOf(c.reply), c.err
 	calls.Put(c)
-	d := decisionOf(reply)
-	if r.deny != nil {
-		r.deny.settle(dk, l, req.Cost, sent, d, err == nil, probe)
-	}
 	if err != nil {
 		r.refreshRouting(err)
-		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: %s script: %w", l.Algorithm, err)
+		return tollgate.Decision{}, err
 	}
 	return d, nil
+}
+
+// wrap says where err, from deciding req, comes from; nil stays nil.
+func (r *Redis) wrap(req tollgate.Request, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("tollgate: redis store: %s script: %w", req.Limit.Algorithm, err)
 }
 
 // refreshRouting asks a Cluster client to reload its slot map after a
@@ -203,14 +184,27 @@ func (r *Redis) refreshRouting(err error) {
 	r.cluster.ReloadState(context.Background())
 }
 
+// modeFor is the decide mode (ARGV[1]) of a decision carrying requestID:
+// the store's max replays, or modeNoID without an id or with ids off.
+func (r *Redis) modeFor(requestID string) int64 {
+	if requestID == "" {
+		return modeNoID
+	}
+	return r.replays.max
+}
+
 // errBadReply means a script answered something other than lua/doc.go's
-// five integers: the scripts on the server are not the ones this package
-// was built with.
-var errBadReply = errors.New("script reply is not five integers")
+// five integers per group and the time: the scripts on the server are not
+// the ones this package was built with.
+var errBadReply = errors.New("script reply is not five integers per group and the time")
 
 // decisionOf turns a script's {allowed, remaining, retry_after_us,
-// reset_after_us, replayed} into a Decision.
-func decisionOf(v [5]int64) tollgate.Decision {
+// reset_after_us, replayed}, the first five integers of v, into a Decision;
+// the zero Decision when v is shorter (a failed call).
+func decisionOf(v []int64) tollgate.Decision {
+	if len(v) < 5 {
+		return tollgate.Decision{}
+	}
 	return tollgate.Decision{
 		Allowed:    v[0] == 1,
 		Remaining:  v[1],
@@ -218,26 +212,4 @@ func decisionOf(v [5]int64) tollgate.Decision {
 		ResetAfter: time.Duration(v[3]) * time.Microsecond,
 		Replayed:   v[4] == 1,
 	}
-}
-
-// errNotYet is returned by the parts of the Store interface the Redis store
-// does not implement yet.
-var errNotYet = errors.New("tollgate: redis store: not implemented yet")
-
-// AllowAll decides reqs all or nothing (see tollgate.Store).
-func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
-	if _, err := normalizeAll(reqs); err != nil {
-		return nil, err
-	}
-	return nil, errNotYet
-}
-
-// Peek reports what Allow would answer for req now, without a debit.
-func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	return tollgate.Decision{}, errNotYet
-}
-
-// Reset forgets req's Key under req's algorithm.
-func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
-	return errNotYet
 }

@@ -79,24 +79,15 @@ func exactQuota(t *testing.T, stores []*Redis) {
 	}
 }
 
-func TestRedisExactQuotaUnderConcurrencySingle(t *testing.T) {
-	srv := redistest.Single(t)
-	prefix := redistest.KeyPrefix(t)
-	var stores []*Redis
-	for range clients {
-		stores = append(stores, NewRedis(srv.Client(t), WithPrefix(prefix)))
-	}
-	exactQuota(t, stores)
-}
-
-func TestRedisExactQuotaUnderConcurrencyCluster(t *testing.T) {
-	cl := redistest.SharedCluster(t)
-	prefix := redistest.KeyPrefix(t)
-	var stores []*Redis
-	for range clients {
-		stores = append(stores, NewRedis(cl.Client(t), WithPrefix(prefix)))
-	}
-	exactQuota(t, stores)
+func TestRedisExactQuotaUnderConcurrency(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		prefix := redistest.KeyPrefix(t)
+		var stores []*Redis
+		for _, c := range clientsLike(t, c, clients) {
+			stores = append(stores, NewRedis(c, WithPrefix(prefix)))
+		}
+		exactQuota(t, stores)
+	})
 }
 
 // getThenSetTake is the check-then-act token bucket that the scripts

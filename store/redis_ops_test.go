@@ -72,20 +72,29 @@ func checkEveryKeyExpires(t *testing.T, c *redis.Client, prefix string) (state, 
 	return state, ids
 }
 
-func TestRedisEveryKeyExpiresSingle(t *testing.T) {
-	c := redistest.Single(t).Client(t)
-	prefix := redistest.KeyPrefix(t)
-	decisionMix(t, NewRedis(c, WithPrefix(prefix)))
-	state, ids := checkEveryKeyExpires(t, c, prefix)
-	if state == 0 || ids == 0 {
-		t.Fatalf("saw %d state and %d request-id keys; want some of each", state, ids)
-	}
+func TestRedisEveryKeyExpires(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		prefix := redistest.KeyPrefix(t)
+		decisionMix(t, NewRedis(c, WithPrefix(prefix)))
+		var state, ids int
+		primaries := primariesOf(t, c)
+		for _, c := range primaries {
+			s, i := checkEveryKeyExpires(t, c, prefix)
+			state, ids = state+s, ids+i
+		}
+		if state == 0 || ids == 0 {
+			t.Fatalf("saw %d state and %d request-id keys on %d primaries; want some of each", state, ids, len(primaries))
+		}
+	})
 }
 
-func TestRedisEveryKeyExpiresCluster(t *testing.T) {
-	cc := redistest.SharedCluster(t).Client(t)
-	prefix := redistest.KeyPrefix(t)
-	decisionMix(t, NewRedis(cc, WithPrefix(prefix)))
+// primariesOf returns the node c is, or on a Cluster its primaries.
+func primariesOf(t *testing.T, c redis.UniversalClient) []*redis.Client {
+	t.Helper()
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return []*redis.Client{c.(*redis.Client)}
+	}
 	// ForEachMaster runs its function on other goroutines, where the test
 	// must not fail: collect the primaries, then check each here.
 	var mu sync.Mutex
@@ -99,14 +108,7 @@ func TestRedisEveryKeyExpiresCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var state, ids int
-	for _, c := range primaries {
-		s, i := checkEveryKeyExpires(t, c, prefix)
-		state, ids = state+s, ids+i
-	}
-	if state == 0 || ids == 0 {
-		t.Fatalf("saw %d state and %d request-id keys on %d primaries; want some of each", state, ids, len(primaries))
-	}
+	return primaries
 }
 
 // hostileIdentities are identities that break naive key building: braces

@@ -77,6 +77,10 @@ type resendCase struct {
 // once, alone and in a pipeline, and the caller gets an error. The same
 // script sent through go-redis's own Script.Run (kept as the
 // demonstration) runs several times and debits each time.
+// plainDecide is the decide script as a go-redis Script, whose calls the
+// client re-sends like any command: what the store must never do.
+var plainDecide = redis.NewScript(lua.Source(lua.Decide))
+
 func checkNeverResent(t *testing.T, tc resendCase) {
 	ctx := context.Background()
 	const capacity = 10
@@ -125,8 +129,8 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	// The demonstration: a script go-redis may retry runs several times.
 	keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain", "")
 	runs := asleep(func() {
-		argv := []any{capacity, limit.Period.Microseconds(), capacity, 1}
-		_ = lua.TokenBucket.EvalSha(ctx, tc.client, keys, argv...).Err()
+		argv := []any{modeNoID, 0, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
+		_ = plainDecide.EvalSha(ctx, tc.client, keys, argv...).Err()
 	})
 	debits := capacity - remaining(tag+"plain")
 	t.Logf("%s: EVALSHA through go-redis: %d runs, %d debits", tc.name, runs, debits)
@@ -148,7 +152,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		_, _ = tc.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range 3 {
 				keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain-batch-"+strconv.Itoa(i), "")
-				lua.TokenBucket.EvalSha(ctx, p, keys, capacity, limit.Period.Microseconds(), capacity, 1)
+				plainDecide.EvalSha(ctx, p, keys, modeNoID, 0, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1)
 			}
 			return nil
 		})
@@ -165,7 +169,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, st.newCall(ctx, req, "", 0))
+		batch = append(batch, st.newCall(ctx, []tollgate.Request{req}, modeNoID, "", 0))
 	}
 	runs = asleep(func() { st.runBatch(batch) })
 	if runs != 9 {
@@ -243,10 +247,8 @@ func requestIDReplays(t *testing.T, st *Redis) {
 	}
 }
 
-func TestRedisRequestIDReplaysSingle(t *testing.T) {
-	requestIDReplays(t, NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t))))
-}
-
-func TestRedisRequestIDReplaysCluster(t *testing.T) {
-	requestIDReplays(t, NewRedis(redistest.SharedCluster(t).Client(t), WithPrefix(redistest.KeyPrefix(t))))
+func TestRedisRequestIDReplays(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		requestIDReplays(t, NewRedis(c, WithPrefix(redistest.KeyPrefix(t))))
+	})
 }

@@ -35,25 +35,58 @@ func quotaLimit(alg tollgate.Algorithm, n int64) tollgate.Limit {
 // sizes its limits from it (10× Slack per time unit).
 const realClockSlack = 30 * time.Millisecond
 
-// conformance runs the conformance suite on a store deciding on c, on the
-// real clock.
-func conformance(t *testing.T, c redis.UniversalClient) {
-	storetest.Run(t, storetest.Harness{
-		Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
-		Advance:    time.Sleep,
-		Slack:      realClockSlack,
-		MaxReplays: DefaultMaxReplays,
+// forEachRedis runs test on the shared single node and on the shared
+// Cluster, as subtests "single" and "cluster", each with a client of its
+// own (clientsLike makes more).
+func forEachRedis(t *testing.T, test func(t *testing.T, c redis.UniversalClient)) {
+	t.Run("single", func(t *testing.T) { test(t, redistest.Single(t).Client(t)) })
+	t.Run("cluster", func(t *testing.T) { test(t, redistest.SharedCluster(t).Client(t)) })
+}
+
+// forEachPrivateRedis runs test on a single node and on a Cluster of 3
+// primaries started for it, which it may flush, pause or stop: nodes are
+// the servers behind c.
+func forEachPrivateRedis(t *testing.T, test func(t *testing.T, c redis.UniversalClient, nodes []*redistest.Server)) {
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t)
+		test(t, srv.Client(t), []*redistest.Server{srv})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.NewCluster(t, 0)
+		test(t, cl.Client(t), cl.Nodes)
 	})
 }
 
-func TestRedisConformanceSingle(t *testing.T) {
-	t.Parallel() // the suite mostly sleeps on the real clock
-	conformance(t, redistest.Single(t).Client(t))
+// clientsLike returns n new clients of the deployment c serves, each with
+// a connection pool of its own, closed when the test ends.
+func clientsLike(t *testing.T, c redis.UniversalClient, n int) []redis.UniversalClient {
+	t.Helper()
+	out := make([]redis.UniversalClient, n)
+	for i := range out {
+		switch c := c.(type) {
+		case *redis.Client:
+			out[i] = redis.NewClient(c.Options())
+		case *redis.ClusterClient:
+			out[i] = redis.NewClusterClient(c.Options())
+		default:
+			t.Fatalf("clientsLike: a %T", c)
+		}
+		t.Cleanup(func() { _ = out[i].Close() })
+	}
+	return out
 }
 
-func TestRedisConformanceCluster(t *testing.T) {
+// TestRedisConformance runs the conformance suite on the real clock.
+func TestRedisConformance(t *testing.T) {
 	t.Parallel() // the suite mostly sleeps on the real clock
-	conformance(t, redistest.SharedCluster(t).Client(t))
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		storetest.Run(t, storetest.Harness{
+			Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t))),
+			Advance:    time.Sleep,
+			Slack:      realClockSlack,
+			MaxReplays: DefaultMaxReplays,
+		})
+	})
 }
 
 func TestRedisQuotaThenDenial(t *testing.T) {

@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("validation", s.validation)
 	t.Run("key isolation", s.keyIsolation)
 	t.Run("empty key", s.emptyKey)
+	s.runAllowAll(t)
 	for _, alg := range algorithms {
 		t.Run("concurrency/"+alg.String(), func(t *testing.T) { s.concurrency(t, alg) })
 		t.Run("concurrent replays/"+alg.String(), func(t *testing.T) { s.concurrentReplays(t, alg) })

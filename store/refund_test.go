@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
+)
+
+// plainRefund is the refund script as a go-redis Script, which a client may
+// re-send: a refund must be safe to run twice.
+var plainRefund = redis.NewScript(lua.Source(lua.Refund))
+
+// refundArgs is the refund script's ARGV for one group of req debited at
+// debitedAt (µs) leaving remaining.
+func refundArgs(req tollgate.Request, debitedAt, remaining int64) []any {
+	p := algo.ParamsOf(req)
+	return []any{0, 60_000, debitedAt, int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, remaining}
+}
+
+// TestRefundOnceAndNeverBeyondTheDebit runs the refund script directly:
+// twice with one nonce gives back once; a refund after the state was reset
+// (a full bucket) or after the window debited ended gives nothing back.
+func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.KeyPrefix(t)
+		st := NewRedis(c, WithPrefix(prefix))
+		for _, alg := range algorithms {
+			req := tollgate.Request{Key: "refund-" + alg.String(), Limit: quotaLimit(alg, 10), Cost: 3}
+			debit := func() (now, remaining int64) {
+				t.Helper()
+				keys := decisionKeys(prefix, alg, req.Key, "")
+				p := algo.ParamsOf(req)
+				v, err := plainDecide.Run(ctx, c, keys, modeNoID, 0, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				if err != nil || v[0] != 1 {
+					t.Fatalf("%s: debit: %v, %v", alg, v, err)
+				}
+				return v[5], v[1]
+			}
+			refund := func(nonce string, debitedAt, remaining int64) int64 {
+				t.Helper()
+				keys := decisionKeys(prefix, alg, req.Key, "")
+				keys = append(keys, hashTagged(keys[0])+":n:"+nonce)
+				got, err := plainRefund.Run(ctx, c, keys, refundArgs(req, debitedAt, remaining)...).Int64()
+				if err != nil {
+					t.Fatalf("%s: refund: %v", alg, err)
+				}
+				return got
+			}
+			left := func() int64 {
+				t.Helper()
+				d, err := st.Peek(ctx, tollgate.Request{Key: req.Key, Limit: req.Limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d.Remaining + 1
+			}
+
+			now, remaining := debit()
+			debit()
+			if got := left(); got != 4 {
+				t.Fatalf("%s: after two debits of 3: %d left, want 4", alg, got)
+			}
+			if refund("a", now, remaining) != 1 || refund("a", now, remaining) != 0 {
+				t.Fatalf("%s: a refund and its re-sent copy must answer 1 then 0", alg)
+			}
+			if got := left(); got != 7 {
+				t.Fatalf("%s: after one refund of 3 sent twice: %d left, want 7 (given back once)", alg, got)
+			}
+			if err := st.Reset(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			now, remaining = debit()
+			if err := st.Reset(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			refund("b", now, remaining)
+			if got := left(); got != 10 {
+				t.Fatalf("%s: a refund after a reset: %d left, want the capacity 10, not more", alg, got)
+			}
+			if alg == tollgate.SlidingWindow || alg == tollgate.FixedWindow {
+				now, remaining = debit()
+				refund("c", now-2*tollgate.MaxPeriod.Microseconds(), remaining)
+				if got := left(); got != 7 {
+					t.Fatalf("%s: a refund for a window that ended: %d left, want 7 (nothing given back)", alg, got)
+				}
+			}
+		}
+	})
+}
+
+// TestAllowAllAcrossSlotsExactUnderLoad measures the cost of deciding a set
+// spread over Cluster slots: 32 callers send sets {Y, X} with X spent, so
+// each debits Y on its slot and gives it back; 32 others send {Y, Z} with Z
+// plentiful, and must get exactly Y's quota of 40 admissions. A {Y, Z}
+// denial while Y still had quota is a wrong denial, caused by a {Y, X}
+// debit not yet given back: the test counts them and the duration of the
+// denied sets (the window's bound) and logs both.
+func TestAllowAllAcrossSlotsExactUnderLoad(t *testing.T) {
+	c := redistest.SharedCluster(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	st := NewRedis(c, WithPrefix(prefix))
+	ctx := context.Background()
+	slotOf := func(key string, alg tollgate.Algorithm) int { return slot(decisionKeys(prefix, alg, key, "")[0]) }
+	x := tollgate.Request{Key: "x", Limit: quotaLimit(tollgate.TokenBucket, 1)}
+	y := tollgate.Request{Key: "y", Limit: quotaLimit(tollgate.TokenBucket, 40)}
+	z := tollgate.Request{Key: "z", Limit: quotaLimit(tollgate.TokenBucket, 1000)}
+	if sx, sy, sz := slotOf("x", 0), slotOf("y", 0), slotOf("z", 0); sx == sy || sy == sz {
+		t.Fatalf("slots x %d, y %d, z %d: the test needs y on a slot of its own", sx, sy, sz)
+	}
+	if d, err := st.Allow(ctx, x); err != nil || !d.Allowed {
+		t.Fatalf("spending x: %+v, %v", d, err)
+	}
+
+	var (
+		admitted, wrong, xAdmitted atomic.Int64
+		stop                       atomic.Bool
+		mu                         sync.Mutex
+		deniedTook                 []time.Duration
+		wg                         sync.WaitGroup
+		failed                     atomic.Value
+	)
+	deadline := time.Now().Add(30 * time.Second)
+	for i := range 64 {
+		set := []tollgate.Request{y, z}
+		if i%2 == 0 {
+			set = []tollgate.Request{y, x}
+		}
+		wg.Go(func() {
+			var took []time.Duration
+			defer func() { mu.Lock(); deniedTook = append(deniedTook, took...); mu.Unlock() }()
+			for !stop.Load() {
+				if time.Now().After(deadline) {
+					failed.CompareAndSwap(nil, "40 admissions not reached in 30s")
+					return
+				}
+				start := time.Now()
+				ds, err := st.AllowAll(ctx, set)
+				if err != nil {
+					failed.CompareAndSwap(nil, err.Error())
+					return
+				}
+				switch {
+				case ds[0].Allowed && set[1] == x:
+					xAdmitted.Add(1)
+				case ds[0].Allowed:
+					if admitted.Add(1) == 40 {
+						// Let everyone see Y spent for a while.
+						time.AfterFunc(200*time.Millisecond, func() { stop.Store(true) })
+					}
+				case set[1] == x:
+					took = append(took, time.Since(start))
+				case admitted.Load() < 40:
+					wrong.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if msg, ok := failed.Load().(string); ok {
+		t.Fatal(msg)
+	}
+	if n := xAdmitted.Load(); n != 0 {
+		t.Fatalf("%d sets with the spent x admitted", n)
+	}
+	if n := admitted.Load(); n != 40 {
+		t.Fatalf("{y, z} sets admitted %d times; want exactly y's quota, 40", n)
+	}
+	for _, c := range []struct {
+		req  tollgate.Request
+		left int64
+	}{{y, 0}, {z, 1000 - 40}, {x, 0}} {
+		d, err := st.Peek(ctx, c.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Remaining + map[bool]int64{true: 1}[d.Allowed]; got != c.left {
+			t.Fatalf("%s after the run: %d left (%+v); want %d: a debit was not given back, or given back twice", c.req.Key, got, d, c.left)
+		}
+	}
+	slices.Sort(deniedTook)
+	q := func(p float64) time.Duration { return deniedTook[int(p*float64(len(deniedTook)-1))] }
+	t.Logf("64 callers across 3 slots: 40 of 40 admitted, %d wrong denials of {y, z} while y had quota; %d denied {y, x} sets, each holding y's debit at most its duration: p50 %v, p99 %v, max %v",
+		wrong.Load(), len(deniedTook), q(0.5), q(0.99), q(1))
+}
