@@ -17,28 +17,22 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// TestBigQuotaExactSingle and TestBigQuotaExactCluster: a full bucket of
-// 100,000 admits exactly 100,000 units under 64 concurrent callers, for
-// every algorithm.
-func TestBigQuotaExactSingle(t *testing.T) {
-	bigQuotaExact(t, func() redis.UniversalClient { return redistest.Single(t).Client(t) })
+// TestBigQuotaExact runs 64 goroutines over four stores (own clients) on
+// one identity whose limit admits 100,000 units and gives none back during
+// the test (366-day period), for every algorithm, on a single node and on a
+// Cluster. Each takes random costs up to 100 while they fit, then single
+// units until a unit is denied: the units admitted must add up to exactly
+// 100,000, and the last answer must say nothing is left.
+func TestBigQuotaExact(t *testing.T) {
+	forEachRedis(t, bigQuotaExact)
 }
 
-func TestBigQuotaExactCluster(t *testing.T) {
-	bigQuotaExact(t, func() redis.UniversalClient { return redistest.SharedCluster(t).Client(t) })
-}
-
-// bigQuotaExact runs 64 goroutines over four stores (own clients) on one
-// identity whose limit admits 100,000 units and gives none back during the
-// test (366-day period). Each takes random costs up to 100 while they fit,
-// then single units until a unit is denied: the units admitted must add up
-// to exactly 100,000, and the last answer must say nothing is left.
-func bigQuotaExact(t *testing.T, client func() redis.UniversalClient) {
+func bigQuotaExact(t *testing.T, c redis.UniversalClient) {
 	const units = 100_000
 	prefix := redistest.KeyPrefix(t)
 	var stores []*Redis
-	for range clients {
-		stores = append(stores, NewRedis(client(), WithPrefix(prefix)))
+	for _, cc := range clientsLike(t, c, clients) {
+		stores = append(stores, NewRedis(cc, WithPrefix(prefix)))
 	}
 	ctx := context.Background()
 	for _, alg := range algorithms {
@@ -211,60 +205,55 @@ func TestCalendarWalkMemory(t *testing.T) {
 // next boundary computed in Go from Redis's own TIME, read just before and
 // just after the decision.
 func TestCalendarResetMatchesRedisTime(t *testing.T) {
-	for name, c := range map[string]redis.UniversalClient{
-		"single":  redistest.Single(t).Client(t),
-		"cluster": redistest.SharedCluster(t).Client(t),
-	} {
-		t.Run(name, func(t *testing.T) {
-			st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
-			ctx := context.Background()
-			for _, l := range []tollgate.Limit{tollgate.Daily(1), tollgate.Weekly(1), tollgate.Monthly(1), tollgate.Yearly(1)} {
-				key := "cal-" + l.Calendar.String()
-				// TIME on the node that holds the key.
-				serverTime := func() int64 {
-					t.Helper()
-					var tm time.Time
-					var err error
-					if cc, ok := c.(*redis.ClusterClient); ok {
-						node, e := cc.MasterForKey(ctx, decisionKeys(st.prefix, l.Algorithm, key, "")[0])
-						if e != nil {
-							t.Fatal(e)
-						}
-						tm, err = node.Time(ctx).Result()
-					} else {
-						tm, err = c.Time(ctx).Result()
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+		ctx := context.Background()
+		for _, l := range []tollgate.Limit{tollgate.Daily(1), tollgate.Weekly(1), tollgate.Monthly(1), tollgate.Yearly(1)} {
+			key := "cal-" + l.Calendar.String()
+			// TIME on the node that holds the key.
+			serverTime := func() int64 {
+				t.Helper()
+				var tm time.Time
+				var err error
+				if cc, ok := c.(*redis.ClusterClient); ok {
+					node, e := cc.MasterForKey(ctx, decisionKeys(st.prefix, l.Algorithm, key, "")[0])
+					if e != nil {
+						t.Fatal(e)
 					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					return tm.UnixMicro()
+					tm, err = node.Time(ctx).Result()
+				} else {
+					tm, err = c.Time(ctx).Result()
 				}
-				for attempt := 0; ; attempt++ {
-					before := serverTime()
-					d, err := st.Allow(ctx, tollgate.Request{Key: key, Limit: l})
-					if err != nil {
-						t.Fatal(err)
-					}
-					after := serverTime()
-					_, next := algo.CalendarWindow(l.Calendar, before)
-					if _, n := algo.CalendarWindow(l.Calendar, after); n != next {
-						if attempt < 3 {
-							continue // a boundary passed during the call: try again
-						}
-						t.Fatalf("%s: a boundary passed during every attempt", l)
-					}
-					reset := d.ResetAfter.Microseconds()
-					if !d.Allowed || reset < next-after || reset > next-before {
-						t.Fatalf("%s: %+v; want admitted with a reset between %dµs and %dµs (next boundary %s, TIME %d..%d)",
-							l, d, next-after, next-before, time.UnixMicro(next).UTC(), before, after)
-					}
-					d, err = st.Allow(ctx, tollgate.Request{Key: key, Limit: l})
-					if err != nil || d.Allowed || d.RetryAfter != d.ResetAfter || d.RetryAfter.Microseconds() > next-after {
-						t.Fatalf("%s: second call %+v, %v; want denied until the boundary", l, d, err)
-					}
-					break
+				if err != nil {
+					t.Fatal(err)
 				}
+				return tm.UnixMicro()
 			}
-		})
-	}
+			for attempt := 0; ; attempt++ {
+				before := serverTime()
+				d, err := st.Allow(ctx, tollgate.Request{Key: key, Limit: l})
+				if err != nil {
+					t.Fatal(err)
+				}
+				after := serverTime()
+				_, next := algo.CalendarWindow(l.Calendar, before)
+				if _, n := algo.CalendarWindow(l.Calendar, after); n != next {
+					if attempt < 3 {
+						continue // a boundary passed during the call: try again
+					}
+					t.Fatalf("%s: a boundary passed during every attempt", l)
+				}
+				reset := d.ResetAfter.Microseconds()
+				if !d.Allowed || reset < next-after || reset > next-before {
+					t.Fatalf("%s: %+v; want admitted with a reset between %dµs and %dµs (next boundary %s, TIME %d..%d)",
+						l, d, next-after, next-before, time.UnixMicro(next).UTC(), before, after)
+				}
+				d, err = st.Allow(ctx, tollgate.Request{Key: key, Limit: l})
+				if err != nil || d.Allowed || d.RetryAfter != d.ResetAfter || d.RetryAfter.Microseconds() > next-after {
+					t.Fatalf("%s: second call %+v, %v; want denied until the boundary", l, d, err)
+				}
+				break
+			}
+		}
+	})
 }
