@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -77,10 +78,12 @@ type denyEntry struct {
 	limit tollgate.Limit
 	// cost is the smallest cost denied: costs at least this are denied.
 	cost int64
-	// expires, retryAt and resetAt are monotonic nanoseconds since the
-	// cache's epoch; expires ≤ retryAt.
-	expires, retryAt, resetAt int64
-	remaining                 int64
+	// sent, expires, retryAt and resetAt are monotonic nanoseconds since
+	// the cache's epoch: when the denied request was sent, when the entry
+	// stops answering, and sent plus the RetryAfter and ResetAfter Redis
+	// gave; expires ≤ retryAt.
+	sent, expires, retryAt, resetAt int64
+	remaining                       int64
 	// hits counts the round trips the entry saved.
 	hits uint32
 	used bool
@@ -277,8 +280,8 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64, mayWait boo
 //     microseconds (cost·Period divisible by Rate) wait m apart: from the
 //     denied cost, or back from the capacity's wait.
 //
-// A sliding window's wait for another cost depends on both windows' counts,
-// which the answer does not tell apart: it goes to Redis.
+// A sliding window's wait depends on both windows' counts: see
+// slidingRetryAt for when the answer tells enough.
 func (e *denyEntry) retryAtFor(cost int64) (int64, bool) {
 	l := e.limit
 	switch {
@@ -296,8 +299,61 @@ func (e *denyEntry) retryAtFor(cost int64) (int64, bool) {
 		if m, r := algo.MulDiv(l.Capacity()-cost, period, l.Rate); r == 0 {
 			return e.resetAt - m*int64(time.Microsecond), true
 		}
+	case l.Algorithm == tollgate.SlidingWindow:
+		return e.slidingRetryAt(cost)
 	}
 	return 0, false
+}
+
+// slidingRetryAt is retryAtFor for a sliding window (lua/sliding_window.lua),
+// in the two cases where one unknown count decides every cost's wait. With
+// P the period and e the time into the current window when Redis denied:
+//
+//   - nothing counted in the current window (ResetAfter = P − e ≤ P): a cost
+//     c waits P − e − ⌊(Rate − c)·P/x⌋, x the previous window's count;
+//   - the denied cost fits only in the next window (RetryAfter > P − e, so
+//     ResetAfter = 2P − e): c waits 2P − e − ⌊(Rate − c)·P/x⌋, x the current
+//     window's count, for every larger cost too.
+//
+// Both read ResetAfter − ⌊(Rate − c)·P/x⌋. The denied cost's wait gives
+// m = ⌊(Rate − e.cost)·P/x⌋, so x lies in an interval; the wait for cost is
+// known when ⌊(Rate − cost)·P/x⌋, which only falls as x grows, is the same
+// at both ends of it. Otherwise (the current window's count fits, and the
+// previous one's too decides) it goes to Redis.
+func (e *denyEntry) slidingRetryAt(cost int64) (int64, bool) {
+	const us = int64(time.Microsecond)
+	l := e.limit
+	period := l.Period.Microseconds()
+	retry, reset := (e.retryAt-e.sent)/us, (e.resetAt-e.sent)/us
+	if reset > period && retry <= reset-period {
+		return 0, false
+	}
+	a, b := l.Rate-e.cost, l.Rate-cost
+	m := reset - retry
+	lo := floorAtMost(a, period, m+1, l.Rate) + 1
+	hi := l.Rate
+	if m > 0 {
+		hi = floorAtMost(a, period, m, l.Rate)
+	}
+	if lo > hi {
+		return 0, false
+	}
+	wait := floorAtMost(b, period, lo, m)
+	if wait != floorAtMost(b, period, hi, m) {
+		return 0, false
+	}
+	return e.sent + (reset-wait)*us, true
+}
+
+// floorAtMost returns min(⌊a·b/d⌋, limit) for a, b ≥ 0 and d > 0, whatever
+// the size of the quotient.
+func floorAtMost(a, b, d, limit int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) {
+		return limit // the quotient is 2^64 or more
+	}
+	q, _ := bits.Div64(hi, lo, uint64(d))
+	return int64(min(q, uint64(limit)))
 }
 
 // settle records Redis's answer d to a request of cost under limit l for
@@ -349,7 +405,7 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 	}
 	e := denyEntry{
 		key: k, limit: l, cost: cost, used: true,
-		expires: expires, retryAt: sent + wait, resetAt: sent + int64(d.ResetAfter),
+		sent: sent, expires: expires, retryAt: sent + wait, resetAt: sent + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}
 	if slot >= 0 {
