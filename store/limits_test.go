@@ -257,3 +257,37 @@ func TestCalendarResetMatchesRedisTime(t *testing.T) {
 		}
 	})
 }
+
+// TestCalendarResetIsTheNextBoundary runs the decide script itself, whose
+// reply ends with the server time it decided at (Redis TIME), on a single
+// node and on a Cluster: for every calendar, the reset it reports is
+// exactly the next boundary after that time, computed in Go, minus it; a
+// denial's retry is the same; and the state's TTL ends with the window.
+func TestCalendarResetIsTheNextBoundary(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.KeyPrefix(t)
+		for _, l := range []tollgate.Limit{tollgate.Daily(2), tollgate.Weekly(2), tollgate.Monthly(2), tollgate.Yearly(2)} {
+			keys := decisionKeys(prefix, l.Algorithm, "cal-exact-"+l.Calendar.String(), "")
+			p := algo.ParamsOf(tollgate.Request{Limit: l, Cost: 2})
+			for i, want := range []bool{true, false} {
+				v, err := plainDecide.Run(ctx, c, keys, modeNoID, 0, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := v[5]
+				_, next := algo.CalendarWindow(l.Calendar, now)
+				if (v[0] == 1) != want || v[3] != next-now || (!want && v[2] != next-now) {
+					t.Fatalf("%s, call %d at %s: reply %v; want allowed %v, reset (and a denial's retry) %dµs, to %s",
+						l, i+1, time.UnixMicro(now).UTC().Format(time.RFC3339Nano), v, want, next-now, time.UnixMicro(next).UTC())
+				}
+				if i == 0 {
+					ttl, err := c.PTTL(ctx, keys[0]).Result()
+					if err != nil || ttl > time.Duration(next-now)*time.Microsecond+2*time.Millisecond || ttl < time.Duration(next-now)*time.Microsecond-time.Second {
+						t.Fatalf("%s: state TTL %s (%v), want the %s left in the window", l, ttl, err, time.Duration(next-now)*time.Microsecond)
+					}
+				}
+			}
+		}
+	})
+}
