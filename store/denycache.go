@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultDenyCacheSize is how many denials a Redis store remembers unless
-// WithDenyCache says otherwise: about 4096 × 64 bytes of memory.
+// WithDenyCache says otherwise: about 4096 × 140 bytes of memory.
 const DefaultDenyCacheSize = 4096
 
 // MaxDenyCacheTTL is the longest a denial is repeated from memory, however
