@@ -2,7 +2,7 @@
 -- state key see each other's debits: with several groups the working state
 -- is carried in work (and its TTL in keep_for), and nothing is written
 -- until every group is judged. A single decision needs neither table.
-local reply = {}
+local reply = {0, 0, 0, 0, 0, 0} -- sized for one group: no resize on the common path
 local work, keep_for
 if groups > 1 then work, keep_for = {}, {} end
 local only_state, only_keep -- the single group's write

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,8 +61,8 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	mode := r.modeFor(reqs[0].RequestID)
 	ttl := r.replays.ttlMsFor(setReplayTTL(reqs))
 	parts := r.partition(reqs)
-	out := make([]tollgate.Decision, len(reqs))
 	if len(parts) == 1 {
+		out := make([]tollgate.Decision, len(reqs))
 		c := r.newCall(ctx, reqs, mode, reqs[0].RequestID, ttl)
 		if err := r.send(ctx, c); err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
@@ -77,38 +78,32 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return out, nil
 	}
 
+	// A set with a member whose denial is remembered is denied: it is
+	// judged without a debit (peek mode), so that its other parts are not
+	// debited and given back, which could deny concurrent callers.
+	if mode == modeNoID && slices.ContainsFunc(reqs, r.deny.remembers) {
+		cs, errs := r.sendParts(ctx, reqs, parts, modePeek, ttl)
+		out, all, err := answers(cs, errs, parts, len(reqs))
+		if err != nil {
+			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
+		}
+		if !all {
+			return deniedSet(out), nil
+		}
+		// The denial ran out meanwhile: decide the set after all.
+	}
+
 	// One call per part, all at once; each goes through its primary's
 	// round trips like any decision.
-	cs := make([]*call, len(parts))
-	var wg sync.WaitGroup
-	errs := make([]error, len(parts))
-	for j, part := range parts {
-		sub := make([]tollgate.Request, len(part))
-		for k, i := range part {
-			sub[k] = reqs[i]
-		}
-		cs[j] = r.newCall(ctx, sub, mode, reqs[0].RequestID, ttl)
-		wg.Go(func() {
-			if errs[j] = r.send(ctx, cs[j]); errs[j] == nil {
-				errs[j] = cs[j].err
-			}
-		})
+	sent := int64(0)
+	if r.deny != nil {
+		sent = r.deny.now()
 	}
-	wg.Wait()
-
-	all := true
-	var failed error
-	for j, part := range parts {
-		if errs[j] != nil {
-			r.refreshRouting(errs[j])
-			failed, all = errs[j], false
-			continue
-		}
-		for k, i := range part {
-			out[i] = decisionOf(cs[j].reply[5*k:])
-			all = all && out[i].Allowed
-		}
+	cs, errs := r.sendParts(ctx, reqs, parts, mode, ttl)
+	if mode == modeNoID {
+		r.rememberDenials(reqs, cs, errs, parts, sent)
 	}
+	out, all, failed := answers(cs, errs, parts, len(reqs))
 	if all {
 		return out, nil
 	}
@@ -128,12 +123,89 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	if failed != nil {
 		return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", failed)
 	}
+	return deniedSet(out), nil
+}
+
+// deniedSet turns the decisions of a set's parts, of which one denied, into
+// the set's: every request denied, those their part admitted with no wait.
+func deniedSet(out []tollgate.Decision) []tollgate.Decision {
 	for i := range out {
-		if out[i].Allowed {
-			out[i].Allowed, out[i].Replayed = false, false
+		out[i].Allowed, out[i].Replayed = false, false
+	}
+	return out
+}
+
+// sendParts sends one decide call in mode for each part of reqs, all at
+// once, and returns the calls and their errors once every one is answered
+// or abandoned (its error then is ctx's).
+func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, parts [][]int, mode, ttl int64) ([]*call, []error) {
+	cs := make([]*call, len(parts))
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for j, part := range parts {
+		sub := make([]tollgate.Request, len(part))
+		for k, i := range part {
+			sub[k] = reqs[i]
+		}
+		cs[j] = r.newCall(ctx, sub, mode, reqs[0].RequestID, ttl)
+		wg.Go(func() {
+			if errs[j] = r.send(ctx, cs[j]); errs[j] == nil {
+				errs[j] = cs[j].err
+			}
+			if errs[j] != nil {
+				r.refreshRouting(errs[j])
+			}
+		})
+	}
+	wg.Wait()
+	return cs, errs
+}
+
+// answers collects the n decisions of the parts' calls, reporting whether
+// every one admitted, and the last error of a part that failed.
+func answers(cs []*call, errs []error, parts [][]int, n int) (out []tollgate.Decision, all bool, failed error) {
+	out, all = make([]tollgate.Decision, n), true
+	for j, part := range parts {
+		if errs[j] != nil {
+			failed, all = errs[j], false
+			continue
+		}
+		for k, i := range part {
+			out[i] = decisionOf(cs[j].reply[5*k:])
+			all = all && out[i].Allowed
 		}
 	}
-	return out, nil
+	return out, all, failed
+}
+
+// rememberDenials gives the deny cache the denials of a set's requests
+// whose Key and algorithm appear once in the set (one that shares its
+// state with an earlier request was judged after that one's debit, which
+// Allow would not see), sent at sent.
+func (r *Redis) rememberDenials(reqs []tollgate.Request, cs []*call, errs []error, parts [][]int, sent int64) {
+	if r.deny == nil {
+		return
+	}
+	shared := func(i int) bool {
+		for o := range reqs {
+			if o != i && reqs[o].Key == reqs[i].Key && reqs[o].Limit.Algorithm == reqs[i].Limit.Algorithm {
+				return true
+			}
+		}
+		return false
+	}
+	for j, part := range parts {
+		if errs[j] != nil {
+			continue
+		}
+		for k, i := range part {
+			if d := decisionOf(cs[j].reply[5*k:]); d.Allowed || d.RetryAfter <= 0 || shared(i) {
+				continue
+			}
+			tk := ticket{dc: r.deny, key: r.deny.key(reqs[i].Key, reqs[i].Limit.Algorithm), limit: reqs[i].Limit, cost: reqs[i].Cost, sent: sent}
+			tk.settle(decisionOf(cs[j].reply[5*k:]), true)
+		}
+	}
 }
 
 // partition groups the indexes of reqs into the parts one script call can

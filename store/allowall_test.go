@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -63,6 +66,87 @@ func TestRedisAllowAllPeekReset(t *testing.T) {
 		}
 		if d, err := st.Allow(ctx, global); err != nil || !d.Allowed || d.Remaining != 2 {
 			t.Fatalf("allow after reset: %+v, %v", d, err)
+		}
+	})
+}
+
+// scriptCounter is a go-redis hook counting the script calls a client sends
+// one at a time.
+type scriptCounter struct{ calls atomic.Int64 }
+
+func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			s.calls.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRedisPartKeysOneCall: two token-bucket limits of one identity, each
+// under a PartKey, are decided in one script call on a Cluster too (their
+// keys share the identity's slot), and 64 callers under 5/s and 20/hour
+// get exactly 20 admissions.
+func TestRedisPartKeysOneCall(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		counter := &scriptCounter{}
+		c.AddHook(counter)
+		prefix := redistest.KeyPrefix(t)
+		st := NewRedis(c, WithPrefix(prefix), WithBatching(0, 0))
+		ctx := context.Background()
+		second := tollgate.Request{Key: PartKey("tenant-7", "second"), Limit: tollgate.PerSecond(5)}
+		hour := tollgate.Request{Key: PartKey("tenant-7", "hour"), Limit: tollgate.PerHour(20)}
+		set := []tollgate.Request{second, hour}
+		k1, k2 := decisionKeys(prefix, 0, second.Key, "")[0], decisionKeys(prefix, 0, hour.Key, "")[0]
+		if k1 == k2 || slot(k1) != slot(k2) {
+			t.Fatalf("part keys %q and %q: want distinct names on one slot", k1, k2)
+		}
+		// The script is loaded on the slot's node first: a first call may
+		// be answered NOSCRIPT and sent again with EVAL.
+		if _, err := st.Peek(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		counter.calls.Store(0)
+		if _, err := st.AllowAll(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+		if n := counter.calls.Load(); n != 1 {
+			t.Fatalf("one set of two part keys took %d script calls, want 1", n)
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(20 * time.Second)
+		for range 64 {
+			wg.Go(func() {
+				for admitted.Load() < 19 && time.Now().Before(deadline) {
+					ds, err := st.AllowAll(ctx, set)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ds[0].Allowed {
+						admitted.Add(1)
+					} else {
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := admitted.Load(); n != 19 {
+			t.Fatalf("64 callers under 5/s and 20/hour admitted %d sets after the first; want exactly 19", n)
+		}
+		time.Sleep(time.Second)
+		ds, err := st.AllowAll(ctx, set)
+		if err != nil || ds[0].Allowed || ds[1].Allowed || ds[0].RetryAfter != 0 {
+			t.Fatalf("set after 20 admissions: %+v, %v; want denied by the hour only", ds, err)
+		}
+		if d, err := st.Peek(ctx, second); err != nil || d.Remaining != 4 {
+			t.Fatalf("5/s after the hour was spent: %+v, %v; want a full bucket (4 after the peeked unit)", d, err)
 		}
 	})
 }

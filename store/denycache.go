@@ -490,6 +490,26 @@ func (tk *ticket) settle(d tollgate.Decision, ok bool) {
 	}
 }
 
+// remembers reports whether a denial of req (normalized) is remembered and
+// still in force, without probing or waiting: AllowAll uses it to judge a
+// set it knows will be denied without debiting the set's other parts.
+func (dc *denyCache) remembers(req tollgate.Request) bool {
+	if dc == nil {
+		return false
+	}
+	k := dc.key(req.Key, req.Limit.Algorithm)
+	s := &dc.shards[k.a&dc.mask]
+	now := dc.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.entries {
+		if e := &s.entries[i]; e.used && e.key == k {
+			return e.limit == req.Limit && req.Cost >= e.cost && now < e.expires
+		}
+	}
+	return false
+}
+
 // forget ends k's entry, if any: its state was reset or given back, so the
 // remembered denial may no longer hold.
 func (dc *denyCache) forget(k denyKey) {

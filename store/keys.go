@@ -8,7 +8,7 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Redis key names; the layout is documented on Redis. The keys of a
+// Redis key names; the layout is documented on Redis and in docs/store.md. The keys of a
 // decision share one hash tag, hence one Cluster slot, and the algorithm is
 // in every name, so an identity's keys for two algorithms never meet.
 //
@@ -135,13 +135,21 @@ func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID str
 // in the decision's call, and returning how many keys it wrote. The names
 // share one backing string: one allocation for both, on every decision.
 func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, identity, requestID string) int {
-	escapedLen := escapedTagLen(identity)
+	head, part, hasPart := strings.Cut(identity, partSeparator)
+	escapedLen := escapedTagLen(head)
 	tagLen := escapedLen
 	if tagLen < 0 {
 		tagLen = 1 + encodedHashLen
 	}
+	partLen := 0
+	if hasPart {
+		partLen = 1 + escapedPartLen(part)
+		if partLen < 1 {
+			partLen = 2 + encodedHashLen
+		}
+	}
 	code := algorithmCode[alg]
-	baseLen := len(prefix) + 1 + tagLen + 2 + len(code) // prefix{tag}:code
+	baseLen := len(prefix) + 1 + tagLen + 1 + partLen + 1 + len(code) // prefix{tag}/part:code
 	n := baseLen
 	if requestID != "" {
 		n += baseLen + 3 + encodedHashLen // base ":r:" id
@@ -150,8 +158,13 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 	b.Grow(n)
 	b.WriteString(prefix)
 	b.WriteByte('{')
-	appendTag(&b, identity, escapedLen)
-	b.WriteString("}:")
+	appendTag(&b, head, escapedLen)
+	b.WriteByte('}')
+	if hasPart {
+		b.WriteByte('/')
+		appendPart(&b, part)
+	}
+	b.WriteByte(':')
 	b.WriteString(code)
 	if requestID == "" {
 		*dst = [2]string{b.String()}
@@ -163,6 +176,57 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 	all := b.String()
 	*dst = [2]string{all[:baseLen], all[baseLen:]}
 	return 2
+}
+
+// partSeparator splits a Key into the identity that names its hash tag and
+// a part with state of its own (see PartKey).
+const partSeparator = "\x1f"
+
+// PartKey returns the Request.Key of the part named part of identity: its
+// own state (a bucket, a window) that the Redis store keeps on identity's
+// hash tag. So several limits of one identity, each under its own PartKey,
+// are decided by AllowAll in one script call on a Redis Cluster too, as the
+// keys of one slot. A PartKey is identity, the byte 0x1F and part: the Redis
+// store derives a Key's hash tag from the bytes before its first 0x1F and
+// names its state after all of it, so any Key keeps state of its own.
+func PartKey(identity, part string) string { return identity + partSeparator + part }
+
+// escapedPartLen returns the length of part's escaped form, or -1 when it
+// must be hashed (escaped longer than maxVerbatimTag). A part is escaped
+// like a tag, and ":" too, so that a part never reads as the ":r:" of a
+// request-id marker.
+func escapedPartLen(part string) int {
+	n := 0
+	for i := 0; i < len(part); i++ {
+		if safeTagByte[part[i]] && part[i] != ':' {
+			n++
+		} else {
+			n += 3
+		}
+	}
+	if n > maxVerbatimTag {
+		return -1
+	}
+	return n
+}
+
+// appendPart appends part escaped, or "#" and its hash when too long.
+func appendPart(b *strings.Builder, part string) {
+	if escapedPartLen(part) < 0 {
+		b.WriteByte(hashedTagMarker)
+		appendHash(b, part)
+		return
+	}
+	for i := 0; i < len(part); i++ {
+		c := part[i]
+		if safeTagByte[c] && c != ':' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(upperHex[c>>4])
+		b.WriteByte(upperHex[c&0xf])
+	}
 }
 
 // crc16 is the CRC-16/XMODEM Redis Cluster uses for key slots.

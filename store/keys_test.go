@@ -105,6 +105,10 @@ func FuzzKeys(f *testing.F) {
 	f.Add("{}{}", "%7B%7D%7B%7D", "x", uint8(2))
 	f.Add("", "#", "", uint8(3))
 	f.Add(strings.Repeat("a", 64), strings.Repeat("a", 65), "id", uint8(0))
+	f.Add("t\x1fsecond", "t\x1fhour", "id", uint8(0))
+	f.Add("t\x1fa:r:x", "t\x1fa", "x", uint8(1))
+	f.Add("t\x1f", "t", "", uint8(2))
+	f.Add("t\x1f"+strings.Repeat("p", 70), "t\x1f\x1f", "", uint8(3))
 	f.Fuzz(func(t *testing.T, identity, other, requestID string, algByte uint8) {
 		alg := tollgate.Algorithm(algByte % 4)
 		keys := decisionKeys("tollgate:", alg, identity, requestID)
@@ -129,29 +133,45 @@ func FuzzKeys(f *testing.F) {
 		if strings.ContainsAny(tag, "{}") || tag == "" {
 			t.Fatalf("tag %q is empty or holds a brace", tag)
 		}
-		if "tollgate:{"+tag+"}:"+algorithmCode[alg] != keys[0] {
+		head, part, hasPart := strings.Cut(identity, partSeparator)
+		if !hasPart && "tollgate:{"+tag+"}:"+algorithmCode[alg] != keys[0] {
 			t.Fatalf("state key %q is not prefix, tag and algorithm", keys[0])
 		}
+		if hasPart {
+			rest, ok := strings.CutPrefix(keys[0], "tollgate:{"+tag+"}/")
+			if mid, ok2 := strings.CutSuffix(rest, ":"+algorithmCode[alg]); !ok || !ok2 || strings.Contains(mid, ":") {
+				t.Fatalf("state key %q of part %q is not prefix, tag, / part without colons, and algorithm", keys[0], part)
+			}
+		}
 		if strings.HasPrefix(tag, "#") {
-			sum := sha256.Sum256([]byte(identity))
+			sum := sha256.Sum256([]byte(head))
 			if want := "#" + base64.RawURLEncoding.EncodeToString(sum[:16]); tag != want {
 				t.Fatalf("hashed tag %q for %q, want %q", tag, identity, want)
 			}
-			if escapedTagLen(identity) >= 0 {
-				t.Fatalf("identity %q could be written out but was hashed", identity)
+			if escapedTagLen(head) >= 0 {
+				t.Fatalf("identity %q could be written out but was hashed", head)
 			}
 		} else {
 			if strings.Contains(tag, "#") || len(tag) > maxVerbatimTag {
 				t.Fatalf("verbatim tag %q holds the hash marker or is too long", tag)
 			}
-			if got := unescapeTag(t, tag); got != identity {
-				t.Fatalf("tag %q unescapes to %q, want the identity %q", tag, got, identity)
+			if got := unescapeTag(t, tag); got != head {
+				t.Fatalf("tag %q unescapes to %q, want the identity %q", tag, got, head)
 			}
 		}
 
 		otherKeys := decisionKeys("tollgate:", alg, other, requestID)
-		if (other == identity) != (hashTag(otherKeys[0]) == tag) {
-			t.Fatalf("identities %q and %q have tags %q and %q", identity, other, tag, hashTag(otherKeys[0]))
+		otherHead, _, _ := strings.Cut(other, partSeparator)
+		if (otherHead == head) != (hashTag(otherKeys[0]) == tag) {
+			t.Fatalf("identities %q and %q have tags %q and %q", head, otherHead, tag, hashTag(otherKeys[0]))
+		}
+		for i := range keys {
+			if (other == identity) != (otherKeys[i] == keys[i]) {
+				t.Fatalf("keys %q and %q have names %q and %q", identity, other, keys[i], otherKeys[i])
+			}
+		}
+		if requestID != "" && keys[1] == otherKeys[0] || len(otherKeys) > 1 && otherKeys[1] == keys[0] {
+			t.Fatalf("a marker of %q or %q is named like the other's state: %q, %q", identity, other, keys, otherKeys)
 		}
 		nextAlg := decisionKeys("tollgate:", (alg+1)%4, identity, requestID)
 		for i := range keys {

@@ -33,8 +33,9 @@ const DefaultPrefix = "tollgate:"
 // 64 bytes of letters, digits and "-_.:/@=+,", K percent-escaped when that
 // fits in 64 bytes, and otherwise "#" and a 128-bit hash of K. One hash tag
 // keeps a decision on one Cluster slot, and no identity can produce another
-// identity's tag. Every key a script writes expires once it no longer
-// matters.
+// identity's tag. A Key made by PartKey(K, P) has the tag of K and the state
+// <prefix>{<tag>}/<P escaped>:<a>, so the parts of one identity share its
+// slot. Every key a script writes expires once it no longer matters.
 //
 // A decision is debited at most once. go-redis re-sends a command whose
 // reply did not arrive (MaxRetries, and a ClusterClient's MaxRedirects),

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -40,6 +42,65 @@ func BenchmarkRedisAllow(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkRedisLimitsPerCall compares, in one run on a private node, the
+// Redis time of a call under one limit (Allow) with a call under two limits
+// of one identity (AllowAll of two PartKeys, one script call), over 1000
+// identities: redis-µs/call is INFO commandstats' usec per EVALSHA (the
+// script's own time), redis-cpu-µs/op the main thread's CPU per decision.
+func BenchmarkRedisLimitsPerCall(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	st := NewRedis(c, WithBatching(0, 0), WithDenyCache(0))
+	ctx := context.Background()
+	limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1_000_000, Period: time.Second}
+	hour := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1_000_000, Period: time.Hour}
+	number := func(section, field string) float64 {
+		f, _ := strconv.ParseFloat(srv.Info(b, section, field), 64)
+		return f
+	}
+	cpu := func() float64 {
+		return number("cpu", "used_cpu_user_main_thread") + number("cpu", "used_cpu_sys_main_thread")
+	}
+	usecPerCall := func() float64 {
+		for _, kv := range strings.Split(srv.Info(b, "commandstats", "cmdstat_evalsha"), ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	for _, bc := range []struct {
+		name string
+		do   func(id string) error
+	}{
+		{"one-limit", func(id string) error {
+			_, err := st.Allow(ctx, tollgate.Request{Key: PartKey(id, "s"), Limit: limit})
+			return err
+		}},
+		{"two-limits-one-identity", func(id string) error {
+			_, err := st.AllowAll(ctx, []tollgate.Request{{Key: PartKey(id, "s"), Limit: limit}, {Key: PartKey(id, "h"), Limit: hour}})
+			return err
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := cpu()
+			i := 0
+			for b.Loop() {
+				if err := bc.do("bench-" + strconv.Itoa(i%1000)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			b.ReportMetric(usecPerCall(), "redis-µs/call")
+			b.ReportMetric((cpu()-cpu0)*1e6/float64(i), "redis-cpu-µs/op")
 		})
 	}
 }
