@@ -40,7 +40,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 	base := os.Getenv("TOLLGATE_BASELINE_LUA")
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), true}}
+			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{0}}}
 			if base != "" {
 				scripts = append(scripts, baselineScript(b, base, alg))
 			}
@@ -68,11 +68,12 @@ func BenchmarkScriptServerCost(b *testing.B) {
 }
 
 // costScript is a script to measure and its calling convention: the
-// decide script's groups, or the older one script per algorithm.
+// arguments before a decide script's group (the mode, and in earlier
+// versions a marker TTL), or nil for the older one script per algorithm.
 type costScript struct {
 	name   string
 	script *redis.Script
-	groups bool
+	header []any
 }
 
 // costBatches is how many batches of costBatchSize calls each script makes
@@ -88,8 +89,8 @@ func serverCost(b *testing.B, srv *redistest.Server, c *redis.Client, s costScri
 	pipe := c.Pipeline()
 	for i := range costBatchSize {
 		key := fmt.Sprintf("{%s-%s-%d}:s", s.name, alg, (batch*costBatchSize+i)%1000)
-		if s.groups {
-			s.script.EvalSha(ctx, pipe, []string{key}, 0, 0, int(alg), 100, time.Second.Microseconds(), 100, 1)
+		if s.header != nil {
+			s.script.EvalSha(ctx, pipe, []string{key}, append(s.header, int(alg), 100, time.Second.Microseconds(), 100, 1)...)
 		} else {
 			s.script.EvalSha(ctx, pipe, []string{key}, 100, time.Second.Microseconds(), 100, 1)
 		}
@@ -129,7 +130,7 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 	group := read("group.lua", true)
 	if group == "" {
 		src := read("prelude.lua", false) + read("arith.lua", true) + read(alg.String()+".lua", false) + read("main.lua", false)
-		return costScript{"baseline", redis.NewScript(src), false}
+		return costScript{"baseline", redis.NewScript(src), nil}
 	}
 	blocks := ""
 	for i, a := range algorithms {
@@ -138,6 +139,11 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 		}
 		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua", false))
 	}
-	src := read("prelude.lua", false) + group + read("arith.lua", true) + blocks + "end\n" + read("main.lua", false)
-	return costScript{"baseline", redis.NewScript(src), true}
+	prelude := read("prelude.lua", false)
+	src := prelude + group + read("arith.lua", true) + blocks + "end\n" + read("main.lua", false)
+	header := []any{0}
+	if !strings.Contains(prelude, "local head") { // a marker TTL on every call
+		header = []any{0, 0}
+	}
+	return costScript{"baseline", redis.NewScript(src), header}
 }

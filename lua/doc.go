@@ -17,13 +17,14 @@
 //	ARGV[1]      mode        -1 peek: judge, write nothing, no markers
 //	                          0 decide, no request id
 //	                         m > 0 decide with a request id, replayed at most m times
-//	ARGV[2]      replay TTL  milliseconds a marker lives after an admission (0 when unused)
-//	ARGV[3+5(i-1)..]  group i: algorithm (0 token bucket, 1 GCRA, 2 sliding
-//	             window, 3 fixed window: tollgate.Algorithm's values), rate
-//	             (events per period), period (microseconds; for a calendar
-//	             fixed window -1 day, -2 week, -3 month, -4 year), capacity
-//	             (burst for the buckets, rate for the windows), cost
-//	             (1 ≤ cost ≤ capacity): internal/algo.ParamsOf's numbers
+//	ARGV[2]      replay TTL  milliseconds a marker lives after an admission (only when m > 0)
+//	then, from ARGV[h+1] (h = 2 with a request id, else 1), five per group:
+//	             algorithm (0 token bucket, 1 GCRA, 2 sliding window, 3 fixed
+//	             window: tollgate.Algorithm's values), rate (events per
+//	             period), period (microseconds; for a calendar fixed window
+//	             -1 day, -2 week, -3 month, -4 year), capacity (burst for the
+//	             buckets, rate for the windows), cost (1 ≤ cost ≤ capacity):
+//	             internal/algo.ParamsOf's numbers
 //
 // The reply is five integers per group, then the server time (µs):
 //
@@ -35,7 +36,8 @@
 // replays: each group answers {1, remaining, 0, reset_after_us, 1} with
 // its identity's current state and nothing is debited. An admission writes
 // each state with SET … PX (no longer than it matters) and each marker with
-// SET … PX ARGV[2]; a denied call leaves no marker.
+// SET … PX ARGV[2]; a denied call leaves no marker. Every argument costs
+// Redis a little, so a call without a request id sends no TTL.
 //
 // # Refund
 //

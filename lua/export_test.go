@@ -13,7 +13,7 @@ var Arith = arith
 func SourceAt() string {
 	return replaceOnce(replaceOnce(Source(Decide),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
-		"local groups = (#ARGV - 2) / 5", "local groups = (#ARGV - 4) / 5")
+		"local groups = (#ARGV - head) / 5", "local groups = (#ARGV - head - 2) / 5")
 }
 
 func replaceOnce(src, old, new string) string {

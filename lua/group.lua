@@ -8,7 +8,7 @@ if groups > 1 then work, keep_for = {}, {} end
 local only_state, only_keep -- the single group's write
 local all = true
 for i = 1, groups do
-  local key, o = KEYS[i], 2 + 5 * (i - 1)
+  local key, o = KEYS[i], head + 5 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
   local rate = tonumber(ARGV[o + 2])     -- events per period
   local period = tonumber(ARGV[o + 3])   -- microseconds

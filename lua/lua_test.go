@@ -50,10 +50,10 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 				base := fmt.Sprintf("%s{%s-%v}:x", prefix, alg, withID)
 				keys := []string{base}
 				// 10 per second, capacity 10, cost 3.
-				argv := []any{0, 0, int(alg), 10, 1_000_000, 10, 3}
+				argv := []any{0, int(alg), 10, 1_000_000, 10, 3}
 				if withID {
 					keys = append(keys, base+":r:id")
-					argv[0], argv[1] = 4, 60_000
+					argv = append([]any{4, 60_000}, argv[1:]...)
 				}
 				if err := c.HSet(ctx, keys[0], "n", 0, "t", 1, "w", 0, "c", 1<<40).Err(); err != nil {
 					t.Fatal(err)

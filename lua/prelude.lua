@@ -16,11 +16,14 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 
 -- ARGV[1] is the mode: -1 peeks (judges, writes nothing), 0 decides without
--- a request id, n > 0 decides with one, replayed at most n times; then the
--- KEYS after the state keys are the request-id markers, one per group.
+-- a request id, n > 0 decides with one, replayed at most n times; then
+-- ARGV[2] is the markers' TTL and the KEYS after the state keys are the
+-- request-id markers, one per group. The groups' arguments follow, from
+-- ARGV[head + 1].
 local max_replays = tonumber(ARGV[1])
 local peek, with_id = max_replays < 0, max_replays > 0
-local groups = (#ARGV - 2) / 5
+local head = with_id and 2 or 1
+local groups = (#ARGV - head) / 5
 
 -- The server's clock in microseconds; never the caller's.
 local time = call('TIME')

@@ -310,17 +310,18 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 	if len(missing) > 0 {
 		run(true, missing)
 	}
+	var err error
 	for j, part := range parts {
 		if r.deny != nil {
 			for _, i := range part {
 				r.deny.forget(r.deny.key(reqs[i].Key, reqs[i].Limit.Algorithm))
 			}
 		}
-		if err := cmds[j].Err(); err != nil {
-			return fmt.Errorf("refund: %w", err)
+		if e := cmds[j].Err(); e != nil {
+			err = fmt.Errorf("refund: %w", e)
 		}
 	}
-	return nil
+	return err
 }
 
 // hashTagged returns key up to and including its hash tag's closing brace:

@@ -58,12 +58,13 @@ var (
 )
 
 // Decide modes (ARGV[1], lua/doc.go): a peek writes nothing; a decision
-// without a request id is mode 0, with one the store's max replays (> 0).
+// without a request id is mode 0, with one the store's max replays (> 0),
+// followed by the markers' TTL.
 const (
-	modePeek   = -1
-	modeNoID   = 0
-	headerArgs = 2 // mode, replay TTL
-	groupArgs  = 5 // algorithm, rate, period, capacity, cost
+	modePeek  = -1
+	modeNoID  = 0
+	maxHeader = 2 // mode, replay TTL
+	groupArgs = 5 // algorithm, rate, period, capacity, cost
 )
 
 // call is one decide script call on its way to Redis: the script's KEYS and
@@ -74,7 +75,7 @@ const (
 type call struct {
 	groups int
 	keys   []string // the groups' state keys, then their markers
-	argv   []int64  // mode, replay TTL, then groupArgs per group
+	argv   []int64  // mode, replay TTL (with a request id), then groupArgs per group
 	args   []any    // EVALSHA sha numkeys KEYS... ARGV...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
@@ -85,8 +86,8 @@ type call struct {
 	done  chan struct{} // capacity 1, so the runner never blocks on a caller that left
 
 	keyBuf  [2]string
-	argvBuf [headerArgs + groupArgs]int64
-	argBuf  [3 + 2 + headerArgs + groupArgs]any
+	argvBuf [maxHeader + groupArgs]int64
+	argBuf  [3 + 2 + maxHeader + groupArgs]any
 }
 
 // calls recycles calls whose caller read the answer. A call abandoned by
@@ -103,18 +104,21 @@ var calls = sync.Pool{New: func() any {
 func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode int64, requestID string, ttlMs int64) *call {
 	c := calls.Get().(*call)
 	n := len(reqs)
-	nkeys := n
+	nkeys, header := n, 1
 	if mode > 0 {
-		nkeys = 2 * n
+		nkeys, header = 2*n, 2
 	}
-	nargv := headerArgs + groupArgs*n
+	nargv := header + groupArgs*n
 	c.groups = n
 	if n == 1 {
 		c.keys, c.argv, c.args = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+nargv]
 	} else {
 		c.keys, c.argv, c.args = make([]string, nkeys), make([]int64, nargv), make([]any, 3+nkeys+nargv)
 	}
-	c.argv[0], c.argv[1] = mode, ttlMs
+	c.argv[0] = mode
+	if mode > 0 {
+		c.argv[1] = ttlMs
+	}
 	id := ""
 	if mode > 0 {
 		id = requestID
@@ -127,7 +131,7 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode int64
 			c.keys[n+i] = k[1]
 		}
 		p := algo.ParamsOf(req)
-		g := c.argv[headerArgs+groupArgs*i:]
+		g := c.argv[header+groupArgs*i:]
 		g[0], g[1], g[2], g[3], g[4] = int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost
 	}
 	c.args[2] = int64(nkeys)

@@ -271,7 +271,7 @@ func TestCalendarResetIsTheNextBoundary(t *testing.T) {
 			keys := decisionKeys(prefix, l.Algorithm, "cal-exact-"+l.Calendar.String(), "")
 			p := algo.ParamsOf(tollgate.Request{Limit: l, Cost: 2})
 			for i, want := range []bool{true, false} {
-				v, err := plainDecide.Run(ctx, c, keys, modeNoID, 0, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				v, err := plainDecide.Run(ctx, c, keys, modeNoID, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -129,7 +129,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	// The demonstration: a script go-redis may retry runs several times.
 	keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain", "")
 	runs := asleep(func() {
-		argv := []any{modeNoID, 0, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
+		argv := []any{modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
 		_ = plainDecide.EvalSha(ctx, tc.client, keys, argv...).Err()
 	})
 	debits := capacity - remaining(tag+"plain")
@@ -152,7 +152,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		_, _ = tc.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range 3 {
 				keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain-batch-"+strconv.Itoa(i), "")
-				plainDecide.EvalSha(ctx, p, keys, modeNoID, 0, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1)
+				plainDecide.EvalSha(ctx, p, keys, modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1)
 			}
 			return nil
 		})
@@ -186,21 +186,22 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	}
 }
 
-func TestScriptCallsAreNeverResentSingle(t *testing.T) {
-	srv := redistest.Start(t) // private: the server is put to sleep and its stats read
-	checkNeverResent(t, resendCase{name: "client MaxRetries 3", client: resendingClient(t, srv), servers: []*redistest.Server{srv}})
-}
-
-func TestScriptCallsAreNeverResentCluster(t *testing.T) {
-	cl := redistest.NewClusterTimeout(t, 0, 5*time.Second) // private: its nodes are put to sleep
-	o := cl.Options()
-	// A ClusterClient re-sends a timed-out command up to MaxRedirects times
-	// (MaxRetries is off for it by default).
-	o.ReadTimeout, o.MaxRedirects = resendReadTimeout, resendAttempts
-	o.MinRetryBackoff, o.MaxRetryBackoff = 10*time.Millisecond, 30*time.Millisecond
-	cc := redis.NewClusterClient(o)
-	t.Cleanup(func() { _ = cc.Close() })
-	checkNeverResent(t, resendCase{name: "cluster MaxRedirects 3", client: cc, servers: cl.Nodes})
+func TestScriptCallsAreNeverResent(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t) // private: the server is put to sleep and its stats read
+		checkNeverResent(t, resendCase{name: "client MaxRetries 3", client: resendingClient(t, srv), servers: []*redistest.Server{srv}})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.NewClusterTimeout(t, 0, 5*time.Second) // private: its nodes are put to sleep
+		o := cl.Options()
+		// A ClusterClient re-sends a timed-out command up to MaxRedirects
+		// times (MaxRetries is off for it by default).
+		o.ReadTimeout, o.MaxRedirects = resendReadTimeout, resendAttempts
+		o.MinRetryBackoff, o.MaxRetryBackoff = 10*time.Millisecond, 30*time.Millisecond
+		cc := redis.NewClusterClient(o)
+		t.Cleanup(func() { _ = cc.Close() })
+		checkNeverResent(t, resendCase{name: "cluster MaxRedirects 3", client: cc, servers: cl.Nodes})
+	})
 }
 
 // requestIDReplays checks on st that retries carrying one request id are

@@ -242,4 +242,17 @@ func TestRedisThroughSentinelFailoverClient(t *testing.T) {
 	if n := len(scanKeys(t, primary.Client(t), DefaultPrefix)); n == 0 {
 		t.Fatal("no keys on the primary Sentinel names")
 	}
+	// A set is one script call through Sentinel, whatever its keys' tags.
+	counter := &scriptCounter{}
+	c.AddHook(counter)
+	set := []tollgate.Request{{Key: "a", Limit: quotaLimit(tollgate.TokenBucket, 1)}, {Key: "b", Limit: quotaLimit(tollgate.FixedWindow, 1)}}
+	for i, want := range []bool{true, false} {
+		ds, err := st.AllowAll(ctx, set)
+		if err != nil || ds[0].Allowed != want || ds[1].Allowed != want {
+			t.Fatalf("set %d through Sentinel = %+v, %v; want allowed %v", i, ds, err, want)
+		}
+	}
+	if n := counter.calls.Load(); n < 2 || n > 3 { // a first EVALSHA may be answered NOSCRIPT
+		t.Fatalf("two sets through Sentinel took %d script calls, want 2 (3 with a NOSCRIPT)", n)
+	}
 }

@@ -37,7 +37,7 @@ func TestRefundLargeAndCalendarLimits(t *testing.T) {
 				t.Helper()
 				req := tollgate.Request{Key: key, Limit: l, Cost: cost}
 				p := algo.ParamsOf(req)
-				v, err := plainDecide.Run(ctx, c, decisionKeys(prefix, l.Algorithm, key, ""), modeNoID, 0, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				v, err := plainDecide.Run(ctx, c, decisionKeys(prefix, l.Algorithm, key, ""), modeNoID, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
 				if err != nil || v[0] != 1 {
 					t.Fatalf("%s: debit of %d: %v, %v", l, cost, v, err)
 				}

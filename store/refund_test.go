@@ -42,7 +42,7 @@ func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 				t.Helper()
 				keys := decisionKeys(prefix, alg, req.Key, "")
 				p := algo.ParamsOf(req)
-				v, err := plainDecide.Run(ctx, c, keys, modeNoID, 0, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				v, err := plainDecide.Run(ctx, c, keys, modeNoID, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
 				if err != nil || v[0] != 1 {
 					t.Fatalf("%s: debit: %v, %v", alg, v, err)
 				}

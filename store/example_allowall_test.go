@@ -1,0 +1,36 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/store"
+)
+
+// Two limits of one tenant and a global one, all or nothing: the third set
+// is denied by the global limit and debits none of the three.
+func ExampleMemory_AllowAll() {
+	st := store.NewMemory()
+	ctx := context.Background()
+	set := []tollgate.Request{
+		{Key: store.PartKey("tenant-7", "second"), Limit: tollgate.PerSecond(5)},
+		{Key: store.PartKey("tenant-7", "hour"), Limit: tollgate.PerHour(20)},
+		{Key: "global", Limit: tollgate.PerHour(2)},
+	}
+	for range 3 {
+		ds, err := st.AllowAll(ctx, set)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(ds[0].Allowed, ds[0].Remaining, ds[1].Remaining, ds[2].Remaining)
+	}
+	d, _ := st.Peek(ctx, set[1])
+	fmt.Println("hour, peeked:", d.Allowed, d.Remaining)
+	// Output:
+	// true 4 19 1
+	// true 3 18 0
+	// false 2 17 0
+	// hour, peeked: true 17
+}
