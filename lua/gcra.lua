@@ -30,7 +30,7 @@ do
     fq, cq = floor(capacity * period / rate), floor(c * period / rate)
     fr, cr = capacity * period - fq * rate, c * period - cq * rate
   end
-  local lq, lr = fq - cq, fr - cr               -- the most lead that c fits
+  local lq, lr = fq - cq, fr - cr -- the most lead at which c still fits
   if lr < 0 then lq, lr = lq - 1, lr + rate end
   local ahead, frac = 0, 0 -- the lead: whole us, and 1/rate us
   if state then
