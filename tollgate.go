@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -40,7 +41,8 @@ const (
 	SlidingWindow
 	// FixedWindow admits up to Rate per window of length Period, windows
 	// aligned to the store's clock (multiples of Period since the Unix
-	// epoch). Burst is ignored.
+	// epoch), or per calendar day, week, month or year (Limit.Calendar).
+	// Burst is ignored.
 	FixedWindow
 )
 
@@ -60,26 +62,38 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// MaxPeriod is the longest Period a Limit may have (one week). Longer periods
-// belong to billing, not to rate limiting.
-const MaxPeriod = 7 * 24 * time.Hour
+// MaxPeriod is the longest Period a Limit may have: 366 days, so that a
+// yearly quota of any year fits (calendar windows, see Calendar, are not
+// bounded by it).
+const MaxPeriod = 366 * 24 * time.Hour
 
-// MaxProduct bounds Capacity×Period in microseconds (and Rate×Period for the
-// windows). Scripts run in Lua, whose numbers are IEEE doubles: every integer
-// the algorithms compute stays below 2^53 and so is exact.
-const MaxProduct = 1 << 52
+// MaxRate is the largest Rate and the largest Burst a Limit may have: 10^12.
+const MaxRate = 1_000_000_000_000
+
+// MaxRefill bounds the time a TokenBucket or GCRA limit takes to go from
+// empty to full, Capacity × Period / Rate: 100 years (of 365.25 days). A
+// longer refill means a burst no rate will ever give back.
+const MaxRefill = 36525 * 24 * time.Hour
 
 // Limit says how many events are admitted over time for one identity.
+//
+// Every size within the bounds is enforced exactly, to the microsecond and
+// to the unit: Rate and Burst up to MaxRate, Period from 1ms to MaxPeriod,
+// and a refill time (Capacity × Period / Rate) up to MaxRefill, on every
+// store. Admissions equal the arithmetic, and RetryAfter and ResetAfter are
+// exact in whole microseconds (docs/limits.md shows how, on Redis's doubles).
 type Limit struct {
 	// Algorithm chooses the enforcement; the zero value is TokenBucket.
 	Algorithm Algorithm
-	// Rate is the number of events admitted per Period; it must be > 0.
+	// Rate is the number of events admitted per Period: 1 to MaxRate.
 	Rate int64
 	// Period is the time over which Rate events are admitted. It must be at
-	// least 1ms and at most MaxPeriod; it is used at microsecond precision.
+	// least 1ms and at most MaxPeriod, or zero with a Calendar; it is used
+	// at microsecond precision.
 	Period time.Duration
 	// Burst is the capacity for TokenBucket and GCRA: the most that can be
-	// admitted at once after a quiet period. 0 means Rate. Windows ignore it.
+	// admitted at once after a quiet period, at most MaxRate. 0 means Rate.
+	// Windows ignore it.
 	Burst int64
 	// Calendar, when set, makes a FixedWindow's windows calendar days, ISO
 	// weeks, months or years in UTC on the store's clock; Period must then be
@@ -160,37 +174,66 @@ func (l Limit) Capacity() int64 {
 	return l.Rate
 }
 
-// String describes the limit, for example "token_bucket 100/1s burst 100".
+// String describes the limit, for example "token_bucket 100/1s burst 100",
+// "fixed_window 10/1m0s" or, for a calendar window, "monthly 1000000".
 func (l Limit) String() string {
-	if l.Algorithm == TokenBucket || l.Algorithm == GCRA {
+	switch {
+	case l.Calendar != NoCalendar:
+		return fmt.Sprintf("%s %d", l.Calendar, l.Rate)
+	case l.Algorithm == TokenBucket || l.Algorithm == GCRA:
 		return fmt.Sprintf("%s %d/%s burst %d", l.Algorithm, l.Rate, l.Period, l.Capacity())
 	}
 	return fmt.Sprintf("%s %d/%s", l.Algorithm, l.Rate, l.Period)
 }
 
-// Validate reports whether the limit can be enforced. Every error it returns
-// wraps ErrInvalidRequest.
+// Validate reports whether the limit can be enforced: the bounds above
+// (MaxRate, MaxPeriod, MaxRefill), and a Calendar only on a FixedWindow
+// with no Period. Every error it returns wraps ErrInvalidRequest and names
+// the bound.
 func (l Limit) Validate() error {
 	switch {
 	case l.Algorithm > FixedWindow:
 		return invalid("unknown algorithm %d", uint8(l.Algorithm))
 	case l.Rate <= 0:
 		return invalid("rate must be > 0, got %d", l.Rate)
+	case l.Rate > MaxRate:
+		return invalid("rate must be at most MaxRate (10^12), got %d", l.Rate)
+	case l.Burst < 0:
+		return invalid("burst must be >= 0, got %d", l.Burst)
+	case l.Burst > MaxRate:
+		return invalid("burst must be at most MaxRate (10^12), got %d", l.Burst)
+	case l.Calendar > Year:
+		return invalid("unknown calendar %d", uint8(l.Calendar))
+	case l.Calendar != NoCalendar && l.Algorithm != FixedWindow:
+		return invalid("a %s calendar window needs the fixed_window algorithm, got %s", l.Calendar, l.Algorithm)
+	case l.Calendar != NoCalendar && l.Period != 0:
+		return invalid("a %s calendar window takes its length from the calendar: period must be 0, got %s", l.Calendar, l.Period)
+	case l.Calendar != NoCalendar:
+		return nil
 	case l.Period < time.Millisecond:
 		return invalid("period must be at least 1ms, got %s", l.Period)
 	case l.Period > MaxPeriod:
-		return invalid("period must be at most %s, got %s", MaxPeriod, l.Period)
-	case l.Burst < 0:
-		return invalid("burst must be >= 0, got %d", l.Burst)
+		return invalid("period must be at most MaxPeriod (366 days), got %s", l.Period)
 	}
-	periodUs := l.Period.Microseconds()
-	if l.Capacity() > MaxProduct/periodUs || l.Rate > MaxProduct/periodUs {
-		return invalid("%s is too large: rate and burst times the period in microseconds must stay below 2^52; use a shorter period", l)
-	}
-	if l.Rate > periodUs {
-		return invalid("%s is too fast: at most one event per microsecond per identity", l)
+	if (l.Algorithm == TokenBucket || l.Algorithm == GCRA) && l.refillTooLong() {
+		return invalid("%s takes more than MaxRefill (100 years) to refill from empty: burst × period / rate must be at most that", l)
 	}
 	return nil
+}
+
+// refillTooLong reports whether ⌈Capacity × Period / Rate⌉ µs, the time to
+// refill from empty, exceeds MaxRefill: exactly, in 128 bits.
+func (l Limit) refillTooLong() bool {
+	hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(l.Period.Microseconds()))
+	rate := uint64(l.Rate)
+	if hi >= rate { // the quotient does not even fit 64 bits
+		return true
+	}
+	q, r := bits.Div64(hi, lo, rate)
+	if r > 0 {
+		q++
+	}
+	return q > uint64(MaxRefill.Microseconds())
 }
 
 // MaxKeyLen is the longest Request.Key a store accepts (64 KiB). Longer

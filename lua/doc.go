@@ -21,8 +21,10 @@
 //	then, from ARGV[h+1] (h = 2 with a request id, else 1), five per group:
 //	             algorithm (0 token bucket, 1 GCRA, 2 sliding window, 3 fixed
 //	             window: tollgate.Algorithm's values), rate (events per
-//	             period), period (microseconds), capacity (burst for the
-//	             buckets, rate for the windows), cost (1 ≤ cost ≤ capacity)
+//	             period), period (microseconds; for a calendar fixed window
+//	             -1 day, -2 week, -3 month, -4 year), capacity (burst for the
+//	             buckets, rate for the windows), cost (1 ≤ cost ≤ capacity):
+//	             internal/algo.ParamsOf's numbers
 //
 // The reply is five integers per group, then the server time (µs):
 //
@@ -62,11 +64,13 @@
 // # Files
 //
 // The decide script is prelude.lua (arguments, clock, one MGET of every
-// key, the request-id check), group.lua (the loop over the groups), the
-// four algorithm blocks (inline chunks deciding cost c from state, chosen
-// by the group's algorithm) and main.lua (the reply and the writes). The
-// refund script is refund.lua, the four refund_*.lua blocks and
-// refund_end.lua. The clock is always redis.call('TIME').
+// key, the request-id check), group.lua (the loop over the groups),
+// arith.lua (exact products and the calendar, defined only for the groups
+// that need them), the four algorithm blocks (inline chunks deciding cost c
+// from state, chosen by the group's algorithm) and main.lua (the reply and
+// the writes). The refund script is refund.lua, arith.lua,
+// refund_forfeit.lua, the four refund_*.lua blocks and refund_end.lua. The
+// clock is always redis.call('TIME').
 //
 // What Redis spends on a script is mostly per redis.call and per key
 // created, so a single decision makes as few calls as it can: TIME, one

@@ -2,15 +2,18 @@
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
 -- unit, up to capacity units at once. KEYS[1] is the string "t f" holding the
 -- theoretical arrival time (TAT) exactly: t = whole microseconds, f = the
--- fraction of a microsecond in units of 1/rate (0 <= f < rate). An absent key
--- is an idle identity (TAT in the past).
+-- fraction of a microsecond in units of 1/rate (0 <= f < rate). An absent or
+-- unreadable key is an idle identity (TAT in the past).
 --
--- All arithmetic is on the backlog D = (TAT - now) * rate, in units of
--- 1/rate us: a request of cost c adds c * period, and it is admitted iff
--- D + c * period <= capacity * period. So D never exceeds capacity * period,
--- except after the clock stepped back or the limit was lowered: then the
--- whole microseconds of TAT beyond a full backlog are kept apart, in over,
--- as a wait that comes first, so that no product leaves the exact range.
+-- Every duration is a mixed number like the TAT: whole microseconds and a
+-- fraction in 1/rate units. The lead L = TAT - now is (ahead, frac); a
+-- request of cost c adds c * period / rate and is admitted iff
+-- L <= (capacity - c) * period / rate. So L never exceeds
+-- full = capacity * period / rate, except after the clock stepped back or
+-- the limit was lowered: then the whole microseconds beyond full are kept
+-- apart, in over, as a wait that comes first. A limit whose products reach
+-- 2^53 has them split by muldiv (arith.lua), so nothing is rounded whatever
+-- the limit's size.
 --
 -- Differences from redis_rate, which computes in float seconds: it rounds
 -- remaining with floor(x + 0.5), so it admits up to half an emission interval
@@ -19,25 +22,48 @@
 -- remaining 0, while this reports the units still available (nonzero when a
 -- cost above one was denied), as every tollgate algorithm does.
 do
-  local full = capacity * period
-  local ahead, frac = 0, 0 -- TAT - now: whole us, and 1/rate us
+  local fq, fr, cq, cr -- full, and what cost c adds
+  if muldiv then
+    fq, fr = muldiv(capacity, period, rate)
+    cq, cr = muldiv(c, period, rate)
+  else
+    fq, cq = floor(capacity * period / rate), floor(c * period / rate)
+    fr, cr = capacity * period - fq * rate, c * period - cq * rate
+  end
+  local lq, lr = fq - cq, fr - cr -- the most lead at which c still fits
+  if lr < 0 then lq, lr = lq - 1, lr + rate end
+  local ahead, frac = 0, 0 -- the lead: whole us, and 1/rate us
   if state then
     local t, f = match(state, '^(%d+) (%d+)$')
-    ahead, frac = tonumber(t) - now, min(tonumber(f), rate - 1)
-    if ahead < 0 then ahead, frac = 0, 0 end
+    if t then
+      ahead, frac = tonumber(t) - now, min(tonumber(f), rate - 1)
+      if ahead < 0 then ahead, frac = 0, 0 end
+    end
   end
-  local over, most = 0, floor(full / rate)
-  if ahead > most then over, ahead = ahead - most, most end
-  local backlog = ahead * rate + frac -- at most full + rate - 1
+  local over = 0
+  if ahead > fq then over, ahead = ahead - fq, fq end
 
-  if over == 0 and backlog <= (capacity - c) * period then
-    allowed, backlog = 1, backlog + c * period
+  if over == 0 and (ahead < lq or ahead == lq and frac <= lr) then
+    allowed, ahead, frac = 1, ahead + cq, frac + cr
+    if frac >= rate then ahead, frac = ahead + 1, frac - rate end
   else
-    retry = over + ceil((backlog - (capacity - c) * period) / rate)
+    retry = over + ahead - lq
+    if frac > lr then retry = retry + 1 end
   end
-  reset = over + ceil(backlog / rate)
+  reset = over + ahead
+  if frac > 0 then reset = reset + 1 end
   if allowed == 1 and c > 0 then
-    new_state, keep = format('%d %d', now + floor(backlog / rate), backlog % rate), reset
+    new_state, keep = format('%d %d', now + ahead, frac), reset
   end
-  if over == 0 and backlog < full then remaining = floor((full - backlog) / period) end
+  -- remaining = floor((full - L) / T) = capacity - ceil(L * rate / period)
+  if over == 0 and (ahead < fq or ahead == fq and frac < fr) then
+    local q, r
+    if muldiv then
+      q, r = muldiv(ahead, rate, period)
+    else
+      q = floor(ahead * rate / period)
+      r = ahead * rate - q * period
+    end
+    remaining = capacity - q - ceil((r + frac) / period)
+  end
 end

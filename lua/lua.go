@@ -9,15 +9,18 @@ import (
 
 // The decide script is prelude.lua (arguments, clock, one read of every
 // key, the request-id check), group.lua (the loop over the groups and the
-// locals a block reads), the four algorithm blocks, each an inline chunk
-// chosen by the group's algorithm, and main.lua (the reply and, when every
-// group admits, the writes). The refund script is refund.lua, the four
-// refund blocks and refund_end.lua.
+// locals a block reads), arith.lua (the group's exact arithmetic and
+// calendar helpers), the four algorithm blocks, each an inline chunk chosen
+// by the group's algorithm, and main.lua (the reply and, when every group
+// admits, the writes). The refund script is refund.lua, arith.lua,
+// refund_forfeit.lua, the four refund blocks and refund_end.lua.
 var (
 	//go:embed prelude.lua
 	prelude string
 	//go:embed group.lua
 	group string
+	//go:embed arith.lua
+	arith string
 	//go:embed main.lua
 	mainPart string
 	//go:embed token_bucket.lua
@@ -31,6 +34,8 @@ var (
 
 	//go:embed refund.lua
 	refund string
+	//go:embed refund_forfeit.lua
+	refundForfeit string
 	//go:embed refund_token_bucket.lua
 	refundTokenBucket string
 	//go:embed refund_gcra.lua
@@ -69,8 +74,8 @@ const (
 )
 
 var sources = [...]string{
-	Decide: prelude + group + byAlgorithm(tokenBucket, gcra, slidingWindow, fixedWindow) + mainPart,
-	Refund: refund + byAlgorithm(refundTokenBucket, refundGCRA, refundSlidingWindow, refundFixedWindow) + refundEnd,
+	Decide: prelude + group + arith + byAlgorithm(tokenBucket, gcra, slidingWindow, fixedWindow) + mainPart,
+	Refund: refund + arith + refundForfeit + byAlgorithm(refundTokenBucket, refundGCRA, refundSlidingWindow, refundFixedWindow) + refundEnd,
 }
 
 var hashes = func() (h [len(sources)]string) {

@@ -5,7 +5,8 @@
 -- Lua numbers are IEEE doubles. Every integer below stays under 2^53 (see
 -- Limit.Validate), and for integers a >= 0, b > 0 below 2^53 the quotient
 -- a / b is correctly rounded, so floor(a / b) and ceil(a / b) are the exact
--- integer quotients: the Go mirror uses integer division and agrees bit for bit.
+-- integer quotients; larger products go through arith.lua. The Go mirror
+-- computes the same integers and agrees bit for bit.
 --
 -- Each redis.call costs Redis more than the arithmetic of a whole decision, so
 -- a call makes as few as it can: TIME, one MGET of every key, and when it

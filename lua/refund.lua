@@ -25,23 +25,3 @@ for i = 1, groups do
   local remaining = tonumber(ARGV[o + 6]) -- what the debit left
   local state = work[key]
   if state == nil then state = got[i] end
-
-  -- A bucket (token bucket, GCRA) refills while the debit is out. Had it
-  -- not been debited, it might have reached its capacity meanwhile and lost
-  -- that refill; giving the whole cost back would then create quota. That
-  -- can only happen when what the debit left, plus the cost, plus the
-  -- refill since (and under one unit the debit left unseen) reaches the
-  -- capacity: then the refill of the forfeit microseconds since the debit
-  -- is not given back.
-  local forfeit = 0
-  if alg <= 1 then
-    local e = min(max(now - debited_at, 0), ceil(capacity * period / rate))
-    if (remaining + c + 1) * period + e * rate > capacity * period then forfeit = e end
-  end
-
-  -- The block gives c back to state (a string; absent state is already
-  -- full, or holds nothing to give back) and sets new_state: the string to
-  -- keep, false to delete the key (the state became that of an idle
-  -- identity), nil to leave it.
-  local new_state
-  if state and c > 0 then

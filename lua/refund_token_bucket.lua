@@ -1,9 +1,11 @@
 -- Token bucket refund: c whole tokens go back, at most to the capacity (a
 -- full bucket is an absent key); a forfeit delays the refill credited from
--- t by as long, so that the bucket earns nothing for those microseconds.
+-- t by as long, so that the bucket earns nothing for those microseconds. A
+-- forfeit as long as c tokens take (forfeit * rate >= c * period) leaves
+-- nothing to give back.
 do
   local n, t = match(state, '^(%d+) (%d+)$')
-  if n and forfeit * rate < c * period then
+  if n and forfeit < (mulceil and mulceil(c, period, rate) or ceil(c * period / rate)) then
     n = tonumber(n) + c
     if n >= capacity then
       new_state = false

@@ -4,13 +4,16 @@
 -- the count admitted in window w - 1. So one key holds both windows the
 -- estimate needs: in window w they are c and p, in window w + 1 they are 0
 -- and c, and later both are 0 (a late expiry never leaks a count into a
--- later window).
+-- later window). An unreadable key reads as both 0.
 --
 -- The count over the last period is estimated as
 --   previous * (period - elapsed) / period + current
--- and kept scaled by period, as the integer
---   used = previous * (period - elapsed) + current * period.
--- A request of cost c is admitted iff used + c * period <= rate * period.
+-- with the previous window's share rounded up: a request of cost c is
+-- admitted iff ceil(previous * (period - elapsed) / period) + current + c
+-- <= rate, which is the exact comparison of the real estimate with rate - c
+-- since both sides but the share are integers. A limit whose products
+-- reach 2^53 has them computed by mulfloor and mulceil (arith.lua): exact
+-- whatever the limit's size.
 do
   local w = floor(now / period)
   local elapsed = now - w * period
@@ -26,22 +29,27 @@ do
   end
   local prev_stored = prev_n
   -- Counts above rate only exist after the limit was lowered; capping them
-  -- keeps every product below 2^53. The previous count is written back as
+  -- keeps every product in range. The previous count is written back as
   -- stored, so that a limit raised again later sees it whole.
   cur_n, prev_n = min(cur_n, rate), min(prev_n, rate)
-  local used = prev_n * (period - elapsed) + cur_n * period
+  local share = 0 -- the previous window's share, rounded up
+  if prev_n > 0 then
+    share = mulceil and mulceil(prev_n, period - elapsed, period) or ceil(prev_n * (period - elapsed) / period)
+  end
 
-  if used <= (rate - c) * period then
-    -- Admitted: cur_n <= rate - c, so the current count was not capped.
-    allowed, cur_n, used = 1, cur_n + c, used + c * period
+  if share + cur_n + c <= rate then
+    allowed, cur_n = 1, cur_n + c
   elseif cur_n <= rate - c then
-    -- Fits later in this window, as the previous window's weight decays
-    -- (denied with cur_n <= rate - c implies prev_n > 0).
-    retry = ceil((used - (rate - c) * period) / prev_n)
+    -- Fits later in this window, as the previous window's share decays to
+    -- rate - c - cur_n (denied with cur_n <= rate - c implies prev_n > 0,
+    -- and rate - c - cur_n < prev_n).
+    local k = rate - c - cur_n
+    retry = period - elapsed - (mulfloor and mulfloor(k, period, prev_n) or floor(k * period / prev_n))
   else
     -- Only in the next window, once this window's count, now the previous
     -- one, has decayed to rate - c (at its very end if c = rate).
-    retry = period - elapsed + ceil((cur_n - (rate - c)) * period / cur_n)
+    local k = cur_n - (rate - c)
+    retry = period - elapsed + (mulceil and mulceil(k, period, cur_n) or ceil(k * period / cur_n))
   end
 
   if cur_n > 0 then
@@ -53,5 +61,5 @@ do
     -- Matters until the next window ends, where this window is the previous one.
     new_state, keep = format('%d %d %d', w, cur_n, prev_stored), reset
   end
-  if used < rate * period then remaining = floor((rate * period - used) / period) end
+  remaining = max(rate - cur_n - share, 0)
 end

@@ -3,14 +3,16 @@ package store
 import (
 	"context"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
 )
 
 // DefaultDenyCacheSize is how many denials a Redis store remembers unless
-// WithDenyCache says otherwise: about 4096 × 64 bytes of memory.
+// WithDenyCache says otherwise: about 4096 × 140 bytes of memory.
 const DefaultDenyCacheSize = 4096
 
 // MaxDenyCacheTTL is the longest a denial is repeated from memory, however
@@ -20,12 +22,17 @@ const MaxDenyCacheTTL = 10 * time.Second
 
 // WithDenyCache sets how many denials the store remembers in process
 // (rounded up to a multiple of denyWays; default DefaultDenyCacheSize); 0
-// turns the cache off. When Redis denies a request with "retry after d",
-// the store repeats that denial from memory, without a round trip, for
-// requests with the same Key, Limit and a Cost at least as large, until d
-// has passed (at most MaxDenyCacheTTL). It never denies what Redis would
-// admit; requests carrying a RequestID always go to Redis. See denyCache
-// for how.
+// turns the cache off.
+//
+// While a denial Redis gave is in force, the store answers requests with the
+// same Key and Limit and at least the same Cost from memory, with the
+// RetryAfter and ResetAfter Redis would give for their Cost less the time
+// since, or sends them to Redis when those cannot be known exactly. It never
+// denies what Redis would admit; requests with a RequestID always go to
+// Redis. Remaining is the remembered denial's. A denial is remembered at
+// most MaxDenyCacheTTL, and when one runs out a single request asks Redis
+// for the identity while the others wait for its answer. denyCache's
+// comment has the reasoning.
 func WithDenyCache(size int) RedisOption {
 	return redisOption(func(r *Redis) {
 		r.deny = nil
@@ -71,10 +78,12 @@ type denyEntry struct {
 	limit tollgate.Limit
 	// cost is the smallest cost denied: costs at least this are denied.
 	cost int64
-	// expires, retryAt and resetAt are monotonic nanoseconds since the
-	// cache's epoch; expires ≤ retryAt.
-	expires, retryAt, resetAt int64
-	remaining                 int64
+	// sent, expires, retryAt and resetAt are monotonic nanoseconds since
+	// the cache's epoch: when the denied request was sent, when the entry
+	// stops answering, and sent plus the RetryAfter and ResetAfter Redis
+	// gave; expires ≤ retryAt.
+	sent, expires, retryAt, resetAt int64
+	remaining                       int64
 	// hits counts the round trips the entry saved.
 	hits uint32
 	used bool
@@ -92,34 +101,41 @@ type denyShard struct {
 	_       [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
-// denyCache remembers Redis's recent denials (see WithDenyCache).
+// denyCache remembers recent denials so that an identity over its limit
+// costs Redis about two round trips per wait it names, however many callers
+// it has, instead of one per caller.
 //
 // It never denies what Redis would admit:
 //
-//   - d is counted from before the request was sent, on the monotonic
-//     clock, less 1/1024 of d for a Redis clock running fast; Redis counted
-//     it from when the script ran, later. Nothing but other requests'
-//     debits changes what a cost needs before then, and those only delay it.
-//   - a smaller cost, which may fit, goes to Redis;
-//   - a request carrying a RequestID always goes to Redis: it may replay an
-//     earlier admission.
+//   - a denial's wait d is counted from before the request was sent, on the
+//     monotonic clock, less 1/1024 of d for a Redis clock running fast;
+//     Redis counted it from when the script ran, later. Nothing but other
+//     requests' debits changes what a cost needs before then, and those only
+//     delay it.
+//   - a smaller cost, which may fit, goes to Redis; so does a request with a
+//     RequestID, which may replay an earlier admission.
+//   - an admission seen by this store for the identity (a smaller cost, a
+//     request id) ends the entry: the state it describes has changed.
 //
-// When a remembered denial runs out, one request goes to Redis for the
-// identity while the others with a cost the entry covered wait for its
-// answer (no longer than their contexts allow): a denial starts a new
-// entry that answers them all; an admission that leaves too little for
-// the cost the entry covered times the waiters lets the next one go; one
-// that leaves that much ends the entry and lets them all go. A request
-// waits for probes, one after another, for half the time its context has
-// left at most (50ms without a deadline); then it asks Redis itself, so a
-// limit that frees a unit about every round trip, whose probes are all
-// admitted, never holds its callers until their deadlines. So a hot
-// identity over its limit costs about two round trips per wait Redis
-// names, however many callers it has, instead of one per caller.
+// Answers are exact for the costs it answers (see retryAtFor): a larger cost
+// than the one denied needs longer, and how much longer follows from the
+// remembered answer alone when the difference is a whole number of
+// microseconds, for every algorithm in the cases retryAtFor lists. A
+// request it cannot answer exactly goes to Redis.
+//
+// When a remembered denial runs out, one request (the probe) goes to Redis
+// for the identity while the others with a cost the entry covered wait for
+// its answer (no longer than their contexts allow): a denial starts a new
+// entry that answers them all; an admission that leaves too little for the
+// cost the entry covered times the waiters lets the next one go; one that
+// leaves that much ends the entry and lets them all go. A request waits for
+// probes, one after another, for half the time its context has left at most
+// (50ms without a deadline); then it asks Redis itself, so a limit that
+// frees a unit about every round trip, whose probes are all admitted, never
+// holds its callers until their deadlines.
 //
 // A repeated denial reports the Remaining of the denial it repeats (the
-// bucket may have refilled a little, or other requests used some, since),
-// and the RetryAfter and ResetAfter left of that denial's.
+// bucket may have refilled a little, or other requests used some, since).
 //
 // The guarantee assumes an identity is limited under one Limit at a time,
 // as a rule is. When an identity's limit changes, its state in Redis keeps
@@ -127,7 +143,10 @@ type denyShard struct {
 // until it passes; a request under the new limit ends the entry in this
 // store, but a denial remembered elsewhere can be repeated until its wait
 // ends (at most MaxDenyCacheTTL). Likewise Reset, and the refund of a
-// denied AllowAll set's debits, end the entries of this store only.
+// denied AllowAll set's debits, end the entries of this store only. Debits
+// by other processes are unknown here: until the entry runs out, its
+// answers are those of the state it saw, which those debits only make
+// longer.
 //
 // Only denied identities enter the cache, and an identity is denied only
 // after it used its quota, so fresh identities never push entries out. The
@@ -226,10 +245,14 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64, mayWait boo
 		case cost < e.cost:
 			return tollgate.Decision{}, verdictAsk, nil
 		case now < e.expires:
+			retryAt, ok := e.retryAtFor(cost)
+			if !ok {
+				return tollgate.Decision{}, verdictAsk, nil
+			}
 			e.hits = min(e.hits+1, ^uint32(0)-1)
 			return tollgate.Decision{
 				Remaining:  e.remaining,
-				RetryAfter: time.Duration(e.retryAt - now),
+				RetryAfter: time.Duration(retryAt - now),
 				ResetAfter: time.Duration(max(e.resetAt-now, 0)),
 			}, verdictDenied, nil
 		case e.probe != nil && !mayWait:
@@ -242,6 +265,95 @@ func (dc *denyCache) lookup(k denyKey, l tollgate.Limit, cost int64, mayWait boo
 		return tollgate.Decision{}, verdictProbe, e.probe
 	}
 	return tollgate.Decision{}, verdictAsk, nil
+}
+
+// retryAtFor returns when a cost at least e.cost fits, as Redis would say
+// from the state it denied e.cost on, and whether that is known exactly
+// from the remembered answer. Every algorithm's wait is, for the state of a
+// denial,
+//
+//   - for the whole capacity, the time until the identity is full again:
+//     ResetAfter;
+//   - for a fixed window, the end of the window, whatever the cost;
+//   - for a token bucket or GCRA, ⌈x + cost·Period/Rate⌉ for some x fixed
+//     by the state, so two costs whose difference takes a whole number m of
+//     microseconds (cost·Period divisible by Rate) wait m apart: from the
+//     denied cost, or back from the capacity's wait.
+//
+// A sliding window's wait depends on both windows' counts: see
+// slidingRetryAt for when the answer tells enough.
+func (e *denyEntry) retryAtFor(cost int64) (int64, bool) {
+	l := e.limit
+	switch {
+	case cost == e.cost:
+		return e.retryAt, true
+	case cost == l.Capacity():
+		return e.resetAt, true
+	case l.Algorithm == tollgate.FixedWindow:
+		return e.retryAt, true
+	case l.Algorithm == tollgate.TokenBucket || l.Algorithm == tollgate.GCRA:
+		period := l.Period.Microseconds()
+		if m, r := algo.MulDiv(cost-e.cost, period, l.Rate); r == 0 {
+			return e.retryAt + m*int64(time.Microsecond), true
+		}
+		if m, r := algo.MulDiv(l.Capacity()-cost, period, l.Rate); r == 0 {
+			return e.resetAt - m*int64(time.Microsecond), true
+		}
+	case l.Algorithm == tollgate.SlidingWindow:
+		return e.slidingRetryAt(cost)
+	}
+	return 0, false
+}
+
+// slidingRetryAt is retryAtFor for a sliding window (lua/sliding_window.lua),
+// in the two cases where one unknown count decides every cost's wait. With
+// P the period and e the time into the current window when Redis denied:
+//
+//   - nothing counted in the current window (ResetAfter = P − e ≤ P): a cost
+//     c waits P − e − ⌊(Rate − c)·P/x⌋, x the previous window's count;
+//   - the denied cost fits only in the next window (RetryAfter > P − e, so
+//     ResetAfter = 2P − e): c waits 2P − e − ⌊(Rate − c)·P/x⌋, x the current
+//     window's count, for every larger cost too.
+//
+// Both read ResetAfter − ⌊(Rate − c)·P/x⌋. The denied cost's wait gives
+// m = ⌊(Rate − e.cost)·P/x⌋, so x lies in an interval; the wait for cost is
+// known when ⌊(Rate − cost)·P/x⌋, which only falls as x grows, is the same
+// at both ends of it. Otherwise (the current window's count fits, and the
+// previous one's too decides) it goes to Redis.
+func (e *denyEntry) slidingRetryAt(cost int64) (int64, bool) {
+	const us = int64(time.Microsecond)
+	l := e.limit
+	period := l.Period.Microseconds()
+	retry, reset := (e.retryAt-e.sent)/us, (e.resetAt-e.sent)/us
+	if reset > period && retry <= reset-period {
+		return 0, false
+	}
+	a, b := l.Rate-e.cost, l.Rate-cost
+	m := reset - retry
+	lo := floorAtMost(a, period, m+1, l.Rate) + 1
+	hi := l.Rate
+	if m > 0 {
+		hi = floorAtMost(a, period, m, l.Rate)
+	}
+	if lo > hi {
+		return 0, false
+	}
+	wait := floorAtMost(b, period, lo, m)
+	if wait != floorAtMost(b, period, hi, m) {
+		return 0, false
+	}
+	return e.sent + (reset-wait)*us, true
+}
+
+// floorAtMost returns min(⌊a·b/d⌋, limit) for a, b ≥ 0 and d > 0, whatever
+// the size of the quotient.
+func floorAtMost(a, b, d, limit int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) {
+		return limit // the quotient is 2^64 or more
+	}
+	q, _ := bits.Div64(hi, lo, uint64(d))
+	return int64(min(q, uint64(limit)))
 }
 
 // settle records Redis's answer d to a request of cost under limit l for
@@ -276,6 +388,11 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 		case probe != nil && e.probe == probe:
 			close(e.probe)
 			e.probe, e.waiting = nil, 0
+		case ok && d.Allowed && now < e.expires:
+			// A smaller cost or a request id was admitted: the state the
+			// entry describes is gone.
+			e.end()
+			slot = -1
 		}
 	}
 	if !ok || d.Allowed {
@@ -288,7 +405,7 @@ func (dc *denyCache) settle(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 	}
 	e := denyEntry{
 		key: k, limit: l, cost: cost, used: true,
-		expires: expires, retryAt: sent + wait, resetAt: sent + int64(d.ResetAfter),
+		sent: sent, expires: expires, retryAt: sent + wait, resetAt: sent + int64(d.ResetAfter),
 		remaining: d.Remaining,
 	}
 	if slot >= 0 {

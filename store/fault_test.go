@@ -17,10 +17,10 @@ import (
 )
 
 // failoverLimit gives each identity 7000 units that do not refill during a
-// test (one unit a week), so that after a failover the state Redis kept can
+// test (one unit a day), so that after a failover the state Redis kept can
 // be compared, unit for unit, with what callers were told: a write lost in
 // the failover shows as a unit admitted but never debited.
-var failoverLimit = tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: tollgate.MaxPeriod, Burst: 7000}
+var failoverLimit = tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: 24 * time.Hour, Burst: 7000}
 
 const (
 	// failoverCallers is how many goroutines call the store during a

@@ -164,12 +164,7 @@ func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, marke
 	if r.Allowed {
 		e := sh.upsert(stateKey, now)
 		e.state = st
-		for i, ttl := range r.TTL {
-			if ttl > 0 {
-				e.slotExpires[i] = now + ttl*1000
-			}
-		}
-		sh.setExpiry(e, max(e.slotExpires[0], e.slotExpires[1]))
+		sh.setExpiry(e, now+r.TTL*1000)
 		if useMarker {
 			mk := sh.upsert(markerKey, now)
 			mk.replays = 0
@@ -213,14 +208,13 @@ type entryKey struct {
 // marker.
 type entry struct {
 	key entryKey
-	// state and slotExpires (µs) are an algorithm's two slots: a slot is
-	// absent from the instant it expires, as its Redis key would be.
-	state       algo.State
-	slotExpires [2]int64
+	// state is an algorithm's state: absent from the instant the entry
+	// expires, as its Redis key would be.
+	state algo.State
 	// replays is a marker's count of replays used.
 	replays int64
-	// expires (µs) is when the whole entry is gone: the later slot expiry,
-	// or the marker's.
+	// expires (µs) is when the entry is gone: the state's expiry, or the
+	// marker's.
 	expires int64
 	index   int // in memShard.byExpiry
 }
@@ -253,17 +247,12 @@ func (sh *memShard) live(k entryKey, now int64) *entry {
 }
 
 // state returns the algorithm state named k as Redis would read it at now:
-// expired slots absent.
+// absent once expired.
 func (sh *memShard) state(k entryKey, now int64) algo.State {
-	var st algo.State
 	if e := sh.live(k, now); e != nil {
-		for i := range st {
-			if e.slotExpires[i] > now {
-				st[i] = e.state[i]
-			}
-		}
+		return e.state
 	}
-	return st
+	return algo.State{}
 }
 
 // upsert returns the entry named k, creating it empty (dropping the entry
@@ -408,12 +397,7 @@ func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 		sh := shards[i]
 		e := sh.upsert(keys[i], now)
 		e.state = states[i]
-		for j, ttl := range results[i].TTL {
-			if ttl > 0 {
-				e.slotExpires[j] = now + ttl*1000
-			}
-		}
-		sh.setExpiry(e, max(e.slotExpires[0], e.slotExpires[1]))
+		sh.setExpiry(e, now+results[i].TTL*1000)
 		if useMarker {
 			mk := sh.upsert(markers[i], now)
 			mk.replays = 0

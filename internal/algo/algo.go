@@ -1,22 +1,30 @@
 // Package algo is the Go mirror of the Lua scripts in package lua: the four
 // algorithms as pure functions on the same integer state, giving the same
-// answers bit for bit. The Memory store runs them; tests compare them with
-// the scripts on a real Redis.
+// answers bit for bit. The Memory store runs them; a differential test in
+// package lua runs them beside the scripts on a real Redis.
 //
 // Units are those of the scripts: time in microseconds, quantities in whole
-// units. The scripts compute in doubles but only on integers below 2^53
-// (tollgate.Limit.Validate bounds them), where floor and ceil of a quotient
-// are the exact integer quotients; so plain int64 arithmetic here is the same
-// computation.
+// units. The scripts compute in doubles, exactly: every product of a count
+// and a duration goes through lua/arith.lua's mulfloor and mulceil, which
+// return the exact floor and ceiling of a*b/d for the sizes
+// tollgate.Limit.Validate admits. Here the same quotients come from 128-bit
+// integer arithmetic (math/bits), so the two compute the same numbers.
 package algo
 
-import "github.com/tollgate/tollgate"
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
 
 // Params are a decision's inputs: ARGV[1] to ARGV[4] of the scripts.
 type Params struct {
 	// Rate is the number of units admitted per Period.
 	Rate int64
-	// Period is in microseconds.
+	// Period is in microseconds; for a calendar FixedWindow it is the
+	// negated tollgate.Calendar: -1 Day, -2 Week, -3 Month, -4 Year.
 	Period int64
 	// Capacity is the burst for TokenBucket and GCRA, Rate for the windows.
 	Capacity int64
@@ -25,34 +33,47 @@ type Params struct {
 	Cost int64
 }
 
-// ParamsOf converts a normalized request into Params.
+// ParamsOf converts a normalized request into Params: what the stores send
+// to the scripts and give the mirror.
 func ParamsOf(req tollgate.Request) Params {
+	period := req.Limit.Period.Microseconds()
+	if req.Limit.Calendar != tollgate.NoCalendar {
+		period = -int64(req.Limit.Calendar)
+	}
 	return Params{
 		Rate:     req.Limit.Rate,
-		Period:   req.Limit.Period.Microseconds(),
+		Period:   period,
 		Capacity: req.Limit.Capacity(),
 		Cost:     req.Cost,
 	}
 }
 
-// Slot is one piece of an identity's state: two integers, or nothing when
-// the identity has none. The scripts keep the same integers as one short
-// string per identity (lua/*.lua says how); the sliding window's two slots,
-// the current and the previous window, share that one string.
+// State is what one identity keeps under one algorithm: the decimal
+// integers of the one string the script stores at its key, in order, or
+// nothing when the key is absent (Format writes the string).
 //
-//	TokenBucket    A = whole tokens (n), B = refill credited up to, µs (t)
-//	GCRA           A = TAT, whole µs (t), B = TAT's fraction of a µs in 1/Rate units (f)
-//	SlidingWindow  A = window number (w), B = count admitted in it (c)
-//	FixedWindow    A = window number (w), B = count admitted in it (c)
-type Slot struct {
-	// Present is false for an absent key; then A and B are 0.
+//	TokenBucket    "n t"    A = whole tokens, B = refill credited up to, µs
+//	GCRA           "t f"    A = TAT, whole µs, B = TAT's fraction of a µs in 1/Rate units
+//	SlidingWindow  "w c p"  A = window number, B = count admitted in it, C = count in window A-1
+//	FixedWindow    "w c"    A = window number, B = count admitted in it
+//	               "w c k"  the same for a calendar window, C = k = -Params.Period
+//
+// A string a block cannot read (another layout) is absent for it, as the
+// Lua patterns have it: a calendar window reads only states whose C is its
+// kind, a period window only those whose C is 0.
+type State struct {
+	// Present is false for an absent key; then A, B and C are 0.
 	Present bool
-	A, B    int64
+	A, B, C int64
 }
 
-// State is everything one identity keeps under one algorithm (only the
-// sliding window uses the second slot).
-type State [2]Slot
+// Format returns the string the script for a stores for s.
+func Format(a tollgate.Algorithm, s State) string {
+	if a == tollgate.SlidingWindow || a == tollgate.FixedWindow && s.C != 0 {
+		return fmt.Sprintf("%d %d %d", s.A, s.B, s.C)
+	}
+	return fmt.Sprintf("%d %d", s.A, s.B)
+}
 
 // Result is a decision: the script's reply plus what it wrote.
 type Result struct {
@@ -61,9 +82,9 @@ type Result struct {
 	// Remaining, RetryAfter and ResetAfter are as in tollgate.Decision,
 	// with durations in microseconds.
 	Remaining, RetryAfter, ResetAfter int64
-	// TTL is, per slot, the PEXPIRE in milliseconds the script set on it,
-	// or 0 when it did not write that slot.
-	TTL [2]int64
+	// TTL is the PEXPIRE in milliseconds the script set on the state, or 0
+	// when it did not write it.
+	TTL int64
 }
 
 // Func decides a request of p at time now (µs) on state s, returning the
@@ -93,8 +114,7 @@ func For(a tollgate.Algorithm) Func {
 func TTL(us int64) int64 { return ceilDiv(us, 1000) + 1 }
 
 // ceilDiv returns ⌈a/b⌉ for b > 0, like Lua's math.ceil(a / b) on exact
-// integers (a is negative only when a read-only call is denied, whose
-// RetryAfter nobody uses).
+// integers.
 func ceilDiv(a, b int64) int64 {
 	q := a / b
 	if a%b > 0 {
@@ -103,18 +123,42 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
+// MulDiv returns q = ⌊a·b/d⌋ and r = a·b − q·d, exactly, for a, b ≥ 0 and
+// d > 0 with q below 2^64, as lua/arith.lua's muldiv does for the sizes
+// tollgate.Limit.Validate admits.
+func MulDiv(a, b, d int64) (q, r int64) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	uq, ur := bits.Div64(hi, lo, uint64(d))
+	return int64(uq), int64(ur)
+}
+
+// mulFloor is lua/arith.lua's mulfloor: ⌊a·b/d⌋.
+func mulFloor(a, b, d int64) int64 {
+	q, _ := MulDiv(a, b, d)
+	return q
+}
+
+// mulCeil is lua/arith.lua's mulceil: ⌈a·b/d⌉.
+func mulCeil(a, b, d int64) int64 {
+	q, r := MulDiv(a, b, d)
+	if r > 0 {
+		q++
+	}
+	return q
+}
+
 // TokenBucket mirrors lua/token_bucket.lua.
 func TokenBucket(s State, now int64, p Params) (State, Result) {
 	tokens, ts := p.Capacity, now
-	if s[0].Present {
-		tokens, ts = s[0].A, s[0].B
+	if s.Present {
+		tokens, ts = s.A, s.B
 	}
 
 	level, credited := p.Capacity, now
 	elapsed := max(now-ts, 0)
-	if tokens < p.Capacity && elapsed < ceilDiv((p.Capacity-tokens)*p.Period, p.Rate) {
-		earned := elapsed * p.Rate / p.Period
-		level, credited = tokens+earned, ts+ceilDiv(earned*p.Period, p.Rate)
+	if tokens < p.Capacity && elapsed < mulCeil(p.Capacity-tokens, p.Period, p.Rate) {
+		earned := mulFloor(elapsed, p.Rate, p.Period)
+		level, credited = tokens+earned, ts+mulCeil(earned, p.Period, p.Rate)
 	}
 
 	var r Result
@@ -124,74 +168,95 @@ func TokenBucket(s State, now int64, p Params) (State, Result) {
 			tokens, ts = level, credited
 		}
 	} else {
-		r.RetryAfter = ts + ceilDiv((p.Cost-tokens)*p.Period, p.Rate) - now
+		r.RetryAfter = ts + mulCeil(p.Cost-tokens, p.Period, p.Rate) - now
 	}
 	if level < p.Capacity {
-		r.ResetAfter = ts + ceilDiv((p.Capacity-tokens)*p.Period, p.Rate) - now
+		r.ResetAfter = ts + mulCeil(p.Capacity-tokens, p.Period, p.Rate) - now
 	}
 	r.Remaining = level
 	if r.Allowed && p.Cost > 0 {
-		s[0] = Slot{Present: true, A: tokens, B: ts}
-		r.TTL[0] = TTL(r.ResetAfter)
+		s = State{Present: true, A: tokens, B: ts}
+		r.TTL = TTL(r.ResetAfter)
 	}
 	return s, r
 }
 
-// GCRA mirrors lua/gcra.lua. The backlog is (TAT − now) × Rate.
+// GCRA mirrors lua/gcra.lua: the lead TAT − now as whole µs and a fraction
+// in 1/Rate units.
 func GCRA(s State, now int64, p Params) (State, Result) {
-	full := p.Capacity * p.Period
+	fq, fr := MulDiv(p.Capacity, p.Period, p.Rate) // full
+	cq, cr := MulDiv(p.Cost, p.Period, p.Rate)     // what the cost adds
+	lq, lr := fq-cq, fr-cr                         // the most lead the cost fits
+	if lr < 0 {
+		lq, lr = lq-1, lr+p.Rate
+	}
 	var ahead, frac int64
-	if s[0].Present {
-		ahead, frac = s[0].A-now, min(s[0].B, p.Rate-1)
+	if s.Present {
+		ahead, frac = s.A-now, min(s.B, p.Rate-1)
 		if ahead < 0 {
 			ahead, frac = 0, 0
 		}
 	}
 	var over int64
-	if most := full / p.Rate; ahead > most {
-		over, ahead = ahead-most, most
+	if ahead > fq {
+		over, ahead = ahead-fq, fq
 	}
-	backlog := ahead*p.Rate + frac
 
 	var r Result
-	if over == 0 && backlog <= (p.Capacity-p.Cost)*p.Period {
-		r.Allowed, backlog = true, backlog+p.Cost*p.Period
+	if over == 0 && (ahead < lq || ahead == lq && frac <= lr) {
+		r.Allowed, ahead, frac = true, ahead+cq, frac+cr
+		if frac >= p.Rate {
+			ahead, frac = ahead+1, frac-p.Rate
+		}
 	} else {
-		r.RetryAfter = over + ceilDiv(backlog-(p.Capacity-p.Cost)*p.Period, p.Rate)
+		r.RetryAfter = over + ahead - lq
+		if frac > lr {
+			r.RetryAfter++
+		}
 	}
-	r.ResetAfter = over + ceilDiv(backlog, p.Rate)
+	r.ResetAfter = over + ahead
+	if frac > 0 {
+		r.ResetAfter++
+	}
 	if r.Allowed && p.Cost > 0 {
-		s[0] = Slot{Present: true, A: now + backlog/p.Rate, B: backlog % p.Rate}
-		r.TTL[0] = TTL(r.ResetAfter)
+		s = State{Present: true, A: now + ahead, B: frac}
+		r.TTL = TTL(r.ResetAfter)
 	}
-	if over == 0 && backlog < full {
-		r.Remaining = (full - backlog) / p.Period
+	if over == 0 && (ahead < fq || ahead == fq && frac < fr) {
+		q, rem := MulDiv(ahead, p.Rate, p.Period)
+		r.Remaining = p.Capacity - q - ceilDiv(rem+frac, p.Period)
 	}
 	return s, r
 }
 
-// SlidingWindow mirrors lua/sliding_window.lua. Slot w%2 holds window w.
+// SlidingWindow mirrors lua/sliding_window.lua.
 func SlidingWindow(s State, now int64, p Params) (State, Result) {
 	w := now / p.Period
 	elapsed := now - w*p.Period
-	cur, prev := w%2, 1-w%2
 	var curN, prevN int64
-	if s[cur].Present && s[cur].A == w {
-		curN = min(s[cur].B, p.Rate)
+	if s.Present {
+		switch s.A {
+		case w:
+			curN, prevN = s.B, s.C
+		case w - 1:
+			prevN = s.B
+		}
 	}
-	if s[prev].Present && s[prev].A == w-1 {
-		prevN = min(s[prev].B, p.Rate)
+	prevStored := prevN
+	curN, prevN = min(curN, p.Rate), min(prevN, p.Rate)
+	var share int64
+	if prevN > 0 {
+		share = mulCeil(prevN, p.Period-elapsed, p.Period)
 	}
-	used := prevN*(p.Period-elapsed) + curN*p.Period
 
 	var r Result
 	switch {
-	case used <= (p.Rate-p.Cost)*p.Period:
-		r.Allowed, curN, used = true, curN+p.Cost, used+p.Cost*p.Period
+	case share+curN+p.Cost <= p.Rate:
+		r.Allowed, curN = true, curN+p.Cost
 	case curN <= p.Rate-p.Cost:
-		r.RetryAfter = ceilDiv(used-(p.Rate-p.Cost)*p.Period, prevN)
+		r.RetryAfter = p.Period - elapsed - mulFloor(p.Rate-p.Cost-curN, p.Period, prevN)
 	default:
-		r.RetryAfter = p.Period - elapsed + ceilDiv((curN-(p.Rate-p.Cost))*p.Period, curN)
+		r.RetryAfter = p.Period - elapsed + mulCeil(curN-(p.Rate-p.Cost), p.Period, curN)
 	}
 	switch {
 	case curN > 0:
@@ -199,23 +264,29 @@ func SlidingWindow(s State, now int64, p Params) (State, Result) {
 	case prevN > 0:
 		r.ResetAfter = p.Period - elapsed
 	}
-	if used < p.Rate*p.Period {
-		r.Remaining = (p.Rate*p.Period - used) / p.Period
-	}
+	r.Remaining = max(p.Rate-curN-share, 0)
 	if r.Allowed && p.Cost > 0 {
-		s[cur] = Slot{Present: true, A: w, B: curN}
-		r.TTL[cur] = TTL(r.ResetAfter)
+		s = State{Present: true, A: w, B: curN, C: prevStored}
+		r.TTL = TTL(r.ResetAfter)
 	}
 	return s, r
 }
 
 // FixedWindow mirrors lua/fixed_window.lua.
 func FixedWindow(s State, now int64, p Params) (State, Result) {
-	w := now / p.Period
-	left := (w+1)*p.Period - now
+	var w, left, kind int64
+	if p.Period > 0 {
+		w = now / p.Period
+		left = (w+1)*p.Period - now
+	} else {
+		kind = -p.Period
+		var next int64
+		w, next = CalendarWindow(tollgate.Calendar(kind), now)
+		left = next - now
+	}
 	var count int64
-	if s[0].Present && s[0].A == w {
-		count = s[0].B
+	if s.Present && s.A == w && s.C == kind {
+		count = s.B
 	}
 
 	var r Result
@@ -229,8 +300,31 @@ func FixedWindow(s State, now int64, p Params) (State, Result) {
 	}
 	r.Remaining = max(p.Rate-count, 0)
 	if r.Allowed && p.Cost > 0 {
-		s[0] = Slot{Present: true, A: w, B: count}
-		r.TTL[0] = TTL(left)
+		s = State{Present: true, A: w, B: count, C: kind}
+		r.TTL = TTL(left)
 	}
 	return s, r
+}
+
+const dayMicros = int64(24 * time.Hour / time.Microsecond)
+
+// CalendarWindow returns the number of the calendar window c (Day, Week,
+// Month or Year, in UTC) holding now, µs since the Unix epoch, and the
+// instant the next one starts, in µs. Window numbers are those the script
+// stores: days since 1970-01-01, ISO weeks since the one starting Monday
+// 1969-12-29, year×12 + month−1 (January 0), and the year.
+func CalendarWindow(c tollgate.Calendar, now int64) (w, next int64) {
+	day := now / dayMicros
+	switch c {
+	case tollgate.Day:
+		return day, (day + 1) * dayMicros
+	case tollgate.Week:
+		w = (day + 3) / 7
+		return w, (w*7 + 4) * dayMicros
+	}
+	y, m, _ := time.UnixMicro(now).UTC().Date()
+	if c == tollgate.Month {
+		return int64(y)*12 + int64(m) - 1, time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	}
+	return int64(y), time.Date(y+1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
 }

@@ -439,13 +439,15 @@ func (s *suite) validation(t *testing.T) {
 		{"negative rate", with(func(r *tollgate.Request) { r.Limit.Rate = -1 })},
 		{"zero period", with(func(r *tollgate.Request) { r.Limit.Period = 0 })},
 		{"period below 1ms", with(func(r *tollgate.Request) { r.Limit.Period = 999 * us })},
-		{"period above a week", with(func(r *tollgate.Request) { r.Limit.Period = tollgate.MaxPeriod + time.Second })},
+		{"period above 366 days", with(func(r *tollgate.Request) { r.Limit.Period = tollgate.MaxPeriod + time.Second })},
 		{"negative burst", with(func(r *tollgate.Request) { r.Limit.Burst = -1 })},
 		{"unknown algorithm", with(func(r *tollgate.Request) { r.Limit.Algorithm = tollgate.FixedWindow + 1 })},
 		{"algorithm 255", with(func(r *tollgate.Request) { r.Limit.Algorithm = 255 })},
-		{"rate × period beyond 2^52", with(func(r *tollgate.Request) { r.Limit = tollgate.Limit{Rate: 1 << 40, Period: tollgate.MaxPeriod} })},
-		{"burst × period beyond 2^52", with(func(r *tollgate.Request) { r.Limit.Burst, r.Limit.Period = 1<<40, tollgate.MaxPeriod })},
-		{"faster than 1 per µs", with(func(r *tollgate.Request) { r.Limit.Rate, r.Limit.Burst, r.Limit.Period = 2000, 2000, time.Millisecond })},
+		{"rate above 10^12", with(func(r *tollgate.Request) { r.Limit = tollgate.Limit{Rate: tollgate.MaxRate + 1, Period: time.Hour} })},
+		{"burst above 10^12", with(func(r *tollgate.Request) { r.Limit.Burst = tollgate.MaxRate + 1 })},
+		{"refill beyond 100 years", with(func(r *tollgate.Request) { r.Limit.Rate, r.Limit.Burst, r.Limit.Period = 1, 200, tollgate.MaxPeriod })},
+		{"calendar on a token bucket", with(func(r *tollgate.Request) { r.Limit.Calendar, r.Limit.Period = tollgate.Month, 0 })},
+		{"calendar with a period", with(func(r *tollgate.Request) { r.Limit = tollgate.Daily(4); r.Limit.Period = time.Hour })},
 		{"negative cost", with(func(r *tollgate.Request) { r.Cost = -1 })},
 		{"cost above burst", with(func(r *tollgate.Request) { r.Cost = 5 })},
 		{"window cost above rate, burst ignored", with(func(r *tollgate.Request) {
@@ -550,7 +552,7 @@ func trim(k string) string {
 	return k
 }
 
-// Concurrency: goroutines × calls on one key of capacity 100, with a week-long
+// Concurrency: goroutines × calls on one key of capacity 100, with a 366-day
 // period so that nothing refills (or rolls over) during the test.
 const (
 	goroutines = 16

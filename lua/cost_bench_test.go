@@ -1,0 +1,149 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
+)
+
+// BenchmarkScriptServerCost measures what Redis spends per script call (µs,
+// from INFO commandstats: cmdstat_evalsha's usec over its calls) on
+// ordinary limits, for each algorithm, on a private server. With
+// TOLLGATE_BASELINE_LUA naming a directory holding another version's
+// scripts (prelude.lua, main.lua and the four <algorithm>.lua blocks, plus
+// group.lua and arith.lua when that version has them), it loads those
+// scripts beside the current decide script and alternates batches of the
+// two, so that both are measured in the same run on the same server; each
+// reports the median batch over the benchmark's iterations (use
+// -benchtime=5x or more). A baseline without group.lua is the older calling
+// convention: one script per algorithm taking rate, period, capacity and
+// cost. For example:
+//
+//	mkdir -p /tmp/base && for f in prelude main token_bucket gcra sliding_window fixed_window; do
+//	  git show main:lua/$f.lua > /tmp/base/$f.lua; done
+//	TOLLGATE_BASELINE_LUA=/tmp/base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./lua/
+func BenchmarkScriptServerCost(b *testing.B) {
+	srv := redistest.Start(b)
+	c := srv.Client(b)
+	base := os.Getenv("TOLLGATE_BASELINE_LUA")
+	for _, alg := range algorithms {
+		b.Run(alg.String(), func(b *testing.B) {
+			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{0}}}
+			if base != "" {
+				scripts = append(scripts, baselineScript(b, base, alg))
+			}
+			for _, s := range scripts {
+				if err := s.script.Load(context.Background(), c).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// Batches of the scripts alternate, so that both see the same
+			// load on a shared machine; the median batch is the figure.
+			perCall := make([][]float64, len(scripts))
+			for b.Loop() {
+				for batch := range costBatches {
+					for i, s := range scripts {
+						perCall[i] = append(perCall[i], serverCost(b, srv, c, s, alg, batch))
+					}
+				}
+			}
+			for i, s := range scripts {
+				slices.Sort(perCall[i])
+				b.ReportMetric(perCall[i][len(perCall[i])/2], s.name+"-µs/call")
+			}
+		})
+	}
+}
+
+// costScript is a script to measure and its calling convention: the
+// arguments before a decide script's group (the mode, and in earlier
+// versions a marker TTL), or nil for the older one script per algorithm.
+type costScript struct {
+	name   string
+	script *redis.Script
+	header []any
+}
+
+// costBatches is how many batches of costBatchSize calls each script makes
+// per benchmark iteration: over 1000 identities, so that buckets empty and
+// refill and about half the calls are admitted.
+const costBatches, costBatchSize = 20, 500
+
+// serverCost runs one batch (a pipeline) of s on ordinary limits (100/s
+// with a burst of 100, cost 1) and returns the server's µs per call.
+func serverCost(b *testing.B, srv *redistest.Server, c *redis.Client, s costScript, alg tollgate.Algorithm, batch int) float64 {
+	ctx := context.Background()
+	calls0, usec0 := evalshaStats(b, srv)
+	pipe := c.Pipeline()
+	for i := range costBatchSize {
+		key := fmt.Sprintf("{%s-%s-%d}:s", s.name, alg, (batch*costBatchSize+i)%1000)
+		if s.header != nil {
+			s.script.EvalSha(ctx, pipe, []string{key}, append(s.header, int(alg), 100, time.Second.Microseconds(), 100, 1)...)
+		} else {
+			s.script.EvalSha(ctx, pipe, []string{key}, 100, time.Second.Microseconds(), 100, 1)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	calls1, usec1 := evalshaStats(b, srv)
+	return float64(usec1-usec0) / float64(calls1-calls0)
+}
+
+func evalshaStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
+	for _, field := range strings.Split(srv.Info(b, "commandstats", "cmdstat_evalsha"), ",") {
+		name, value, _ := strings.Cut(field, "=")
+		n, _ := strconv.ParseInt(value, 10, 64)
+		switch name {
+		case "calls":
+			calls = n
+		case "usec":
+			usec = n
+		}
+	}
+	return calls, usec
+}
+
+// baselineScript joins the baseline's script parts as its lua.go did: with
+// group.lua, one decide script choosing the block by the group's algorithm;
+// without, one script of alg's block.
+func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript {
+	read := func(name string, optional bool) string {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil && !(optional && os.IsNotExist(err)) {
+			b.Fatal(err)
+		}
+		return string(data)
+	}
+	group := read("group.lua", true)
+	if group == "" {
+		src := read("prelude.lua", false) + read("arith.lua", true) + read(alg.String()+".lua", false) + read("main.lua", false)
+		return costScript{"baseline", redis.NewScript(src), nil}
+	}
+	blocks := ""
+	for i, a := range algorithms {
+		if i > 0 {
+			blocks += "else"
+		}
+		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua", false))
+	}
+	prelude := read("prelude.lua", false)
+	src := prelude + group + read("arith.lua", true) + blocks + "end\n" + read("main.lua", false)
+	header := []any{0}
+	if !strings.Contains(prelude, "local head") { // a marker TTL on every call
+		header = []any{0, 0}
+	}
+	return costScript{"baseline", redis.NewScript(src), header}
+}

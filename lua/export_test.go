@@ -1,0 +1,24 @@
+package lua
+
+import "strings"
+
+// Arith is arith.lua, for tests that call its functions directly.
+var Arith = arith
+
+// SourceAt returns the decide script with the server's clock replaced by
+// its last two arguments, seconds and microseconds as TIME answers them, so
+// that a test decides at instants of its choosing: the call's ARGV are the
+// usual ones followed by those two. It panics if the script no longer reads
+// the clock and counts its groups where expected.
+func SourceAt() string {
+	return replaceOnce(replaceOnce(Source(Decide),
+		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
+		"local groups = (#ARGV - head) / 5", "local groups = (#ARGV - head - 2) / 5")
+}
+
+func replaceOnce(src, old, new string) string {
+	if strings.Count(src, old) != 1 {
+		panic("lua: the decide script does not hold " + old + " exactly once")
+	}
+	return strings.Replace(src, old, new, 1)
+}

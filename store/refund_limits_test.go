@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// TestRefundLargeAndCalendarLimits runs the refund script on limits whose
+// products pass 2^53 and on calendar windows: of two debits, the second is
+// given back exactly (the first stays), and a refund sent again gives
+// nothing more. The limits refill less than a unit per 10ms, so what is
+// left is exact within one unit of refill.
+func TestRefundLargeAndCalendarLimits(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.KeyPrefix(t)
+		st := NewRedis(c, WithPrefix(prefix))
+		big := func(alg tollgate.Algorithm) tollgate.Limit {
+			// 10^9 over 366 days: 3.2·10^22 µs·units, far past 2^53.
+			return tollgate.Limit{Algorithm: alg, Rate: 1_000_000_000, Period: tollgate.MaxPeriod}
+		}
+		for _, l := range []tollgate.Limit{
+			big(tollgate.TokenBucket), big(tollgate.GCRA), big(tollgate.SlidingWindow), big(tollgate.FixedWindow),
+			tollgate.Monthly(tollgate.MaxRate), tollgate.Daily(1_000_000_000), tollgate.Yearly(10),
+		} {
+			capacity := l.Capacity()
+			first, second := capacity*2/5, capacity*3/10
+			key := "refund-" + l.String()
+			debit := func(cost int64) (now, remaining int64) {
+				t.Helper()
+				req := tollgate.Request{Key: key, Limit: l, Cost: cost}
+				p := algo.ParamsOf(req)
+				v, err := plainDecide.Run(ctx, c, decisionKeys(prefix, l.Algorithm, key, ""), modeNoID, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				if err != nil || v[0] != 1 {
+					t.Fatalf("%s: debit of %d: %v, %v", l, cost, v, err)
+				}
+				return v[5], v[1]
+			}
+			left := func() int64 {
+				t.Helper()
+				d, err := st.Peek(ctx, tollgate.Request{Key: key, Limit: l})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d.Remaining + 1 // Peek judges a cost of 1
+			}
+			refund := func(nonce string, debitedAt, remaining int64) int64 {
+				t.Helper()
+				keys := decisionKeys(prefix, l.Algorithm, key, "")
+				keys = append(keys, hashTagged(keys[0])+":n:"+nonce)
+				got, err := plainRefund.Run(ctx, c, keys, refundArgs(tollgate.Request{Key: key, Limit: l, Cost: second}, debitedAt, remaining)...).Int64()
+				if err != nil {
+					t.Fatalf("%s: refund: %v", l, err)
+				}
+				return got
+			}
+
+			start := time.Now()
+			debit(first)
+			now, remaining := debit(second)
+			if refund("x", now, remaining) != 1 || refund("x", now, remaining) != 0 {
+				t.Fatalf("%s: a refund and its re-sent copy must answer 1 then 0", l)
+			}
+			got := left()
+			// The refill since the first debit, rounded up: at most one
+			// unit for every Period/Rate elapsed.
+			slack := int64(0)
+			if l.Calendar == tollgate.NoCalendar {
+				slack = 1 + int64(time.Since(start))*l.Rate/int64(l.Period)
+			}
+			if got < capacity-first || got > capacity-first+slack {
+				t.Errorf("%s: after debits of %d and %d and the second's refund: %d left, want %d (+%d of refill)",
+					l, first, second, got, capacity-first, slack)
+			}
+		}
+	})
+}
