@@ -66,3 +66,51 @@ func BenchmarkGRPC(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGRPCMemory is BenchmarkGRPC with tollgate's interceptor on the
+// Memory store: the interceptor's and gRPC's share of a limited call,
+// without Redis's. "admitted-trailers" sends the x-ratelimit-* trailers on
+// admitted calls too (interceptor.WithAdmittedTrailers).
+func BenchmarkGRPCMemory(b *testing.B) {
+	memory := func(opts ...interceptor.Option) func(b *testing.B) []grpc.UnaryServerInterceptor {
+		return func(b *testing.B) []grpc.UnaryServerInterceptor {
+			lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
+				Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limit: generous(tollgate.GCRA),
+			}))...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}
+		}
+	}
+	b.Run("no-limiter", func(b *testing.B) { benchmarkEcho(b, nil) })
+	b.Run("tollgate", func(b *testing.B) { benchmarkEcho(b, memory()(b)) })
+	b.Run("tollgate-admitted-trailers", func(b *testing.B) {
+		benchmarkEcho(b, memory(interceptor.WithAdmittedTrailers())(b))
+	})
+}
+
+// benchmarkEcho calls Say over bufconn behind interceptors from 64
+// goroutines on random tenants.
+func benchmarkEcho(b *testing.B, interceptors []grpc.UnaryServerInterceptor) {
+	client, stop, err := Echo(interceptors...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	tenants := make([]context.Context, benchIdentities)
+	for i := range tenants {
+		tenants[i] = metadata.AppendToOutgoingContext(context.Background(), TenantHeader, "tenant-"+strconv.Itoa(i))
+	}
+	msg := wrapperspb.String("hello")
+	b.ReportAllocs()
+	b.SetParallelism(32) // 64 goroutines on 2 cores
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.Say(tenants[rand.IntN(len(tenants))], msg); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -20,7 +20,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		res := l.decide(ctx, set.calls, info.FullMethod, req)
-		if md := res.trailer(); md != nil {
+		if md := res.trailer(l.admittedTrailers); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
 			_ = grpc.SetTrailer(ctx, md)
@@ -46,13 +46,13 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		res := l.decide(ss.Context(), set.calls, info.FullMethod, nil)
 		if res.err != nil {
-			if md := res.trailer(); md != nil {
+			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return res.err
 		}
 		if len(set.messages) == 0 {
-			if md := res.trailer(); md != nil {
+			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return handler(srv, ss)
@@ -62,7 +62,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
 		last := ls.lastResult()
-		if md := last.trailer(); md != nil {
+		if md := last.trailer(l.admittedTrailers); md != nil {
 			ss.SetTrailer(md)
 		}
 		return err
