@@ -366,7 +366,9 @@ func TestTwoRulesDeny(t *testing.T) {
 	a.Name, a.Limit = "a", tollgate.PerHour(1)
 	b.Name, b.Limit = "b", tollgate.PerMinute(1)
 	roomy.Name, roomy.Limit = "roomy", tollgate.PerHour(100)
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: the waits below are exact
+	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	l := newLimiter(t, mem, interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "x")
 	if _, _, err := say(ctx, c, "hi"); err != nil {
