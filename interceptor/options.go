@@ -124,7 +124,7 @@ func WithShadow() Option {
 // denials carry them (with retry-after and grpc-retry-pushback-ms), as
 // Envoy's rate limit filter does unless asked: built, copied, encoded and
 // decoded on every admitted call, they cost it 21 allocations across client
-// and server and cut a limited server's calls per second by about a fifth
+// and server and cut a limited server's calls per second by 15–20%
 // (docs/performance-interceptor.md). An admitted retry that was not debited
 // again carries x-ratelimit-replayed either way.
 func WithAdmittedTrailers() Option {

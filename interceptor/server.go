@@ -37,7 +37,8 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // the stream's rules have PerMessage, one for every message the client
 // sends, all or nothing across those rules. A message is held back (Shape)
 // only when every rule denying it shapes. The trailers describe the
-// stream's last decision.
+// stream's last decision when it denied, or, with WithAdmittedTrailers,
+// whatever it was.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		set := l.matcher.match(info.FullMethod)
