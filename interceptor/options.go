@@ -67,6 +67,8 @@ func WithRequestIDHeader(header string) Option {
 // WithStoreTimeout bounds one store decision (default DefaultStoreTimeout).
 // The store call gets its own deadline derived from the call's context, so
 // it never outlives the call; past it the rule's FailMode applies.
+// store.Memory, which decides in process and never waits, is called under
+// the call's context alone.
 //
 // The store must honour its context's deadline. store.Redis does, whatever
 // its go-redis client's settings; ContextTimeoutEnabled: true on the client

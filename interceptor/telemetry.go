@@ -124,6 +124,8 @@ const (
 	// provider set behind it yet, whose spans record nothing. Once
 	// otel.SetTracerProvider is called, otel.GetTracerProvider returns the
 	// new provider and the global one delegates to it: spans start again.
+	// (otel's eBPF auto-instrumentation, which hooks the global tracer's
+	// unset path, sees no decision spans.)
 	tracingUntilGlobal
 )
 
