@@ -77,8 +77,9 @@ func rule(t *testing.T, limit tollgate.Limit) interceptor.Rule {
 // limiter returns a Limiter on st. Its store deadline is generous unless
 // opts say otherwise: these tests run beside others under the race
 // detector, and a slow first script load must not turn into a fail-open.
+// Admitted calls carry the x-ratelimit-* trailers, which the tests count.
 func limiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *interceptor.Limiter {
-	opts = append([]interceptor.Option{interceptor.WithStoreTimeout(5 * time.Second)}, opts...)
+	opts = append([]interceptor.Option{interceptor.WithStoreTimeout(5 * time.Second), interceptor.WithAdmittedTrailers()}, opts...)
 	l, err := interceptor.New(st, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func ExampleUnaryClientInterceptor() {
 		Name:  "per-tenant",
 		Key:   keyfunc.Metadata("x-tenant"),
 		Limit: tollgate.PerMinute(3),
-	}))
+	}), interceptor.WithAdmittedTrailers()) // x-ratelimit-remaining on admitted calls too
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -60,8 +60,17 @@ func BenchmarkUnaryAdmitTwoRules(b *testing.B) {
 		interceptor.Rule{Name: "global", Key: keyfunc.Method(), Limit: tollgate.PerSecond(1_000_000)})
 }
 
-func benchmarkAdmit(b *testing.B, rules ...interceptor.Rule) {
-	l, err := interceptor.New(store.NewMemory(), interceptor.WithRules(rules...))
+// BenchmarkUnaryAdmitTrailers is BenchmarkUnaryAdmit with the x-ratelimit-*
+// trailers on admitted calls (WithAdmittedTrailers).
+func BenchmarkUnaryAdmitTrailers(b *testing.B) {
+	benchmarkAdmitWith(b, []interceptor.Option{interceptor.WithAdmittedTrailers()},
+		interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerSecond(1_000_000)})
+}
+
+func benchmarkAdmit(b *testing.B, rules ...interceptor.Rule) { benchmarkAdmitWith(b, nil, rules...) }
+
+func benchmarkAdmitWith(b *testing.B, opts []interceptor.Option, rules ...interceptor.Rule) {
+	l, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(rules...))...)
 	if err != nil {
 		b.Fatal(err)
 	}

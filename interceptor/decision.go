@@ -92,7 +92,7 @@ func (l *Limiter) decideChecks(ctx context.Context, set []*check, method string,
 	refused := false
 	n := len(set) // enforcing checks
 	for i, c := range set {
-		c.ctx, c.span = l.tel.tracer.Start(ctx, c.p.tel.spanName, c.p.tel.spanStart...)
+		c.ctx, c.span = l.tel.start(ctx, c.p)
 		if !l.prepare(c, method, req) && !c.p.rule.Shadow {
 			refused = true
 		}
@@ -273,10 +273,15 @@ func (l *Limiter) run(ctx context.Context, set []*check) {
 		// The call's own deadline, before the store's shorter one wraps it.
 		setReplayTTL(set, max(deadline.Sub(start), 0)+replayMargin)
 	}
-	sctx, cancel := context.WithDeadline(ctx, start.Add(l.storeTimeout))
+	sctx, cancel := ctx, context.CancelFunc(nil)
+	if l.storeBlocks {
+		sctx, cancel = context.WithDeadline(ctx, start.Add(l.storeTimeout))
+	}
 	err := ask(sctx, l.store, set)
 	elapsed := time.Since(start)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	switch {
 	case err == nil:
 		l.breaker.Done(probe, breaker.OK)

@@ -9,11 +9,13 @@
 // WithShadow) are decided and debited but never deny. Calls that no rule
 // matches are never limited.
 //
-// An admitted call carries the x-ratelimit-limit, x-ratelimit-remaining and
-// x-ratelimit-reset trailers. A denied call fails with
-// codes.ResourceExhausted, a message naming the rule and the wait, the
-// details errdetails.RetryInfo and errdetails.QuotaFailure, and the trailers
-// grpc-retry-pushback-ms and retry-after besides the x-ratelimit-* ones.
+// A denied call fails with codes.ResourceExhausted, a message naming the
+// rule and the wait, the details errdetails.RetryInfo and
+// errdetails.QuotaFailure, and the trailers grpc-retry-pushback-ms,
+// retry-after, x-ratelimit-limit, x-ratelimit-remaining and
+// x-ratelimit-reset. An admitted call carries the x-ratelimit-* trailers
+// only with WithAdmittedTrailers (a replay says so with
+// x-ratelimit-replayed either way).
 // Everything goes in trailers, never in headers: a header frame commits the
 // call, and grpc-go only retries (and honours pushback for) calls whose
 // response is trailers-only.

@@ -130,7 +130,7 @@ func ExampleLimiter_UnaryServerInterceptor() {
 		Name:  "per-tenant",
 		Key:   keyfunc.Metadata("x-tenant"),
 		Limit: tollgate.PerMinute(2),
-	}))
+	}), interceptor.WithAdmittedTrailers()) // x-ratelimit-* on admitted calls too, not only on denials
 	if err != nil {
 		log.Fatal(err)
 	}

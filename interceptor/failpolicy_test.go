@@ -67,7 +67,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r := perTenant()
 			r.FailMode = tc.mode
 			r.Limit = tollgate.PerHour(4)
-			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(r),
+			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
 				interceptor.WithReplicas(2), // FailLocal: 4 an hour across 2 replicas is 2 here
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
 				interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))

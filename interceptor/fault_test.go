@@ -175,7 +175,7 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 		}
 		r := perTenant()
 		r.Limit, r.FailMode, r.LocalLimit = tollgate.PerHour(faultStoreCap), mode, &local
-		c := serve(t, newLimiter(t, st, interceptor.WithRules(r),
+		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
 			interceptor.WithStoreTimeout(faultStoreTimeout),
 			interceptor.WithBreaker(faultBreakerTrips, faultCoolDown)))
 		ft := &faultTarget{mode: mode, store: st}

@@ -25,9 +25,17 @@ type Limiter struct {
 	matcher      matcher
 	header       string
 	storeTimeout time.Duration
-	replicas     int64
-	breaker      *breaker.Breaker
-	tel          telemetry
+	// storeBlocks: the store may wait (on a network), so each call to it
+	// gets its own deadline. store.Memory decides in process and never
+	// waits; a deadline's context and timer would be pure cost
+	// (BenchmarkUnaryAdmit).
+	storeBlocks bool
+	replicas    int64
+	// admittedTrailers: admitted calls carry the x-ratelimit-* trailers
+	// (WithAdmittedTrailers).
+	admittedTrailers bool
+	breaker          *breaker.Breaker
+	tel              telemetry
 }
 
 // New returns a Limiter that asks st for decisions. Every problem with the
@@ -65,13 +73,15 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	l := &Limiter{
-		store:        st,
-		header:       c.requestIDHeader,
-		storeTimeout: c.storeTimeout,
-		replicas:     c.replicas,
-		breaker:      breaker.New(c.breakerFailures, c.breakerCoolDown),
-		tel:          tel,
-		byName:       make(map[string]*rule, len(c.rules)),
+		store:            st,
+		header:           c.requestIDHeader,
+		storeTimeout:     c.storeTimeout,
+		storeBlocks:      !isMemory(st),
+		admittedTrailers: c.admittedTrailers,
+		replicas:         c.replicas,
+		breaker:          breaker.New(c.breakerFailures, c.breakerCoolDown),
+		tel:              tel,
+		byName:           make(map[string]*rule, len(c.rules)),
 	}
 	for i, r := range c.rules {
 		r.Shadow = r.Shadow || c.shadow
@@ -98,6 +108,12 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: %w", err)
 	}
 	return l, nil
+}
+
+// isMemory reports whether st is the in-process Memory store.
+func isMemory(st tollgate.Store) bool {
+	_, ok := st.(*store.Memory)
+	return ok
 }
 
 // validateHeader accepts what gRPC accepts as a metadata key that is not

@@ -48,7 +48,7 @@ func TestMultiLimitDenialAndTrailers(t *testing.T) {
 	r := perTenant()
 	r.Limit = tollgate.Limit{}
 	r.Limits = []tollgate.Limit{{Rate: 1, Period: time.Minute, Burst: 1}, tollgate.PerHour(2)}
-	c := serve(t, newLimiter(t, store.NewMemory(store.WithClock(clock.Now)), interceptor.WithRules(r)))
+	c := serve(t, newLimiter(t, store.NewMemory(store.WithClock(clock.Now)), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 
 	trailer, _, err := say(ctx, c, "hi")
@@ -105,7 +105,7 @@ func TestShadowRules(t *testing.T) {
 	enforcing := perTenant()
 	trial := perTenant()
 	trial.Name, trial.Limit, trial.Shadow = "trial", tollgate.PerHour(1), true
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(enforcing, trial),
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(enforcing, trial), interceptor.WithAdmittedTrailers(),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider)))
 	ctx := tenant(context.Background(), "a")
 	for i := range 3 {
@@ -366,7 +366,9 @@ func TestTwoRulesDeny(t *testing.T) {
 	a.Name, a.Limit = "a", tollgate.PerHour(1)
 	b.Name, b.Limit = "b", tollgate.PerMinute(1)
 	roomy.Name, roomy.Limit = "roomy", tollgate.PerHour(100)
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: the waits below are exact
+	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	l := newLimiter(t, mem, interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "x")
 	if _, _, err := say(ctx, c, "hi"); err != nil {

@@ -33,7 +33,7 @@ func (m middlewareLimiter) Limit(ctx context.Context) error {
 		return nil
 	}
 	res := m.l.decide(ctx, set.calls, method, nil)
-	if md := res.trailer(); md != nil {
+	if md := res.trailer(m.l.admittedTrailers); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}
 	return res.err

@@ -20,7 +20,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		res := l.decide(ctx, set.calls, info.FullMethod, req)
-		if md := res.trailer(); md != nil {
+		if md := res.trailer(l.admittedTrailers); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
 			_ = grpc.SetTrailer(ctx, md)
@@ -37,7 +37,8 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // the stream's rules have PerMessage, one for every message the client
 // sends, all or nothing across those rules. A message is held back (Shape)
 // only when every rule denying it shapes. The trailers describe the
-// stream's last decision.
+// stream's last decision when it denied, or, with WithAdmittedTrailers,
+// whatever it was.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		set := l.matcher.match(info.FullMethod)
@@ -46,13 +47,13 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		res := l.decide(ss.Context(), set.calls, info.FullMethod, nil)
 		if res.err != nil {
-			if md := res.trailer(); md != nil {
+			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return res.err
 		}
 		if len(set.messages) == 0 {
-			if md := res.trailer(); md != nil {
+			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return handler(srv, ss)
@@ -62,7 +63,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
 		last := ls.lastResult()
-		if md := last.trailer(); md != nil {
+		if md := last.trailer(l.admittedTrailers); md != nil {
 			ss.SetTrailer(md)
 		}
 		return err

@@ -85,12 +85,19 @@ func denial(checks []*check) error {
 }
 
 // trailer returns the rate-limit trailers for res, or nil when no store
-// decided.
-func (res *result) trailer() metadata.MD {
+// decided. An admitted call gets the x-ratelimit-* ones only when all is
+// set, and x-ratelimit-replayed when it was a replay.
+func (res *result) trailer(all bool) metadata.MD {
 	if !res.hasDecision() {
 		return nil
 	}
 	dec := res.decision
+	if res.err == nil && !all {
+		if dec.Replayed {
+			return metadata.MD{TrailerReplayed: []string{"1"}}
+		}
+		return nil
+	}
 	n := 3 // limit, remaining, reset
 	if dec.Replayed {
 		n++

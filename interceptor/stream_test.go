@@ -35,7 +35,7 @@ func chatRule(perMessage *tollgate.Limit, mode interceptor.StreamMode) intercept
 }
 
 func TestStreamOpenIsLimited(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(nil, interceptor.Police))))
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(nil, interceptor.Police)), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 	for i := range 2 {
 		s, err := c.Chat(ctx)

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -9,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tollgate/tollgate"
 )
@@ -75,6 +77,8 @@ var storeDurationBounds = []float64{
 // telemetry holds the instruments every rule records into.
 type telemetry struct {
 	tracer        trace.Tracer
+	provider      trace.TracerProvider // tracer's
+	tracing       tracing
 	decisions     metric.Int64Counter
 	storeDuration metric.Float64Histogram
 }
@@ -100,7 +104,54 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, 
 	if err != nil {
 		return telemetry{}, err
 	}
-	return telemetry{tracer: tp.Tracer(instrumentationName), decisions: decisions, storeDuration: storeDuration}, nil
+	return telemetry{
+		tracer: tp.Tracer(instrumentationName), provider: tp, tracing: tracingOf(tp),
+		decisions: decisions, storeDuration: storeDuration,
+	}, nil
+}
+
+// tracing says whether decisions start spans. A no-op tracer's Start still
+// allocates a span and a context per call, a third of an admitted call's
+// allocations (BenchmarkUnaryAdmit, which runs with the global provider
+// unset), for spans nobody records.
+type tracing uint8
+
+const (
+	tracingOn tracing = iota
+	// tracingOff: the provider is trace/noop's, which never records.
+	tracingOff
+	// tracingUntilGlobal: the provider is otel's global one with no
+	// provider set behind it yet, whose spans record nothing. Once
+	// otel.SetTracerProvider is called, otel.GetTracerProvider returns the
+	// new provider and the global one delegates to it: spans start again.
+	// (otel's eBPF auto-instrumentation, which hooks the global tracer's
+	// unset path, sees no decision spans.)
+	tracingUntilGlobal
+)
+
+// globalProviderType is the type of the provider otel.GetTracerProvider
+// returns before otel.SetTracerProvider is called (an unexported type of
+// otel's internal/global package).
+var globalProviderType = reflect.TypeOf(otel.GetTracerProvider())
+
+func tracingOf(tp trace.TracerProvider) tracing {
+	if _, ok := tp.(noop.TracerProvider); ok {
+		return tracingOff
+	}
+	t := reflect.TypeOf(tp)
+	if t == globalProviderType && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global" {
+		return tracingUntilGlobal
+	}
+	return tracingOn
+}
+
+// start starts p's decision span under ctx; when tracing is off, it returns
+// ctx and a span that records nothing, without allocating either.
+func (t *telemetry) start(ctx context.Context, p *plan) (context.Context, trace.Span) {
+	if t.tracing == tracingOff || t.tracing == tracingUntilGlobal && otel.GetTracerProvider() == t.provider {
+		return ctx, noop.Span{}
+	}
+	return t.tracer.Start(ctx, p.tel.spanName, p.tel.spanStart...)
 }
 
 func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit, shadow bool) planTelemetry {

@@ -49,7 +49,7 @@ func newLimiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *in
 }
 
 func TestPerTenantQuotaAndRichDenial(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant())))
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers()))
 	ctx := context.Background()
 	a := tenant(ctx, "a")
 	for i := range 3 {
@@ -197,7 +197,7 @@ func TestKeyFuncErrors(t *testing.T) {
 }
 
 func TestRequestIDReplay(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant())))
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers()))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "call-1")
 	trailer, _, err := say(ctx, c, "hi")
 	if err != nil {
@@ -235,7 +235,7 @@ func TestCostFunc(t *testing.T) {
 		}
 		return int64(len(v))
 	}
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r)))
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 	trailer, _, err := say(ctx, c, "four")
 	if err != nil {
@@ -277,7 +277,7 @@ func TestLimitFunc(t *testing.T) {
 		}
 		return tollgate.PerHour(1), nil
 	}
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r)))
+	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := context.Background()
 	admitted := func(name string) int {
 		n := 0
@@ -348,7 +348,7 @@ func TestConcurrentCallsAdmitExactlyTheQuota(t *testing.T) {
 // go-grpc-middleware's ratelimit interceptor with the adapter: the same
 // decisions and trailers, but the status is flattened to text.
 func TestMiddlewareLimiterAdapter(t *testing.T) {
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()))
+	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers())
 	c := serveWith(t, &echo.Server{}, grpc.ChainUnaryInterceptor(ratelimit.UnaryServerInterceptor(l.MiddlewareLimiter())))
 	ctx := tenant(context.Background(), "a")
 	for i := range 3 {

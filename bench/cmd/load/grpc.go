@@ -44,33 +44,49 @@ func grpcServers() []server {
 			l := bench.RedisRateMiddleware{Limiter: redis_rate.NewLimiter(c), Rate: bench.RedisRateLimit(limit), Prefix: prefix()}
 			return []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(l)}, func() { _ = c.Close() }, nil
 		}},
-		{name: "tollgate interceptor", interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
-			c := redis.NewClient(cloneOptions(m.opts))
-			st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
-			lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
-				Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: limit,
-			}))
-			if err != nil {
-				_ = c.Close()
-				return nil, nil, err
-			}
-			return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() { _ = c.Close() }, nil
-		}},
+		redisServer("tollgate interceptor"),
 	}
 }
 
-// memoryServer is tollgate's interceptor on its in-process Memory store:
-// the interceptor's and gRPC's share of the cost, without Redis's.
-func memoryServer() server {
-	return server{name: "tollgate interceptor on the Memory store", interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
-		lim, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
+// redisServer is tollgate's interceptor on its Redis store, with opts.
+func redisServer(name string, opts ...interceptor.Option) server {
+	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
+		lim, err := interceptor.New(st, append(opts, interceptor.WithRules(interceptor.Rule{
 			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
-		}))
+		}))...)
+		if err != nil {
+			_ = c.Close()
+			return nil, nil, err
+		}
+		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() { _ = c.Close() }, nil
+	}}
+}
+
+// memoryServer is tollgate's interceptor on its in-process Memory store,
+// with opts: the interceptor's and gRPC's share of the cost, without
+// Redis's.
+func memoryServer(name string, opts ...interceptor.Option) server {
+	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
+		lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
+			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
+		}))...)
 		if err != nil {
 			return nil, nil, err
 		}
 		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() {}, nil
 	}}
+}
+
+// grpcVariants are the rows -variants adds: the Memory store, and both
+// stores with the x-ratelimit-* trailers on admitted calls.
+func grpcVariants() []server {
+	return []server{
+		redisServer("tollgate interceptor, admitted trailers", interceptor.WithAdmittedTrailers()),
+		memoryServer("tollgate interceptor on the Memory store"),
+		memoryServer("tollgate interceptor on the Memory store, admitted trailers", interceptor.WithAdmittedTrailers()),
+	}
 }
 
 // grpcCell serves echo behind srv's interceptors on bufconn and calls Say
@@ -105,7 +121,7 @@ func (m *measurer) grpcSection(ctx context.Context) ([]row, error) {
 	}
 	servers := grpcServers()
 	if m.cfg.variants {
-		servers = append(servers, memoryServer())
+		servers = append(servers, grpcVariants()...)
 	}
 	subjects := make([]subject, len(servers))
 	for i, s := range servers {

@@ -251,7 +251,7 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 // Options in opts are added to the limiter's own.
 func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
 	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
-		interceptor.WithStoreTimeout(cfg.StoreTimeout)}, opts...)...)
+		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
