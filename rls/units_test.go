@@ -1,12 +1,8 @@
 package rls_test
 
 import (
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/rls"
 )
 
 const unitsYAML = `
@@ -31,22 +27,6 @@ descriptors:
 // descriptor.
 func TestLongUnits(t *testing.T) {
 	b := backends()[0]
-	monthOK := tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 2, Period: 30 * 24 * time.Hour}.Validate() == nil
-	calendarOK := tollgate.Monthly(2).Validate() == nil
-	if !monthOK || !calendarOK {
-		_, err := rls.ParseConfig(rls.File{Name: "units.yaml", Data: []byte(unitsYAML)})
-		if err == nil || !strings.Contains(err.Error(), "units.yaml:7: descriptor units.monthly") {
-			t.Fatalf("month windows unsupported by tollgate.Limit, yet: %v", err)
-		}
-		// Weeks fit every version.
-		e := newEnv(t, b, []string{unitsYAML[:strings.Index(unitsYAML, "  - key: monthly")]})
-		st := e.must(t, "units", 0, d("weekly", "w")).Statuses[0]
-		week := 7 * 24 * time.Hour
-		if got, want := st.DurationUntilReset.AsDuration(), week-time.Duration(fixedNow.UnixNano())%week; got != want {
-			t.Fatalf("week window resets in %s, want %s (aligned to the epoch)", got, want)
-		}
-		return
-	}
 	e := newEnv(t, b, []string{unitsYAML})
 	for key, period := range map[string]time.Duration{"weekly": 7 * 24 * time.Hour, "monthly": 30 * 24 * time.Hour} {
 		st := e.must(t, "units", 0, d(key, "x")).Statuses[0]
