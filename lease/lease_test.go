@@ -206,7 +206,7 @@ func TestFourTiersAdmitTheQuotaExactly(t *testing.T) {
 		for i := range tiers {
 			tiers[i] = mustNew(t, inner, WithClock(clock.Now), WithMaxShare(0.01))
 		}
-		admitted := hammer(t, len(tiers), 64, 500, func(i int) (bool, error) {
+		admitted := redistest.Hammer(t, len(tiers), 64, 500, func(i int) (bool, error) {
 			d, err := tiers[i].Allow(context.Background(), tollgate.Request{Key: "shared", Limit: limit})
 			return d.Allowed, err
 		})
@@ -235,40 +235,6 @@ func checkTotals(t *testing.T, name string, tiers []*Store, inner *counting, adm
 	}
 	t.Logf("%s: quota %d (+%d refill), debited %d, admitted %d, held %d, %d inner decisions",
 		name, quota, refill, debited, admitted, h, inner.calls.Load())
-}
-
-// hammer runs callers goroutines over n tiers, each calling do calls times
-// with tier g%n, and returns how many were admitted. An error fails the test.
-func hammer(t *testing.T, n, callers, calls int, do func(tier int) (bool, error)) int64 {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, callers)
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for range calls {
-				ok, err := do(g % n)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	return admitted.Load()
 }
 
 // At the limit, refused leases shrink and then give way to decisions one at
@@ -611,7 +577,7 @@ func TestFullTableLosesNothing(t *testing.T) {
 	limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: quota, Period: time.Hour}
 	var admitted [identities]atomic.Int64
 	var seq atomic.Int64
-	hammer(t, len(tiers), 64, 400, func(i int) (bool, error) {
+	redistest.Hammer(t, len(tiers), 64, 400, func(i int) (bool, error) {
 		id := seq.Add(1) % identities
 		d, err := tiers[i].Allow(context.Background(), tollgate.Request{Key: "id-" + string(rune('a'+id)), Limit: limit})
 		if d.Allowed {

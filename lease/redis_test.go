@@ -77,7 +77,7 @@ func hotIdentity(t *testing.T, tiers []*Store, inners []*counting) {
 	limit := tollgate.PerSecond(1_000_000) // a lease is at most 10000
 	const callers, calls = 64, 2000        // 128000 decisions, far below the quota
 	start := time.Now()
-	admitted := hammer(t, replicas, callers, calls, func(i int) (bool, error) {
+	admitted := redistest.Hammer(t, replicas, callers, calls, func(i int) (bool, error) {
 		d, err := tiers[i].Allow(context.Background(), tollgate.Request{Key: "tenant", Limit: limit})
 		return d.Allowed, err
 	})
@@ -119,7 +119,7 @@ func quotaExhausted(t *testing.T, cluster bool) {
 		// 7 units, for the token bucket and GCRA.
 		limit := tollgate.Limit{Algorithm: alg, Rate: 10_000, Period: 24 * time.Hour}
 		start := time.Now()
-		admitted := hammer(t, replicas, 64, 400, func(i int) (bool, error) {
+		admitted := redistest.Hammer(t, replicas, 64, 400, func(i int) (bool, error) {
 			d, err := tiers[i].Allow(context.Background(), tollgate.Request{Key: "tenant", Limit: limit})
 			return d.Allowed, err
 		})

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,48 +26,13 @@ const (
 	quota = 100
 )
 
-// hammer runs callers goroutines, each calling do callsEach times with the
-// client of index i%len(n), starting together, and returns how many calls
-// do reported admitted. Any error fails the test.
-func hammer(t *testing.T, n int, do func(client int) (bool, error)) int64 {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make(chan error, callers)
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for range callsEach {
-				ok, err := do(g % n)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	return admitted.Load()
-}
-
 // exactQuota checks that callers goroutines over clients stores admit exactly
 // quota on one key, for every algorithm.
 func exactQuota(t *testing.T, stores []*Redis) {
 	ctx := context.Background()
 	for _, alg := range algorithms {
 		req := tollgate.Request{Key: "shared", Limit: quotaLimit(alg, quota)}
-		admitted := hammer(t, len(stores), func(i int) (bool, error) {
+		admitted := redistest.Hammer(t, len(stores), callers, callsEach, func(i int) (bool, error) {
 			d, err := stores[i].Allow(ctx, req)
 			return d.Allowed, err
 		})
@@ -146,7 +110,7 @@ func TestClientSideBucketsRaceOrRetry(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	admitted := hammer(t, clients, func(i int) (bool, error) {
+	admitted := redistest.Hammer(t, clients, callers, callsEach, func(i int) (bool, error) {
 		return getThenSetTake(ctx, cs[i], prefix+"get-set")
 	})
 	t.Logf("GET then SET: %d of %d calls admitted for a quota of %d", admitted, callers*callsEach, quota)
@@ -155,7 +119,7 @@ func TestClientSideBucketsRaceOrRetry(t *testing.T) {
 	}
 
 	var aborts atomic.Int64
-	admitted = hammer(t, clients, func(i int) (bool, error) {
+	admitted = redistest.Hammer(t, clients, callers, callsEach, func(i int) (bool, error) {
 		return watchTake(ctx, cs[i], prefix+"watch", &aborts)
 	})
 	t.Logf("WATCH/MULTI/EXEC: %d of %d calls admitted for a quota of %d, after %d aborted transactions",
