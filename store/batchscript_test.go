@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// TestBatchScriptSharesCalls runs 64 goroutines of decisions on a single
+// node, with and without request ids, with the batch script on and off,
+// and checks from the server's own command counts that batches shared
+// script calls only when it is on (fewer script calls than half the
+// decisions), and that every identity admitted exactly its quota either
+// way.
+func TestBatchScriptSharesCalls(t *testing.T) {
+	srv := redistest.Start(t) // private: its command counts are this test's alone
+	c := srv.Client(t)
+	ctx := context.Background()
+	const (
+		goroutines = 64
+		each       = 40
+		identities = 100
+		quota      = 5
+	)
+	scriptCalls := func() int64 {
+		a, _, _ := commandStats(t, srv, "evalsha")
+		b, _, _ := commandStats(t, srv, "eval")
+		return a + b
+	}
+	for _, on := range []bool{true, false} {
+		for _, withID := range []bool{false, true} {
+			t.Run(fmt.Sprintf("batch-script=%v/request-id=%v", on, withID), func(t *testing.T) {
+				st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
+				var calls, admitted [identities]atomic.Int64
+				before := scriptCalls()
+				var wg sync.WaitGroup
+				errs := make(chan error, goroutines)
+				for g := range goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range each {
+							id := (g*7 + i*13) % identities
+							req := tollgate.Request{Key: "id-" + strconv.Itoa(id), Limit: quotaLimit(algorithms[id%len(algorithms)], quota)}
+							if withID {
+								req.RequestID = fmt.Sprintf("g%d-%d", g, i) // one id per call: no replays
+							}
+							d, err := st.Allow(ctx, req)
+							if err != nil {
+								errs <- err
+								return
+							}
+							calls[id].Add(1)
+							if d.Allowed {
+								admitted[id].Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				used := scriptCalls() - before
+				for id := range identities {
+					if want := min(calls[id].Load(), quota); admitted[id].Load() != want {
+						t.Errorf("identity %d: %d calls, %d admitted, want %d", id, calls[id].Load(), admitted[id].Load(), want)
+					}
+				}
+				t.Logf("%d decisions, %d script calls", goroutines*each, used)
+				switch {
+				case on && 2*used > goroutines*each:
+					t.Errorf("%d script calls for %d decisions under %d callers: the batches did not share calls", used, goroutines*each, goroutines)
+				case !on && used < goroutines*each:
+					t.Errorf("%d script calls for %d decisions with the batch script off, want one each", used, goroutines*each)
+				}
+			})
+		}
+	}
+}
+
+// batchCalls returns one single-decision call per key on st (a token
+// bucket of 10 per second), with request id id when it is not "".
+func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
+	t.Helper()
+	var out []*call
+	for _, k := range keys {
+		req, err := tollgate.Request{Key: k, Limit: tollgate.PerSecond(10), RequestID: id}.Normalized()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, st.newCall(context.Background(), []tollgate.Request{req}, st.modeFor(id), id, st.replays.ttlMs()))
+	}
+	return out
+}
+
+// TestBatchScriptFailsAsAWhole sends a batch whose middle call is
+// malformed (its arguments cut short, so the batch script's call does not
+// make whole decisions) and checks that every caller gets the error and
+// that nothing was written for any of them.
+func TestBatchScriptFailsAsAWhole(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
+	if !st.batchScript() {
+		t.Fatal("a store on a single node does not use the batch script")
+	}
+	batch := append(batchCalls(t, st, "", "a", "bad"), batchCalls(t, st, "id-1", "b")...)
+	batch[1].argv = batch[1].argv[:len(batch[1].argv)-1]
+	st.runBatch(batch)
+	for i, call := range batch {
+		<-call.done
+		if call.err == nil || !strings.Contains(call.err.Error(), "tollgate batch") {
+			t.Errorf("call %d of a malformed batch: error %v, want the batch script's", i, call.err)
+		}
+	}
+	var keys []string
+	for _, k := range []string{"a", "bad", "b"} {
+		keys = append(keys, decisionKeys(prefix, tollgate.TokenBucket, k, "id-1")...)
+	}
+	if n := c.Exists(context.Background(), keys...).Val(); n != 0 {
+		t.Errorf("a batch that failed as a whole left %d of its keys", n)
+	}
+}
+
+// TestBatchScriptDecisionErrorIsItsOwn poisons one decision's request-id
+// marker with a value Redis cannot increment and checks that, in a batch,
+// that decision alone fails (as it does alone), while the decisions before
+// and after it are admitted and written.
+func TestBatchScriptDecisionErrorIsItsOwn(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
+	marker := decisionKeys(prefix, tollgate.TokenBucket, "poisoned", "x")[1]
+	if err := c.Set(ctx, marker, "1.5", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	batch := append(append(batchCalls(t, st, "", "before"), batchCalls(t, st, "x", "poisoned")...), batchCalls(t, st, "y", "after")...)
+	st.runBatch(batch)
+	for _, call := range batch {
+		<-call.done
+	}
+	if !errors.Is(batch[1].err, errBatchWrite) {
+		t.Errorf("the poisoned decision: error %v, want %v", batch[1].err, errBatchWrite)
+	}
+	for _, i := range []int{0, 2} {
+		if d := decisionOf(batch[i].reply); batch[i].err != nil || !d.Allowed || d.Remaining != 9 {
+			t.Errorf("decision %d beside the poisoned one: %+v, %v; want admitted with 9 left", i, d, batch[i].err)
+		}
+	}
+	if n := c.Exists(ctx, decisionKeys(prefix, tollgate.TokenBucket, "after", "y")...).Val(); n != 2 {
+		t.Errorf("the decision after the poisoned one left %d of its state and marker, want both", n)
+	}
+	if n := c.Exists(ctx, decisionKeys(prefix, tollgate.TokenBucket, "poisoned", "")...).Val(); n != 0 {
+		t.Error("the poisoned decision wrote its state")
+	}
+	if _, err := st.Allow(ctx, tollgate.Request{Key: "poisoned", Limit: tollgate.PerSecond(10), RequestID: "x"}); err == nil {
+		t.Error("the poisoned decision alone succeeded, want the same failure")
+	}
+}
