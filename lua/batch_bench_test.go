@@ -87,4 +87,9 @@ func BenchmarkBatchServerCost(b *testing.B) {
 			})
 		}
 	}
+	// Where a script's time goes: the commands it calls, as Redis counts
+	// them (all sizes together).
+	for _, cmd := range []string{"evalsha", "time", "mget", "set", "incr"} {
+		b.Logf("cmdstat_%s: %s", cmd, srv.Info(b, "commandstats", "cmdstat_"+cmd))
+	}
 }
