@@ -10,19 +10,29 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// TestBatchScriptSharesCalls runs 64 goroutines of decisions on a single
-// node, with and without request ids, with the batch script on and off,
-// and checks from the server's own command counts that batches shared
+// TestBatchScriptSharesCalls runs 64 goroutines of decisions, with and
+// without request ids, with the batch script on and off, and checks from
+// the servers' own command counts that on a single node batches shared
 // script calls only when it is on (fewer script calls than half the
-// decisions), and that every identity admitted exactly its quota either
-// way.
+// decisions), that on a Cluster every decision keeps its own call, and
+// that every identity admitted exactly its quota in every case.
 func TestBatchScriptSharesCalls(t *testing.T) {
-	srv := redistest.Start(t) // private: its command counts are this test's alone
-	c := srv.Client(t)
+	// Private servers: their command counts are this test's alone.
+	forEachPrivateRedis(t, func(t *testing.T, c redis.UniversalClient, nodes []*redistest.Server) {
+		_, cluster := c.(*redis.ClusterClient)
+		batchScriptShares(t, c, nodes, !cluster)
+	})
+}
+
+// batchScriptShares is TestBatchScriptSharesCalls on c, whose servers are
+// nodes; shares says whether the store is to send batch script calls.
+func batchScriptShares(t *testing.T, c redis.UniversalClient, nodes []*redistest.Server, shares bool) {
 	ctx := context.Background()
 	const (
 		goroutines = 64
@@ -30,15 +40,21 @@ func TestBatchScriptSharesCalls(t *testing.T) {
 		identities = 100
 		quota      = 5
 	)
-	scriptCalls := func() int64 {
-		a, _, _ := commandStats(t, srv, "evalsha")
-		b, _, _ := commandStats(t, srv, "eval")
-		return a + b
+	scriptCalls := func() (n int64) {
+		for _, srv := range nodes {
+			a, _, _ := commandStats(t, srv, "evalsha")
+			b, _, _ := commandStats(t, srv, "eval")
+			n += a + b
+		}
+		return n
 	}
 	for _, on := range []bool{true, false} {
 		for _, withID := range []bool{false, true} {
 			t.Run(fmt.Sprintf("batch-script=%v/request-id=%v", on, withID), func(t *testing.T) {
 				st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
+				if st.batchScript() != (on && shares) {
+					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.batchScript())
+				}
 				var calls, admitted [identities]atomic.Int64
 				before := scriptCalls()
 				var wg sync.WaitGroup
@@ -78,10 +94,10 @@ func TestBatchScriptSharesCalls(t *testing.T) {
 				}
 				t.Logf("%d decisions, %d script calls", goroutines*each, used)
 				switch {
-				case on && 2*used > goroutines*each:
+				case on && shares && 2*used > goroutines*each:
 					t.Errorf("%d script calls for %d decisions under %d callers: the batches did not share calls", used, goroutines*each, goroutines)
-				case !on && used < goroutines*each:
-					t.Errorf("%d script calls for %d decisions with the batch script off, want one each", used, goroutines*each)
+				case !(on && shares) && used < goroutines*each:
+					t.Errorf("%d script calls for %d decisions without batch script calls, want one each", used, goroutines*each)
 				}
 			})
 		}
