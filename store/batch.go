@@ -285,7 +285,7 @@ func (r *Redis) batchScript() bool {
 // decisions: the decision alone failed, the others of its call did not.
 var (
 	errBatchArgs  = errors.New("the batch script rejected the decision's arguments; nothing of it was written")
-	errBatchWrite = errors.New("redis refused the decision's write (a request-id marker that is not an integer); nothing of it was written")
+	errBatchWrite = errors.New("redis refused the decision's write (a request-id marker that is not an integer, or out of memory); nothing of it was written")
 )
 
 // shared is the single decisions of one batch sent as one batch script
