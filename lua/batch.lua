@@ -21,18 +21,29 @@ end
 
 -- First pass: the shape of the call and every decision's numbers. bad[d]
 -- is set for a decision whose numbers the algorithms cannot judge.
-local n, a, k, bad = 0, 0, 0, false
+-- num holds the arguments as numbers, at their ARGV index, so that the
+-- second pass does not convert them again (measured with
+-- BenchmarkBatchServerCost's setup: about 5% of a decision's Redis time
+-- without a request id).
+local n, a, k, bad, num = 0, 0, 0, false, {}
 while a < nargv do
   local mode = tonumber(ARGV[a + 1])
   if not isint(mode, -1) then
     return redis.error_reply('ERR tollgate batch: decision ' .. (n + 1) .. ' has no mode')
   end
   n = n + 1
-  local head = mode > 0 and 2 or 1
-  if mode > 0 and not isint(tonumber(ARGV[a + 2]), 1) then bad = bad or {}; bad[n] = true end
-  a, k = a + head, k + head
+  num[a + 1] = mode
+  if mode > 0 then
+    local ttl = tonumber(ARGV[a + 2])
+    if not isint(ttl, 1) then bad = bad or {}; bad[n] = true end
+    num[a + 2] = ttl
+    a, k = a + 2, k + 2
+  else
+    a, k = a + 1, k + 1
+  end
   local alg, rate, period = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local capacity, c = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  num[a + 1], num[a + 2], num[a + 3], num[a + 4], num[a + 5] = alg, rate, period, capacity, c
   if not (isint(alg, 0) and alg <= 3 and isint(rate, 1) and isint(capacity, 1) and isint(c, 1) and c <= capacity
       and (isint(period, 1) or (alg == 3 and isint(period, -4) and period < 0))) then
     bad = bad or {}
@@ -58,24 +69,24 @@ local reply = {}
 
 a, k = 0, 0
 for d = 1, n do
-  local max_replays = tonumber(ARGV[a + 1])
+  local max_replays = num[a + 1]
   local peek, with_id = max_replays < 0, max_replays > 0
   local key, marker, ttl = KEYS[k + 1], false, false
   local state, used = got[k + 1], false
   if written[key] then state = written[key] end
   if with_id then
-    ttl, marker = ARGV[a + 2], KEYS[k + 2]
+    ttl, marker = num[a + 2], KEYS[k + 2]
     used = written[marker]
     if used == nil then used = got[k + 2] and tonumber(got[k + 2]) end
     a, k = a + 2, k + 2
   else
     a, k = a + 1, k + 1
   end
-  local alg = tonumber(ARGV[a + 1])
-  local rate = tonumber(ARGV[a + 2])     -- events per period
-  local period = tonumber(ARGV[a + 3])   -- microseconds
-  local capacity = tonumber(ARGV[a + 4]) -- burst (token bucket, GCRA) or rate (windows)
-  local c = tonumber(ARGV[a + 5])        -- 1 <= cost <= capacity; 0 on a replay
+  local alg = num[a + 1]
+  local rate = num[a + 2]     -- events per period
+  local period = num[a + 3]   -- microseconds
+  local capacity = num[a + 4] -- burst (token bucket, GCRA) or rate (windows)
+  local c = num[a + 5]        -- 1 <= cost <= capacity; 0 on a replay
   a = a + 5
   -- An admitted id with replays left replays, judged at cost 0 (a read).
   local replay = with_id and used and used < max_replays
