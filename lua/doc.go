@@ -59,7 +59,8 @@
 // something other than an integer) answers allowed -2, with nothing of it
 // written; the other decisions of the call are judged as usual. The keys
 // of a call must be on one Cluster slot, so only a single node (or
-// Sentinel) batches decisions of unrelated identities this way.
+// Sentinel) batches decisions of unrelated identities this way. The script
+// loops over its decisions, so the store bounds a call to 128 of them.
 //
 // # Refund
 //

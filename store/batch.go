@@ -218,9 +218,9 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 // runBatch sends calls as one pipeline, re-sends the commands answered
 // NOSCRIPT as a second pipeline of EVAL (so the script is loaded on exactly
 // the nodes that lacked it), and signals every call. On a *redis.Client the
-// single decisions among calls travel as one batch script call (see
-// WithBatchScript and shared); every other call is a decide call of its
-// own.
+// single decisions among calls travel as batch script calls of up to
+// maxShared decisions (see WithBatchScript and shared); every other call is
+// a decide call of its own.
 //
 // The pipeline outlives any one caller's context: it runs until the latest
 // deadline among its calls, or with none (the client's timeouts bound it)
@@ -228,20 +228,20 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 func (r *Redis) runBatch(batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
-	var one *shared
+	var shares []*shared
 	own := batch // the calls sent as decide calls of their own
 	if r.batchScript() {
-		one, own = shareCalls(batch)
+		shares, own = shareCalls(batch)
 	}
-	cmds := make([]scriptCmd, len(own), len(own)+1)
+	cmds := make([]scriptCmd, len(own)+len(shares))
 	pipe := r.client.Pipeline()
 	for i, c := range own {
 		cmds[i] = c.command(ctx, false)
 		_ = pipe.Process(ctx, cmds[i])
 	}
-	if one != nil {
-		cmds = append(cmds, one.command(ctx, false))
-		_ = pipe.Process(ctx, cmds[len(own)])
+	for i, s := range shares {
+		cmds[len(own)+i] = s.command(ctx, false)
+		_ = pipe.Process(ctx, cmds[len(own)+i])
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
 	var missing []int
@@ -256,7 +256,7 @@ func (r *Redis) runBatch(batch []*call) {
 			if i < len(own) {
 				cmds[i] = own[i].command(ctx, true)
 			} else {
-				cmds[i] = one.command(ctx, true)
+				cmds[i] = shares[i-len(own)].command(ctx, true)
 			}
 			_ = pipe.Process(ctx, cmds[i])
 		}
@@ -265,8 +265,8 @@ func (r *Redis) runBatch(batch []*call) {
 	for i, c := range own {
 		c.finish(cmds[i])
 	}
-	if one != nil {
-		one.finish(cmds[len(own)])
+	for i, s := range shares {
+		s.finish(cmds[len(own)+i])
 	}
 	for _, c := range batch {
 		c.done <- struct{}{}
@@ -288,45 +288,67 @@ var (
 	errBatchWrite = errors.New("redis refused the decision's write (a request-id marker that is not an integer, or out of memory); nothing of it was written")
 )
 
-// shared is the single decisions of one batch sent as one batch script
-// call: their KEYS and ARGV are each call's own, one after the other,
-// which is the batch script's layout (lua/doc.go).
+// maxShared is the most decisions one batch script call carries, whatever
+// WithBatching allows: Redis runs nothing else while a script runs, and 128
+// decisions take it well under a millisecond.
+const maxShared = 128
+
+// shared is single decisions of one batch sent as one batch script call:
+// their KEYS and ARGV are each call's own, one after the other, which is
+// the batch script's layout (lua/doc.go).
 type shared struct {
 	calls []*call
 	args  []any // EVALSHA sha numkeys KEYS... ARGV...
 }
 
-// shareCalls splits batch into the single decisions (one group each, sent
-// together when there are at least two) and the calls sent on their own.
-func shareCalls(batch []*call) (*shared, []*call) {
-	var s shared
-	var own []*call
-	nkeys, nargv := 0, 0
+// shareCalls splits batch into batch script calls of the single decisions
+// (one group each; at most maxShared per call, and only when there are at
+// least two) and the calls sent on their own.
+func shareCalls(batch []*call) ([]*shared, []*call) {
+	var singles, own []*call
 	for _, c := range batch {
-		if c.groups != 1 {
+		if c.groups == 1 {
+			singles = append(singles, c)
+		} else {
 			own = append(own, c)
-			continue
 		}
-		s.calls = append(s.calls, c)
+	}
+	if len(singles) < 2 {
+		return nil, batch
+	}
+	var out []*shared
+	for len(singles) > 0 {
+		n := min(len(singles), maxShared)
+		if n == 1 {
+			own = append(own, singles[0])
+			break
+		}
+		out = append(out, newShared(singles[:n]))
+		singles = singles[n:]
+	}
+	return out, own
+}
+
+// newShared lays out calls, single decisions, as one batch script call.
+func newShared(calls []*call) *shared {
+	nkeys, nargv := 0, 0
+	for _, c := range calls {
 		nkeys += len(c.keys)
 		nargv += len(c.argv)
 	}
-	if len(s.calls) < 2 {
-		return nil, batch
-	}
-	s.args = make([]any, 3, 3+nkeys+nargv)
+	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+nargv)}
 	s.args[2] = int64(nkeys)
-	for _, c := range s.calls {
+	for _, c := range calls {
 		for i := range c.keys {
 			s.args = append(s.args, &c.keys[i])
 		}
 	}
-	for _, c := range s.calls {
+	for _, c := range calls {
 		for i := range c.argv {
 			s.args = append(s.args, &c.argv[i])
 		}
 	}
-	return &s, own
+	return s
 }
 
 // command returns the shared call as EVALSHA of the batch script, or as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // TestBatchScriptSharesCalls runs 64 goroutines of decisions, with and
@@ -182,5 +184,73 @@ func TestBatchScriptDecisionErrorIsItsOwn(t *testing.T) {
 	}
 	if _, err := st.Allow(ctx, tollgate.Request{Key: "poisoned", Limit: tollgate.PerSecond(10), RequestID: "x"}); err == nil {
 		t.Error("the poisoned decision alone succeeded, want the same failure")
+	}
+}
+
+// commandCounter is a go-redis hook recording how many commands each
+// pipeline of script calls a client sends holds.
+type commandCounter struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (*commandCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		if name := cmds[0].Name(); name == "evalsha" || name == "eval" { // not a connection's handshake
+			h.sizes = append(h.sizes, len(cmds))
+		}
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatchScriptSplitsLargeBatches sends one batch of 300 single
+// decisions and one AllowAll set of two requests and checks that the
+// decisions travel as batch script calls of at most maxShared (three) and
+// the set as a decide call of its own, in one pipeline, and that every
+// decision got its own answer.
+func TestBatchScriptSplitsLargeBatches(t *testing.T) {
+	c := redis.NewClient(redistest.Single(t).Options())
+	defer c.Close()
+	ctx := context.Background()
+	for _, src := range []string{lua.Source(lua.Decide), lua.Source(lua.Batch)} {
+		if err := c.ScriptLoad(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &commandCounter{}
+	c.AddHook(h)
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	var batch []*call
+	for i := range 300 {
+		batch = append(batch, batchCalls(t, st, "", "d-"+strconv.Itoa(i%150))...)
+	}
+	var set []tollgate.Request
+	for _, k := range []string{"set-a", "set-b"} {
+		req, err := tollgate.Request{Key: k, Limit: tollgate.PerSecond(10)}.Normalized()
+		if err != nil {
+			t.Fatal(err)
+		}
+		set = append(set, req)
+	}
+	batch = append(batch, st.newCall(ctx, set, modeNoID, "", 0))
+	st.runBatch(batch)
+	for i, c := range batch[:300] {
+		<-c.done
+		// Each identity is decided twice, 150 decisions apart.
+		if d := decisionOf(c.reply); c.err != nil || !d.Allowed || d.Remaining != int64(9-i/150) {
+			t.Errorf("decision %d: %+v, %v; want admitted with %d left", i, d, c.err, 9-i/150)
+		}
+	}
+	last := batch[300]
+	<-last.done
+	if last.err != nil || len(last.reply) != 11 || last.reply[0] != 1 || last.reply[5] != 1 {
+		t.Errorf("the set of two: reply %v, %v; want both admitted", last.reply, last.err)
+	}
+	if !slices.Equal(h.sizes, []int{4}) {
+		t.Errorf("pipelines of %v commands, want one of 4: three batch script calls and the set's decide call", h.sizes)
 	}
 }
