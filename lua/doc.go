@@ -55,9 +55,9 @@
 // server time (µs). Nothing is written until every decision's arguments
 // have been read: a call whose KEYS and ARGV do not make whole decisions is
 // an error and writes nothing. A decision whose numbers are out of range
-// answers allowed -1, and one whose write Redis refuses (a marker holding
-// something other than an integer) answers allowed -2, with nothing of it
-// written; the other decisions of the call are judged as usual. The keys
+// answers allowed -1, and one whose write Redis refuses (INCR of a marker
+// holding a number that is not an integer) answers allowed -2, with nothing
+// of it written; the other decisions of the call are judged as usual. The keys
 // of a call must be on one Cluster slot, so only a single node (or
 // Sentinel) batches decisions of unrelated identities this way. The script
 // loops over its decisions, so the store bounds a call to 128 of them.
