@@ -52,6 +52,16 @@ func redisStore(t *testing.T) tollgate.Store {
 	return store.NewRedis(c)
 }
 
+// clusterStore returns a Redis store on the shared 3-primary Cluster, with a
+// client that honours context deadlines too.
+func clusterStore(t *testing.T) tollgate.Store {
+	o := redistest.SharedCluster(t).Options()
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClusterClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return store.NewRedis(c)
+}
+
 // rule limits Say per tenant; the rule name is unique per test and run, so
 // tests sharing a Redis server (even one given by REDIS_URL) never share
 // buckets.
@@ -116,14 +126,7 @@ func wantCode(t *testing.T, err error, code codes.Code, msg string) *status.Stat
 // Tenant a exhausts its quota through two replicas hammering Redis at once;
 // tenant b is unaffected. Exact counts, on a single node and on a Cluster.
 func TestPerTenantQuotasAcrossReplicas(t *testing.T) {
-	cluster := func(t *testing.T) tollgate.Store {
-		o := redistest.SharedCluster(t).Options()
-		o.ContextTimeoutEnabled = true
-		c := redis.NewClusterClient(o)
-		t.Cleanup(func() { _ = c.Close() })
-		return store.NewRedis(c)
-	}
-	for name, newStore := range map[string]func(*testing.T) tollgate.Store{"single": redisStore, "cluster": cluster} {
+	for name, newStore := range map[string]func(*testing.T) tollgate.Store{"single": redisStore, "cluster": clusterStore} {
 		t.Run(name, func(t *testing.T) {
 			r := rule(t, tollgate.PerHour(50))
 			// Two replicas, each with its own Redis client: one quota.
@@ -213,17 +216,13 @@ func TestRichDenialSeenByClient(t *testing.T) {
 	t.Logf("what the client saw:\n%s", b.String())
 }
 
-// retryPolicy makes gRPC retry UNAVAILABLE (and, when exhausted is set,
-// RESOURCE_EXHAUSTED) up to 3 attempts. Its backoff is long on purpose: a
-// retry that comes quickly after a denial is the pushback trailer at work.
-func retryPolicy(exhausted bool) grpc.DialOption {
-	codes := `"UNAVAILABLE"`
-	if exhausted {
-		codes += `, "RESOURCE_EXHAUSTED"`
-	}
-	return grpc.WithDefaultServiceConfig(`{"methodConfig": [{"name": [{"service": "` + echo.ServiceName + `"}],
-		"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s", "backoffMultiplier": 1,
-		"retryableStatusCodes": [` + codes + `]}}]}`)
+// retryPolicy makes gRPC retry the echo service's calls that end with one of
+// codes, up to attempts in all, backoff apart (unless a pushback says
+// otherwise).
+func retryPolicy(attempts int, backoff string, codes ...string) grpc.DialOption {
+	return grpc.WithDefaultServiceConfig(fmt.Sprintf(`{"methodConfig": [{"name": [{"service": %q}],
+		"retryPolicy": {"maxAttempts": %d, "initialBackoff": %q, "maxBackoff": %[3]q, "backoffMultiplier": 1,
+		"retryableStatusCodes": ["%s"]}}]}`, echo.ServiceName, attempts, backoff, strings.Join(codes, `", "`)))
 }
 
 // attempts counts the attempts the handler saw, by request id, and fails
@@ -254,7 +253,7 @@ func TestRetriedCallsAreDebitedOnce(t *testing.T) {
 	a := &attempts{seen: map[string]int{}}
 	c := serve(t, limiter(t, redisStore(t), interceptor.WithRules(rule(t, tollgate.PerHour(5)))),
 		&echo.Server{Before: a.before}, nil,
-		retryPolicy(false), grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()))
+		retryPolicy(3, "0.01s", "UNAVAILABLE"), grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()))
 	for i := range 5 {
 		trailer, header, err := say(tenant("a"), c)
 		if err != nil {
@@ -296,7 +295,7 @@ func TestClientRetryHonoursPushback(t *testing.T) {
 		return resp, err
 	}
 	c := serve(t, l, &echo.Server{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(count)},
-		retryPolicy(true), grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()))
+		retryPolicy(3, "0.01s", "UNAVAILABLE", "RESOURCE_EXHAUSTED"), grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()))
 	for i := range 3 {
 		if _, _, err := say(tenant("a"), c); err != nil {
 			t.Fatalf("call %d: %v (pushback not honoured?)", i+1, err)

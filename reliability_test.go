@@ -3,11 +3,12 @@ package tollgate_test
 // Reliability and security, end to end: replies delayed past go-redis's
 // read timeout, hostile metadata and identities, request ids reused across
 // tenants. Real gRPC over bufconn, real Redis. The figures these tests log
-// (go test -v -run Reliability .) are in the README's "Reliability" table.
+// (go test -v -run Reliability .) are in docs/reliability.md.
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -82,6 +83,20 @@ func debitedBefore(t *testing.T, c *echo.Client, tenantName string, quota int) i
 	return quota - 1 - remaining
 }
 
+// callWhileAsleep puts srv to sleep for d, makes one call for tenant a
+// meanwhile, and returns, once srv is awake, the call's trailer, how many
+// scripts srv ran from the sleep on, and the call's error.
+func callWhileAsleep(t *testing.T, srv *redistest.Server, c *echo.Client, d time.Duration) (trailer metadata.MD, runs int64, err error) {
+	t.Helper()
+	before := evalshaCalls(t, srv)
+	woke := srv.Sleep(t, d)
+	trailer, _, err = say(tenant("a"), c)
+	if err := <-woke; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	return trailer, evalshaCalls(t, srv) - before, err
+}
+
 // TestReliabilityDelayedReplyDebitedOnce delays Redis's reply to a decision
 // (DEBUG SLEEP) and counts what the tenant was debited through the whole
 // chain.
@@ -106,16 +121,10 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 		if _, _, err := say(tenant("warm-up"), c); err != nil { // loads the script
 			t.Fatal(err)
 		}
-		before := evalshaCalls(t, srv)
-		woke := srv.Sleep(t, 400*time.Millisecond)
-		trailer, _, err := say(tenant("a"), c)
-		if err := <-woke; err != nil {
-			t.Fatalf("DEBUG SLEEP: %v", err)
-		}
+		trailer, runs, err := callWhileAsleep(t, srv, c, 400*time.Millisecond)
 		if err != nil {
 			t.Fatalf("the call whose reply was lost, under FailOpen: %v", err)
 		}
-		runs := evalshaCalls(t, srv) - before
 		debits := debitedBefore(t, c, "a", quota)
 		t.Logf("reply delayed 400ms past a 100ms read timeout with 3 client retries: the script ran %d time(s), the call was admitted by its fail policy (trailers %v), the tenant was debited %d",
 			runs, trailer, debits)
@@ -138,22 +147,13 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 			attempts.Add(1)
 			return handler(ctx, req)
 		}
-		retry := grpc.WithDefaultServiceConfig(`{"methodConfig": [{"name": [{"service": "` + echo.ServiceName + `"}],
-			"retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "0.1s", "backoffMultiplier": 1,
-			"retryableStatusCodes": ["UNAVAILABLE"]}}]}`)
 		c := serve(t, l, &echo.Server{}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(countAttempts)},
-			retry, grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()))
+			retryPolicy(5, "0.1s", "UNAVAILABLE"), grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()))
 		if _, _, err := say(tenant("warm-up"), c); err != nil {
 			t.Fatal(err)
 		}
 		attempts.Store(0)
-		before := evalshaCalls(t, srv)
-		woke := srv.Sleep(t, 900*time.Millisecond)
-		trailer, _, err := say(tenant("a"), c)
-		if err := <-woke; err != nil {
-			t.Fatalf("DEBUG SLEEP: %v", err)
-		}
-		copies := evalshaCalls(t, srv) - before
+		trailer, copies, err := callWhileAsleep(t, srv, c, 900*time.Millisecond)
 		if err != nil {
 			t.Fatalf("the call retried across the stall: %v", err)
 		}
@@ -186,6 +186,43 @@ func hostileRule(t *testing.T, key keyfunc.Func, n int64) interceptor.Rule {
 func callWith(c *echo.Client, md metadata.MD) (metadata.MD, error) {
 	trailer, _, err := say(metadata.NewOutgoingContext(context.Background(), md), c)
 	return trailer, err
+}
+
+// wantOwnQuotas calls Say quota times for each identity in header, round
+// robin, and checks that every call is admitted with the remaining its own
+// bucket alone would leave: no identity shares a bucket with another.
+func wantOwnQuotas(t *testing.T, c *echo.Client, header string, identities []string, quota int) {
+	t.Helper()
+	for remaining := quota - 1; remaining >= 0; remaining-- {
+		for _, id := range identities {
+			trailer, err := callWith(c, metadata.Pairs(header, id))
+			if err != nil || one(t, trailer, interceptor.TrailerRemaining) != strconv.Itoa(remaining) {
+				t.Fatalf("identity %.40q: %v %v, want admitted with %d remaining: it shares a bucket with another", id, trailer, err, remaining)
+			}
+		}
+	}
+}
+
+// wantTwoThenDenied makes three calls: the first two must be admitted, the
+// third denied.
+func wantTwoThenDenied(t *testing.T, what string, call func() error) {
+	t.Helper()
+	for i := range 2 {
+		if err := call(); err != nil {
+			t.Fatalf("%s call %d: %v", what, i+1, err)
+		}
+	}
+	if err := call(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("%s third call: %v, want ResourceExhausted", what, err)
+	}
+}
+
+// recvEOF reads one message from a stream that must end without one.
+func recvEOF[T any](s interface{ Recv() (T, error) }) error {
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // TestReliabilityHostileMetadata sends what a hostile or broken client can
@@ -261,15 +298,7 @@ func TestReliabilityHostileMetadata(t *testing.T) {
 
 	// Binary identities in a -bin header: any bytes, each its own bucket.
 	bin := serve(t, limiter(t, st, interceptor.WithRules(hostileRule(t, keyfunc.Metadata("x-tenant-bin"), 2))), &echo.Server{}, nil)
-	binary := []string{"\x00", "\x00\x00", "\xff\xfe", "{", "}", "{}", "\x00{a}\xff", "a", "%00", "%7B"}
-	for round := 1; round >= 0; round-- {
-		for _, id := range binary {
-			trailer, err := callWith(bin, metadata.Pairs("x-tenant-bin", id))
-			if err != nil || one(t, trailer, interceptor.TrailerRemaining) != strconv.Itoa(round) {
-				t.Fatalf("binary identity %q: %v %v, want admitted with %d remaining: identities share a bucket", id, trailer, err, round)
-			}
-		}
-	}
+	wantOwnQuotas(t, bin, "x-tenant-bin", []string{"\x00", "\x00\x00", "\xff\xfe", "{", "}", "{}", "\x00{a}\xff", "a", "%00", "%7B"}, 2)
 }
 
 // TestReliabilityCraftedIdentities gives identities built to collide under
@@ -278,11 +307,7 @@ func TestReliabilityHostileMetadata(t *testing.T) {
 // the peer address) two calls an hour each, on a Cluster, and checks that
 // every one gets exactly its own two.
 func TestReliabilityCraftedIdentities(t *testing.T) {
-	o := redistest.SharedCluster(t).Options()
-	o.ContextTimeoutEnabled = true
-	cc := redis.NewClusterClient(o)
-	t.Cleanup(func() { _ = cc.Close() })
-	st := store.NewRedis(cc)
+	st := clusterStore(t)
 
 	// The store's tag of "" is "#" and base64url of SHA-256's first 128 bits;
 	// an identity may spell it out.
@@ -301,14 +326,7 @@ func TestReliabilityCraftedIdentities(t *testing.T) {
 	firstOf.Methods = []string{echo.ChatMethod}
 	c := serve(t, limiter(t, st, interceptor.WithRules(append(rules, joined, firstOf)...)), &echo.Server{}, nil)
 
-	for round := 1; round >= 0; round-- {
-		for _, id := range crafted {
-			trailer, err := callWith(c, metadata.Pairs("x-tenant-bin", id))
-			if err != nil || one(t, trailer, interceptor.TrailerRemaining) != strconv.Itoa(round) {
-				t.Fatalf("identity %.40q: %v %v, want admitted with %d remaining: it shares a bucket with another", id, trailer, err, round)
-			}
-		}
-	}
+	wantOwnQuotas(t, c, "x-tenant-bin", crafted, 2)
 	for _, id := range crafted {
 		_, err := callWith(c, metadata.Pairs("x-tenant-bin", id))
 		wantCode(t, err, codes.ResourceExhausted, "exceeded")
@@ -316,51 +334,29 @@ func TestReliabilityCraftedIdentities(t *testing.T) {
 
 	// Join: "a" on Count and "1:a28:/tollgate.example.Echo/Count" (what a
 	// naive join of other parts would print) are different pairs.
-	count := func(id string) error {
-		s, err := c.Count(metadata.NewOutgoingContext(context.Background(), metadata.Pairs("x-tenant-bin", id)), 0)
-		if err != nil {
-			return err
-		}
-		if _, err := s.Recv(); !errors.Is(err, io.EOF) {
-			return err
-		}
-		return nil
-	}
 	for _, id := range []string{"a", "1:a" + strconv.Itoa(len(echo.CountMethod)) + ":" + echo.CountMethod, "1:a"} {
-		for i := range 2 {
-			if err := count(id); err != nil {
-				t.Fatalf("joined identity %q call %d: %v", id, i+1, err)
+		wantTwoThenDenied(t, "joined identity "+strconv.Quote(id), func() error {
+			s, err := c.Count(metadata.NewOutgoingContext(context.Background(), metadata.Pairs("x-tenant-bin", id)), 0)
+			if err != nil {
+				return err
 			}
-		}
-		if err := count(id); status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("joined identity %q third call: %v, want ResourceExhausted", id, err)
-		}
+			return recvEOF(s)
+		})
 	}
 
 	// FirstOf: without the header the peer ("bufconn") is the identity; a
 	// header claiming "bufconn" is another bucket.
-	chat := func(md metadata.MD) error {
-		s, err := c.Chat(metadata.NewOutgoingContext(context.Background(), md))
-		if err != nil {
-			return err
-		}
-		if err := s.CloseSend(); err != nil {
-			return err
-		}
-		if _, err := s.Recv(); !errors.Is(err, io.EOF) {
-			return err
-		}
-		return nil
-	}
 	for _, md := range []metadata.MD{{}, metadata.Pairs("x-tenant-bin", "bufconn")} {
-		for i := range 2 {
-			if err := chat(md); err != nil {
-				t.Fatalf("FirstOf identity %v call %d: %v", md, i+1, err)
+		wantTwoThenDenied(t, fmt.Sprintf("FirstOf identity %v", md), func() error {
+			s, err := c.Chat(metadata.NewOutgoingContext(context.Background(), md))
+			if err != nil {
+				return err
 			}
-		}
-		if err := chat(md); status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("FirstOf identity %v third call: %v, want ResourceExhausted", md, err)
-		}
+			if err := s.CloseSend(); err != nil {
+				return err
+			}
+			return recvEOF(s)
+		})
 	}
 	t.Logf("%d crafted identities, 3 joined pairs and 2 FirstOf sources: each admitted exactly its own 2 calls on a 3-primary Cluster", len(crafted))
 }

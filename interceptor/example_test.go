@@ -2,7 +2,9 @@ package interceptor_test
 
 import (
 	"context"
+	"fmt"
 	"log"
+	"net"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -10,10 +12,17 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
@@ -64,4 +73,64 @@ func ExampleNew() {
 		),
 	)
 	_ = srv // register services, then srv.Serve(listener)
+}
+
+// A Limiter on a real gRPC server (over an in-memory bufconn listener, on
+// the Memory store): a tenant allowed 2 calls a minute makes 3, and the third
+// gets the rich denial every client can read.
+func ExampleLimiter_UnaryServerInterceptor() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	limiter, err := interceptor.New(mem, interceptor.WithRules(interceptor.Rule{
+		Name:  "per-tenant",
+		Key:   keyfunc.Metadata("x-tenant"),
+		Limit: tollgate.PerMinute(2),
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(limiter.UnaryServerInterceptor()))
+	echo.Register(srv, &echo.Server{})
+	lis := bufconn.Listen(1 << 20)
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	cc, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cc.Close()
+	client := echo.NewClient(cc)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
+
+	for i := 1; i <= 3; i++ {
+		var trailer metadata.MD
+		_, err := client.Say(ctx, wrapperspb.String("hi"), grpc.Trailer(&trailer))
+		st := status.Convert(err)
+		fmt.Printf("call %d: %v, remaining %v\n", i, st.Code(), trailer.Get("x-ratelimit-remaining"))
+		if err == nil {
+			continue
+		}
+		fmt.Println(st.Message())
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.RetryInfo:
+				fmt.Println("RetryInfo:", d.GetRetryDelay().AsDuration())
+			case *errdetails.QuotaFailure:
+				v := d.GetViolations()[0]
+				fmt.Println("QuotaFailure:", v.GetSubject(), v.GetDescription())
+			}
+		}
+		fmt.Println("grpc-retry-pushback-ms:", trailer.Get("grpc-retry-pushback-ms"))
+	}
+	// Output:
+	// call 1: OK, remaining [1]
+	// call 2: OK, remaining [0]
+	// call 3: ResourceExhausted, remaining [0]
+	// rate limit "per-tenant" exceeded: retry after 30s
+	// RetryInfo: 30s
+	// QuotaFailure: rule:per-tenant token_bucket 2/1m0s burst 2 exceeded; retry after 30s
+	// grpc-retry-pushback-ms: [30000]
 }

@@ -147,6 +147,24 @@ func TestRedisHostileIdentitiesCluster(t *testing.T) {
 			}
 		}
 	}
+	// Parts of a hostile identity, and hostile parts, with a request id:
+	// one slot per identity, one script call, distinct state per part.
+	for _, id := range identities {
+		set := []tollgate.Request{
+			{Key: PartKey(id, "a"), Limit: quotaLimit(tollgate.TokenBucket, 3), RequestID: "set"},
+			{Key: PartKey(id, "}{\x00%7B\x1f"), Limit: quotaLimit(tollgate.TokenBucket, 4), RequestID: "set"},
+			{Key: PartKey(id, "a:r:x"), Limit: quotaLimit(tollgate.TokenBucket, 5), RequestID: "set"},
+		}
+		ds, err := st.AllowAll(ctx, set)
+		if err != nil {
+			t.Fatalf("parts of identity %.40q: %v", id, err)
+		}
+		for i, want := range []int64{2, 3, 4} {
+			if !ds[i].Allowed || ds[i].Remaining != want {
+				t.Fatalf("parts of identity %.40q: %+v, want each part admitted on its own state", id, ds)
+			}
+		}
+	}
 }
 
 func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {

@@ -4,6 +4,11 @@
 //
 //	go run ./examples/client -addr 127.0.0.1:50051 -n 1000 -c 16 -tenants a,b
 //
+// It first waits up to -wait for the server to report the echo service as
+// serving (gRPC health), so it can be started before the server. It exits
+// with status 1 when no call got an answer from the limiter (every call
+// failed with another error: the server is down, or not this server).
+//
 // Every call carries a request id stamped by idempotency's client
 // interceptors and runs under a gRPC retry policy (service config) that
 // retries UNAVAILABLE. Because every attempt of a call carries the same id,
@@ -41,8 +46,10 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -76,6 +83,7 @@ type config struct {
 	maxAttempts  int
 	retryDenied  bool
 	progress     time.Duration
+	wait         time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -93,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.maxAttempts, "max-attempts", 4, "attempts per call under the retry policy, 2 to 5 (gRPC caps it at 5)")
 	fs.BoolVar(&cfg.retryDenied, "retry-denied", false, "also retry RESOURCE_EXHAUSTED, waiting the server's grpc-retry-pushback-ms")
 	fs.DurationVar(&cfg.progress, "progress", time.Second, "interval of the progress lines on stderr")
+	fs.DurationVar(&cfg.wait, "wait", 30*time.Second, "how long to wait for the server to be serving before the first call (0: do not wait)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -117,6 +126,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("-max-attempts %d: want 2 to 5", cfg.maxAttempts)
 	case cfg.timeout <= 0 || cfg.progress <= 0:
 		return config{}, errors.New("-timeout and -progress must be positive")
+	case cfg.wait < 0:
+		return config{}, fmt.Errorf("-wait %s: want 0 or more", cfg.wait)
 	}
 	return cfg, nil
 }
@@ -150,6 +161,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cc, err := grpc.NewClient(cfg.addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig(cfg)),
+		// Reconnect within a second rather than gRPC's default of up to
+		// two minutes, so a server that comes up is found soon.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
+		}}),
 		// First in the chain, so that any retrying interceptor added
 		// after it would reuse the id too.
 		grpc.WithChainUnaryInterceptor(idempotency.UnaryClientInterceptor()),
@@ -159,10 +175,49 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer cc.Close()
+	if cfg.wait > 0 {
+		if err := waitForServer(ctx, cc, cfg, stderr); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	res := drive(ctx, echo.NewClient(cc), cfg, stderr)
 	printSummary(stdout, res, time.Since(start))
+	if calls, answered := res.answered(); calls > 0 && answered == 0 {
+		return fmt.Errorf("none of the %d calls got an answer from the limiter (see the errors above)", calls)
+	}
 	return nil
+}
+
+// waitForServer waits up to cfg.wait until the server's health service
+// reports the echo service as serving, reconnecting as often as gRPC's
+// backoff allows.
+func waitForServer(ctx context.Context, cc *grpc.ClientConn, cfg config, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.wait)
+	defer cancel()
+	health := healthpb.NewHealthClient(cc)
+	req := &healthpb.HealthCheckRequest{Service: echo.ServiceName}
+	said := false
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
+		resp, err := health.Check(attempt, req, grpc.WaitForReady(true))
+		cancelAttempt()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if !said {
+			fmt.Fprintf(stderr, "waiting up to %s for %s at %s to be serving\n", cfg.wait, echo.ServiceName, cfg.addr)
+			said = true
+		}
+		if err == nil {
+			err = fmt.Errorf("health: %s", resp.GetStatus())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the server at %s was not serving within -wait %s: %v", cfg.addr, cfg.wait, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // tally is what happened to one tenant's calls.
@@ -174,6 +229,16 @@ type tally struct {
 }
 
 func (t *tally) calls() int { return t.admitted + t.denied + t.replayed + t.errors }
+
+// answered counts the calls made, and those the limiter answered (admitted,
+// replayed or denied), over every tenant.
+func (r results) answered() (calls, answered int) {
+	for _, t := range r.by {
+		calls += t.calls()
+		answered += t.admitted + t.replayed + t.denied
+	}
+	return calls, answered
+}
 
 // results maps each tenant to its tally, in the order of cfg.tenants.
 type results struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"io"
@@ -15,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
-	"github.com/tollgate/tollgate/examples/server/exampleserver"
+	"github.com/tollgate/tollgate/examples/server/exampleserver/exampleservertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,24 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // ends.
 func startServer(t *testing.T, args ...string) string {
 	t.Helper()
-	cfg, err := exampleserver.ParseFlags(args, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- exampleserver.Serve(ctx, cfg, lis, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return lis.Addr().String()
+	return exampleservertest.Start(t, exampleservertest.Parse(t, nil, args...), nil).Addr
 }
 
 // runClient runs the command's logic and returns its stdout and stderr.
@@ -126,20 +108,69 @@ func TestRetryDeniedHonoursPushback(t *testing.T) {
 	}
 }
 
-// TestServerDown: every call fails with UNAVAILABLE after its attempts, and
-// the table says so.
-func TestServerDown(t *testing.T) {
+// freeAddr returns a loopback address nobody listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := lis.Addr().String()
-	lis.Close()
-	out, _ := runClient(t, "-addr", addr, "-n", "3", "-c", "3", "-tenants", "x", "-max-attempts", "2")
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// TestServerDown: without waiting, every call fails with UNAVAILABLE after
+// its attempts; the table says so and the command fails. Waiting for a
+// server that never comes fails after -wait, before any call.
+func TestServerDown(t *testing.T) {
+	addr := freeAddr(t)
+	var stdout bytes.Buffer
+	err := run(t.Context(), []string{"-addr", addr, "-n", "3", "-c", "3", "-tenants", "x", "-max-attempts", "2", "-wait", "0"}, &stdout, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "none of the 3 calls") {
+		t.Fatalf("run: %v, want an error saying no call was answered", err)
+	}
+	out := stdout.String()
 	wantRow(t, out, "x", "3", "0", "0", "0", "3")
 	if !strings.Contains(out, "errors by code: "+codes.Unavailable.String()+": 3") {
 		t.Fatalf("summary:\n%s", out)
 	}
+
+	var stderr bytes.Buffer
+	start := time.Now()
+	err = run(t.Context(), []string{"-addr", addr, "-n", "3", "-wait", "300ms"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "not serving within -wait 300ms") || time.Since(start) > 5*time.Second {
+		t.Fatalf("run after %s: %v, want a failed wait", time.Since(start), err)
+	}
+	if !strings.Contains(stderr.String(), "waiting up to 300ms") {
+		t.Fatalf("stderr:\n%s", stderr.String())
+	}
+}
+
+// TestWaitsForServer starts the client first and the server 300ms later:
+// the client waits for it, then makes every call.
+func TestWaitsForServer(t *testing.T) {
+	addr := freeAddr(t)
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var stdout bytes.Buffer
+		err := run(t.Context(), []string{"-addr", addr, "-n", "4", "-c", "2", "-tenants", "w", "-wait", "20s"}, &stdout, io.Discard)
+		done <- result{stdout.String(), err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exampleservertest.Start(t, exampleservertest.Parse(t, nil, "-rate", "3", "-period", "1h"), lis)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	wantRow(t, r.out, "w", "4", "3", "1", "0", "0")
 }
 
 func TestFlags(t *testing.T) {

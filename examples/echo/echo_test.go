@@ -185,3 +185,14 @@ func TestMethodNames(t *testing.T) {
 		t.Fatalf("AllMethods = %q", echo.AllMethods)
 	}
 }
+
+// TestServiceNameIsTheProtos checks the hand-written names against the ones
+// generated from echo.proto.
+func TestServiceNameIsTheProtos(t *testing.T) {
+	if echo.ServiceName != echo.Echo_ServiceDesc.ServiceName {
+		t.Fatalf("ServiceName %q, echo.proto's service %q", echo.ServiceName, echo.Echo_ServiceDesc.ServiceName)
+	}
+	if want := "/" + echo.ServiceName + "/Say"; echo.SayMethod != want {
+		t.Fatalf("SayMethod %q, want %q", echo.SayMethod, want)
+	}
+}

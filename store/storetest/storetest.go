@@ -552,7 +552,7 @@ func trim(k string) string {
 	return k
 }
 
-// Concurrency: goroutines × calls on one key of capacity 100, with a week-long
+// Concurrency: goroutines × calls on one key of capacity 100, with a 366-day
 // period so that nothing refills (or rolls over) during the test.
 const (
 	goroutines = 16

@@ -4,7 +4,9 @@
 // identities, gRPC calls per second over bufconn with no limiter, with
 // go-grpc-middleware's ratelimit interceptor on redis_rate and with
 // tollgate's interceptor, Redis microseconds per script call, script calls
-// per decision, and Redis bytes per identity.
+// per decision, and Redis bytes per identity; one hot tenant on four
+// replicas with and without the local tier (package lease); and the Redis
+// memory request-id markers hold.
 //
 // It starts its own redis-server on a loopback port unless -redis names one
 // (that Redis must be on this machine and will get CONFIG RESETSTAT; its
@@ -16,6 +18,7 @@
 //	go run ./cmd/load                 # the README's table, a few minutes
 //	go run ./cmd/load -quick          # about 30 seconds
 //	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
+//	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
 package main
 
 import (
@@ -50,7 +53,7 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory", "comma-separated sections to run")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease", "comma-separated sections to run")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
@@ -138,6 +141,14 @@ func run(cfg config, redisURL, cpuprofile string) error {
 		}
 		rows = append(rows, r...)
 	}
+	var notes []string
+	if cfg.sections["markers"] {
+		n, err := m.markersSection(ctx)
+		if err != nil {
+			return err
+		}
+		notes = append(notes, n...)
+	}
 	if cfg.sections["store"] {
 		r, err := m.storeSection(ctx)
 		if err != nil {
@@ -152,9 +163,24 @@ func run(cfg config, redisURL, cpuprofile string) error {
 		}
 		rows = append(rows, r...)
 	}
+	if cfg.sections["lease"] {
+		r, n, err := m.leaseSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+		notes = append(notes, n...)
+	}
 	fmt.Printf("tollgate vs redis_rate: Redis %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
 		version, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), cfg.d, cfg.reps, cfg.identities, time.Since(start).Round(time.Second))
-	return writeTable(os.Stdout, rows, cfg.markdown)
+	if err := writeTable(os.Stdout, rows, cfg.markdown); err != nil {
+		return err
+	}
+	if len(notes) > 0 {
+		fmt.Println()
+		fmt.Println(strings.Join(notes, "\n"))
+	}
+	return nil
 }
 
 func cloneOptions(o *redis.Options) *redis.Options {

@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
@@ -87,6 +88,9 @@ type Config struct {
 	// the same request id and is admitted as a replay, without a second
 	// debit. Retried attempts (grpc-previous-rpc-attempts set) never fail.
 	Flaky float64
+	// MetricsAddr, when set, is the TCP address on which the limiter's
+	// OpenTelemetry metrics are served for Prometheus, at MetricsPath.
+	MetricsAddr string
 }
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
@@ -105,7 +109,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 		failMode  string
 	)
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:50051", "TCP address to listen on")
-	fs.Int64Var(&cfg.Limit.Rate, "rate", 10, "calls admitted per tenant per `period`")
+	fs.Int64Var(&cfg.Limit.Rate, "rate", 10, "calls admitted per tenant in each -period")
 	fs.DurationVar(&cfg.Limit.Period, "period", time.Second, "the period of -rate")
 	fs.Int64Var(&cfg.Limit.Burst, "burst", 0, "most calls a tenant can make at once (token_bucket, gcra); 0 means -rate")
 	fs.StringVar(&algorithm, "algorithm", tollgate.TokenBucket.String(), "token_bucket, gcra, sliding_window or fixed_window")
@@ -114,6 +118,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", interceptor.DefaultStoreTimeout, "how long a decision waits for the store before the fail mode applies")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+MetricsPath+" (empty: none)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. The store is in-process unless\n%s (one node) or %s (a Cluster, comma-separated) is set.\n\n", EnvRedisURL, EnvRedisClusterAddrs)
 		fs.PrintDefaults()
@@ -192,7 +197,18 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	}
 	defer closeStore()
 
-	srv, hs, err := NewServer(st, cfg)
+	var limiterOpts []interceptor.Option
+	if cfg.MetricsAddr != "" {
+		withMetrics, stopMetrics, err := serveMetrics(ctx, cfg.MetricsAddr, logger)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer stopMetrics()
+		limiterOpts = append(limiterOpts, withMetrics)
+	}
+
+	srv, hs, err := NewServer(st, cfg, limiterOpts...)
 	if err != nil {
 		lis.Close()
 		return err
@@ -231,16 +247,17 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and
-// registers the echo and health services; the health server reports
-// SERVING for the whole server and for the echo service.
-func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, error) {
-	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
+// registers the echo, health and server reflection services; the health
+// server reports SERVING for the whole server and for the echo service.
+// Options in opts are added to the limiter's own.
+func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
+	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(interceptor.Rule{
 		Name:     RuleName,
 		Methods:  []string{echo.AllMethods},
 		Key:      keyfunc.Metadata(cfg.TenantHeader),
 		Limit:    cfg.Limit,
 		FailMode: cfg.FailMode,
-	}), interceptor.WithStoreTimeout(cfg.StoreTimeout))
+	}), interceptor.WithStoreTimeout(cfg.StoreTimeout)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -262,6 +279,9 @@ func NewServer(st tollgate.Store, cfg Config) (*grpc.Server, *health.Server, err
 	hs := health.NewServer()
 	hs.SetServingStatus(echo.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
+	// Reflection lets grpcurl and clients in other languages find the
+	// service, and the error details of a denial, without a .proto at hand.
+	reflection.Register(srv)
 	return srv, hs, nil
 }
 

@@ -25,8 +25,8 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
+	"github.com/tollgate/tollgate/examples/server/exampleserver/exampleservertest"
 	"github.com/tollgate/tollgate/interceptor"
-	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -36,46 +36,13 @@ func noEnv(string) string { return "" }
 
 func parse(t *testing.T, getenv func(string) string, args ...string) exampleserver.Config {
 	t.Helper()
-	cfg, err := exampleserver.ParseFlags(args, getenv, io.Discard)
-	if err != nil {
-		t.Fatalf("ParseFlags(%q): %v", args, err)
-	}
-	return cfg
+	return exampleservertest.Parse(t, getenv, args...)
 }
 
-// server is one running example server.
-type server struct {
-	addr string
-	log  *grpctest.Log
-	stop func() error // cancels Serve's context and returns its result
-}
-
-// start runs Serve on a loopback port until the test ends (or stop).
-func start(t *testing.T, cfg exampleserver.Config) *server {
+// start runs Serve on a loopback port until the test ends (or Stop).
+func start(t *testing.T, cfg exampleserver.Config) *exampleservertest.Server {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &server{addr: lis.Addr().String(), log: &grpctest.Log{}}
-	done := make(chan error, 1)
-	go func() { done <- exampleserver.Serve(ctx, cfg, lis, s.log) }()
-	var once sync.Once
-	var result error
-	s.stop = func() error {
-		once.Do(func() {
-			cancel()
-			result = <-done
-		})
-		return result
-	}
-	t.Cleanup(func() {
-		if err := s.stop(); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return s
+	return exampleservertest.Start(t, cfg, nil)
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {
@@ -133,6 +100,11 @@ func TestParseFlags(t *testing.T) {
 	if _, err := exampleserver.ParseFlags([]string{"-h"}, noEnv, &usage); !errors.Is(err, flag.ErrHelp) || !strings.Contains(usage.String(), "REDIS_URL") {
 		t.Errorf("-h: %v, usage %q", err, usage.String())
 	}
+	// flag takes a backquoted word of the usage text for the value's name:
+	// every value is named by its type.
+	if !strings.Contains(usage.String(), "  -rate int\n") || strings.Contains(usage.String(), "`") {
+		t.Errorf("-h names -rate's value oddly:\n%s", usage.String())
+	}
 }
 
 // TestMemoryStore drives the server on its embedded default: per-tenant
@@ -140,7 +112,7 @@ func TestParseFlags(t *testing.T) {
 // service, a stream, then a clean shutdown.
 func TestMemoryStore(t *testing.T) {
 	s := start(t, parse(t, noEnv, "-rate", "3", "-period", "1h"))
-	cc := dial(t, s.addr)
+	cc := dial(t, s.Addr)
 	c := echo.NewClient(cc)
 	ctx := t.Context()
 
@@ -202,14 +174,14 @@ func TestMemoryStore(t *testing.T) {
 		t.Fatalf("Count trailer remaining %q, want 2", got)
 	}
 
-	if err := s.stop(); err != nil {
+	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	log := s.log.String()
+	log := s.Log.String()
 	for _, want := range []string{
 		"store: in-process memory (set REDIS_URL or REDIS_CLUSTER_ADDRS for Redis)",
 		"rule per-tenant: token_bucket 3/1h0m0s burst 3",
-		"listening on " + s.addr,
+		"listening on " + s.Addr,
 		"shutting down",
 		"stopped",
 	} {
@@ -240,7 +212,7 @@ func TestReplicasShareRedisQuota(t *testing.T) {
 			env := tc.env(t)
 			const quota, perServer, workers = 25, 40, 8
 			cfg := parse(t, func(k string) string { return env[k] }, "-rate", fmt.Sprint(quota), "-period", "1h", "-fail-mode", "closed", "-store-timeout", "10s")
-			servers := []*server{start(t, cfg), start(t, cfg)}
+			servers := []*exampleservertest.Server{start(t, cfg), start(t, cfg)}
 			tenant := redistest.KeyPrefix(t) + "tenant"
 			var (
 				mu    sync.Mutex
@@ -248,7 +220,7 @@ func TestReplicasShareRedisQuota(t *testing.T) {
 				wg    sync.WaitGroup
 			)
 			for _, s := range servers {
-				c := echo.NewClient(dial(t, s.addr))
+				c := echo.NewClient(dial(t, s.Addr))
 				for range workers {
 					wg.Go(func() {
 						for range perServer / workers {
@@ -265,11 +237,11 @@ func TestReplicasShareRedisQuota(t *testing.T) {
 				t.Fatalf("outcomes %v, want %d OK and %d ResourceExhausted", count, quota, 2*perServer-quota)
 			}
 			for _, s := range servers {
-				if err := s.stop(); err != nil {
+				if err := s.Stop(); err != nil {
 					t.Fatal(err)
 				}
-				if !strings.Contains(s.log.String(), tc.log) || strings.Contains(s.log.String(), "warning") {
-					t.Fatalf("log:\n%s", s.log.String())
+				if !strings.Contains(s.Log.String(), tc.log) || strings.Contains(s.Log.String(), "warning") {
+					t.Fatalf("log:\n%s", s.Log.String())
 				}
 			}
 		})
@@ -287,14 +259,14 @@ func TestUnreachableRedisFailsClosed(t *testing.T) {
 	lis.Close()
 	env := map[string]string{exampleserver.EnvRedisURL: "redis://" + dead + "?dial_timeout=100ms"}
 	s := start(t, parse(t, func(k string) string { return env[k] }, "-fail-mode", "closed"))
-	if _, err := say(t.Context(), echo.NewClient(dial(t, s.addr)), "a"); status.Code(err) != codes.Unavailable {
+	if _, err := say(t.Context(), echo.NewClient(dial(t, s.Addr)), "a"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("store down, fail closed: %v, want Unavailable", err)
 	}
-	if err := s.stop(); err != nil {
+	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(s.log.String(), "warning: Redis does not answer") {
-		t.Fatalf("no warning in log:\n%s", s.log.String())
+	if !strings.Contains(s.Log.String(), "warning: Redis does not answer") {
+		t.Fatalf("no warning in log:\n%s", s.Log.String())
 	}
 }
 
@@ -303,7 +275,7 @@ func TestUnreachableRedisFailsClosed(t *testing.T) {
 func TestShutdownIsBounded(t *testing.T) {
 	cfg := parse(t, noEnv, "-shutdown-timeout", "100ms")
 	s := start(t, cfg)
-	c := echo.NewClient(dial(t, s.addr))
+	c := echo.NewClient(dial(t, s.Addr))
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-tenant", "a")
 	stream, err := c.Chat(ctx)
 	if err != nil {
@@ -316,14 +288,14 @@ func TestShutdownIsBounded(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.stop(); err != nil {
+	if err := s.Stop(); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 	if _, err := stream.Recv(); err == nil || err == io.EOF {
 		t.Fatalf("stream still open after the shutdown: %v", err)
 	}
-	if !strings.Contains(s.log.String(), "cancelling them") {
-		t.Fatalf("log:\n%s", s.log.String())
+	if !strings.Contains(s.Log.String(), "cancelling them") {
+		t.Fatalf("log:\n%s", s.Log.String())
 	}
 }
 

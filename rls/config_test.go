@@ -1,0 +1,130 @@
+package rls_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tollgate/tollgate/rls"
+)
+
+// TestConfigErrors: every malformed or contradictory file is refused with
+// its file, line and descriptor.
+func TestConfigErrors(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       string // substring of the error, after "f.yaml:"
+	}{
+		{"not yaml", "domain: d\ndescriptors:\n  - key: [\n", "f.yaml:3: not valid YAML: did not find expected node content"},
+		{"empty", "", "f.yaml: empty file"},
+		{"top is a list", "- a\n", "f.yaml:1: want a mapping"},
+		{"no domain", "descriptors: []\n", "f.yaml: domain is missing"},
+		{"unknown top key", "domain: d\ndescriptorz: []\n", `f.yaml:2: unknown key "descriptorz"`},
+		{"descriptors not a list", "domain: d\ndescriptors: {}\n", "f.yaml:2: descriptor d: descriptors must be a list"},
+		{"empty key", "domain: d\ndescriptors:\n  - value: v\n", "f.yaml:3: descriptor d: descriptor has no key"},
+		{"misspelled key", "domain: d\ndescriptors:\n  - key: k\n    rate_limits: {}\n", `f.yaml:4: descriptor d.k: unknown key "rate_limits"`},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", `f.yaml:6: descriptor d.k_v: invalid rate limit unit "fortnight"`},
+		{"missing unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 1\n", `f.yaml:5: descriptor d.k: invalid rate limit unit ""`},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n", "f.yaml:6: descriptor d.k: unlimited: true with a unit"},
+		{"negative rate", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n", "f.yaml:6: descriptor d.k: requests_per_unit -1 is out of range"},
+		{"rate not a number", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: many\n", "f.yaml:6: descriptor d.k: requests_per_unit must be an integer"},
+		{"duplicate", "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n", "f.yaml:5: descriptor d.k_v: duplicate descriptor: the same key and value are at line 3"},
+		{"duplicate nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: b\n", "f.yaml:6: descriptor d.a.b: duplicate descriptor"},
+		{"repeated field", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    shadow_mode: false\n", `f.yaml:5: descriptor d.k: key "shadow_mode" appears twice`},
+		{"replaces self", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n      replaces: [{name: n}]\n      unit: second\n      requests_per_unit: 1\n", `f.yaml:5: descriptor d.k: replaces names the descriptor's own name "n"`},
+		{"replaces empty", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      replaces: [{name: ''}]\n      unit: second\n      requests_per_unit: 1\n", "f.yaml:5: descriptor d.k: a replaces entry has an empty name"},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", "f.yaml:3: descriptor d.k_v: share_threshold needs a wildcard"},
+		{"quota mode", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n", "f.yaml:4: descriptor d.k: quota_mode is not supported"},
+		{"shadow not a bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes please\n", "f.yaml:4: descriptor d.k: shadow_mode must be true or false"},
+		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      tollgate: {algorithm: leaky}\n", `f.yaml:7: descriptor d.k: unknown algorithm "leaky"`},
+		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      tollgate: {burst: 5}\n", "f.yaml:7: descriptor d.k: burst 5 with algorithm fixed_window"},
+		{"calendar on a bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 1\n      tollgate: {algorithm: gcra, calendar: true}\n", "f.yaml:7: descriptor d.k: calendar: true with algorithm gcra"},
+		{"calendar seconds", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      tollgate: {calendar: true}\n", "f.yaml:7: descriptor d.k: calendar: true with unit second"},
+		{"unlimited with extension", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      tollgate: {algorithm: gcra}\n", "f.yaml:6: descriptor d.k: unlimited: true with a tollgate block"},
+		{"refill beyond MaxRefill", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n      requests_per_unit: 1\n      tollgate: {algorithm: token_bucket, burst: 101}\n", "f.yaml:5: descriptor d.k: tollgate: invalid request"},
+		{"alias", "domain: d\nx: &a [1]\n", `f.yaml:2: unknown key "x"`},
+		{"alias descriptor", "domain: d\ndescriptors: *a\n", "not valid YAML"},
+		{"non-string key", "domain: d\n1: x\n", "f.yaml:2: a key must be a string"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := rls.ParseConfig(rls.File{Name: "f.yaml", Data: []byte(c.yaml)})
+			if err == nil {
+				t.Fatalf("no error for:\n%s", c.yaml)
+			}
+			var ce *rls.ConfigError
+			if !errors.Is(err, rls.ErrConfig) || !errors.As(err, &ce) {
+				t.Fatalf("%v does not wrap ErrConfig as a *ConfigError", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q\nwant it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDuplicateDomainAcrossFiles(t *testing.T) {
+	f := rls.File{Name: "a.yaml", Data: []byte("domain: d\n")}
+	g := rls.File{Name: "b.yaml", Data: []byte("domain: d\n")}
+	_, err := rls.ParseConfig(f, g)
+	if err == nil || !strings.Contains(err.Error(), `b.yaml: domain "d" is already configured in a.yaml`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestLoadDir reads *.yaml and *.yml, skipping dot files and others.
+func TestLoadDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "domain: a\n")
+	write("b.yml", "domain: b\n")
+	write(".hidden.yaml", "not: [valid")
+	write("notes.txt", "not: [valid")
+	cfg, err := rls.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Domains(), ","); got != "a,b" {
+		t.Fatalf("domains %s, want a,b", got)
+	}
+	write("c.yaml", "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: eon}\n")
+	if _, err := rls.LoadDir(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "c.yaml")+":4: descriptor c.k") {
+		t.Fatalf("bad file: %v", err)
+	}
+	if _, err := rls.LoadDir(filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("missing directory: no error")
+	}
+}
+
+// TestREADMEFilesLoad: the README-derived files and upstream-only keys
+// (value_to_metric, metadata) load unchanged.
+func TestREADMEFilesLoad(t *testing.T) {
+	var files []rls.File
+	for i, data := range readFiles(t, "testdata/readme/*.yaml") {
+		files = append(files, rls.File{Name: string(rune('a' + i)), Data: []byte(data)})
+	}
+	files = append(files, rls.File{Name: "extra", Data: []byte(`
+domain: extra
+descriptors:
+  - key: route
+    value_to_metric: true
+    metadata:
+      owner: {team: edge}
+    descriptors:
+      - key: method
+        rate_limit: {unit: minute, requests_per_unit: 60}
+`)})
+	cfg, err := rls.ParseConfig(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(cfg.Domains()); n != len(files) {
+		t.Fatalf("%d domains from %d files", n, len(files))
+	}
+}

@@ -1,0 +1,134 @@
+package rls
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tollgate/tollgate/interceptor"
+)
+
+// FailMode says what the server answers when the store cannot decide (an
+// error, its deadline passed, or the breaker is open).
+type FailMode uint8
+
+const (
+	// FailError returns codes.Unavailable, so that Envoy's own
+	// failure_mode_deny decides: by default Envoy lets the request through,
+	// with failure_mode_deny: true it refuses it. This is what
+	// envoyproxy/ratelimit does when Redis fails.
+	FailError FailMode = iota
+	// FailOpen answers OK, with each limited descriptor's current_limit and
+	// no remaining count.
+	FailOpen
+)
+
+// String returns "error" or "open".
+func (m FailMode) String() string {
+	switch m {
+	case FailError:
+		return "error"
+	case FailOpen:
+		return "open"
+	}
+	return fmt.Sprintf("failmode(%d)", uint8(m))
+}
+
+// Default header names of WithResponseHeaders: the names Envoy's rate limit
+// filter and package interceptor use.
+const (
+	DefaultLimitHeader     = "x-ratelimit-limit"
+	DefaultRemainingHeader = "x-ratelimit-remaining"
+	DefaultResetHeader     = "x-ratelimit-reset"
+)
+
+// Option configures a Server.
+type Option func(*options)
+
+type options struct {
+	config          *Config
+	failMode        FailMode
+	storeTimeout    time.Duration
+	breakerFailures int
+	breakerCoolDown time.Duration
+	headers         bool
+	headerNames     [3]string
+	shadow          bool
+	tracerProvider  trace.TracerProvider
+	meterProvider   metric.MeterProvider
+}
+
+func defaultOptions() options {
+	return options{
+		storeTimeout:    interceptor.DefaultStoreTimeout,
+		breakerFailures: interceptor.DefaultBreakerFailures,
+		breakerCoolDown: interceptor.DefaultBreakerCoolDown,
+		headerNames:     [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
+	}
+}
+
+// WithConfig sets the configuration the server starts with. Without it the
+// server knows no domain and answers OK to every request until SetConfig.
+func WithConfig(c *Config) Option {
+	return func(o *options) { o.config = c }
+}
+
+// WithFailMode sets what the server answers when the store cannot decide
+// (default FailError).
+func WithFailMode(m FailMode) Option {
+	return func(o *options) { o.failMode = m }
+}
+
+// WithStoreTimeout bounds each store call (default
+// interceptor.DefaultStoreTimeout); past it the fail mode applies. Envoy's
+// own timeout for the rate limit service is 20ms by default: keep this
+// below it, or raise Envoy's.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(o *options) { o.storeTimeout = d }
+}
+
+// WithBreaker configures the circuit breaker in front of the store, as
+// interceptor.WithBreaker does: after failures consecutive store failures
+// no call waits on the store for coolDown, then one call probes it.
+// failures 0 disables it. The defaults are interceptor's.
+func WithBreaker(failures int, coolDown time.Duration) Option {
+	return func(o *options) { o.breakerFailures, o.breakerCoolDown = failures, coolDown }
+}
+
+// WithResponseHeaders makes every response carry response_headers_to_add
+// with the limit, the remaining count and the seconds until reset of the
+// descriptor closest to its limit (an over-limit one if any), as
+// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. Empty
+// names keep the defaults (DefaultLimitHeader, DefaultRemainingHeader,
+// DefaultResetHeader); that project's own defaults are RateLimit-Limit,
+// RateLimit-Remaining and RateLimit-Reset.
+func WithResponseHeaders(limit, remaining, reset string) Option {
+	return func(o *options) {
+		o.headers = true
+		for i, name := range [3]string{limit, remaining, reset} {
+			if name != "" {
+				o.headerNames[i] = name
+			}
+		}
+	}
+}
+
+// WithShadowMode puts every descriptor in shadow mode, as
+// envoyproxy/ratelimit's SHADOW_MODE does: requests are decided and debited
+// as usual, but the overall code is always OK. Decisions that would have
+// refused a request are counted with tollgate.outcome "shadow_denied".
+func WithShadowMode(on bool) Option {
+	return func(o *options) { o.shadow = on }
+}
+
+// WithTracerProvider sets where spans go (default the global provider).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// WithMeterProvider sets where metrics go (default the global provider).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}

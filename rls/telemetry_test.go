@@ -1,0 +1,107 @@
+package rls_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/rls"
+	"github.com/tollgate/tollgate/store"
+)
+
+// TestTelemetry: one span per call, one tollgate.decisions count per
+// limited descriptor with interceptor's attribute names, and the store
+// latency histogram.
+func TestTelemetry(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	cfg, err := rls.ParseConfig(rls.File{Name: "api.yaml", Data: []byte(limitsYAML)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(descs ...*rlv3.RateLimitDescriptor) {
+		t.Helper()
+		if _, err := srv.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "api", Descriptors: descs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		ask(d("user", "u"), d("watch", "w"), d("nothing", "n"))
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	decisions := map[string]int64{}
+	storeCalls := map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch data := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if m.Name != interceptor.MetricDecisions {
+					continue
+				}
+				for _, dp := range data.DataPoints {
+					decisions[fmt.Sprintf("%s/%s/%s", get(dp.Attributes, interceptor.AttrRule), get(dp.Attributes, interceptor.AttrOutcome), get(dp.Attributes, interceptor.AttrAllowed))] += dp.Value
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name != interceptor.MetricStoreDuration {
+					continue
+				}
+				for _, dp := range data.DataPoints {
+					storeCalls[get(dp.Attributes, interceptor.AttrRule)+"/"+get(dp.Attributes, interceptor.AttrStoreResult)] += dp.Count
+				}
+			}
+		}
+	}
+	want := map[string]int64{
+		"api.user/allowed/true":        2,
+		"api.user/denied/false":        1,
+		"api.watch/allowed/true":       1,
+		"api.watch/shadow_denied/true": 2,
+	}
+	if fmt.Sprint(decisions) != fmt.Sprint(want) {
+		t.Fatalf("decisions %v\nwant %v", decisions, want)
+	}
+	// Per call: one AllowAll for the enforced descriptor, one Allow for the
+	// shadow one.
+	if got := storeCalls["api/ok"]; got != 6 {
+		t.Fatalf("store calls %v, want 6 ok", storeCalls)
+	}
+	spans := sr.Ended()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans, want 3", len(spans))
+	}
+	last := map[attribute.Key]string{}
+	for _, kv := range spans[2].Attributes() {
+		last[kv.Key] = kv.Value.Emit()
+	}
+	if spans[2].Name() != "ratelimit api" || last[interceptor.AttrOutcome] != "denied" || last[rls.AttrDomain] != "api" || last[rls.AttrDescriptors] != "3" {
+		t.Fatalf("span %s %v", spans[2].Name(), last)
+	}
+}
+
+func get(set attribute.Set, k attribute.Key) string {
+	v, _ := set.Value(k)
+	return v.Emit()
+}
