@@ -39,6 +39,29 @@
 // SET … PX ARGV[2]; a denied call leaves no marker. Every argument costs
 // Redis a little, so a call without a request id sends no TTL.
 //
+// # Batch
+//
+// One call judges n ≥ 1 independent decisions, in order, each exactly as
+// its own decide call of one group would be (same modes, same replies,
+// same writes), at one server time: a decision on a key sees the writes
+// of the decisions before it in the call. Each decision's KEYS and ARGV
+// are those of its own decide call, one decision after the other:
+//
+//	KEYS         per decision: state key, then its marker when its mode > 0
+//	ARGV         per decision: mode, replay TTL (only when mode > 0),
+//	             algorithm, rate, period, capacity, cost
+//
+// The reply is the decide call's five integers per decision, then the
+// server time (µs). Nothing is written until every decision's arguments
+// have been read: a call whose KEYS and ARGV do not make whole decisions is
+// an error and writes nothing. A decision whose numbers are out of range
+// answers allowed -1, and one whose write Redis refuses (INCR of a marker
+// holding a number that is not an integer) answers allowed -2, with nothing
+// of it written; the other decisions of the call are judged as usual. The keys
+// of a call must be on one Cluster slot, so only a single node (or
+// Sentinel) batches decisions of unrelated identities this way. The script
+// loops over its decisions, so the store bounds a call to 128 of them.
+//
 // # Refund
 //
 // A Redis Cluster cannot decide keys of several slots in one call, so a set
@@ -63,8 +86,11 @@
 //
 // # Files
 //
-// The decide script is prelude.lua (arguments, clock, one MGET of every
-// key, the request-id check), group.lua (the loop over the groups),
+// The batch script is batch.lua (arguments, clock, one MGET, the loop's
+// head), arith.lua, the four algorithm blocks and batch_end.lua (each
+// decision's writes and reply). The decide script is prelude.lua
+// (arguments, clock, one MGET of every key, the request-id check),
+// group.lua (the loop over the groups),
 // arith.lua (exact products and the calendar, defined only for the groups
 // that need them), the four algorithm blocks (inline chunks deciding cost c
 // from state, chosen by the group's algorithm) and main.lua (the reply and

@@ -16,6 +16,14 @@ func SourceAt() string {
 		"local groups = (#ARGV - head) / 5", "local groups = (#ARGV - head - 2) / 5")
 }
 
+// BatchSourceAt is SourceAt for the batch script: its ARGV are the usual
+// ones followed by the clock's seconds and microseconds.
+func BatchSourceAt() string {
+	return replaceOnce(replaceOnce(Source(Batch),
+		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
+		"local nargv = #ARGV", "local nargv = #ARGV - 2")
+}
+
 func replaceOnce(src, old, new string) string {
 	if strings.Count(src, old) != 1 {
 		panic("lua: the decide script does not hold " + old + " exactly once")

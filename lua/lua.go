@@ -32,6 +32,11 @@ var (
 	//go:embed fixed_window.lua
 	fixedWindow string
 
+	//go:embed batch.lua
+	batch string
+	//go:embed batch_end.lua
+	batchEnd string
+
 	//go:embed refund.lua
 	refund string
 	//go:embed refund_forfeit.lua
@@ -71,11 +76,15 @@ const (
 	// Refund gives back the debits of a Decide call, at most once per
 	// nonce.
 	Refund
+	// Batch judges many independent decisions in one call, each on its
+	// own, in order, as one Decide call each would.
+	Batch
 )
 
 var sources = [...]string{
 	Decide: prelude + group + arith + byAlgorithm(tokenBucket, gcra, slidingWindow, fixedWindow) + mainPart,
 	Refund: refund + arith + refundForfeit + byAlgorithm(refundTokenBucket, refundGCRA, refundSlidingWindow, refundFixedWindow) + refundEnd,
+	Batch:  batch + arith + byAlgorithm(tokenBucket, gcra, slidingWindow, fixedWindow) + batchEnd,
 }
 
 var hashes = func() (h [len(sources)]string) {
@@ -86,13 +95,15 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide" or "refund".
+// String returns the script's name: "decide", "refund" or "batch".
 func (s Script) String() string {
 	switch s {
 	case Decide:
 		return "decide"
 	case Refund:
 		return "refund"
+	case Batch:
+		return "batch"
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -48,6 +49,20 @@ func WithBatching(maxBatch, maxPipelines int) RedisOption {
 	})
 }
 
+// WithBatchScript sets whether a batch of concurrent decisions (see
+// WithBatching) goes to Redis as one batch script call (on, the default)
+// or as a pipeline of one decide call each (off). One call reads the clock
+// once and runs one script for the whole batch, which costs Redis much less
+// per decision; each decision is still judged, written and answered on its
+// own, in order, as its own call would be. It applies only to a
+// *redis.Client (a single node, or Sentinel through NewFailoverClient): the
+// keys of a ClusterClient's or a Ring's decisions may live on different
+// nodes or slots, which one script call cannot declare together, so there
+// each decision keeps its own call.
+func WithBatchScript(on bool) RedisOption {
+	return redisOption(func(r *Redis) { r.noBatchScript = !on })
+}
+
 // Script-call arguments that never change, boxed once: converting a string
 // to an interface value allocates.
 var (
@@ -55,6 +70,8 @@ var (
 	evalArg    any = "eval"
 	decideSHA  any = lua.Hash(lua.Decide)
 	decideText any = lua.Source(lua.Decide)
+	batchSHA   any = lua.Hash(lua.Batch)
+	batchText  any = lua.Source(lua.Batch)
 )
 
 // Decide modes (ARGV[1], lua/doc.go): a peek writes nothing; a decision
@@ -198,9 +215,12 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 	c.finish(cmd)
 }
 
-// runBatch sends calls as one pipeline of EVALSHA, re-sends those answered
+// runBatch sends calls as one pipeline, re-sends the commands answered
 // NOSCRIPT as a second pipeline of EVAL (so the script is loaded on exactly
-// the nodes that lacked it), and signals every call.
+// the nodes that lacked it), and signals every call. On a *redis.Client the
+// single decisions among calls travel as batch script calls of up to
+// maxShared decisions (see WithBatchScript and shared); every other call is
+// a decide call of its own.
 //
 // The pipeline outlives any one caller's context: it runs until the latest
 // deadline among its calls, or with none (the client's timeouts bound it)
@@ -208,11 +228,20 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 func (r *Redis) runBatch(batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
-	cmds := make([]scriptCmd, len(batch))
+	var shares []*shared
+	own := batch // the calls sent as decide calls of their own
+	if r.batchScript() {
+		shares, own = shareCalls(batch)
+	}
+	cmds := make([]scriptCmd, len(own)+len(shares))
 	pipe := r.client.Pipeline()
-	for i, c := range batch {
+	for i, c := range own {
 		cmds[i] = c.command(ctx, false)
 		_ = pipe.Process(ctx, cmds[i])
+	}
+	for i, s := range shares {
+		cmds[len(own)+i] = s.command(ctx, false)
+		_ = pipe.Process(ctx, cmds[len(own)+i])
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
 	var missing []int
@@ -224,14 +253,145 @@ func (r *Redis) runBatch(batch []*call) {
 	if len(missing) > 0 {
 		pipe = r.client.Pipeline()
 		for _, i := range missing {
-			cmds[i] = batch[i].command(ctx, true)
+			if i < len(own) {
+				cmds[i] = own[i].command(ctx, true)
+			} else {
+				cmds[i] = shares[i-len(own)].command(ctx, true)
+			}
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	for i, c := range batch {
+	for i, c := range own {
 		c.finish(cmds[i])
+	}
+	for i, s := range shares {
+		s.finish(cmds[len(own)+i])
+	}
+	for _, c := range batch {
 		c.done <- struct{}{}
+	}
+}
+
+// batchScript reports whether the store sends a batch's single decisions
+// as one batch script call: only to a *redis.Client, whose commands all go
+// to one server, and unless WithBatchScript turned it off.
+func (r *Redis) batchScript() bool {
+	_, single := r.client.(*redis.Client)
+	return single && !r.noBatchScript
+}
+
+// Per-decision answers of the batch script (lua/doc.go) that are not
+// decisions: the decision alone failed, the others of its call did not.
+var (
+	errBatchArgs  = errors.New("the batch script rejected the decision's arguments; nothing of it was written")
+	errBatchWrite = errors.New("redis refused the decision's write (a request-id marker that is not an integer, or out of memory); nothing of it was written")
+)
+
+// maxShared is the most decisions one batch script call carries, whatever
+// WithBatching allows: Redis runs nothing else while a script runs, and 128
+// decisions take it well under a millisecond.
+const maxShared = 128
+
+// shared is single decisions of one batch sent as one batch script call:
+// their KEYS and ARGV are each call's own, one after the other, which is
+// the batch script's layout (lua/doc.go).
+type shared struct {
+	calls []*call
+	args  []any // EVALSHA sha numkeys KEYS... ARGV...
+}
+
+// shareCalls splits batch into batch script calls of the single decisions
+// (one group each; at most maxShared per call, and only when there are at
+// least two) and the calls sent on their own.
+func shareCalls(batch []*call) ([]*shared, []*call) {
+	var singles, own []*call
+	for _, c := range batch {
+		if c.groups == 1 {
+			singles = append(singles, c)
+		} else {
+			own = append(own, c)
+		}
+	}
+	if len(singles) < 2 {
+		return nil, batch
+	}
+	var out []*shared
+	for len(singles) > 0 {
+		n := min(len(singles), maxShared)
+		if n == 1 {
+			own = append(own, singles[0])
+			break
+		}
+		out = append(out, newShared(singles[:n]))
+		singles = singles[n:]
+	}
+	return out, own
+}
+
+// newShared lays out calls, single decisions, as one batch script call.
+func newShared(calls []*call) *shared {
+	nkeys, nargv := 0, 0
+	for _, c := range calls {
+		nkeys += len(c.keys)
+		nargv += len(c.argv)
+	}
+	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+nargv)}
+	s.args[2] = int64(nkeys)
+	for _, c := range calls {
+		for i := range c.keys {
+			s.args = append(s.args, &c.keys[i])
+		}
+	}
+	for _, c := range calls {
+		for i := range c.argv {
+			s.args = append(s.args, &c.argv[i])
+		}
+	}
+	return s
+}
+
+// command returns the shared call as EVALSHA of the batch script, or as
+// EVAL with its source when eval is set.
+func (s *shared) command(ctx context.Context, eval bool) scriptCmd {
+	if eval {
+		s.args[0], s.args[1] = evalArg, batchText
+	} else {
+		s.args[0], s.args[1] = evalshaArg, batchSHA
+	}
+	cmd := redis.NewIntSliceCmd(ctx, s.args...)
+	cmd.SetFirstKeyPos(3)
+	return scriptCmd{cmd}
+}
+
+// finish gives each call its own answer from cmd's: its five integers and
+// the server time, or its own error, or the whole call's error when the
+// call failed as a whole (then the batch script wrote nothing).
+func (s *shared) finish(cmd scriptCmd) {
+	v, err := cmd.Result()
+	if err == nil && len(v) != 5*len(s.calls)+1 {
+		err = errBadReply
+	}
+	if err != nil {
+		for _, c := range s.calls {
+			c.reply, c.err = nil, err
+		}
+		return
+	}
+	now := v[len(v)-1]
+	replies := make([]int64, 6*len(s.calls))
+	for i, c := range s.calls {
+		reply := replies[6*i : 6*i+6 : 6*i+6]
+		copy(reply, v[5*i:5*i+5])
+		reply[5] = now
+		switch reply[0] {
+		case -1:
+			c.reply, c.err = nil, errBatchArgs
+		case -2:
+			c.reply, c.err = nil, errBatchWrite
+		default:
+			c.reply, c.err = reply, nil
+		}
 	}
 }
 

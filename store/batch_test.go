@@ -16,7 +16,7 @@ import (
 )
 
 // pipelineCounter is a go-redis hook counting the pipelines a client sends
-// and the commands in them, to show that decisions did share round trips.
+// and the decisions in them, to show that decisions did share round trips.
 type pipelineCounter struct {
 	pipelines, commands, largest atomic.Int64
 }
@@ -25,16 +25,31 @@ func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook          { 
 func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		n := int64(0)
+		for _, cmd := range cmds {
+			n += decisionsIn(cmd)
+		}
 		p.pipelines.Add(1)
-		p.commands.Add(int64(len(cmds)))
+		p.commands.Add(n)
 		for {
 			l := p.largest.Load()
-			if int64(len(cmds)) <= l || p.largest.CompareAndSwap(l, int64(len(cmds))) {
+			if n <= l || p.largest.CompareAndSwap(l, n) {
 				break
 			}
 		}
-		return next(ctx, cmds)
+		return err
 	}
+}
+
+// decisionsIn is how many decisions cmd, sent, carried: those its batch
+// script call answered, else one.
+func decisionsIn(cmd redis.Cmder) int64 {
+	args := cmd.Args()
+	if sc, ok := cmd.(scriptCmd); ok && len(args) > 1 && (args[1] == batchSHA || args[1] == batchText) && sc.Err() == nil {
+		return int64(len(sc.Val())-1) / 5
+	}
+	return 1
 }
 
 // countPipelines installs a pipelineCounter on c.

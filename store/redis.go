@@ -64,6 +64,9 @@ type Redis struct {
 	// primary the slot map cannot name.
 	batch     *batcher
 	primaries primaries
+	// noBatchScript keeps a batch's decisions in calls of their own (see
+	// WithBatchScript).
+	noBatchScript bool
 	// deny repeats recent denials without a round trip; nil when off (see
 	// WithDenyCache).
 	deny *denyCache

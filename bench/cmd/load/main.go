@@ -28,6 +28,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +55,7 @@ func main() {
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
 		sections   = flag.String("sections", "store,grpc,memory,markers,lease", "comma-separated sections to run")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
 	flag.DurationVar(&cfg.d, "d", 2*time.Second, "duration of each cell")
 	flag.IntVar(&cfg.reps, "reps", 3, "repetitions of each cell; the table shows medians")
@@ -65,7 +67,14 @@ func main() {
 	if *quick {
 		cfg.d, cfg.reps = 250*time.Millisecond, 1
 	}
-	cfg.callers = []int{1, 16, 64}
+	for _, f := range strings.Split(*callers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "load: -callers %q: %q is not a positive number\n", *callers, f)
+			os.Exit(2)
+		}
+		cfg.callers = append(cfg.callers, n)
+	}
 	cfg.sections = map[string]bool{}
 	for _, s := range strings.Split(*sections, ",") {
 		cfg.sections[strings.TrimSpace(s)] = true

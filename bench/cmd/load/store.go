@@ -110,6 +110,11 @@ func (m *measurer) storeSubjects() []subject {
 			tollgateSubject("tollgate gcra one round trip at a time", tollgate.GCRA, false, store.WithBatching(store.DefaultBatchSize, 1)),
 			tollgateSubject("tollgate gcra no deny cache", tollgate.GCRA, false, store.WithDenyCache(0)),
 			autoPipelineSubject(tollgate.GCRA))
+		for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
+			subjects = append(subjects,
+				tollgateSubject("tollgate "+alg.String()+" pipelined decide calls", alg, false, store.WithBatchScript(false)),
+				tollgateSubject("tollgate "+alg.String()+" pipelined decide calls +request id", alg, true, store.WithBatchScript(false)))
+		}
 	}
 	return m.filter(subjects)
 }
@@ -253,6 +258,8 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 			}
 			repSamples[i] = s
 			samples[i] = append(samples[i], s)
+			fmt.Fprintf(os.Stderr, "load: %s %s %d callers rep %d, %s: %.0f/s, Redis CPU %.2f µs/op, %.3f scripts/op\n",
+				section, keys, callers, rep+1, subjects[i].name, s.perSec, s.redisCPU, s.scriptsPerOp)
 		}
 		var ref float64
 		for i, s := range subjects {
