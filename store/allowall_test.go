@@ -70,8 +70,8 @@ func TestRedisAllowAllPeekReset(t *testing.T) {
 	})
 }
 
-// scriptCounter is a go-redis hook counting the script calls a client sends
-// one at a time.
+// scriptCounter is a go-redis hook counting the script calls a client
+// sends, alone or in a pipeline.
 type scriptCounter struct{ calls atomic.Int64 }
 
 func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -83,8 +83,15 @@ func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
-func (*scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				s.calls.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // TestRedisPartKeysOneCall: two token-bucket limits of one identity, each
