@@ -15,36 +15,17 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
 
-// fakeNow is a clock for store.WithClock that moves only when told.
-type fakeNow struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeNow() *fakeNow { return &fakeNow{now: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeNow) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeNow) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // Two limits on one identity: a denial names every limit that denies, waits
 // for the longest, and its trailers describe that limit; an admission's
 // trailers describe the limit with the fewest units left.
 func TestMultiLimitDenialAndTrailers(t *testing.T) {
-	clock := newFakeNow()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	r := perTenant()
 	r.Limit = tollgate.Limit{}
 	r.Limits = []tollgate.Limit{{Rate: 1, Period: time.Minute, Burst: 1}, tollgate.PerHour(2)}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store"
 )
@@ -38,26 +39,6 @@ func (c *counting) Allow(ctx context.Context, req tollgate.Request) (tollgate.De
 		}
 	}
 	return d, err
-}
-
-// fakeClock is a clock that moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // held is the units s holds in unexpired leases, not yet spent.
@@ -117,7 +98,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 // An identity decided at most n times per interval never leases: each of
 // its decisions is one decision of the inner store.
 func TestColdIdentityGoesToInnerStore(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(10, time.Second), WithClock(clock.Now))
 	req := tollgate.Request{Key: "cold", Limit: tollgate.PerSecond(10_000)}
@@ -141,7 +122,7 @@ func TestColdIdentityGoesToInnerStore(t *testing.T) {
 // Past the threshold, an identity takes a lease and admits from it without
 // asking the inner store; Remaining counts the lease and the store's rest.
 func TestHotIdentityAdmitsFromLease(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(10, time.Second), WithClock(clock.Now),
 		WithLifetime(time.Second), WithMaxShare(0.01))
@@ -198,7 +179,7 @@ func TestHotIdentityAdmitsFromLease(t *testing.T) {
 // debits exactly the quota, and what is not admitted is what the tiers
 // still hold, at most one lease each.
 func TestFourTiersAdmitTheQuotaExactly(t *testing.T) {
-	clock := newFakeClock() // frozen: no refill, no lease expires
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0)) // frozen: no refill, no lease expires
 	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
 		inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 		limit := tollgate.Limit{Algorithm: alg, Rate: 10_000, Period: time.Hour}
@@ -240,7 +221,7 @@ func checkTotals(t *testing.T, name string, tiers []*Store, inner *counting, adm
 // At the limit, refused leases shrink and then give way to decisions one at
 // a time: the last unit of the quota is still admitted.
 func TestAtTheLimitEveryUnitIsAdmitted(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
 	// Another client takes 997 of 1000: 3 left.
@@ -268,7 +249,7 @@ func TestAtTheLimitEveryUnitIsAdmitted(t *testing.T) {
 // A lease is spent only within its lifetime; an identity that stopped
 // being hot goes back to the inner store, and its unspent units are lost.
 func TestLeaseExpiresAndColdIdentityLeaves(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
 	req := tollgate.Request{Key: "k", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1000, Period: time.Hour}}
@@ -318,7 +299,7 @@ func TestLeaseExpiresAndColdIdentityLeaves(t *testing.T) {
 
 // A FixedWindow lease ends with the window that counted it.
 func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
-	clock := newFakeClock() // on a whole second
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0)) // on a whole second
 	clock.Advance(900 * time.Millisecond)
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Minute))
@@ -338,7 +319,7 @@ func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
 
 // Reset drops the lease: after it, the identity is debited afresh.
 func TestResetDropsTheLease(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
 	req := tollgate.Request{Key: "r", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Hour}}
@@ -372,7 +353,7 @@ func TestResetDropsTheLease(t *testing.T) {
 
 // A request with a RequestID goes to the inner store, which replays it.
 func TestRequestIDGoesToInnerStore(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now))
 	req := tollgate.Request{Key: "id", Limit: tollgate.PerSecond(1000), RequestID: "call-1"}
@@ -407,7 +388,7 @@ func TestInvalidRequestsAndAllowAll(t *testing.T) {
 
 // The table holds at most WithMaxLeases identities.
 func TestLeasesAreBounded(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	s := mustNew(t, store.NewMemory(store.WithClock(clock.Now)), WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxLeases(8))
 	for i := range 100 {
 		clock.Advance(time.Millisecond)
@@ -457,7 +438,7 @@ func (g *gated) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 // before the reset, and spending them after it would admit more than the
 // fresh quota.
 func TestLeaseOverlappingResetIsNotKept(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &gated{Store: store.NewMemory(store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
 	req := tollgate.Request{Key: "r", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Hour}}
@@ -483,7 +464,7 @@ func TestLeaseOverlappingResetIsNotKept(t *testing.T) {
 // With WithDebitRetriesWhenHot, hot requests with ids are admitted from the
 // lease, and a retry is debited again; cold ones keep their ids.
 func TestDebitRetriesWhenHot(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(2, time.Second), WithClock(clock.Now), WithDebitRetriesWhenHot())
 	req := tollgate.Request{Key: "id", Limit: tollgate.PerSecond(1000), RequestID: "call-1"}
@@ -510,7 +491,7 @@ func TestDebitRetriesWhenHot(t *testing.T) {
 // A request waiting for another request's lease waits at most half its
 // time left, then is decided on the inner store alone.
 func TestSlowLeaseIsNotWaitedForPastHalfTheDeadline(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &gated{Store: store.NewMemory(store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now))
 	req := tollgate.Request{Key: "slow", Limit: tollgate.PerSecond(1000)}
@@ -533,7 +514,7 @@ func TestSlowLeaseIsNotWaitedForPastHalfTheDeadline(t *testing.T) {
 // The lease asked for ahead of need is spent once the current one cannot
 // pay, expired or used up.
 func TestNextLeaseTakesOver(t *testing.T) {
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
 	req := tollgate.Request{Key: "n", Limit: tollgate.PerSecond(10_000)}
@@ -567,7 +548,7 @@ func TestNextLeaseTakesOver(t *testing.T) {
 // tiers: those without a place are decided on the inner store, no identity
 // is admitted more than its quota, and no unit is lost but those held.
 func TestFullTableLosesNothing(t *testing.T) {
-	clock := newFakeClock() // frozen: no refill
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0)) // frozen: no refill
 	shared := store.NewMemory(store.WithClock(clock.Now))
 	tiers := make([]*Store, 4)
 	for i := range tiers {

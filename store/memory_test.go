@@ -9,33 +9,14 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/store"
 	"github.com/tollgate/tollgate/store/storetest"
 )
 
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	// An arbitrary instant, not on a round second, so that nothing depends
-	// on where the clock starts.
-	return &fakeClock{now: time.Unix(1_760_000_000, 123_457_000)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newFakeClock starts at an arbitrary instant, not on a round second, so
+// that nothing depends on where the clock starts.
+func newFakeClock() *fakeclock.Clock { return fakeclock.New(time.Unix(1_760_000_000, 123_457_000)) }
 
 func TestMemoryConformance(t *testing.T) {
 	clock := newFakeClock()

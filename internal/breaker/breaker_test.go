@@ -5,28 +5,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/fakeclock"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func newTestBreaker(threshold int, coolDown time.Duration) (*Breaker, *fakeClock) {
-	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+func newTestBreaker(threshold int, coolDown time.Duration) (*Breaker, *fakeclock.Clock) {
+	clock := fakeclock.New(time.Unix(1_000_000, 0))
 	b := New(threshold, coolDown)
 	b.now = clock.Now
 	return b, clock
