@@ -24,23 +24,9 @@ func (trailerSink) SetTrailer(metadata.MD) error { return nil }
 // on the Memory store, without a gRPC transport and with the global no-op
 // telemetry.
 func BenchmarkUnaryAdmit(b *testing.B) {
-	l, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
+	benchmarkAdmit(b, interceptor.Rule{
 		Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerSecond(1_000_000),
-	}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	unary := l.UnaryServerInterceptor()
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(tenantHeader, "a"))
-	ctx = grpc.NewContextWithServerTransportStream(ctx, trailerSink{})
-	info := &grpc.UnaryServerInfo{FullMethod: echo.SayMethod}
-	handler := func(context.Context, any) (any, error) { return nil, nil }
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := unary(ctx, nil, info, handler); err != nil {
-			b.Fatal(err)
-		}
-	}
+	})
 }
 
 // BenchmarkUnaryAdmitTwoLimits is BenchmarkUnaryAdmit with two limits on
