@@ -53,22 +53,26 @@ func BenchmarkBatchServerCost(b *testing.B) {
 							pipe := c.Pipeline()
 							for range 512 / size {
 								var keys []string
-								var argv []any
+								var ds []batchDecision
 								for range size {
 									seq++
 									key := "{bench-" + strconv.Itoa(seq%1000) + "}:" + alg.String()
 									keys = append(keys, key)
+									argv := []int64{0}
 									if withID {
 										keys = append(keys, key+":r:"+strconv.Itoa(seq))
-										argv = append(argv, 4, 60_000)
-									} else {
-										argv = append(argv, 0)
+										argv = []int64{4, 60_000}
 									}
-									argv = append(argv, int(alg), p.Rate, p.Period, p.Capacity, p.Cost)
+									ds = append(ds, batchDecision{argv: append(argv, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost)})
 								}
 								if size == 1 {
+									var argv []any
+									for _, a := range ds[0].argv {
+										argv = append(argv, a)
+									}
 									decide.EvalSha(ctx, pipe, keys, argv...)
 								} else {
+									argv, _ := batchArgs(ds)
 									batch.EvalSha(ctx, pipe, keys, argv...)
 								}
 							}
