@@ -2,10 +2,11 @@
 -- arith.lua, the four algorithm blocks and batch_end.lua. The calling
 -- convention is in doc.go: the call's distinct profiles first (a profile
 -- is everything a decision's own decide call sends but its keys), then one
--- argument per decision naming its profile. Each decision is judged and
--- written on its own, in order, exactly as the same decisions sent one
--- decide call each would be: two decisions on one key see each other's
--- writes.
+-- argument per decision naming its profile; or, when the decisions share
+-- too few profiles for that to pay, each decision's profile in turn. Each
+-- decision is judged and written on its own, in order, exactly as the same
+-- decisions sent one decide call each would be: two decisions on one key
+-- see each other's writes.
 --
 -- Nothing is written until every argument has been read and checked: a
 -- call whose arguments do not add up fails as a whole, before any write; a
@@ -23,26 +24,38 @@ local function isint(v, lo)
   return v and v == floor(v) and v >= lo and v < 9007199254740992
 end
 
--- The profiles, each read and checked once however many decisions use it:
+-- The profiles, each read and checked once however many decisions use it.
 -- ARGV[1] is their number, then seven each: mode, replay TTL, algorithm,
--- rate, period, capacity, cost. A profile whose numbers the algorithms
--- cannot judge is kept as algorithm -1, which no block runs, so that every
--- decision of it answers -1 (arith.lua still reads numbers). name maps
--- the argument naming profile p ("1", "2", ...) to p: one table lookup per
--- decision instead of a conversion and its checks.
+-- rate, period, capacity, cost. Or ARGV[1] is 0 (inline) and every
+-- decision's profile follows, as its decide call's arguments: the TTL only
+-- when the mode is above 0. A profile whose numbers the algorithms cannot
+-- judge is kept as algorithm -1, which no block runs, so that every
+-- decision of it answers -1 (arith.lua still reads numbers).
 local nprofiles = tonumber(ARGV[1])
-if not (isint(nprofiles, 1) and 1 + 7 * nprofiles < nargv) then
+if not (isint(nprofiles, 0) and 1 + 7 * nprofiles < nargv) then
   return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not hold profiles and decisions')
 end
-local pmode, pttl, palg, prate, pperiod, pcap, pcost, pkeys, name = {}, {}, {}, {}, {}, {}, {}, {}, {}
-for p = 1, nprofiles do
-  local o = 7 * p - 5
-  local mode, ttl, alg = tonumber(ARGV[o]), tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2])
-  local rate, period, capacity, c = tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6])
+local inline = nprofiles == 0
+local pmode, pttl, palg, prate, pperiod, pcap, pcost, pkeys = {}, {}, {}, {}, {}, {}, {}, {}
+-- name maps the argument naming profile p ("1", "2", ...) to p: one table
+-- lookup per decision instead of a conversion and its checks.
+local name = not inline and {}
+local p, a = 0, 1 -- profiles read, arguments read
+while (inline and a < nargv) or p < nprofiles do
+  local mode = tonumber(ARGV[a + 1])
   if not isint(mode, -1) then
-    return redis.error_reply('ERR tollgate batch: profile ' .. p .. ' has no mode')
+    return redis.error_reply('ERR tollgate batch: ' .. (inline and 'decision ' or 'profile ') .. (p + 1) .. ' has no mode')
   end
-  pmode[p], pttl[p], pkeys[p], name[tostring(p)] = mode, ttl, mode > 0 and 2 or 1, p
+  p = p + 1
+  local ttl = false
+  if mode > 0 or not inline then
+    ttl, a = tonumber(ARGV[a + 2]), a + 1
+  end
+  local alg, rate, period = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local capacity, c = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  a = a + 6
+  pmode[p], pttl[p], pkeys[p] = mode, ttl, mode > 0 and 2 or 1
+  if name then name[tostring(p)] = p end
   if isint(alg, 0) and alg <= 3 and isint(rate, 1) and isint(capacity, 1) and isint(c, 1) and c <= capacity
       and (isint(period, 1) or (alg == 3 and isint(period, -4) and period < 0))
       and (mode <= 0 or isint(ttl, 1)) then
@@ -52,18 +65,24 @@ for p = 1, nprofiles do
   end
 end
 
--- The decisions, one argument each from ARGV[base + 1]: the shape of the
--- call, checked before anything is read or written. of[d] is decision d's
--- profile.
-local base = 1 + 7 * nprofiles
-local n = nargv - base
-local k, of = 0, {}
-for d = 1, n do
-  local p = name[ARGV[base + d]]
-  if not p then
-    return redis.error_reply('ERR tollgate batch: decision ' .. d .. ' names no profile of the call')
+-- The decisions: inline, decision d is profile d; else one argument each
+-- from ARGV[a + 1], and of[d] is decision d's profile. The shape of the
+-- call is checked before anything is read or written.
+local n, k, of = p, 0, false
+if inline then
+  if a ~= nargv then
+    return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not make whole decisions')
   end
-  of[d], k = p, k + pkeys[p]
+  for d = 1, n do k = k + pkeys[d] end
+else
+  n, of = nargv - a, {}
+  for d = 1, n do
+    local q = name[ARGV[a + d]]
+    if not q then
+      return redis.error_reply('ERR tollgate batch: decision ' .. d .. ' names no profile of the call')
+    end
+    of[d], k = q, k + pkeys[q]
+  end
 end
 if k ~= #KEYS then
   return redis.error_reply('ERR tollgate batch: ' .. #KEYS .. ' keys and ' .. n .. ' decisions do not make whole decisions')
@@ -83,7 +102,8 @@ local reply = {}
 
 k = 0
 for d = 1, n do
-  local p = of[d]
+  local p = d
+  if of then p = of[d] end
   local max_replays = pmode[p]
   local peek, with_id = max_replays < 0, max_replays > 0
   local key, marker, ttl = KEYS[k + 1], false, false

@@ -46,8 +46,11 @@ var batchSizes = []int{1, 4, 16, 64}
 // ran back to back, so the ratio is less at the mercy of the machine's
 // other work than either figure. A baseline whose batch.lua does not read
 // profiles ("local nprofiles") is sent the older layout, each decision's
-// decide call arguments one after the other. For example, against the
-// version before profiles:
+// decide call arguments one after the other. The current script gets the
+// layout the store would send (profiles, or inline when fewer than two
+// decisions share each profile: limits=each), or the one
+// TOLLGATE_BATCH_LAYOUT names, "profiles" or "inline", for every call. For
+// example, against the version before profiles:
 //
 //	mkdir -p /tmp/base && for f in batch batch_end arith token_bucket gcra sliding_window fixed_window; do
 //	  git show fafc78e:lua/$f.lua > /tmp/base/$f.lua; done
@@ -164,8 +167,10 @@ func BenchmarkBatchServerCost(b *testing.B) {
 }
 
 // batchScript is a batch script to measure: its name in the metrics ("" for
-// the current one), and whether it takes profiles (the current layout) or
-// each decision's decide call arguments one after the other.
+// the current one), and whether it takes profiles (the current layout:
+// then inline when the store would send the decisions inline, unless
+// TOLLGATE_BATCH_LAYOUT says "profiles" or "inline") or only each
+// decision's decide call arguments one after the other.
 type batchScript struct {
 	name     string
 	script   *redis.Script
@@ -175,7 +180,14 @@ type batchScript struct {
 // args lays out ds as s's ARGV.
 func (s batchScript) args(ds []batchDecision) []any {
 	if s.profiles {
-		argv, _ := batchArgs(ds)
+		inline := inlineAsTheStore(ds)
+		switch os.Getenv("TOLLGATE_BATCH_LAYOUT") {
+		case "profiles":
+			inline = false
+		case "inline":
+			inline = true
+		}
+		argv, _ := batchArgs(ds, inline)
 		return argv
 	}
 	var argv []any

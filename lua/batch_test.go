@@ -55,8 +55,9 @@ func (d batchDecision) profile() [7]int64 {
 
 // batchArgs returns the batch script's ARGV for ds (lua/doc.go): their
 // distinct profiles in the order of first use, then each decision's
-// profile (1-based). It also returns the number of profiles.
-func batchArgs(ds []batchDecision) ([]any, int) {
+// profile (1-based); or, inline, 0 and each decision's profile in turn, as
+// its decide call's ARGV. It also returns the number of distinct profiles.
+func batchArgs(ds []batchDecision, inline bool) ([]any, int) {
 	var profiles [][7]int64
 	var places []any
 	for _, d := range ds {
@@ -67,6 +68,15 @@ func batchArgs(ds []batchDecision) ([]any, int) {
 		}
 		places = append(places, p+1)
 	}
+	if inline {
+		argv := []any{0}
+		for _, d := range ds {
+			for _, a := range d.argv {
+				argv = append(argv, a)
+			}
+		}
+		return argv, len(profiles)
+	}
 	argv := []any{len(profiles)}
 	for _, p := range profiles {
 		for _, v := range p {
@@ -74,6 +84,13 @@ func batchArgs(ds []batchDecision) ([]any, int) {
 		}
 	}
 	return append(argv, places...), len(profiles)
+}
+
+// inlineAsTheStore reports whether the store sends ds inline: when they
+// share too few profiles, fewer than two decisions per profile.
+func inlineAsTheStore(ds []batchDecision) bool {
+	_, profiles := batchArgs(ds, false)
+	return 2*profiles > len(ds)
 }
 
 // distinctLimits counts the distinct limits of ds.
@@ -145,16 +162,16 @@ func randomBatchDecision(rng *rand.Rand) batchDecision {
 // under batchSide) and as one decide call each (seq, under seqSide), in
 // order, at the instant now, and fails t unless every decision's reply and
 // every key it names are the same both ways, and every decision out of
-// range answered -1 alone; what names the call in its messages. It returns
-// the batch's replies.
-func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *redis.Script, batchSide, seqSide string, ds []batchDecision, now int64) [][]int64 {
+// range answered -1 alone; what names the call in its messages, inline
+// chooses the batch call's layout. It returns the batch's replies.
+func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *redis.Script, batchSide, seqSide string, ds []batchDecision, inline bool, now int64) [][]int64 {
 	t.Helper()
 	ctx := context.Background()
 	var keys []string
 	for _, d := range ds {
 		keys = append(keys, d.prefixed(batchSide)...)
 	}
-	argv, _ := batchArgs(ds)
+	argv, _ := batchArgs(ds, inline)
 	argv = append(argv, now/1e6, now%1e6)
 	got, err := batch.Run(ctx, c, keys, argv...).Int64Slice()
 	if err != nil {
@@ -208,7 +225,7 @@ func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *
 // TestBatchMatchesSequentialCalls is the batch script's differential test:
 // random batches of decisions (several on one key, several limits and
 // profiles, repeated request ids, peeks, a decision or a limit out of range
-// now and then) run
+// now and then), every other one inline, run
 // as one batch script call on one side and as one decide call each, in the
 // same order, at the same pinned instant, on the other. Every decision's
 // reply, every stored state and marker must be identical, and a decision
@@ -221,7 +238,7 @@ func TestBatchMatchesSequentialCalls(t *testing.T) {
 	seq := redis.NewScript(lua.SourceAt())
 	rng := rand.New(rand.NewPCG(12, 2026))
 	now := time.Date(2026, 12, 3, 23, 0, 0, 0, time.UTC).UnixMicro()
-	var decisions, admitted, denied, replayed, bad, sameKey, manyLimits, sharedBad int
+	var decisions, admitted, denied, replayed, bad, sameKey, manyLimits, sharedBad, inlined int
 	for round := range 400 {
 		now += rng.Int64N(int64(4 * time.Minute / time.Microsecond))
 		n := 1 + rng.IntN(24)
@@ -244,7 +261,11 @@ func TestBatchMatchesSequentialCalls(t *testing.T) {
 		if distinctLimits(ds) > 1 {
 			manyLimits++
 		}
-		replies := batchAgainstDecide(t, fmt.Sprintf("round %d", round), c, batch, seq, prefix+"{batch}:", prefix+"{seq}:", ds, now)
+		inline := round%2 == 1 // both layouts, whatever the store would choose
+		if inline {
+			inlined++
+		}
+		replies := batchAgainstDecide(t, fmt.Sprintf("round %d", round), c, batch, seq, prefix+"{batch}:", prefix+"{seq}:", ds, inline, now)
 		for i, reply := range replies {
 			decisions++
 			switch {
@@ -260,8 +281,8 @@ func TestBatchMatchesSequentialCalls(t *testing.T) {
 		}
 	}
 	t.Logf("%d decisions: %d admitted, %d denied, %d replayed, %d out of range, %d on a key decided earlier in their batch; "+
-		"%d calls of several limits, %d with a limit out of range shared by several decisions",
-		decisions, admitted, denied, replayed, bad, sameKey, manyLimits, sharedBad)
+		"%d calls of several limits, %d with a limit out of range shared by several decisions, %d of 400 inline",
+		decisions, admitted, denied, replayed, bad, sameKey, manyLimits, sharedBad, inlined)
 	if admitted < decisions/10 || denied < decisions/10 || replayed < decisions/20 || bad == 0 || sameKey < decisions/4 ||
 		manyLimits < 300 || sharedBad == 0 {
 		t.Fatal("the rounds prove too little")
@@ -272,9 +293,10 @@ func TestBatchMatchesSequentialCalls(t *testing.T) {
 // limits (one of them a calendar window) and ten distinct profiles,
 // interleaved so that each limit's decisions are apart, one with a limit out
 // of range shared by three decisions of two profiles beside good ones, and
-// one whose six decisions share one profile: each decision must answer as
-// its own decide call, every decision of the bad limit -1 alone, as must
-// the one decision whose cost exceeds its (good) limit's capacity.
+// one whose six decisions share one profile, each with profiles and inline:
+// each decision must answer as its own decide call, every decision of the
+// bad limit -1 alone, as must the one decision whose cost exceeds its
+// (good) limit's capacity.
 func TestBatchSharesProfiles(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
@@ -296,13 +318,20 @@ func TestBatchSharesProfiles(t *testing.T) {
 	gcra := tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Minute, Burst: 2}
 	sw := tollgate.Limit{Algorithm: tollgate.SlidingWindow, Rate: 4, Period: time.Hour}
 	daily := tollgate.Daily(2)
+	// check runs ds in both layouts, on keys of their own, and returns the
+	// replies (the same both ways).
 	check := func(what string, ds []batchDecision, limits, profiles int) [][]int64 {
 		t.Helper()
-		argv, p := batchArgs(ds)
+		argv, p := batchArgs(ds, false)
 		if l := distinctLimits(ds); l != limits || p != profiles || len(argv) != 1+7*profiles+len(ds) {
 			t.Fatalf("%s: %d limits, %d profiles in %d arguments, want %d, %d in %d", what, l, p, len(argv), limits, profiles, 1+7*profiles+len(ds))
 		}
-		return batchAgainstDecide(t, what, c, batch, seq, prefix+"{batch}:", prefix+"{seq}:", ds, now)
+		replies := batchAgainstDecide(t, what, c, batch, seq, prefix+"{batch}:", prefix+"{seq}:", ds, false, now)
+		inline := batchAgainstDecide(t, what+", inline", c, batch, seq, prefix+"{inline}:", prefix+"{inline-seq}:", ds, true, now)
+		if !slices.EqualFunc(replies, inline, slices.Equal) {
+			t.Fatalf("%s: %v with profiles, %v inline", what, replies, inline)
+		}
+		return replies
 	}
 
 	ds := []batchDecision{
@@ -361,10 +390,15 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 	gcra := []any{int(tollgate.GCRA), 10, 1_000_000, 10, 1}
 	profiles := append(append([]any{2, 0, 0}, tb...), append([]any{4, 60_000}, gcra...)...)
 	good := append(slices.Clone(profiles), 1, 2)
+	inline := append(append([]any{0, 0}, tb...), append([]any{0}, gcra...)...) // keys goodKeys[:2]
 	goodKeys := []string{prefix + "a:tb", prefix + "b:gcra", prefix + "b:gcra:r:x"}
 	extraKey := append(slices.Clone(goodKeys), prefix+"extra")
+	// The cases below differ from these whole calls only where named.
 	if err := batch.Run(ctx, c, []string{prefix + "probe"}, append(slices.Clone(profiles), 1)...).Err(); err != nil {
-		t.Fatalf("a whole call failed: %v", err) // the cases below differ from whole calls only where named
+		t.Fatalf("a whole call failed: %v", err)
+	}
+	if err := batch.Run(ctx, c, []string{prefix + "probe", prefix + "probe2"}, inline...).Err(); err != nil {
+		t.Fatalf("a whole call failed: %v", err)
 	}
 	with := func(argv []any, i int, v any) []any {
 		argv = slices.Clone(argv)
@@ -376,6 +410,7 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 		noMode         = "has no mode"
 		noProfile      = "names no profile"
 		argumentsWrong = "do not hold profiles and decisions"
+		inlineWrong    = "arguments do not make whole decisions"
 	)
 	for _, tc := range []struct {
 		name string
@@ -393,7 +428,13 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 		{"a decision naming its profile not in decimal", extraKey, append(slices.Clone(good), "1.0"), noProfile},
 		{"a profile cut short", goodKeys, append(slices.Clone(profiles[:14]), 1, 2), keysWrong},
 		{"more profiles than arguments", goodKeys, with(good, 0, 3), argumentsWrong},
-		{"no profile", goodKeys, append([]any{0}, good[15:]...), argumentsWrong},
+		{"inline: a decision cut short", goodKeys[:2], append(slices.Clone(inline), 0, tb[0], tb[1]), inlineWrong},
+		{"inline: a decision with its mode alone", goodKeys[:2], append(slices.Clone(inline), 0), inlineWrong},
+		{"inline: a decision of a TTL alone", goodKeys[:2], append(slices.Clone(inline), 4, 60_000), inlineWrong},
+		{"inline: a marker missing", goodKeys[:1], append([]any{0, 4, 60_000}, tb...), keysWrong},
+		{"inline: a key too many", extraKey, append(slices.Clone(inline), 0), keysWrong},
+		{"inline: a mode that is not a number", goodKeys[:2], with(inline, 7, "x"), noMode},
+		{"inline and no decision", nil, []any{0}, argumentsWrong},
 		{"profiles and no decision", nil, profiles, argumentsWrong},
 		{"no argument", goodKeys, nil, argumentsWrong},
 		{"no decision", nil, nil, argumentsWrong},

@@ -257,11 +257,12 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 	}
 }
 
-// TestBatchScriptSendsEachProfileOnce lays out a batch of single decisions
+// TestBatchScriptSendsEachProfileOnce lays out batches of single decisions
 // on three limits, interleaved, with and without request ids, with a peek
 // and a call cut short, and checks that the batch script call carries each
-// profile (mode, TTL, limit, cost) once and each decision's profile; then,
-// without the short call, that every decision gets the answer its own
+// profile (mode, TTL, limit, cost) once and each decision's profile, or,
+// when fewer than two decisions share each profile, each decision's argv
+// inline; then that every decision of the batch gets the answer its own
 // decide call gets, on keys of its own, in the same order. Laying a batch
 // out allocates the shared call and its arguments only.
 func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
@@ -325,27 +326,61 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	want = append(want, profile("y", 0, 4)...)
 	want = append(want, profile("", 1, 1)...)
 	want = append(want, 1, 2, 3, 4, 0, 5)
-	s := newShared(short)
-	var got []any
-	for _, a := range s.args[3:] {
-		switch v := a.(type) {
-		case *string:
-			got = append(got, *v)
-		case *int64:
-			got = append(got, *v)
-		case int64:
-			got = append(got, v)
-		default:
-			t.Fatalf("argument %v of type %T", a, a)
+	args := func(calls []*call) (int64, []any) {
+		s := newShared(calls)
+		var got []any
+		for _, a := range s.args[3:] {
+			switch v := a.(type) {
+			case *string:
+				got = append(got, *v)
+			case *int64:
+				got = append(got, *v)
+			case int64:
+				got = append(got, v)
+			default:
+				t.Fatalf("argument %v of type %T", a, a)
+			}
+		}
+		return s.args[2].(int64), got
+	}
+	if nkeys, got := args(short); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 8 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 8 keys\n%v", nkeys, got, want)
+	}
+	// Two profiles for four decisions: profiles.
+	few := []*call{batch[0], batch[7], batch[2], batch[9]}
+	want = nil
+	for _, c := range few {
+		want = append(want, c.keys[0])
+	}
+	want = append(want, 2)
+	want = append(want, profile("", 0, 4)...)
+	want = append(want, profile("", 2, 1)...)
+	want = append(want, 1, 1, 2, 2)
+	if nkeys, got := args(few); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 4 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 4 keys\n%v", nkeys, got, want)
+	}
+	// Eight profiles for eleven decisions: inline.
+	want = nil
+	for _, c := range batch {
+		for _, k := range c.keys {
+			want = append(want, k)
 		}
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) || s.args[2] != int64(8) {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 8 keys\n%v", s.args[2], got, want)
+	want = append(want, 0)
+	for _, c := range batch {
+		for _, a := range c.argv {
+			want = append(want, a)
+		}
+	}
+	if nkeys, got := args(batch); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 16 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 16 keys, inline\n%v", nkeys, got, want)
 	}
 	// The shared call and its argument slice; nothing per decision or
 	// profile.
-	if allocs := testing.AllocsPerRun(100, func() { newShared(batch) }); allocs > 2 {
-		t.Errorf("laying out %d decisions allocates %v times, want at most 2", len(batch), allocs)
+	for _, calls := range [][]*call{few, batch} {
+		if allocs := testing.AllocsPerRun(100, func() { newShared(calls) }); allocs > 2 {
+			t.Errorf("laying out %d decisions allocates %v times, want at most 2", len(calls), allocs)
+		}
 	}
 
 	st.runBatch(batch)
