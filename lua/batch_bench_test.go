@@ -3,8 +3,11 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -24,72 +27,202 @@ var batchSizes = []int{1, 4, 16, 64}
 // 512 decisions go as a pipeline of one decide call each and when they go
 // as batch script calls of 4, 16 and 64 decisions, alternating in one run
 // on a private server, with and without a request id (a new id each time,
-// so every admission writes its marker). The limit is 1000 per second over
-// 1000 identities, so nearly every decision is admitted and writes, like
-// the load tool's random cells. Each size reports its median over the
-// rounds (use -benchtime=3x or more):
+// so every admission writes its marker), and with one limit for every
+// decision (limits=1, as concurrent decisions of one rule are: one profile
+// per call) or a limit of its own for each (limits=each: as many profiles
+// as decisions, the batch layout's worst case). The limits are about 1000
+// per second over 1000 identities, so nearly every decision is admitted
+// and writes, like the load tool's random cells. Each size reports its
+// median over the rounds (use -benchtime=3x or more) and logs it with the
+// rounds' range:
 //
 //	go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
+//
+// With TOLLGATE_BASELINE_LUA naming a directory holding another version's
+// batch script parts (batch.lua, batch_end.lua, arith.lua and the four
+// <algorithm>.lua blocks), it measures that batch script too, in the same
+// rounds, right before or after the current one (alternating), and reports
+// it as base-µs, with the ratio current ÷ baseline of each round: the two
+// ran back to back, so the ratio is less at the mercy of the machine's
+// other work than either figure. A baseline whose batch.lua does not read
+// profiles ("local nprofiles") is sent the older layout, each decision's
+// decide call arguments one after the other. The current script gets the
+// layout the store would send (profiles, or inline when fewer than two
+// decisions share each profile: limits=each), or the one
+// TOLLGATE_BATCH_LAYOUT names, "profiles" or "inline", for every call. For
+// example, against the version before profiles:
+//
+//	mkdir -p /tmp/base && for f in batch batch_end arith token_bucket gcra sliding_window fixed_window; do
+//	  git show fafc78e:lua/$f.lua > /tmp/base/$f.lua; done
+//	TOLLGATE_BASELINE_LUA=/tmp/base go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
 func BenchmarkBatchServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
 	ctx := context.Background()
-	decide, batch := redis.NewScript(lua.Source(lua.Decide)), redis.NewScript(lua.Source(lua.Batch))
-	for _, s := range []*redis.Script{decide, batch} {
-		if err := s.Load(ctx, c).Err(); err != nil {
+	decide := redis.NewScript(lua.Source(lua.Decide))
+	scripts := []batchScript{{"", redis.NewScript(lua.Source(lua.Batch)), true}}
+	if dir := os.Getenv("TOLLGATE_BASELINE_LUA"); dir != "" {
+		scripts = append(scripts, baselineBatchScript(b, dir))
+	}
+	if err := decide.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range scripts {
+		if err := s.script.Load(ctx, c).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
 		for _, withID := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/request-id=%v", alg, withID), func(b *testing.B) {
-				p := algo.ParamsOf(tollgate.Request{Limit: tollgate.Limit{Algorithm: alg, Rate: 1000, Period: 1e9, Burst: 1000}, Cost: 1})
-				perDecision := make([][]float64, len(batchSizes))
-				seq := 0
-				for b.Loop() {
-					for range 10 {
-						for i, size := range batchSizes {
-							_, usec0 := evalshaStats(b, srv)
-							pipe := c.Pipeline()
-							for range 512 / size {
-								var keys []string
-								var argv []any
-								for range size {
-									seq++
-									key := "{bench-" + strconv.Itoa(seq%1000) + "}:" + alg.String()
-									keys = append(keys, key)
-									if withID {
-										keys = append(keys, key+":r:"+strconv.Itoa(seq))
-										argv = append(argv, 4, 60_000)
-									} else {
-										argv = append(argv, 0)
+			for _, each := range []bool{false, true} {
+				limits := map[bool]string{false: "1", true: "each"}[each]
+				b.Run(fmt.Sprintf("%s/request-id=%v/limits=%s", alg, withID, limits), func(b *testing.B) {
+					// perDecision[s][i]: script s's µs per decision at
+					// batchSizes[i], one figure per round.
+					perDecision := make([][][]float64, len(scripts))
+					for s := range scripts {
+						perDecision[s] = make([][]float64, len(batchSizes))
+					}
+					seq, round := 0, 0
+					for b.Loop() {
+						for range 10 {
+							round++
+							for i, size := range batchSizes {
+								for j := range scripts {
+									s := (j + round) % len(scripts) // alternate which goes first
+									if size == 1 && s > 0 {
+										continue // decide calls: the same whatever the batch script
 									}
-									argv = append(argv, int(alg), p.Rate, p.Period, p.Capacity, p.Cost)
-								}
-								if size == 1 {
-									decide.EvalSha(ctx, pipe, keys, argv...)
-								} else {
-									batch.EvalSha(ctx, pipe, keys, argv...)
+									_, usec0 := evalshaStats(b, srv)
+									pipe := c.Pipeline()
+									for range 512 / size {
+										var keys []string
+										var ds []batchDecision
+										for d := range size {
+											seq++
+											key := "{bench-" + strconv.Itoa(seq%1000) + "}:" + alg.String()
+											keys = append(keys, key)
+											argv := []int64{0}
+											if withID {
+												keys = append(keys, key+":r:"+strconv.Itoa(seq))
+												argv = []int64{4, 60_000}
+											}
+											limit := tollgate.Limit{Algorithm: alg, Rate: 1000, Period: 1e9, Burst: 1000}
+											if each {
+												limit.Rate += int64(d)
+											}
+											p := algo.ParamsOf(tollgate.Request{Limit: limit, Cost: 1})
+											ds = append(ds, batchDecision{argv: append(argv, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost)})
+										}
+										if size == 1 {
+											decide.EvalSha(ctx, pipe, keys, anys(ds[0].argv)...)
+										} else {
+											scripts[s].script.EvalSha(ctx, pipe, keys, scripts[s].args(ds)...)
+										}
+									}
+									if _, err := pipe.Exec(ctx); err != nil {
+										b.Fatal(err)
+									}
+									_, usec1 := evalshaStats(b, srv)
+									perDecision[s][i] = append(perDecision[s][i], float64(usec1-usec0)/512)
 								}
 							}
-							if _, err := pipe.Exec(ctx); err != nil {
-								b.Fatal(err)
-							}
-							_, usec1 := evalshaStats(b, srv)
-							perDecision[i] = append(perDecision[i], float64(usec1-usec0)/512)
 						}
 					}
-				}
-				for i, size := range batchSizes {
-					slices.Sort(perDecision[i])
-					b.ReportMetric(perDecision[i][len(perDecision[i])/2], fmt.Sprintf("µs/decision-%d-per-call", size))
-				}
-			})
+					for i, size := range batchSizes {
+						line := fmt.Sprintf("%d per call:", size)
+						for s, script := range scripts {
+							if size == 1 && s > 0 {
+								continue
+							}
+							v := slices.Sorted(slices.Values(perDecision[s][i]))
+							b.ReportMetric(v[len(v)/2], fmt.Sprintf("%sµs/decision-%d-per-call", script.name, size))
+							line += fmt.Sprintf(" %sµs median %.2f (%.2f–%.2f);", script.name, v[len(v)/2], v[0], v[len(v)-1])
+							if s == 0 {
+								continue
+							}
+							var ratios []float64
+							lower := 0
+							for r, x := range perDecision[s][i] {
+								ratios = append(ratios, perDecision[0][i][r]/x)
+								if ratios[r] < 1 {
+									lower++
+								}
+							}
+							slices.Sort(ratios)
+							line += fmt.Sprintf(" current÷%s per round median %.3f (%.3f–%.3f), below 1 in %d of %d;",
+								strings.TrimSuffix(script.name, "-"), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1], lower, len(ratios))
+						}
+						b.Log(line)
+					}
+				})
+			}
 		}
 	}
 	// Where a script's time goes: the commands it calls, as Redis counts
-	// them (all sizes together).
+	// them (all sizes and scripts together).
 	for _, cmd := range []string{"evalsha", "time", "mget", "set", "incr"} {
 		b.Logf("cmdstat_%s: %s", cmd, srv.Info(b, "commandstats", "cmdstat_"+cmd))
 	}
+}
+
+// batchScript is a batch script to measure: its name in the metrics ("" for
+// the current one), and whether it takes profiles (the current layout:
+// then inline when the store would send the decisions inline, unless
+// TOLLGATE_BATCH_LAYOUT says "profiles" or "inline") or only each
+// decision's decide call arguments one after the other.
+type batchScript struct {
+	name     string
+	script   *redis.Script
+	profiles bool
+}
+
+// args lays out ds as s's ARGV.
+func (s batchScript) args(ds []batchDecision) []any {
+	if s.profiles {
+		inline := inlineAsTheStore(ds)
+		switch os.Getenv("TOLLGATE_BATCH_LAYOUT") {
+		case "profiles":
+			inline = false
+		case "inline":
+			inline = true
+		}
+		argv, _ := batchArgs(ds, inline)
+		return argv
+	}
+	var argv []any
+	for _, d := range ds {
+		argv = append(argv, anys(d.argv)...)
+	}
+	return argv
+}
+
+func anys(v []int64) []any {
+	out := make([]any, len(v))
+	for i, x := range v {
+		out[i] = x
+	}
+	return out
+}
+
+// baselineBatchScript joins the batch script parts in dir as lua.go joins
+// the current ones.
+func baselineBatchScript(b *testing.B, dir string) batchScript {
+	read := func(name string) string {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return string(data)
+	}
+	blocks := ""
+	for i, a := range algorithms {
+		if i > 0 {
+			blocks += "else"
+		}
+		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua"))
+	}
+	head := read("batch.lua")
+	src := head + read("arith.lua") + blocks + "end\n" + read("batch_end.lua")
+	return batchScript{"base-", redis.NewScript(src), strings.Contains(head, "local nprofiles")}
 }

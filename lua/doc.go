@@ -44,23 +44,45 @@
 // One call judges n ≥ 1 independent decisions, in order, each exactly as
 // its own decide call of one group would be (same modes, same replies,
 // same writes), at one server time: a decision on a key sees the writes
-// of the decisions before it in the call. Each decision's KEYS and ARGV
-// are those of its own decide call, one decision after the other:
+// of the decisions before it in the call. What a decide call of one group
+// sends besides its keys (mode, replay TTL, algorithm, rate, period,
+// capacity, cost) is its profile, and the decisions of a call usually share
+// very few (one rule's limit, cost 1, with or without a request id), so
+// each distinct profile is sent and checked once, first, and each decision
+// sends only the place of its profile in that list:
 //
 //	KEYS         per decision: state key, then its marker when its mode > 0
-//	ARGV         per decision: mode, replay TTL (only when mode > 0),
-//	             algorithm, rate, period, capacity, cost
+//
+//	ARGV[1]      P ≥ 1, the number of profiles
+//	ARGV[2..7P+1] seven per profile: mode, replay TTL (ignored unless
+//	             mode > 0; send 0), algorithm, rate, period, capacity, cost,
+//	             as in the decide call
+//	ARGV[7P+1+d] decision d's profile, 1 to P, in decimal ("1", "2", ...)
+//
+// When the decisions share few profiles (the store's rule: fewer than two
+// decisions per profile), the profiles and references cost more than they
+// save, and the call sends each decision's profile in turn instead, inline:
+//
+//	ARGV[1]      0
+//	ARGV[2..]    per decision, its decide call's ARGV: mode, replay TTL
+//	             (only when mode > 0), algorithm, rate, period, capacity, cost
 //
 // The reply is the decide call's five integers per decision, then the
-// server time (µs). Nothing is written until every decision's arguments
-// have been read: a call whose KEYS and ARGV do not make whole decisions is
-// an error and writes nothing. A decision whose numbers are out of range
-// answers allowed -1, and one whose write Redis refuses (INCR of a marker
-// holding a number that is not an integer) answers allowed -2, with nothing
-// of it written; the other decisions of the call are judged as usual. The keys
-// of a call must be on one Cluster slot, so only a single node (or
-// Sentinel) batches decisions of unrelated identities this way. The script
-// loops over its decisions, so the store bounds a call to 128 of them.
+// server time (µs). Nothing is written until every argument has been
+// read: a call whose ARGV does not make P whole profiles and decisions (or,
+// inline, whole decisions), whose profile has no mode (an integer ≥ -1),
+// whose decision names no profile of the call, or whose KEYS are not those
+// of its decisions, is an error and writes nothing. A decision whose
+// numbers are out of range (its profile's: the limit, TTL or cost, so every
+// decision of that profile, and only those) answers allowed -1, and one
+// whose write Redis refuses (INCR of a marker holding a number that is not
+// an integer) answers allowed -2, with nothing of it written; the other
+// decisions of the call are judged as usual. With profiles a decision
+// costs Redis one argument, against the six or seven of its own decide
+// call. The keys of a call must be on one Cluster slot, so only a single
+// node (or Sentinel) batches decisions of unrelated identities this way.
+// The script loops over its decisions, so the store bounds a call to 128
+// of them.
 //
 // # Refund
 //

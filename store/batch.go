@@ -293,9 +293,11 @@ var (
 // decisions take it well under a millisecond.
 const maxShared = 128
 
-// shared is single decisions of one batch sent as one batch script call:
-// their KEYS and ARGV are each call's own, one after the other, which is
-// the batch script's layout (lua/doc.go).
+// shared is single decisions of one batch sent as one batch script call,
+// in the batch script's layout (lua/doc.go): each distinct profile (what a
+// call's argv holds: mode, TTL, limit and cost) once, then each decision's
+// profile; or inline, each decision's argv in turn, when the decisions
+// share too few profiles for that to pay.
 type shared struct {
 	calls []*call
 	args  []any // EVALSHA sha numkeys KEYS... ARGV...
@@ -329,26 +331,89 @@ func shareCalls(batch []*call) ([]*shared, []*call) {
 	return out, own
 }
 
-// newShared lays out calls, single decisions, as one batch script call.
+// newShared lays out calls, single decisions, as one batch script call:
+// their keys one after the other, then their distinct profiles, found by a
+// linear scan (a batch holds at most maxShared decisions and usually one or
+// two profiles), then each decision's profile. When fewer than two
+// decisions share each profile on average, it sends them inline instead,
+// each decision's own argv in turn: a profile and a decision's reference to
+// it cost Redis more than the decision's own arguments (measured with
+// lua.BenchmarkBatchServerCost, limits=each). Every argument is a pointer
+// into a call's argv or a small integer (the number of profiles, a
+// decision's profile, the TTL of a profile without a request id), which Go
+// boxes without allocating. A call whose argv is not one whole decision
+// (mode, TTL when mode > 0, five numbers) names profile 0, which the script
+// rejects: the whole call fails and nothing of it is written.
 func newShared(calls []*call) *shared {
-	nkeys, nargv := 0, 0
+	var firstBuf [maxShared]*call // the first call of each distinct profile
+	var placeBuf [maxShared]int   // each call's profile, 1-based; 0 for none
+	firsts, places := firstBuf[:0], placeBuf[:0]
+	nkeys, nargv, whole := 0, 0, true
 	for _, c := range calls {
 		nkeys += len(c.keys)
 		nargv += len(c.argv)
+		place := 0
+		if wholeDecision(c) {
+			for p, first := range firsts {
+				if slices.Equal(first.argv, c.argv) { // the whole profile: mode, TTL when mode > 0, limit, cost
+					place = p + 1
+					break
+				}
+			}
+			if place == 0 {
+				firsts = append(firsts, c)
+				place = len(firsts)
+			}
+		} else {
+			whole = false
+		}
+		places = append(places, place)
 	}
-	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+nargv)}
+	inline := whole && 2*len(firsts) > len(calls)
+	if !inline {
+		nargv = 7*len(firsts) + len(calls)
+	}
+	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+1+nargv)}
 	s.args[2] = int64(nkeys)
 	for _, c := range calls {
 		for i := range c.keys {
 			s.args = append(s.args, &c.keys[i])
 		}
 	}
-	for _, c := range calls {
-		for i := range c.argv {
-			s.args = append(s.args, &c.argv[i])
+	if inline {
+		s.args = append(s.args, int64(0))
+		for _, c := range calls {
+			for i := range c.argv {
+				s.args = append(s.args, &c.argv[i])
+			}
 		}
+		return s
+	}
+	s.args = append(s.args, int64(len(firsts)))
+	for _, c := range firsts {
+		s.args = append(s.args, &c.argv[0])
+		if c.argv[0] > 0 {
+			s.args = append(s.args, &c.argv[1])
+		} else {
+			s.args = append(s.args, int64(0))
+		}
+		g := c.argv[len(c.argv)-groupArgs:]
+		s.args = append(s.args, &g[0], &g[1], &g[2], &g[3], &g[4])
+	}
+	for _, p := range places {
+		s.args = append(s.args, int64(p))
 	}
 	return s
+}
+
+// wholeDecision reports whether c's argv is one decision of one group:
+// mode, TTL when mode > 0, algorithm, rate, period, capacity, cost.
+func wholeDecision(c *call) bool {
+	h := 1
+	if len(c.argv) > 0 && c.argv[0] > 0 {
+		h = 2
+	}
+	return len(c.argv) == h+groupArgs
 }
 
 // command returns the shared call as EVALSHA of the batch script, or as

@@ -10,10 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/lua"
 )
@@ -252,5 +254,144 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 	}
 	if !slices.Equal(h.sizes, []int{4}) {
 		t.Errorf("pipelines of %v commands, want one of 4: three batch script calls and the set's decide call", h.sizes)
+	}
+}
+
+// TestBatchScriptSendsEachProfileOnce lays out batches of single decisions
+// on three limits, interleaved, with and without request ids, with a peek
+// and a call cut short, and checks that the batch script call carries each
+// profile (mode, TTL, limit, cost) once and each decision's profile, or,
+// when fewer than two decisions share each profile, each decision's argv
+// inline; then that every decision of the batch gets the answer its own
+// decide call gets, on keys of its own, in the same order. Laying a batch
+// out allocates the shared call and its arguments only.
+func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	ctx := context.Background()
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	alone := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	limits := []tollgate.Limit{
+		tollgate.PerSecond(10),
+		{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Hour, Burst: 2},
+		tollgate.Daily(2),
+	}
+	type decision struct {
+		key   string
+		limit int
+		cost  int64
+		id    string
+		peek  bool
+	}
+	ds := []decision{
+		{"a", 0, 4, "", false}, {"b", 1, 1, "x", false}, {"c", 2, 1, "", false}, {"a", 0, 4, "y", false},
+		{"b", 1, 1, "", true}, {"b", 1, 1, "", false}, {"c", 2, 1, "x", false}, {"a", 0, 4, "", false},
+		{"b", 1, 1, "x", false}, {"c", 2, 1, "", false}, {"a", 0, 1, "y", false},
+	}
+	calls := func(st *Redis) []*call {
+		var out []*call
+		for _, d := range ds {
+			req, err := tollgate.Request{Key: d.key, Limit: limits[d.limit], Cost: d.cost, RequestID: d.id}.Normalized()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mode := st.modeFor(d.id)
+			if d.peek {
+				mode = modePeek
+			}
+			out = append(out, st.newCall(ctx, []tollgate.Request{req}, mode, d.id, st.replays.ttlMs()))
+		}
+		return out
+	}
+
+	batch := calls(st)
+	short := append(slices.Clone(batch[:4]), &call{keys: batch[4].keys, argv: batch[4].argv[:3], groups: 1}, batch[5])
+	var want []any
+	for _, c := range short {
+		for _, k := range c.keys {
+			want = append(want, k)
+		}
+	}
+	profile := func(id string, limit int, cost int64) []any {
+		p := algo.ParamsOf(tollgate.Request{Limit: limits[limit], Cost: cost})
+		head := []any{int64(modeNoID), 0}
+		if id != "" {
+			head = []any{st.modeFor(id), st.replays.ttlMs()}
+		}
+		return append(head, int64(limits[limit].Algorithm), p.Rate, p.Period, p.Capacity, p.Cost)
+	}
+	want = append(want, 5)
+	want = append(want, profile("", 0, 4)...)
+	want = append(want, profile("x", 1, 1)...)
+	want = append(want, profile("", 2, 1)...)
+	want = append(want, profile("y", 0, 4)...)
+	want = append(want, profile("", 1, 1)...)
+	want = append(want, 1, 2, 3, 4, 0, 5)
+	args := func(calls []*call) (int64, []any) {
+		s := newShared(calls)
+		var got []any
+		for _, a := range s.args[3:] {
+			switch v := a.(type) {
+			case *string:
+				got = append(got, *v)
+			case *int64:
+				got = append(got, *v)
+			case int64:
+				got = append(got, v)
+			default:
+				t.Fatalf("argument %v of type %T", a, a)
+			}
+		}
+		return s.args[2].(int64), got
+	}
+	if nkeys, got := args(short); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 8 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 8 keys\n%v", nkeys, got, want)
+	}
+	// Two profiles for four decisions: profiles.
+	few := []*call{batch[0], batch[7], batch[2], batch[9]}
+	want = nil
+	for _, c := range few {
+		want = append(want, c.keys[0])
+	}
+	want = append(want, 2)
+	want = append(want, profile("", 0, 4)...)
+	want = append(want, profile("", 2, 1)...)
+	want = append(want, 1, 1, 2, 2)
+	if nkeys, got := args(few); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 4 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 4 keys\n%v", nkeys, got, want)
+	}
+	// Eight profiles for eleven decisions: inline.
+	want = nil
+	for _, c := range batch {
+		for _, k := range c.keys {
+			want = append(want, k)
+		}
+	}
+	want = append(want, 0)
+	for _, c := range batch {
+		for _, a := range c.argv {
+			want = append(want, a)
+		}
+	}
+	if nkeys, got := args(batch); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 16 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 16 keys, inline\n%v", nkeys, got, want)
+	}
+	// The shared call and its argument slice; nothing per decision or
+	// profile.
+	for _, calls := range [][]*call{few, batch} {
+		if allocs := testing.AllocsPerRun(100, func() { newShared(calls) }); allocs > 2 {
+			t.Errorf("laying out %d decisions allocates %v times, want at most 2", len(calls), allocs)
+		}
+	}
+
+	st.runBatch(batch)
+	for i, c := range calls(alone) {
+		alone.runOne(ctx, c)
+		<-batch[i].done
+		// allowed, remaining and replayed: the durations count from each
+		// call's own server time.
+		b := batch[i]
+		if b.err != nil || c.err != nil || b.reply[0] != c.reply[0] || b.reply[1] != c.reply[1] || b.reply[4] != c.reply[4] {
+			t.Errorf("decision %d %+v: %v, %v in the batch, %v, %v alone", i, ds[i], b.reply, b.err, c.reply, c.err)
+		}
 	}
 }
