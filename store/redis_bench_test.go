@@ -47,10 +47,11 @@ func BenchmarkRedisAllow(b *testing.B) {
 }
 
 // BenchmarkRedisLimitsPerCall compares, in one run on a private node, the
-// Redis time of a call under one limit (Allow of a plain key) with a call under two limits
-// of one identity (AllowAll of two PartKeys, one script call), over 1000
-// identities: redis-µs/call is INFO commandstats' usec per EVALSHA (the
-// script's own time), redis-cpu-µs/op the main thread's CPU per decision.
+// Redis time of a call under one limit (Allow of a plain key) with a call
+// under two limits of one identity (AllowAll of two PartKeys, one script
+// call), over 1000 identities: redis-µs/call is INFO commandstats' usec
+// per EVALSHA (the script's own time), redis-cpu-µs/op the main thread's
+// CPU per call, its network reads and writes included.
 func BenchmarkRedisLimitsPerCall(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
