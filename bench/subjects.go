@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 
@@ -20,11 +21,19 @@ type Decider interface {
 type Tollgate struct {
 	Store tollgate.Store
 	Limit tollgate.Limit
+	// ReplayTTL is each request id's Request.ReplayTTL: 0 for the store's
+	// default, or what the interceptor sets for a call with a deadline
+	// (its time left plus a margin).
+	ReplayTTL time.Duration
 }
 
 // Decide asks the store for one decision of cost 1.
 func (t Tollgate) Decide(ctx context.Context, identity, requestID string) (bool, error) {
-	d, err := t.Store.Allow(ctx, tollgate.Request{Key: identity, Limit: t.Limit, RequestID: requestID})
+	req := tollgate.Request{Key: identity, Limit: t.Limit, RequestID: requestID}
+	if requestID != "" {
+		req.ReplayTTL = t.ReplayTTL
+	}
+	d, err := t.Store.Allow(ctx, req)
 	return d.Allowed, err
 }
 

@@ -221,3 +221,51 @@ func acrossSlotsExact(t *testing.T, denyCacheSize int) {
 	t.Logf("64 callers across 3 slots: 40 of 40 admitted; %d of the %d {y, z} sets sent before the 40th admission were denied while y had a unit left; %d denied {y, x} sets, each holding y's debit at most its duration: p50 %v, p99 %v, max %v",
 		wrong, yzCalls.Load(), len(deniedTook), q(0.5), q(0.99), q(1))
 }
+
+// TestAllowAllGivesPartsBack: a set holding two parts of one identity and
+// an identity on another slot that denies is denied as a whole, ten times:
+// on a Cluster the parts' slot admits and is refunded each time, and the
+// parts are left exactly as the one admitted set before them left them.
+func TestAllowAllGivesPartsBack(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.KeyPrefix(t)
+		st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
+		second := tollgate.Request{Key: PartKey("tenant-a", "second"), Limit: quotaLimit(tollgate.TokenBucket, 5)}
+		hour := tollgate.Request{Key: PartKey("tenant-a", "hour"), Limit: quotaLimit(tollgate.FixedWindow, 20)}
+		other := "spent-0"
+		for i := 1; slot(decisionKeys(prefix, 0, other, "")[0]) == slot(decisionKeys(prefix, 0, second.Key, "")[0]); i++ {
+			other = "spent-" + strconv.Itoa(i)
+		}
+		spent := tollgate.Request{Key: other, Limit: quotaLimit(tollgate.TokenBucket, 1)}
+		if d, err := st.Allow(ctx, spent); err != nil || !d.Allowed {
+			t.Fatalf("spending %q: %+v, %v", other, d, err)
+		}
+		// One admitted set first, so both parts hold a state to give back to.
+		if ds, err := st.AllowAll(ctx, []tollgate.Request{second, hour}); err != nil || !ds[0].Allowed {
+			t.Fatalf("first set: %+v, %v", ds, err)
+		}
+		for range 10 {
+			ds, err := st.AllowAll(ctx, []tollgate.Request{second, hour, spent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ds[0].Allowed || ds[1].Allowed || ds[2].Allowed {
+				t.Fatalf("a set with a spent member: %+v, want all denied", ds)
+			}
+		}
+		for _, tc := range []struct {
+			req  tollgate.Request
+			left int64
+		}{{second, 4}, {hour, 19}} {
+			d, err := st.Peek(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Peek judges a cost of one: remaining is what is left after it.
+			if d.Remaining != tc.left-1 {
+				t.Fatalf("%s after ten denied sets: %d remaining after a peek, want %d (the first set's debit only)", tc.req.Limit, d.Remaining, tc.left-1)
+			}
+		}
+	})
+}

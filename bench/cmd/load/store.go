@@ -64,10 +64,19 @@ func redisRateSubject() subject {
 
 // tollgateSubject is tollgate's Redis store as shipped, with the deny cache.
 func tollgateSubject(name string, alg tollgate.Algorithm, requestID bool, opts ...store.RedisOption) subject {
+	return replayTTLSubject(name, alg, requestID, 0, opts...)
+}
+
+// deadlineReplayTTL is the Request.ReplayTTL the interceptor gives a
+// request id of a call with a 1 s deadline: its time left plus its margin.
+const deadlineReplayTTL = 1500 * time.Millisecond
+
+// replayTTLSubject is tollgateSubject whose request ids have replayTTL.
+func replayTTLSubject(name string, alg tollgate.Algorithm, requestID bool, replayTTL time.Duration, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: requestID, make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
 		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
-		return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
+		return bench.Tollgate{Store: st, Limit: limit(alg), ReplayTTL: replayTTL}, func() { _ = c.Close() }, nil
 	}}
 }
 
@@ -112,6 +121,7 @@ func (m *measurer) storeSubjects() []subject {
 			autoPipelineSubject(tollgate.GCRA))
 		for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
 			subjects = append(subjects,
+				replayTTLSubject("tollgate "+alg.String()+" +request id, ReplayTTL of a 1s deadline", alg, true, deadlineReplayTTL),
 				tollgateSubject("tollgate "+alg.String()+" pipelined decide calls", alg, false, store.WithBatchScript(false)),
 				tollgateSubject("tollgate "+alg.String()+" pipelined decide calls +request id", alg, true, store.WithBatchScript(false)))
 		}
