@@ -263,9 +263,10 @@ type Request struct {
 	// MaxRequestIDLen bytes of printable ASCII.
 	RequestID string
 	// ReplayTTL, when > 0, shortens how long the store remembers RequestID
-	// after an admission (never beyond the store's replay TTL). A retry
-	// cannot outlive its call, so callers that know the call's deadline set
-	// it to the time left plus a small margin.
+	// after an admission (never beyond the store's replay TTL; the stores
+	// round it up to a tenth of a second). A retry cannot outlive its call,
+	// so callers that know the call's deadline set it to the time left plus
+	// a small margin.
 	ReplayTTL time.Duration
 }
 

@@ -212,12 +212,12 @@ func BenchmarkMemoryAllow(b *testing.B) {
 func TestMemoryMarkerFollowsReplayTTL(t *testing.T) {
 	clock := newFakeClock()
 	m := store.NewMemory(store.WithClock(clock.Now), store.WithReplayTTL(10*time.Second))
-	// 2.001ms is kept 3ms, whole milliseconds rounded up as in Redis.
-	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "id", ReplayTTL: 2*time.Millisecond + time.Microsecond}
+	// 1.402001s is kept 1.5s, rounded up to a tenth of a second as in Redis.
+	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "id", ReplayTTL: 1402*time.Millisecond + time.Microsecond}
 	if d := allow(t, m, req); !d.Allowed || d.Replayed {
 		t.Fatalf("first call: %+v", d)
 	}
-	clock.Advance(3*time.Millisecond - time.Microsecond)
+	clock.Advance(1500*time.Millisecond - time.Microsecond)
 	if d := allow(t, m, req); !d.Replayed {
 		t.Fatalf("within the ReplayTTL: %+v, want replayed", d)
 	}

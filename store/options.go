@@ -55,14 +55,20 @@ func defaultReplays() replays { return replays{max: DefaultMaxReplays, ttl: Defa
 // rounded up, at least one.
 func (p replays) ttlMs() int64 { return wholeMs(p.ttl) }
 
+// replayTTLStep is the granularity of a ReplayTTL: rounded up to it, the
+// ReplayTTLs of concurrent calls with deadlines of one length mostly agree,
+// so the Redis store's batch script call sends their decisions' profile
+// once (lua/doc.go), and a marker lives at most this much longer.
+const replayTTLStep = 100 // ms
+
 // ttlMsFor is how long the marker of an admission lives, in the units of
-// ttlMs, for a request whose ReplayTTL is d: the replay TTL, or d when
-// shorter and above 0.
+// ttlMs, for a request whose ReplayTTL is d: the replay TTL, or d rounded
+// up to replayTTLStep when that is shorter and d is above 0.
 func (p replays) ttlMsFor(d time.Duration) int64 {
 	if d <= 0 || d >= p.ttl {
 		return p.ttlMs()
 	}
-	return wholeMs(d)
+	return min((wholeMs(d)+replayTTLStep-1)/replayTTLStep*replayTTLStep, p.ttlMs())
 }
 
 // setReplayTTL is the ReplayTTL an AllowAll set's markers live by: the

@@ -34,7 +34,7 @@ func TestRedisMarkerFollowsReplayTTL(t *testing.T) {
 		}{
 			{"unset", 0, 10 * time.Second},
 			{"shorter", 1500 * time.Millisecond, 1500 * time.Millisecond},
-			{"a fraction of a millisecond", 2*time.Millisecond + time.Microsecond, 3 * time.Millisecond},
+			{"rounded up to a tenth of a second", 1402*time.Millisecond + time.Microsecond, 1500 * time.Millisecond},
 			{"longer than the store's", time.Hour, 10 * time.Second},
 		} {
 			req := tollgate.Request{Key: "ttl-" + tc.name, Limit: tollgate.PerHour(10), RequestID: "id-1", ReplayTTL: tc.replayTTL}
