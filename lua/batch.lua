@@ -60,6 +60,10 @@ while (inline and a < nargv) or p < nprofiles do
       and (isint(period, 1) or (alg == 3 and isint(period, -4) and period < 0))
       and (mode <= 0 or isint(ttl, 1)) then
     palg[p], prate[p], pperiod[p], pcap[p], pcost[p] = alg, rate, period, capacity, c
+    -- The marker's value and PX go to Redis as strings, this one formatted
+    -- once per profile: Redis formats a number argument with "%.17g" on
+    -- every write.
+    if mode > 0 then pttl[p] = format('%d', ttl) end
   else
     palg[p], prate[p], pperiod[p], pcap[p], pcost[p] = -1, 1, 1, 1, 1
   end

@@ -20,7 +20,7 @@
     else
       written[key] = new_state
       if with_id then
-        v = pcall_('SET', marker, 0, 'PX', ttl)
+        v = pcall_('SET', marker, '0', 'PX', ttl) -- strings: see batch.lua
         if not (type(v) == 'table' and v.err) then written[marker] = 0 end
       end
     end

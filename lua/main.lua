@@ -46,7 +46,7 @@ elseif not peek then
   -- an exhausted one: nothing runs between the read above and this write.
   if with_id then
     for i = groups + 1, 2 * groups do
-      call('SET', KEYS[i], 0, 'PX', ARGV[2])
+      call('SET', KEYS[i], '0', 'PX', ARGV[2])
     end
   end
 end
