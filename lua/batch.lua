@@ -102,7 +102,7 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 -- which later decisions read instead.
 local got = call('MGET', unpack(KEYS))
 local written = {}
-local reply = {}
+local reply, nr = {}, 0 -- nr: the reply's integers so far
 
 k = 0
 for d = 1, n do

@@ -178,13 +178,12 @@ func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *
 		t.Fatalf("%s: batch call: %v", what, err)
 	}
 	n := len(ds)
-	if len(got) != 5*n+1 || got[5*n] != now {
+	replies := decodeBatch(t, what, got, n)
+	if got[len(got)-1] != now {
 		t.Fatalf("%s: batch reply %v for %d decisions at %d", what, got, n, now)
 	}
-	replies := make([][]int64, n)
 	for i, d := range ds {
-		reply := got[5*i : 5*i+5]
-		replies[i] = reply
+		reply := replies[i]
 		if d.bad {
 			if !slices.Equal(reply, []int64{-1, 0, 0, 0, 0}) {
 				t.Fatalf("%s decision %d (out of range %v): batch answered %v, want -1 alone", what, i, d.argv, reply)
@@ -472,12 +471,13 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	keys := []string{prefix + "a:tb", prefix + "p:tb", poisoned, prefix + "c:tb"}
 	tb := []any{int(tollgate.TokenBucket), 10, 1_000_000, 10, 3}
 	argv := append(append(append([]any{2, 0, 0}, tb...), append([]any{4, 60_000}, tb...)...), 1, 2, 1)
-	reply, err := batch.Run(ctx, c, keys, argv...).Int64Slice()
+	got, err := batch.Run(ctx, c, keys, argv...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reply) != 16 || reply[0] != 1 || reply[1] != 7 || !slices.Equal(reply[5:10], []int64{-2, 0, 0, 0, 0}) || reply[10] != 1 || reply[11] != 7 {
-		t.Fatalf("reply %v, want the first and last admitted (7 left) and the poisoned one -2", reply)
+	reply := decodeBatch(t, "batch", got, 3)
+	if reply[0][0] != 1 || reply[0][1] != 7 || !slices.Equal(reply[1], []int64{-2, 0, 0, 0, 0}) || reply[2][0] != 1 || reply[2][1] != 7 {
+		t.Fatalf("reply %v (%v), want the first and last admitted (7 left) and the poisoned one -2", reply, got)
 	}
 	for _, k := range []string{keys[0], keys[3]} {
 		if c.Exists(ctx, k).Val() != 1 {
@@ -490,4 +490,25 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	if err := decide.Run(ctx, c, keys[1:3], append([]any{4, 60_000}, tb...)...).Err(); err == nil {
 		t.Error("the same decision as a decide call of its own succeeded, want the INCR's error")
 	}
+}
+
+// decodeBatch decodes a batch script reply of n decisions with
+// lua.BatchDecision into each decision's five integers, as its decide call
+// would answer them, and fails t unless the reply is exactly n answers and
+// the server time.
+func decodeBatch(t *testing.T, what string, reply []int64, n int) [][]int64 {
+	t.Helper()
+	out := make([][]int64, n)
+	next := 0
+	for i := range n {
+		d, nx, ok := lua.BatchDecision(reply, next)
+		if !ok {
+			t.Fatalf("%s: batch reply %v: decision %d of %d does not decode at %d", what, reply, i, n, next)
+		}
+		out[i], next = d[:], nx
+	}
+	if next != len(reply)-1 {
+		t.Fatalf("%s: batch reply %v: %d decisions end at %d, not before the server time", what, reply, n, next)
+	}
+	return out
 }

@@ -429,13 +429,27 @@ func (s *shared) command(ctx context.Context, eval bool) scriptCmd {
 	return scriptCmd{cmd}
 }
 
-// finish gives each call its own answer from cmd's: its five integers and
-// the server time, or its own error, or the whole call's error when the
-// call failed as a whole (then the batch script wrote nothing).
+// finish gives each call its own answer from cmd's, as a decide call of
+// one group answers (its five integers and the server time), or its own
+// error, or the whole call's error when the call failed as a whole (then
+// the batch script wrote nothing) or its reply does not decode.
 func (s *shared) finish(cmd scriptCmd) {
 	v, err := cmd.Result()
-	if err == nil && len(v) != 5*len(s.calls)+1 {
-		err = errBadReply
+	replies := make([]int64, 6*len(s.calls))
+	if err == nil {
+		next := 0
+		for i := range s.calls {
+			d, n, ok := lua.BatchDecision(v, next)
+			if !ok {
+				err = errBadReply
+				break
+			}
+			copy(replies[6*i:6*i+5], d[:])
+			next = n
+		}
+		if err == nil && next != len(v)-1 {
+			err = errBadReply
+		}
 	}
 	if err != nil {
 		for _, c := range s.calls {
@@ -444,10 +458,8 @@ func (s *shared) finish(cmd scriptCmd) {
 		return
 	}
 	now := v[len(v)-1]
-	replies := make([]int64, 6*len(s.calls))
 	for i, c := range s.calls {
 		reply := replies[6*i : 6*i+6 : 6*i+6]
-		copy(reply, v[5*i:5*i+5])
 		reply[5] = now
 		switch reply[0] {
 		case -1:

@@ -1,0 +1,59 @@
+package lua_test
+
+import (
+	"testing"
+
+	"github.com/tollgate/tollgate/lua"
+)
+
+// TestBatchDecisionDecodes decodes every kind of answer the batch script
+// sends, one after the other as in a reply, and refuses replies that end
+// too early or hold a code the script never sends.
+func TestBatchDecisionDecodes(t *testing.T) {
+	reply := []int64{
+		7*4 + 2, 1_500, // admitted, 7 left, full again in 1.5 ms
+		3*4 + 2 + 1, 900, // a replay: admitted, 3 left
+		0, 2_000_000, 250_000, // denied, 0 left, retry in 250 ms
+		-1,                   // out of range
+		-2,                   // its write refused
+		1<<40*4 + 2, 1 << 50, // the largest counts and durations
+		1_700_000_000_000_000, // the server time
+	}
+	want := [][5]int64{
+		{1, 7, 0, 1_500, 0},
+		{1, 3, 0, 900, 1},
+		{0, 0, 250_000, 2_000_000, 0},
+		{-1, 0, 0, 0, 0},
+		{-2, 0, 0, 0, 0},
+		{1, 1 << 40, 0, 1 << 50, 0},
+	}
+	next := 0
+	for i, w := range want {
+		d, n, ok := lua.BatchDecision(reply, next)
+		if !ok || d != w {
+			t.Fatalf("decision %d at %d: %v, %v; want %v", i, next, d, ok, w)
+		}
+		next = n
+	}
+	if next != len(reply)-1 {
+		t.Fatalf("the decisions end at %d, want %d (the server time)", next, len(reply)-1)
+	}
+
+	for _, bad := range []struct {
+		name  string
+		reply []int64
+	}{
+		{"empty", nil},
+		{"admitted without its reset", []int64{2}},
+		{"denied without its retry", []int64{0, 5}},
+		{"a code below -2", []int64{-3, 0, 0}},
+		{"a denied replay", []int64{1, 5, 5}},
+	} {
+		if d, _, ok := lua.BatchDecision(bad.reply, 0); ok {
+			t.Errorf("%s %v: decoded as %v", bad.name, bad.reply, d)
+		}
+	}
+	if _, _, ok := lua.BatchDecision([]int64{2, 5}, 2); ok {
+		t.Error("decoded past the reply's end")
+	}
+}
