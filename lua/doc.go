@@ -74,7 +74,7 @@
 // remaining*4 + allowed*2 + replayed, then its reset, then, only when
 // denied, its retry. An admitted decision, the usual one, answers two
 // integers: each costs Redis a conversion and the client a parse, and five
-// cost the script about 6% more of its time. Nothing is written until every argument has been
+// cost the script 2–6% more of its time. Nothing is written until every argument has been
 // read: a call whose ARGV does not make P whole profiles and decisions (or,
 // inline, whole decisions), whose profile has no mode (an integer ≥ -1),
 // whose decision names no profile of the call, or whose KEYS are not those
