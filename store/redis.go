@@ -197,10 +197,11 @@ func (r *Redis) modeFor(requestID string) int64 {
 	return r.replays.max
 }
 
-// errBadReply means a script answered something other than lua/doc.go's
-// five integers per group and the time: the scripts on the server are not
-// the ones this package was built with.
-var errBadReply = errors.New("script reply is not five integers per group and the time")
+// errBadReply means a script answered something other than lua/doc.go
+// says (five integers per group and the time; a batch: each decision's
+// compact answer and the time): the scripts on the server are not the ones
+// this package was built with.
+var errBadReply = errors.New("script reply is not what lua/doc.go says the script answers")
 
 // decisionOf turns a script's {allowed, remaining, retry_after_us,
 // reset_after_us, replayed}, the first five integers of v, into a Decision;
