@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,9 +134,9 @@ func BenchmarkBatchServerCost(b *testing.B) {
 							if size == 1 && s > 0 {
 								continue
 							}
-							v := slices.Sorted(slices.Values(perDecision[s][i]))
-							b.ReportMetric(v[len(v)/2], fmt.Sprintf("%sµs/decision-%d-per-call", script.name, size))
-							line += fmt.Sprintf(" %sµs median %.2f (%.2f–%.2f);", script.name, v[len(v)/2], v[0], v[len(v)-1])
+							m, lo, hi := spread(perDecision[s][i])
+							b.ReportMetric(m, fmt.Sprintf("%sµs/decision-%d-per-call", script.name, size))
+							line += fmt.Sprintf(" %sµs median %.2f (%.2f–%.2f);", script.name, m, lo, hi)
 							if s == 0 {
 								continue
 							}
@@ -149,9 +148,9 @@ func BenchmarkBatchServerCost(b *testing.B) {
 									lower++
 								}
 							}
-							slices.Sort(ratios)
+							m, lo, hi = spread(ratios)
 							line += fmt.Sprintf(" current÷%s per round median %.3f (%.3f–%.3f), below 1 in %d of %d;",
-								strings.TrimSuffix(script.name, "-"), ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1], lower, len(ratios))
+								strings.TrimSuffix(script.name, "-"), m, lo, hi, lower, len(ratios))
 						}
 						b.Log(line)
 					}

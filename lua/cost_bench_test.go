@@ -102,6 +102,13 @@ func serverCost(b *testing.B, srv *redistest.Server, c *redis.Client, s costScri
 	return float64(usec1-usec0) / float64(calls1-calls0)
 }
 
+// spread returns the median of v and its lowest and highest values, as
+// the benchmarks of this package report their rounds.
+func spread(v []float64) (median, lo, hi float64) {
+	v = slices.Sorted(slices.Values(v))
+	return v[len(v)/2], v[0], v[len(v)-1]
+}
+
 func evalshaStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
 	for _, field := range strings.Split(srv.Info(b, "commandstats", "cmdstat_evalsha"), ",") {
 		name, value, _ := strings.Cut(field, "=")

@@ -2,7 +2,6 @@ package lua_test
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,14 +78,14 @@ func BenchmarkGroupsServerCost(b *testing.B) {
 		ratios[0] = append(ratios[0], round[1]/round[0])
 		ratios[1] = append(ratios[1], round[3]/round[0])
 	}
-	median := func(v []float64) float64 { v = slices.Sorted(slices.Values(v)); return v[len(v)/2] }
+	median := func(v []float64) float64 { m, _, _ := spread(v); return m }
 	for v, name := range names {
 		b.ReportMetric(median(perCall[v]), name+"-µs/call")
 	}
 	b.ReportMetric(median(ratios[0]), "two÷one")
 	b.ReportMetric(median(ratios[1]), "two-no-writes÷one")
 	for i, r := range ratios {
-		r = slices.Sorted(slices.Values(r))
-		b.Logf("%s ÷ one: median %.2f (%.2f–%.2f) over %d rounds", names[2*i+1], r[len(r)/2], r[0], r[len(r)-1], len(r))
+		m, lo, hi := spread(r)
+		b.Logf("%s ÷ one: median %.2f (%.2f–%.2f) over %d rounds", names[2*i+1], m, lo, hi, len(r))
 	}
 }

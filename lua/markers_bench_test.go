@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -193,12 +192,11 @@ func BenchmarkMarkerServerCost(b *testing.B) {
 		}
 		round++
 	}
-	median := func(v []float64) float64 { v = slices.Sorted(slices.Values(v)); return v[len(v)/2] }
 	for v, name := range layouts {
-		b.ReportMetric(median(perDecision[v]), name+"-µs/decision")
-		r := slices.Sorted(slices.Values(ratios[v]))
-		p := slices.Sorted(slices.Values(perDecision[v]))
+		p, plo, phi := spread(perDecision[v])
+		r, rlo, rhi := spread(ratios[v])
+		b.ReportMetric(p, name+"-µs/decision")
 		b.Logf("%-7s %5.2f µs per decision (%.2f–%.2f), %.2f× no marker (%.2f–%.2f) over %d rounds",
-			name, median(p), p[0], p[len(p)-1], median(r), r[0], r[len(r)-1], len(r))
+			name, p, plo, phi, r, rlo, rhi, len(ratios[v]))
 	}
 }
