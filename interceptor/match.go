@@ -39,9 +39,27 @@ func splitMethod(full string) (service, method string, ok bool) {
 // ruleSet is what applies to the calls of one method: the plans of every
 // matching rule that no other matching rule replaces, in WithRules order.
 type ruleSet struct {
-	calls []*plan
+	calls planSet
 	// messages are the message plans of those rules with PerMessage.
-	messages []*plan
+	messages planSet
+}
+
+// planSet is the plans one decision follows: the enforcing rules' first,
+// then the shadow rules', each in WithRules order.
+type planSet struct {
+	plans []*plan
+	// enforcing is how many of plans are not Shadow.
+	enforcing int
+}
+
+// add appends p in its place: after the enforcing plans when it is one.
+func (s *planSet) add(p *plan) {
+	if p.rule.Shadow {
+		s.plans = append(s.plans, p)
+		return
+	}
+	s.plans = slices.Insert(s.plans, s.enforcing, p)
+	s.enforcing++
 }
 
 // matcher finds the rules applying to a full method name with at most three
@@ -123,12 +141,12 @@ func newMatcher(rules []*rule) (matcher, error) {
 			if replacedAmong(r, applying) {
 				continue
 			}
-			set.calls = append(set.calls, r.call)
+			set.calls.add(r.call)
 			if r.message != nil {
-				set.messages = append(set.messages, r.message)
+				set.messages.add(r.message)
 			}
 		}
-		if len(set.calls) == 0 {
+		if len(set.calls.plans) == 0 {
 			return nil, nil
 		}
 		if err := checkSetSize(q, set); err != nil {
@@ -162,7 +180,7 @@ func newMatcher(rules []*rule) (matcher, error) {
 // checkSetSize rejects a set whose static limits exceed what one store
 // call decides.
 func checkSetSize(q pattern, set *ruleSet) error {
-	for _, plans := range [][]*plan{set.calls, set.messages} {
+	for _, plans := range [][]*plan{set.calls.plans, set.messages.plans} {
 		n := 0
 		for _, p := range plans {
 			n += len(p.limits)

@@ -131,16 +131,17 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 		if p == nil {
 			continue
 		}
-		c := check{p: p, ctx: ctx}
-		if !limitsFor(&c, value) {
-			return c.res.err
+		var res result
+		limits, ok := p.limitsFor(ctx, value, &res)
+		if !ok {
+			return res.err
 		}
 		key := p.key(value, anonymous)
 		cost := int64(1)
 		if p.priced {
 			cost = max(r.Cost, 1)
 		}
-		for _, lp := range c.limits {
+		for _, lp := range limits {
 			req := tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())}
 			if err := f(p, req); err != nil {
 				if errors.Is(err, tollgate.ErrInvalidRequest) {

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/store"
@@ -59,11 +60,12 @@ type plan struct {
 	// prefix is the store key prefix of an identified caller; anon is the
 	// store key of ShareMissing's anonymous identity.
 	prefix, anon string
-	// limits are the static limits; limitFunc, when not nil, chooses them
-	// per identity instead.
-	limits     []limitPlan
-	limitFunc  func(ctx context.Context, key string) (tollgate.Limit, error)
-	limitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
+	// limits are the static limits; when choose is not nil it chooses them
+	// per identity instead (LimitFunc and LimitsFunc, both as one function
+	// of several limits), and chooser names the rule field it came from.
+	limits  []limitPlan
+	choose  func(ctx context.Context, key string) ([]tollgate.Limit, error)
+	chooser string
 	// multi: every limit's key is a part of the identity's (Limits and
 	// LimitsFunc; a single Limit keeps the identity's key as it is).
 	multi bool
@@ -102,6 +104,42 @@ func (p *plan) newLimitPlan(limit tollgate.Limit) limitPlan {
 	return lp
 }
 
+// limitsFor returns the limits of the identity value (the key function's
+// result), or fills res with the rejection.
+func (p *plan) limitsFor(ctx context.Context, value string, res *result) ([]limitPlan, bool) {
+	if p.choose == nil {
+		return p.limits, true
+	}
+	limits, err := p.choose(ctx, value)
+	if err != nil {
+		res.fail(outcomeError, err, "rate limit %q: %s failed: %v", p.rule.Name, p.chooser, err)
+		return nil, false
+	}
+	if len(limits) == 0 || len(limits) > tollgate.MaxAllowAll {
+		res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: %s returned %d limits, want 1 to %d", p.rule.Name, p.chooser, len(limits), tollgate.MaxAllowAll)
+		return nil, false
+	}
+	for i, limit := range limits {
+		if err := limit.Validate(); err != nil {
+			at := ""
+			if p.multi {
+				at = " " + strconv.Itoa(i)
+			}
+			res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: %s returned an invalid limit%s: %v", p.rule.Name, p.chooser, at, err)
+			return nil, false
+		}
+	}
+	if err := distinctLimits(limits); err != nil {
+		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: %s: %v", p.rule.Name, p.chooser, err)
+		return nil, false
+	}
+	out := make([]limitPlan, len(limits))
+	for i, limit := range limits {
+		out[i] = p.newLimitPlan(limit)
+	}
+	return out, true
+}
+
 // key returns the store key of value, or of the anonymous identity.
 func (p *plan) key(value string, anonymous bool) string {
 	if anonymous {
@@ -119,14 +157,15 @@ func (lp *limitPlan) key(identity string) string {
 	return store.PartKey(identity, lp.part)
 }
 
-// newPlan returns the plan of r for scope s; limits are its static limits
-// (nil when limitFunc chooses them).
-func newPlan(r *rule, s scope, limits []tollgate.Limit, replicas int64) *plan {
+// newPlan returns the plan of r for scope s with its static limits, or,
+// with choose, the function choosing them per identity.
+func newPlan(r *rule, s scope, limits []tollgate.Limit, choose limitChooser, replicas int64) *plan {
 	head := r.Name + "\x00" + string(scopeLetter[s])
 	p := &plan{rule: r, scope: s, prefix: head + "k:", anon: head + "a", replicas: replicas, priced: s == scopeCall}
 	if s == scopeCall {
-		p.explicitLocal, p.limitFunc, p.limitsFunc = r.LocalLimit, r.LimitFunc, r.LimitsFunc
+		p.explicitLocal = r.LocalLimit
 		p.multi = r.Limits != nil || r.LimitsFunc != nil
+		p.choose, p.chooser = choose.fn, choose.name
 	}
 	for _, l := range limits {
 		p.limits = append(p.limits, p.newLimitPlan(l))

@@ -32,7 +32,7 @@ func (m middlewareLimiter) Limit(ctx context.Context) error {
 	if set == nil {
 		return nil
 	}
-	res := m.l.decide(ctx, set.calls, method, nil)
+	res := m.l.decide(ctx, &set.calls, method, nil)
 	if md := res.trailer(m.l.admittedTrailers); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}

@@ -221,36 +221,11 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 	if c.maxShapeWait == 0 {
 		c.maxShapeWait = DefaultMaxShapeWait
 	}
-	set := 0
-	for _, isSet := range []bool{r.Limit != (tollgate.Limit{}), r.Limits != nil, r.LimitFunc != nil, r.LimitsFunc != nil} {
-		if isSet {
-			set++
-		}
+	limits, choose, err := r.limitSource(cost)
+	if err != nil {
+		return nil, fail("%w", err)
 	}
-	if set > 1 {
-		return nil, fail("set exactly one of Limit, Limits, LimitFunc and LimitsFunc")
-	}
-	limits := r.Limits
-	switch {
-	case r.Limits != nil:
-		if len(r.Limits) == 0 || len(r.Limits) > tollgate.MaxAllowAll {
-			return nil, fail("Limits has %d limits: give 1 to %d", len(r.Limits), tollgate.MaxAllowAll)
-		}
-		for i, l := range r.Limits {
-			if err := checkLimit(l, cost); err != nil {
-				return nil, fail("Limits[%d]: %w", i, err)
-			}
-		}
-		if err := distinctLimits(r.Limits); err != nil {
-			return nil, fail("Limits: %w", err)
-		}
-	case r.LimitFunc == nil && r.LimitsFunc == nil:
-		if err := checkLimit(r.Limit, cost); err != nil {
-			return nil, fail("Limit: %w", err)
-		}
-		limits = []tollgate.Limit{r.Limit}
-	}
-	c.call = newPlan(c, scopeCall, limits, replicas)
+	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	if r.FailMode == FailLocal {
 		for _, lp := range c.call.limits {
 			if err := checkLimit(lp.local, cost); err != nil {
@@ -267,7 +242,7 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 		if err := checkLimit(*r.PerMessage, 1); err != nil {
 			return nil, fail("PerMessage: %w", err)
 		}
-		c.message = newPlan(c, scopeMessage, []tollgate.Limit{*r.PerMessage}, replicas)
+		c.message = newPlan(c, scopeMessage, []tollgate.Limit{*r.PerMessage}, limitChooser{}, replicas)
 		if r.FailMode == FailLocal {
 			if err := checkLimit(c.message.limits[0].local, 1); err != nil {
 				return nil, fail("local limit for PerMessage: %w", err)
@@ -275,6 +250,59 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 		}
 	}
 	return c, nil
+}
+
+// limitChooser is a rule's function choosing limits per identity:
+// LimitFunc and LimitsFunc both as one function of several limits, with the
+// name of the field it came from; fn is nil for static limits.
+type limitChooser struct {
+	name string
+	fn   func(ctx context.Context, key string) ([]tollgate.Limit, error)
+}
+
+// limitSource compiles the one way r gives its limits (Limit, Limits,
+// LimitFunc or LimitsFunc) into static limits, each admitting cost, or a
+// chooser.
+func (r *Rule) limitSource(cost int64) ([]tollgate.Limit, limitChooser, error) {
+	var ways []string
+	for _, w := range []struct {
+		name string
+		set  bool
+	}{{"Limit", r.Limit != (tollgate.Limit{})}, {"Limits", r.Limits != nil}, {"LimitFunc", r.LimitFunc != nil}, {"LimitsFunc", r.LimitsFunc != nil}} {
+		if w.set {
+			ways = append(ways, w.name)
+		}
+	}
+	if len(ways) > 1 {
+		return nil, limitChooser{}, fmt.Errorf("set exactly one of Limit, Limits, LimitFunc and LimitsFunc; %s are set", strings.Join(ways, " and "))
+	}
+	switch {
+	case r.LimitFunc != nil:
+		f := r.LimitFunc
+		return nil, limitChooser{name: "LimitFunc", fn: func(ctx context.Context, key string) ([]tollgate.Limit, error) {
+			l, err := f(ctx, key)
+			return []tollgate.Limit{l}, err
+		}}, nil
+	case r.LimitsFunc != nil:
+		return nil, limitChooser{name: "LimitsFunc", fn: r.LimitsFunc}, nil
+	case r.Limits != nil:
+		if len(r.Limits) == 0 || len(r.Limits) > tollgate.MaxAllowAll {
+			return nil, limitChooser{}, fmt.Errorf("Limits has %d limits: give 1 to %d", len(r.Limits), tollgate.MaxAllowAll)
+		}
+		for i, l := range r.Limits {
+			if err := checkLimit(l, cost); err != nil {
+				return nil, limitChooser{}, fmt.Errorf("Limits[%d]: %w", i, err)
+			}
+		}
+		if err := distinctLimits(r.Limits); err != nil {
+			return nil, limitChooser{}, fmt.Errorf("Limits: %w", err)
+		}
+		return r.Limits, limitChooser{}, nil
+	}
+	if err := checkLimit(r.Limit, cost); err != nil {
+		return nil, limitChooser{}, fmt.Errorf("Limit: %w", err)
+	}
+	return []tollgate.Limit{r.Limit}, limitChooser{}, nil
 }
 
 // distinctLimits reports an error when two limits would share one state:

@@ -35,7 +35,7 @@ func names(set *ruleSet) string {
 		return ""
 	}
 	var out []string
-	for _, p := range set.calls {
+	for _, p := range set.calls.plans {
 		out = append(out, p.rule.Name)
 	}
 	return strings.Join(out, ",")
@@ -209,7 +209,7 @@ func TestKeyPrefixesAreUnambiguous(t *testing.T) {
 	seen := map[string]string{}
 	for _, r := range l.rules {
 		for _, s := range []scope{scopeCall, scopeMessage} {
-			p := newPlan(r, s, nil, 1)
+			p := newPlan(r, s, nil, limitChooser{}, 1)
 			anon := p.key("", true)
 			if prev, dup := seen[anon]; dup {
 				t.Fatalf("key %q for rule %q anonymous also built as %s", anon, r.Name, prev)

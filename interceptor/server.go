@@ -19,7 +19,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if set == nil {
 			return handler(ctx, req)
 		}
-		res := l.decide(ctx, set.calls, info.FullMethod, req)
+		res := l.decide(ctx, &set.calls, info.FullMethod, req)
 		if md := res.trailer(l.admittedTrailers); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -45,20 +45,20 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if set == nil {
 			return handler(srv, ss)
 		}
-		res := l.decide(ss.Context(), set.calls, info.FullMethod, nil)
+		res := l.decide(ss.Context(), &set.calls, info.FullMethod, nil)
 		if res.err != nil {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return res.err
 		}
-		if len(set.messages) == 0 {
+		if len(set.messages.plans) == 0 {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return handler(srv, ss)
 		}
-		ls := &limitedStream{ServerStream: ss, l: l, plans: set.messages, method: info.FullMethod, last: res}
+		ls := &limitedStream{ServerStream: ss, l: l, plans: &set.messages, method: info.FullMethod, last: res}
 		err := handler(srv, ls)
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
@@ -74,7 +74,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 type limitedStream struct {
 	grpc.ServerStream
 	l      *Limiter
-	plans  []*plan // the message plans of the stream's rules
+	plans  *planSet // the message plans of the stream's rules
 	method string
 
 	mu   sync.Mutex

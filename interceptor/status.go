@@ -53,8 +53,8 @@ func denial(checks []*check) error {
 		}
 		name := c.p.rule.Name
 		names = append(names, strconv.Quote(name))
-		for i, d := range c.decisions() {
-			if c.denying&(1<<i) == 0 {
+		for i, d := range c.decs {
+			if !c.denies(d) {
 				continue
 			}
 			wait = max(wait, d.RetryAfter)

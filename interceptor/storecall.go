@@ -1,0 +1,156 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/breaker"
+)
+
+// replayMargin is added to a call's time left when it sets how long the
+// store remembers the call's request id: a retry of the call arrives within
+// the call's deadline, give or take the clocks and the network.
+const replayMargin = 500 * time.Millisecond
+
+// run asks the store to decide checks (all ready), all or nothing, and
+// fills their results; when the store cannot decide, each rule's FailMode
+// applies.
+func (l *Limiter) run(ctx context.Context, checks []*check) {
+	if len(checks) == 0 {
+		return
+	}
+	allowed, probe := l.breaker.Allow()
+	if !allowed {
+		l.failSet(ctx, checks, errBreakerOpen)
+		return
+	}
+	// One clock reading is both the start of the store's latency and the
+	// base of its deadline: a call that times out records at least the
+	// timeout, and the decision reads the clock once instead of twice.
+	start := time.Now()
+	if deadline, ok := ctx.Deadline(); ok {
+		// The call's own deadline, before the store's shorter one wraps it.
+		setReplayTTL(checks, max(deadline.Sub(start), 0)+replayMargin)
+	}
+	sctx, cancel := ctx, context.CancelFunc(nil)
+	if l.storeBlocks {
+		sctx, cancel = context.WithDeadline(ctx, start.Add(l.storeTimeout))
+	}
+	err := ask(sctx, l.store, checks)
+	elapsed := time.Since(start)
+	if cancel != nil {
+		cancel()
+	}
+	switch {
+	case err == nil:
+		l.breaker.Done(probe, breaker.OK)
+		for _, c := range checks {
+			l.recordStore(ctx, c.p, elapsed, false)
+		}
+		judge(checks)
+	case errors.Is(err, tollgate.ErrInvalidRequest):
+		// A configuration the checks above let through; the store is fine.
+		l.breaker.Done(probe, breaker.NoNews)
+		for _, c := range checks {
+			c.res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", c.p.rule.Name, err)
+		}
+	case ctx.Err() != nil:
+		// The caller cancelled or ran out of time, not the store.
+		l.breaker.Done(probe, breaker.NoNews)
+		for _, c := range checks {
+			c.res.outcome, c.res.cause = outcomeCanceled, ctx.Err()
+			c.res.err = status.FromContextError(ctx.Err()).Err()
+		}
+	default:
+		l.breaker.Done(probe, breaker.Failed)
+		for _, c := range checks {
+			l.recordStore(ctx, c.p, elapsed, true)
+		}
+		l.failSet(ctx, checks, err)
+	}
+}
+
+// setReplayTTL bounds how long the store remembers the request ids of checks.
+func setReplayTTL(checks []*check, ttl time.Duration) {
+	for _, c := range checks {
+		for i := range c.reqs {
+			if c.reqs[i].RequestID != "" {
+				c.reqs[i].ReplayTTL = ttl
+			}
+		}
+	}
+}
+
+// failSet applies each rule's FailMode to checks after the store failed
+// with cause. A fail-closed rule refuses the call, and then no local
+// decision is made; otherwise the fail-local rules decide together, all or
+// nothing, on the local store under their local caps, and fail-open rules
+// admit.
+func (l *Limiter) failSet(ctx context.Context, checks []*check, cause error) {
+	closed := false
+	var local []*check
+	for _, c := range checks {
+		c.res.storeFailed, c.res.cause = true, cause
+		switch c.p.rule.FailMode {
+		case FailOpen:
+			c.res.outcome = outcomeFailOpen
+		case FailClosed:
+			c.res.failClosed(c.p.rule.Name)
+			closed = true
+		case FailLocal:
+			local = append(local, c)
+		}
+	}
+	if len(local) == 0 {
+		return
+	}
+	for _, c := range local {
+		// The local caps replace the limits; a check's limits may be its
+		// plan's, so they are copied, not changed.
+		limits := make([]limitPlan, len(c.limits))
+		for i, lp := range c.limits {
+			limits[i] = limitPlan{limit: lp.local, header: strconv.FormatInt(lp.local.Capacity(), 10)}
+			c.reqs[i].Limit = lp.local
+			if c.reqs[i].Cost > lp.local.Capacity() {
+				// No local decision could ever admit it: refuse it as
+				// FailClosed does.
+				c.res.failClosed(c.p.rule.Name)
+				closed = true
+			}
+		}
+		c.limits = limits
+	}
+	if closed {
+		for _, c := range local {
+			if c.res.err == nil {
+				c.res.skip()
+			}
+		}
+		return
+	}
+	if err := ask(ctx, l.local, local); err != nil {
+		for _, c := range local {
+			c.res.cause = errors.Join(cause, err)
+			c.res.failClosed(c.p.rule.Name)
+		}
+		return
+	}
+	judge(local)
+	for _, c := range local {
+		if c.res.outcome != outcomeSkipped {
+			c.res.outcome = outcomeFailLocal
+		}
+	}
+}
+
+// failClosed fills res with the refusal of a rule whose store cannot decide.
+func (res *result) failClosed(rule string) {
+	res.outcome = outcomeFailClosed
+	res.err = status.Errorf(codes.Unavailable, "rate limit %q: rate limiter unavailable: its store cannot decide", rule)
+}
