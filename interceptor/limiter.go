@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,11 +20,13 @@ import (
 // Limiter applies rules to gRPC calls. It is safe for concurrent use; make
 // one per server with New and install its interceptors.
 type Limiter struct {
-	store        tollgate.Store
-	local        tollgate.Store // FailLocal's in-process store; nil when no rule uses it
-	rules        []*rule
-	byName       map[string]*rule
-	matcher      matcher
+	store tollgate.Store
+	local tollgate.Store // FailLocal's in-process store
+	// book holds the rules; SetRules swaps it whole.
+	book atomic.Pointer[rulebook]
+	// mu orders SetRules calls.
+	mu           sync.Mutex
+	shadow       bool // WithShadow
 	header       string
 	storeTimeout time.Duration
 	// storeBlocks: the store may wait (on a network), so each call to it
@@ -54,8 +58,6 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	switch {
 	case st == nil:
 		return nil, errors.New("interceptor: the store is nil")
-	case len(c.rules) == 0:
-		return nil, errors.New("interceptor: no rules: give at least one with WithRules")
 	case c.storeTimeout <= 0:
 		return nil, fmt.Errorf("interceptor: store timeout must be > 0, got %s", c.storeTimeout)
 	case c.breakerFailures < 0:
@@ -81,33 +83,72 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		replicas:         c.replicas,
 		breaker:          breaker.New(c.breakerFailures, c.breakerCoolDown),
 		tel:              tel,
-		byName:           make(map[string]*rule, len(c.rules)),
+		shadow:           c.shadow,
+		local:            c.local,
 	}
-	for i, r := range c.rules {
-		r.Shadow = r.Shadow || c.shadow
-		cr, err := compileRule(r, i, c.replicas)
+	if l.local == nil {
+		l.local = store.NewMemory()
+	}
+	book, err := l.compile(c.rules)
+	if err != nil {
+		return nil, err
+	}
+	l.book.Store(book)
+	return l, nil
+}
+
+// rulebook is a Limiter's rules, compiled. SetRules replaces it whole, so
+// a call follows the one it started with to its end.
+type rulebook struct {
+	rules   []*rule
+	byName  map[string]*rule
+	matcher matcher
+}
+
+// compile validates rules and compiles them into a rulebook: every error
+// names the rule.
+func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
+	if len(rules) == 0 {
+		return nil, errors.New("interceptor: no rules: give at least one with WithRules")
+	}
+	b := &rulebook{byName: make(map[string]*rule, len(rules))}
+	for i, r := range rules {
+		r.Shadow = r.Shadow || l.shadow
+		cr, err := compileRule(r, i, l.replicas)
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)
 		}
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.
 		cr.Key = keyfunc.Checked(r.Key)
-		if l.byName[r.Name] != nil {
+		if b.byName[r.Name] != nil {
 			return nil, fmt.Errorf("interceptor: rule %q: the name is used by an earlier rule: names keep the rules' buckets apart", r.Name)
 		}
-		l.rules = append(l.rules, cr)
-		l.byName[r.Name] = cr
-		if r.FailMode == FailLocal && l.local == nil {
-			l.local = c.local
-			if l.local == nil {
-				l.local = store.NewMemory()
-			}
-		}
+		b.rules = append(b.rules, cr)
+		b.byName[r.Name] = cr
 	}
-	if l.matcher, err = newMatcher(l.rules); err != nil {
+	var err error
+	if b.matcher, err = newMatcher(b.rules); err != nil {
 		return nil, fmt.Errorf("interceptor: %w", err)
 	}
-	return l, nil
+	return b, nil
+}
+
+// SetRules replaces the Limiter's rules with rules, validated exactly as
+// New validates them: on an error nothing changes. The new rules apply to
+// calls that start after SetRules returns; calls already admitted finish
+// under the rules they were admitted by. A rule that keeps its name (and
+// its limits' algorithms and periods) keeps its callers' buckets, in the
+// shared store and in FailLocal's local one.
+func (l *Limiter) SetRules(rules ...Rule) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	book, err := l.compile(rules)
+	if err != nil {
+		return err
+	}
+	l.book.Store(book)
+	return nil
 }
 
 // isMemory reports whether st is the in-process Memory store.

@@ -96,10 +96,8 @@ func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, e
 // full buckets and empty windows. Errors are those of Peek.
 func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 	return l.eachLimit(ctx, rule, who, func(_ *plan, req tollgate.Request) error {
-		if l.local != nil {
-			if err := l.local.Reset(ctx, req); err != nil {
-				return err
-			}
+		if err := l.local.Reset(ctx, req); err != nil {
+			return err
 		}
 		return l.store.Reset(ctx, req)
 	})
@@ -108,8 +106,9 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 // Rules returns a copy of the Limiter's rules as configured, in WithRules
 // order (with Shadow set when WithShadow is given).
 func (l *Limiter) Rules() []Rule {
-	out := make([]Rule, len(l.rules))
-	for i, r := range l.rules {
+	rules := l.book.Load().rules
+	out := make([]Rule, len(rules))
+	for i, r := range rules {
 		out[i] = r.Rule
 		out[i].Methods, out[i].Limits, out[i].Replaces = slices.Clone(r.Methods), slices.Clone(r.Limits), slices.Clone(r.Replaces)
 	}
@@ -119,7 +118,7 @@ func (l *Limiter) Rules() []Rule {
 // eachLimit calls f with the request of every limit of rule for who, in
 // the rule's order, the message limit last.
 func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, tollgate.Request) error) error {
-	r := l.byName[rule]
+	r := l.book.Load().byName[rule]
 	if r == nil {
 		return unknownRuleError(rule)
 	}

@@ -28,7 +28,7 @@ type middlewareLimiter struct{ l *Limiter }
 // grpc.Method. It returns nil when the call may proceed.
 func (m middlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	set := m.l.matcher.match(method)
+	set := m.l.book.Load().matcher.match(method)
 	if set == nil {
 		return nil
 	}

@@ -64,7 +64,7 @@ func TestMatchEveryRuleApplies(t *testing.T) {
 		"":               "rest",
 		"garbage":        "rest",
 	} {
-		if got := names(l.matcher.match(method)); got != want {
+		if got := names(l.book.Load().matcher.match(method)); got != want {
 			t.Errorf("match(%q) = %q, want %q", method, got, want)
 		}
 	}
@@ -86,7 +86,7 @@ func TestMatchReplaces(t *testing.T) {
 		"/a.Echo/Count": "echo",
 		"/b.X/Y":        "global",
 	} {
-		if got := names(l.matcher.match(method)); got != want {
+		if got := names(l.book.Load().matcher.match(method)); got != want {
 			t.Errorf("match(%q) = %q, want %q", method, got, want)
 		}
 	}
@@ -98,11 +98,11 @@ func TestMatchNoCatchAllLeavesOthersUnlimited(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []string{"/a.Echo/Count", "/a.Echo/Sayx", "/b.Sx/M", "/b.S", "", "/grpc.health.v1.Health/Check"} {
-		if set := l.matcher.match(m); set != nil {
+		if set := l.book.Load().matcher.match(m); set != nil {
 			t.Errorf("match(%q) = rules %q, want none", m, names(set))
 		}
 	}
-	if got := names(l.matcher.match("/b.S/Anything")); got != "svc" {
+	if got := names(l.book.Load().matcher.match("/b.S/Anything")); got != "svc" {
 		t.Errorf("match(/b.S/Anything) = %q, want svc", got)
 	}
 }
@@ -187,14 +187,14 @@ func TestNewAcceptsGoodConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// WithReplicas(4) divides the static limit for FailLocal, rounding up.
-	if got, want := l.rules[0].call.limits[0].local, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
+	if got, want := l.book.Load().rules[0].call.limits[0].local, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
 		t.Errorf("local limit = %v, want %v", got, want)
 	}
 	if l.local == nil {
 		t.Error("FailLocal rules but no local store")
 	}
-	if l.rules[1].maxShapeWait != DefaultMaxShapeWait {
-		t.Errorf("maxShapeWait = %s, want the default %s", l.rules[1].maxShapeWait, DefaultMaxShapeWait)
+	if l.book.Load().rules[1].maxShapeWait != DefaultMaxShapeWait {
+		t.Errorf("maxShapeWait = %s, want the default %s", l.book.Load().rules[1].maxShapeWait, DefaultMaxShapeWait)
 	}
 }
 
@@ -207,7 +207,7 @@ func TestKeyPrefixesAreUnambiguous(t *testing.T) {
 	}
 	values := []string{"", "a", "\x00ck:", "\x00ca", "\x00mk:", "\x00ma", "b", "k:", "ck:x", "a\x00ck:"}
 	seen := map[string]string{}
-	for _, r := range l.rules {
+	for _, r := range l.book.Load().rules {
 		for _, s := range []scope{scopeCall, scopeMessage} {
 			p := newPlan(r, s, nil, limitChooser{}, 1)
 			anon := p.key("", true)

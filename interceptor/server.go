@@ -15,7 +15,7 @@ import (
 // stay retryable by the client's retry policy.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		set := l.matcher.match(info.FullMethod)
+		set := l.book.Load().matcher.match(info.FullMethod)
 		if set == nil {
 			return handler(ctx, req)
 		}
@@ -41,7 +41,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // whatever it was.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		set := l.matcher.match(info.FullMethod)
+		set := l.book.Load().matcher.match(info.FullMethod)
 		if set == nil {
 			return handler(srv, ss)
 		}
