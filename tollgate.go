@@ -253,7 +253,7 @@ type Request struct {
 	// Limit is the limit enforced for this Key.
 	Limit Limit
 	// Cost is how many units the request takes; 0 means 1. It must not exceed
-	// Limit.Capacity().
+	// Limit.Capacity() (MaxRate with Overdraw).
 	Cost int64
 	// RequestID is optional. Retries that carry the same id for the same Key
 	// are not debited twice: once a request with this id has been admitted,
@@ -268,6 +268,12 @@ type Request struct {
 	// so callers that know the call's deadline set it to the time left plus
 	// a small margin.
 	ReplayTTL time.Duration
+	// Overdraw debits Cost even when it does not fit: the identity goes into
+	// debt, as a Settle past empty does, and the Decision still reports
+	// whether it fitted (Allowed) and what is left. It counts hits after the
+	// fact, as Envoy's apply_on_stream_done sends them. In AllowAll, every
+	// request of the set or none has it; such a set is debited whole.
+	Overdraw bool
 }
 
 // Normalized returns the request with Cost 0 replaced by 1, after checking
@@ -282,7 +288,9 @@ func (r Request) Normalized() (Request, error) {
 	switch {
 	case r.Cost < 0:
 		return r, invalid("cost must be > 0, got %d", r.Cost)
-	case r.Cost > r.Limit.Capacity():
+	case r.Overdraw && r.Cost > MaxRate:
+		return r, invalid("cost must be at most MaxRate (10^12), got %d", r.Cost)
+	case !r.Overdraw && r.Cost > r.Limit.Capacity():
 		return r, invalid("cost %d exceeds the capacity %d of %s: it could never be admitted", r.Cost, r.Limit.Capacity(), r.Limit)
 	case len(r.Key) > MaxKeyLen:
 		return r, invalid("key is %d bytes, more than %d", len(r.Key), MaxKeyLen)
@@ -324,6 +332,10 @@ type Decision struct {
 	// Replayed reports that a request with the same RequestID was admitted
 	// earlier: this one is allowed again without being debited.
 	Replayed bool
+	// At is the store's clock when it decided, when the answer came from
+	// the store's state (zero when it came from a cache): Settle gives a
+	// window back only while the window of At is stored.
+	At time.Time
 }
 
 // Store makes rate-limit decisions. Implementations are safe for concurrent
@@ -352,6 +364,25 @@ type Store interface {
 
 // MaxAllowAll is the most requests one Store.AllowAll call decides.
 const MaxAllowAll = 64
+
+// ValidateSettle reports whether cost can settle req (Store.Settle): req
+// must be a valid request, cost at least 0 and at most MaxRate. It returns
+// req normalized. Every error wraps ErrInvalidRequest.
+func ValidateSettle(req Request, cost int64) (Request, error) {
+	req, err := req.Normalized()
+	if err != nil {
+		return req, err
+	}
+	switch {
+	case cost < 0:
+		return req, invalid("a final cost must be >= 0, got %d", cost)
+	case cost > MaxRate:
+		return req, invalid("a final cost must be at most MaxRate (10^12), got %d", cost)
+	case req.Overdraw:
+		return req, invalid("an Overdraw request debits its cost whole: there is nothing to settle")
+	}
+	return req, nil
+}
 
 // ErrInvalidRequest is wrapped by every validation error: a bad Limit, a bad
 // Cost, an oversized Key or a malformed RequestID. errors.Is works.

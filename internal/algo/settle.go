@@ -1,0 +1,235 @@
+package algo
+
+import (
+	"github.com/tollgate/tollgate"
+)
+
+// Write says what a settlement does to the stored state.
+type Write uint8
+
+const (
+	// Keep leaves the state as it is.
+	Keep Write = iota
+	// Put stores the new state, for Result.TTL milliseconds.
+	Put
+	// Delete removes the state: the identity is idle (a full bucket).
+	Delete
+)
+
+// maxDebtTime bounds, in µs, how far a bucket's debt reaches past now: what
+// tollgate.MaxRefill of refill pays back. A larger debt is forgiven.
+var maxDebtTime = tollgate.MaxRefill.Microseconds()
+
+// Admission is the debit a settlement changes: Reserved units debited at At
+// (µs, the store's clock), which left Remaining.
+type Admission struct {
+	Reserved, At, Remaining int64
+}
+
+// Settle mirrors lua/settle.lua: it makes final the cost of adm, a debit of
+// adm.Reserved units on state s, at now under the limit p (p.Cost is what a
+// later request asks, for the answer). A smaller final cost gives the
+// difference back, never creating quota: a bucket not above its capacity,
+// less the refill it could have lost had it been debited final units
+// instead (see givable); a window only while the window of adm.At is
+// stored. A larger one debits the rest past empty: a bucket's refill is
+// then credited from a time after now (its debt, at most maxDebtTime), a
+// window counts past its rate (a sliding window at most one rate past it).
+// It returns the new state, what to do with it, and its answer (see
+// answer).
+func Settle(alg tollgate.Algorithm, s State, now int64, p Params, adm Admission, final int64) (State, Write, Result) {
+	var st State
+	var w Write
+	switch delta := final - adm.Reserved; {
+	case delta > 0:
+		st, w = debit(alg, s, now, p, delta)
+	case delta < 0:
+		st, w = giveBack(alg, s, now, p, adm, -delta)
+	default:
+		st = s
+	}
+	if w == Delete {
+		st = State{}
+	}
+	return st, w, answer(alg, st, now, p, w)
+}
+
+// answer is what a settlement answers: whether a request of p.Cost would
+// be admitted now and its wait, with the units available now (no debit),
+// the time to full, and the TTL of a Put.
+func answer(alg tollgate.Algorithm, st State, now int64, p Params, w Write) Result {
+	_, r := For(alg)(st, now, p)
+	peek := p
+	peek.Cost = 0
+	_, now0 := For(alg)(st, now, peek)
+	r.Remaining, r.ResetAfter, r.TTL = now0.Remaining, now0.ResetAfter, 0
+	if w == Put {
+		r.TTL = TTL(r.ResetAfter)
+		if alg == tollgate.FixedWindow {
+			r.TTL = TTL(windowLeft(now, p))
+		}
+	}
+	return r
+}
+
+// Overdraw mirrors lua/settle.lua's overdraw: a request of p.Cost debited
+// whether or not it fits. Result.Allowed reports whether it fitted; the
+// rest of the Result is what the same request would get after the debit.
+func Overdraw(alg tollgate.Algorithm, s State, now int64, p Params) (State, Write, Result) {
+	st, r := For(alg)(s, now, p)
+	if r.Allowed {
+		return st, Put, r
+	}
+	st, w := debit(alg, s, now, p, p.Cost)
+	r = answer(alg, st, now, p, w)
+	r.Allowed = false
+	return st, w, r
+}
+
+// windowLeft is the µs until the fixed window holding now ends.
+func windowLeft(now int64, p Params) int64 {
+	if p.Period > 0 {
+		return (now/p.Period+1)*p.Period - now
+	}
+	_, next := CalendarWindow(tollgate.Calendar(-p.Period), now)
+	return next - now
+}
+
+// debit takes d units from s at now, past empty.
+func debit(alg tollgate.Algorithm, s State, now int64, p Params, d int64) (State, Write) {
+	switch alg {
+	case tollgate.TokenBucket:
+		level, credited := bucketLevel(s, now, p)
+		if d <= level {
+			return State{Present: true, A: level - d, B: credited}, Put
+		}
+		// The rest is owed: refill is credited only from when it is paid.
+		owed := mulCeil(d-level, p.Period, p.Rate)
+		return State{Present: true, A: 0, B: min(credited+owed, now+maxDebtTime)}, Put
+	case tollgate.GCRA:
+		t, f := now, int64(0)
+		if s.Present && s.A >= now {
+			t, f = s.A, min(s.B, p.Rate-1)
+		}
+		q, r := MulDiv(d, p.Period, p.Rate)
+		t, f = t+q, f+r
+		if f >= p.Rate {
+			t, f = t+1, f-p.Rate
+		}
+		if limit := now + maxDebtTime; t > limit {
+			t, f = limit, 0
+		}
+		return State{Present: true, A: t, B: f}, Put
+	case tollgate.SlidingWindow:
+		w := now / p.Period
+		var cur, prev int64
+		if s.Present {
+			switch s.A {
+			case w:
+				cur, prev = s.B, s.C
+			case w - 1:
+				prev = s.B
+			}
+		}
+		return State{Present: true, A: w, B: min(cur+d, 2*p.Rate), C: prev}, Put
+	}
+	// FixedWindow
+	w, kind := fixedWindow(now, p)
+	var count int64
+	if s.Present && s.A == w && s.C == kind {
+		count = s.B
+	}
+	return State{Present: true, A: w, B: min(count+d, count+tollgate.MaxRate), C: kind}, Put
+}
+
+// giveBack returns g units of adm's debit to s at now.
+func giveBack(alg tollgate.Algorithm, s State, now int64, p Params, adm Admission, g int64) (State, Write) {
+	if !s.Present {
+		return s, Keep // an idle identity holds nothing to give back
+	}
+	switch alg {
+	case tollgate.TokenBucket:
+		if g = givable(now, p, adm, g); g == 0 {
+			return s, Keep
+		}
+		if s.B > now {
+			// In debt: the debt shrinks by the time g units take, rounded
+			// down.
+			return State{Present: true, A: s.A, B: s.B - mulFloor(g, p.Period, p.Rate)}, Put
+		}
+		if n := s.A + g; n < p.Capacity {
+			return State{Present: true, A: n, B: s.B}, Put
+		}
+		return State{}, Delete
+	case tollgate.GCRA:
+		if g = givable(now, p, adm, g); g == 0 {
+			return s, Keep
+		}
+		q, r := MulDiv(g, p.Period, p.Rate)
+		t, f := s.A-q, min(s.B, p.Rate-1)-r
+		if f < 0 {
+			t, f = t-1, f+p.Rate
+		}
+		if t < now || t == now && f == 0 {
+			return State{}, Delete
+		}
+		return State{Present: true, A: t, B: f}, Put
+	case tollgate.SlidingWindow:
+		debited := adm.At / p.Period
+		switch s.A {
+		case debited:
+			return State{Present: true, A: s.A, B: max(s.B-g, 0), C: s.C}, Put
+		case debited + 1:
+			return State{Present: true, A: s.A, B: s.B, C: max(s.C-g, 0)}, Put
+		}
+		return s, Keep
+	}
+	// FixedWindow: only the window debited, while it is stored.
+	w, kind := fixedWindow(adm.At, p)
+	if s.A != w || s.C != kind {
+		return s, Keep
+	}
+	return State{Present: true, A: w, B: max(s.B-g, 0), C: kind}, Put
+}
+
+// givable is how many of g units of adm a bucket gives back at now. Had
+// the debit been g units smaller, the bucket might have reached its
+// capacity since and lost refill to it; what it can have lost is at most
+// what the debit left plus g plus the refill since (U, rounded up) and the
+// fraction of a unit a capped bucket drops, less the capacity. So
+// Capacity − Remaining − U − 1 units come back, at most g: all of g while
+// the bucket stays far from full.
+func givable(now int64, p Params, adm Admission, g int64) int64 {
+	e := max(now-adm.At, 0)
+	if e >= mulCeil(p.Capacity, p.Period, p.Rate) {
+		return 0 // the refill since fills the bucket: it may have lost all of g
+	}
+	u := mulCeil(e, p.Rate, p.Period)
+	return min(g, max(p.Capacity-adm.Remaining-u-1, 0))
+}
+
+// bucketLevel is a token bucket's whole tokens at now and the µs its refill
+// is credited up to, as TokenBucket computes them.
+func bucketLevel(s State, now int64, p Params) (level, credited int64) {
+	tokens, ts := p.Capacity, now
+	if s.Present {
+		tokens, ts = s.A, s.B
+	}
+	level, credited = p.Capacity, now
+	elapsed := max(now-ts, 0)
+	if tokens < p.Capacity && elapsed < mulCeil(p.Capacity-tokens, p.Period, p.Rate) {
+		earned := mulFloor(elapsed, p.Rate, p.Period)
+		level, credited = tokens+earned, ts+mulCeil(earned, p.Period, p.Rate)
+	}
+	return level, credited
+}
+
+// fixedWindow is the number and kind (0, or the calendar's) of the fixed
+// window holding at.
+func fixedWindow(at int64, p Params) (w, kind int64) {
+	if p.Period > 0 {
+		return at / p.Period, 0
+	}
+	w, _ = CalendarWindow(tollgate.Calendar(-p.Period), at)
+	return w, -p.Period
+}

@@ -1,0 +1,36 @@
+package tollgate
+
+import (
+	"context"
+	"time"
+)
+
+// Override replaces the limits of one identity, for the replicas that share
+// a store: each replica's limiter finds it within its refresh delay.
+type Override struct {
+	// Key is the identity, as Request.Key.
+	Key string
+	// Limits replace the identity's limits; none blocks it.
+	Limits []Limit
+	// Expires is when the override ends, on this process's clock; zero
+	// for never.
+	Expires time.Time
+}
+
+// OverrideStore is a Store that also keeps overrides, in groups (a rule's
+// name, say), so that every replica sharing it sees them. Both stores of
+// package store implement it.
+type OverrideStore interface {
+	Store
+	// SetOverride stores o in group, replacing any override of o.Key
+	// there; it ends ttl from now (0: never).
+	SetOverride(ctx context.Context, group string, o Override, ttl time.Duration) error
+	// DeleteOverride removes the override of key from group, if any.
+	DeleteOverride(ctx context.Context, group, key string) error
+	// Overrides returns the overrides of group in force.
+	Overrides(ctx context.Context, group string) ([]Override, error)
+	// OverridesVersion returns a number that changes whenever an override
+	// of any group is set or deleted, so that a replica knows when to read
+	// them again.
+	OverridesVersion(ctx context.Context) (int64, error)
+}
