@@ -67,17 +67,23 @@ var errSkipped = errors.New("another rule refused the call; this rule debited no
 // decide decides a call (or one stream message) to method under set and
 // returns what the call gets: its error (nil admits it) and the decision its
 // trailers describe. req is the unary request or nil.
-func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req any) result {
+//
+// When the call is admitted, owed is what its rules with Settle are owed
+// once its handler returns (nil when none has Settle).
+func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req any) (res result, owed []settlement) {
 	if len(set.plans) == 1 {
 		// One rule, the common case: its check comes from a pool, as a
 		// check on the stack would escape (its requests point into it).
 		c := checks.Get().(*check)
 		c.p = set.plans[0]
 		one := [1]*check{c}
-		res := l.decideChecks(ctx, one[:], set.enforcing, method, req)
+		res = l.decideChecks(ctx, one[:], set.enforcing, method, req)
+		if set.settles && res.err == nil {
+			owed = settlements(l, one[:])
+		}
 		*c = check{}
 		checks.Put(c)
-		return res
+		return res, owed
 	}
 	all := make([]check, len(set.plans))
 	ptrs := make([]*check, len(set.plans))
@@ -85,7 +91,11 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req a
 		all[i].p = p
 		ptrs[i] = &all[i]
 	}
-	return l.decideChecks(ctx, ptrs, set.enforcing, method, req)
+	res = l.decideChecks(ctx, ptrs, set.enforcing, method, req)
+	if set.settles && res.err == nil {
+		owed = settlements(l, ptrs)
+	}
+	return res, owed
 }
 
 // checks recycles the check of single-rule decisions (BenchmarkUnaryAdmit).

@@ -3,11 +3,14 @@ package interceptor
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -40,6 +43,10 @@ type Limiter struct {
 	admittedTrailers bool
 	breaker          *breaker.Breaker
 	tel              telemetry
+	settleTel        settleTelemetry
+	// settler retries the settlements the store failed.
+	settler settler
+	log     *slog.Logger
 }
 
 // New returns a Limiter that asks st for decisions. Every problem with the
@@ -85,6 +92,13 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		tel:              tel,
 		shadow:           c.shadow,
 		local:            c.local,
+		log:              c.logger,
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	if l.settleTel, err = newSettleTelemetry(meterOf(c.meterProvider)); err != nil {
+		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	if l.local == nil {
 		l.local = store.NewMemory()
@@ -233,4 +247,13 @@ func (res *result) fail(o outcome, err error, format string, args ...any) {
 		return
 	}
 	res.reject(o, codes.Internal, err, format, args...)
+}
+
+// meterOf returns the interceptor's meter from mp, or from the global
+// provider when mp is nil.
+func meterOf(mp metric.MeterProvider) metric.Meter {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return mp.Meter(instrumentationName)
 }

@@ -50,10 +50,13 @@ type planSet struct {
 	plans []*plan
 	// enforcing is how many of plans are not Shadow.
 	enforcing int
+	// settles: some plan's rule has Settle.
+	settles bool
 }
 
 // add appends p in its place: after the enforcing plans when it is one.
 func (s *planSet) add(p *plan) {
+	s.settles = s.settles || p.rule.Settle != nil && p.scope == scopeCall
 	if p.rule.Shadow {
 		s.plans = append(s.plans, p)
 		return

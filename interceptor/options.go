@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -38,6 +39,7 @@ type config struct {
 	admittedTrailers bool
 	tracerProvider   trace.TracerProvider
 	meterProvider    metric.MeterProvider
+	logger           *slog.Logger
 }
 
 func defaultConfig() config {
@@ -131,4 +133,11 @@ func WithShadow() Option {
 // again carries x-ratelimit-replayed either way.
 func WithAdmittedTrailers() Option {
 	return func(c *config) { c.admittedTrailers = true }
+}
+
+// WithLogger sets where the Limiter logs what it cannot return to a caller:
+// a settlement the store could not take (Rule.Settle), a slot it could not
+// release (Rule.MaxInFlight). The default is slog.Default().
+func WithLogger(log *slog.Logger) Option {
+	return func(c *config) { c.logger = log }
 }

@@ -140,6 +140,16 @@ type Rule struct {
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
 	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
+	// Settle, when set, gives the call's final cost once its handler has
+	// returned (a stream's: once it has ended), with the handler's response
+	// and error: the store gives back, or debits past empty, the difference
+	// from what admission reserved (Cost, or CostFunc's). ok false keeps
+	// the reservation. SettleReported (the cost the handler reported with
+	// ReportCost) and SettleFailures (only failures cost) are ready-made. A
+	// retried call carrying a request id is settled once. The call's own
+	// answer never changes: a settlement the store cannot take is retried
+	// for a while, then logged and dropped (the reservation stands).
+	Settle func(ctx context.Context, resp any, err error) (cost int64, ok bool)
 	// CostFunc, when set, returns the cost of one unary call from its request
 	// message, and Cost is ignored for unary calls (streams still pay Cost).
 	// 0 means 1. A negative cost fails the call with codes.Internal; a cost

@@ -19,7 +19,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if set == nil {
 			return handler(ctx, req)
 		}
-		res := l.decide(ctx, &set.calls, info.FullMethod, req)
+		res, owed := l.decide(ctx, &set.calls, info.FullMethod, req)
 		if md := res.trailer(l.admittedTrailers); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -28,7 +28,13 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if res.err != nil {
 			return nil, res.err
 		}
-		return handler(ctx, req)
+		if owed == nil {
+			return handler(ctx, req)
+		}
+		ctx = withReport(ctx)
+		resp, err := handler(ctx, req)
+		l.settle(ctx, owed, resp, err)
+		return resp, err
 	}
 }
 
@@ -45,18 +51,23 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if set == nil {
 			return handler(srv, ss)
 		}
-		res := l.decide(ss.Context(), &set.calls, info.FullMethod, nil)
+		res, owed := l.decide(ss.Context(), &set.calls, info.FullMethod, nil)
 		if res.err != nil {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return res.err
 		}
+		if owed != nil {
+			ss = &reportingStream{ServerStream: ss, ctx: withReport(ss.Context())}
+		}
 		if len(set.messages.plans) == 0 {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
-			return handler(srv, ss)
+			err := handler(srv, ss)
+			l.settle(ss.Context(), owed, nil, err)
+			return err
 		}
 		ls := &limitedStream{ServerStream: ss, l: l, plans: &set.messages, method: info.FullMethod, last: res}
 		err := handler(srv, ls)
@@ -66,9 +77,19 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if md := last.trailer(l.admittedTrailers); md != nil {
 			ss.SetTrailer(md)
 		}
+		l.settle(ss.Context(), owed, nil, err)
 		return err
 	}
 }
+
+// reportingStream gives a stream's handler the context ReportCost adds to.
+type reportingStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+// Context returns the stream's context, carrying its cost report.
+func (s *reportingStream) Context() context.Context { return s.ctx }
 
 // limitedStream makes one decision per received message.
 type limitedStream struct {
@@ -104,7 +125,7 @@ func (s *limitedStream) RecvMsg(m any) error {
 	ctx := s.Context()
 	var waited time.Duration
 	for {
-		res := s.l.decide(ctx, s.plans, s.method, nil)
+		res, _ := s.l.decide(ctx, s.plans, s.method, nil)
 		s.remember(res)
 		if res.err == nil || !res.hasDecision() || !res.shape {
 			return res.err
