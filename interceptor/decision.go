@@ -36,6 +36,8 @@ type check struct {
 	// refused and waits describe the store call the check was decided in:
 	// the set was refused, and some decision of the set named a wait.
 	refused, waits bool
+	// slot is the in-flight slot of a rule with MaxInFlight; nil without.
+	slot *slotCheck
 	// reqBuf and decBuf hold reqs and decs for a single limit, so that the
 	// common call allocates neither (BenchmarkUnaryAdmit).
 	reqBuf [1]tollgate.Request
@@ -66,24 +68,25 @@ var errSkipped = errors.New("another rule refused the call; this rule debited no
 
 // decide decides a call (or one stream message) to method under set and
 // returns what the call gets: its error (nil admits it) and the decision its
-// trailers describe. req is the unary request or nil.
+// trailers describe. req is the unary request or nil; stream says the call
+// is a stream's opening.
 //
-// When the call is admitted, owed is what its rules with Settle are owed
-// once its handler returns (nil when none has Settle).
-func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req any) (res result, owed []settlement) {
+// When the call is admitted, after is what its rules are owed once it ends
+// (settlements, slots to release), or nil.
+func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req any, stream bool) (res result, after *afterCall) {
 	if len(set.plans) == 1 {
 		// One rule, the common case: its check comes from a pool, as a
 		// check on the stack would escape (its requests point into it).
 		c := checks.Get().(*check)
 		c.p = set.plans[0]
 		one := [1]*check{c}
-		res = l.decideChecks(ctx, one[:], set.enforcing, method, req)
-		if set.settles && res.err == nil {
-			owed = settlements(l, one[:])
+		res = l.decideChecks(ctx, one[:], set.enforcing, method, req, stream)
+		if set.owes {
+			after = l.owed(ctx, one[:], res)
 		}
 		*c = check{}
 		checks.Put(c)
-		return res, owed
+		return res, after
 	}
 	all := make([]check, len(set.plans))
 	ptrs := make([]*check, len(set.plans))
@@ -91,11 +94,11 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req a
 		all[i].p = p
 		ptrs[i] = &all[i]
 	}
-	res = l.decideChecks(ctx, ptrs, set.enforcing, method, req)
-	if set.settles && res.err == nil {
-		owed = settlements(l, ptrs)
+	res = l.decideChecks(ctx, ptrs, set.enforcing, method, req, stream)
+	if set.owes {
+		after = l.owed(ctx, ptrs, res)
 	}
-	return res, owed
+	return res, after
 }
 
 // checks recycles the check of single-rule decisions (BenchmarkUnaryAdmit).
@@ -103,11 +106,11 @@ var checks = sync.Pool{New: func() any { return new(check) }}
 
 // decideChecks decides checks, of which the first n are enforcing and the
 // rest shadow.
-func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, method string, req any) result {
+func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, method string, req any, stream bool) result {
 	enforcing, shadows := checks[:n], checks[n:]
 	for _, c := range checks {
 		c.ctx, c.span = l.tel.start(ctx, c.p)
-		l.prepare(c, method, req)
+		l.prepare(c, method, req, stream)
 	}
 	refused := refusedAny(enforcing)
 	if !refused {
@@ -145,11 +148,16 @@ func refusedAny(checks []*check) bool {
 }
 
 // ready returns the checks that prepare did not refuse: those that go to
-// the store. It allocates only when some were refused.
+// the store.
 func ready(checks []*check) []*check {
+	return only(checks, func(c *check) bool { return c.res.err == nil })
+}
+
+// only returns the checks keep keeps, allocating only when it drops some.
+func only(checks []*check, keep func(*check) bool) []*check {
 	n := 0
 	for _, c := range checks {
-		if c.res.err == nil {
+		if keep(c) {
 			n++
 		}
 	}
@@ -158,7 +166,7 @@ func ready(checks []*check) []*check {
 	}
 	out := make([]*check, 0, n)
 	for _, c := range checks {
-		if c.res.err == nil {
+		if keep(c) {
 			out = append(out, c)
 		}
 	}
@@ -254,8 +262,21 @@ func ask(ctx context.Context, st tollgate.Store, checks []*check) error {
 }
 
 // judge fills the result of every check from its decisions, all of one
-// store call.
-func judge(checks []*check) {
+// store call, and reports whether they admitted the call. A check refused
+// for lack of a slot denies it alone: the others were not asked.
+func judge(checks []*check) bool {
+	for _, c := range checks {
+		if c.slot.refused() {
+			for _, o := range checks {
+				if o == c {
+					o.res.slotDenied(o)
+				} else {
+					o.res.skip()
+				}
+			}
+			return false
+		}
+	}
 	admitted, waits := true, false
 	for _, c := range checks {
 		for _, d := range c.decs {
@@ -267,12 +288,24 @@ func judge(checks []*check) {
 		c.refused, c.waits = !admitted, waits
 		c.res.decided(c)
 	}
+	return admitted
 }
 
 // decided fills res with c's decisions: the most restrictive one (the
 // denying one with the longest wait, else the one with the fewest units
 // left) is the one its trailers and span describe.
 func (res *result) decided(c *check) {
+	if len(c.decs) == 0 {
+		// An in-flight limit alone: the slot is the decision.
+		res.limitHeader = c.p.inFlight.header
+		res.decision = tollgate.Decision{Allowed: true, Remaining: max(c.slot.req.Max-c.slot.dec.InUse, 0)}
+		res.outcome = outcomeAllowed
+		if c.refused {
+			res.decision.Allowed = false
+			res.skip()
+		}
+		return
+	}
 	best := 0
 	denied := c.denied()
 	for i, d := range c.decs[1:] {

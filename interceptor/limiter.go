@@ -44,6 +44,8 @@ type Limiter struct {
 	breaker          *breaker.Breaker
 	tel              telemetry
 	settleTel        settleTelemetry
+	slotTel          slotTelemetry
+	slotTimeout      time.Duration // WithSlotTimeout
 	// settler retries the settlements the store failed.
 	settler settler
 	log     *slog.Logger
@@ -100,6 +102,10 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	if l.settleTel, err = newSettleTelemetry(meterOf(c.meterProvider)); err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
+	if l.slotTel, err = newSlotTelemetry(meterOf(c.meterProvider)); err != nil {
+		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
+	}
+	l.slotTimeout = c.slotTimeout
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}
@@ -128,9 +134,14 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 	b := &rulebook{byName: make(map[string]*rule, len(rules))}
 	for i, r := range rules {
 		r.Shadow = r.Shadow || l.shadow
-		cr, err := compileRule(r, i, l.replicas)
+		cr, err := compileRule(r, i, l.replicas, l.slotTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)
+		}
+		if r.MaxInFlight > 0 {
+			if _, ok := l.store.(tollgate.SlotStore); !ok {
+				return nil, fmt.Errorf("interceptor: rule %q: MaxInFlight needs a store that bounds calls in flight (tollgate.SlotStore), which %T is not", r.Name, l.store)
+			}
 		}
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.
@@ -202,9 +213,10 @@ type result struct {
 	// storeFailed reports that the rule's FailMode applied.
 	storeFailed bool
 	// shape says a denial may be waited out within a stream (every
-	// denying rule is Shape), for at most maxShapeWait.
-	shape        bool
-	maxShapeWait time.Duration
+	// denying rule is Shape), for at most maxShapeWait; slotWait says the
+	// same of a stream's opening that found no free slot.
+	shape, slotWait bool
+	maxShapeWait    time.Duration
 	// err is the status returned to the client; nil admits the call.
 	err error
 	// cause is recorded on the span as an error.
@@ -218,7 +230,7 @@ func (res *result) allowed() bool { return res.err == nil }
 func (res *result) hasDecision() bool {
 	switch res.outcome {
 	case outcomeAllowed, outcomeDenied, outcomeReplayed, outcomeFailLocal, outcomeSkipped:
-		return res.limit.Rate > 0
+		return res.limitHeader != ""
 	}
 	return false
 }

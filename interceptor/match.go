@@ -50,13 +50,14 @@ type planSet struct {
 	plans []*plan
 	// enforcing is how many of plans are not Shadow.
 	enforcing int
-	// settles: some plan's rule has Settle.
-	settles bool
+	// owes: some plan's rule has Settle or MaxInFlight, which a call owes
+	// something once it ends.
+	owes bool
 }
 
 // add appends p in its place: after the enforcing plans when it is one.
 func (s *planSet) add(p *plan) {
-	s.settles = s.settles || p.rule.Settle != nil && p.scope == scopeCall
+	s.owes = s.owes || p.scope == scopeCall && (p.rule.Settle != nil || p.inFlight != nil)
 	if p.rule.Shadow {
 		s.plans = append(s.plans, p)
 		return

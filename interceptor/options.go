@@ -40,6 +40,7 @@ type config struct {
 	tracerProvider   trace.TracerProvider
 	meterProvider    metric.MeterProvider
 	logger           *slog.Logger
+	slotTimeout      time.Duration
 }
 
 func defaultConfig() config {
@@ -49,6 +50,7 @@ func defaultConfig() config {
 		breakerFailures: DefaultBreakerFailures,
 		breakerCoolDown: DefaultBreakerCoolDown,
 		replicas:        1,
+		slotTimeout:     DefaultSlotTimeout,
 	}
 }
 
@@ -140,4 +142,12 @@ func WithAdmittedTrailers() Option {
 // release (Rule.MaxInFlight). The default is slog.Default().
 func WithLogger(log *slog.Logger) Option {
 	return func(c *config) { c.logger = log }
+}
+
+// WithSlotTimeout sets how long an in-flight slot (Rule.MaxInFlight) lives
+// when its call has no deadline, and between a stream's renewals, for rules
+// whose SlotTimeout is 0 (default DefaultSlotTimeout). A replica that dies
+// holding slots holds them at most this long.
+func WithSlotTimeout(d time.Duration) Option {
+	return func(c *config) { c.slotTimeout = d }
 }

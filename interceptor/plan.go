@@ -76,7 +76,9 @@ type plan struct {
 	// priced: Cost and CostFunc apply, and the call's request id is sent.
 	// Otherwise every decision costs 1 and carries no request id.
 	priced bool
-	tel    planTelemetry
+	// inFlight is the rule's in-flight limit (calls only); nil without one.
+	inFlight *inFlight
+	tel      planTelemetry
 }
 
 // limitPlan is one limit of a plan with what its decisions need.

@@ -13,7 +13,7 @@ import (
 
 // prepare finds the check's identity, limits and cost and builds its
 // requests, or fills its result with the refusal.
-func (l *Limiter) prepare(c *check, method string, req any) {
+func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 	p, res := c.p, &c.res
 	key, value, ok := identity(c.ctx, p, method, res)
 	if !ok {
@@ -47,6 +47,12 @@ func (l *Limiter) prepare(c *check, method string, req any) {
 			return
 		}
 		c.reqs[i] = tollgate.Request{Key: k, Limit: lp.limit, Cost: cost, RequestID: requestID}
+	}
+	if len(c.limits) == 0 {
+		c.reqs, c.decs = nil, nil // an in-flight limit alone
+	}
+	if p.inFlight != nil {
+		c.prepareSlot(c.ctx, key, requestID, stream)
 	}
 }
 

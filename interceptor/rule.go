@@ -140,6 +140,19 @@ type Rule struct {
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
 	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
+	// MaxInFlight, when above 0, is how many calls of one identity may run
+	// at once across every replica sharing the store (a stream counts from
+	// its opening to its end). A call finding none of its slots free is
+	// refused with codes.ResourceExhausted; one refused by the rule's rate
+	// limits takes no slot, and one refused for lack of a slot debits no
+	// rate. A rule may have only this, with no Limit. The store must be a
+	// tollgate.SlotStore.
+	MaxInFlight int64
+	// SlotTimeout is how long a slot lives when its call has no deadline (a
+	// unary call with one holds it until its deadline and a second more),
+	// renewed every third of it while the call runs, so that a replica that
+	// dies frees its slots by then. 0 means the Limiter's (WithSlotTimeout).
+	SlotTimeout time.Duration
 	// Settle, when set, gives the call's final cost once its handler has
 	// returned (a stream's: once it has ended), with the handler's response
 	// and error: the store gives back, or debits past empty, the difference
@@ -196,7 +209,7 @@ type rule struct {
 
 // compileRule validates r and precomputes what the hot path needs. replicas
 // is WithReplicas' value.
-func compileRule(r Rule, index int, replicas int64) (*rule, error) {
+func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (*rule, error) {
 	if err := validateName(r.Name); err != nil {
 		return nil, fmt.Errorf("rule %d: %w", index, err)
 	}
@@ -231,11 +244,16 @@ func compileRule(r Rule, index int, replicas int64) (*rule, error) {
 	if c.maxShapeWait == 0 {
 		c.maxShapeWait = DefaultMaxShapeWait
 	}
-	limits, choose, err := r.limitSource(cost)
+	flight, err := newInFlight(r, slotTimeout, replicas)
+	if err != nil {
+		return nil, fail("%w", err)
+	}
+	limits, choose, err := r.limitSource(cost, flight != nil)
 	if err != nil {
 		return nil, fail("%w", err)
 	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
+	c.call.inFlight = flight
 	if r.FailMode == FailLocal {
 		for _, lp := range c.call.limits {
 			if err := checkLimit(lp.local, cost); err != nil {
@@ -273,7 +291,7 @@ type limitChooser struct {
 // limitSource compiles the one way r gives its limits (Limit, Limits,
 // LimitFunc or LimitsFunc) into static limits, each admitting cost, or a
 // chooser.
-func (r *Rule) limitSource(cost int64) ([]tollgate.Limit, limitChooser, error) {
+func (r *Rule) limitSource(cost int64, inFlight bool) ([]tollgate.Limit, limitChooser, error) {
 	var ways []string
 	for _, w := range []struct {
 		name string
@@ -308,6 +326,9 @@ func (r *Rule) limitSource(cost int64) ([]tollgate.Limit, limitChooser, error) {
 			return nil, limitChooser{}, fmt.Errorf("Limits: %w", err)
 		}
 		return r.Limits, limitChooser{}, nil
+	}
+	if len(ways) == 0 && inFlight {
+		return nil, limitChooser{}, nil // an in-flight limit alone
 	}
 	if err := checkLimit(r.Limit, cost); err != nil {
 		return nil, limitChooser{}, fmt.Errorf("Limit: %w", err)

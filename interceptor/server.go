@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 )
@@ -19,7 +20,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if set == nil {
 			return handler(ctx, req)
 		}
-		res, owed := l.decide(ctx, &set.calls, info.FullMethod, req)
+		res, after := l.decide(ctx, &set.calls, info.FullMethod, req, false)
 		if md := res.trailer(l.admittedTrailers); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -28,12 +29,14 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if res.err != nil {
 			return nil, res.err
 		}
-		if owed == nil {
+		if after == nil {
 			return handler(ctx, req)
 		}
-		ctx = withReport(ctx)
+		if after.settles != nil {
+			ctx = withReport(ctx)
+		}
 		resp, err := handler(ctx, req)
-		l.settle(ctx, owed, resp, err)
+		l.end(ctx, after, resp, err)
 		return resp, err
 	}
 }
@@ -51,14 +54,14 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if set == nil {
 			return handler(srv, ss)
 		}
-		res, owed := l.decide(ss.Context(), &set.calls, info.FullMethod, nil)
+		res, after := l.openStream(ss.Context(), set, info.FullMethod)
 		if res.err != nil {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
 			}
 			return res.err
 		}
-		if owed != nil {
+		if after != nil && after.settles != nil {
 			ss = &reportingStream{ServerStream: ss, ctx: withReport(ss.Context())}
 		}
 		if len(set.messages.plans) == 0 {
@@ -66,7 +69,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 				ss.SetTrailer(md)
 			}
 			err := handler(srv, ss)
-			l.settle(ss.Context(), owed, nil, err)
+			l.end(ss.Context(), after, nil, err)
 			return err
 		}
 		ls := &limitedStream{ServerStream: ss, l: l, plans: &set.messages, method: info.FullMethod, last: res}
@@ -77,8 +80,33 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if md := last.trailer(l.admittedTrailers); md != nil {
 			ss.SetTrailer(md)
 		}
-		l.settle(ss.Context(), owed, nil, err)
+		l.end(ss.Context(), after, nil, err)
 		return err
+	}
+}
+
+// openStream decides a stream's opening. A Shape rule's stream that finds
+// no free slot waits for one, within the stream's context and the rule's
+// MaxShapeWait, asking again after each suggested wait.
+func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (result, *afterCall) {
+	start := time.Now()
+	var waited time.Duration
+	for {
+		res, after := l.decide(ctx, &set.calls, method, nil, true)
+		if res.err == nil || !res.slotWait {
+			if waited > 0 {
+				l.slotTel.wait.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(AttrRule.String(set.calls.plans[0].rule.Name)))
+			}
+			return res, after
+		}
+		wait := max(res.decision.RetryAfter, time.Millisecond)
+		if waited+wait > res.maxShapeWait {
+			return res, after
+		}
+		waited += wait
+		if err := sleep(ctx, wait); err != nil {
+			return res, after
+		}
 	}
 }
 
@@ -125,7 +153,7 @@ func (s *limitedStream) RecvMsg(m any) error {
 	ctx := s.Context()
 	var waited time.Duration
 	for {
-		res, _ := s.l.decide(ctx, s.plans, s.method, nil)
+		res, _ := s.l.decide(ctx, s.plans, s.method, nil, false)
 		s.remember(res)
 		if res.err == nil || !res.hasDecision() || !res.shape {
 			return res.err

@@ -80,14 +80,26 @@ type settlement struct {
 	local bool
 }
 
-// settlements returns the settlements the checks of a call owe: one for
-// each check of a rule with Settle that was debited (or replayed: the
-// request id settles the admission it replays), on the shared store or,
-// under FailLocal, the local one.
-func settlements(l *Limiter, checks []*check) []settlement {
-	var out []settlement
+// afterCall is what a call owes its rules once it ends: the settlements
+// of rules with Settle, and the slots it holds.
+type afterCall struct {
+	settles []settlement
+	slots   []*heldSlot
+}
+
+// owed returns what the checks of a call decided as res owe once it ends,
+// or nil. A refused call owes nothing: its slots are given back now.
+func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterCall {
+	if res.err != nil {
+		l.releaseAll(ctx, checks)
+		return nil
+	}
+	var a afterCall
 	for _, c := range checks {
-		if c.p.rule.Settle == nil {
+		if c.slot.holding() {
+			a.slots = append(a.slots, l.holdSlot(c))
+		}
+		if c.p.rule.Settle == nil || c.p.scope != scopeCall {
 			continue
 		}
 		st := l.store
@@ -98,12 +110,30 @@ func settlements(l *Limiter, checks []*check) []settlement {
 		default:
 			continue // nothing was debited
 		}
-		out = append(out, settlement{
+		if len(c.reqs) == 0 {
+			continue // an in-flight limit alone: no cost to settle
+		}
+		a.settles = append(a.settles, settlement{
 			p: c.p, st: st, reqs: slices.Clone(c.reqs), decs: slices.Clone(c.decs),
 			reserved: c.res.cost, local: st == l.local,
 		})
 	}
-	return out
+	if a.settles == nil && a.slots == nil {
+		return nil
+	}
+	return &a
+}
+
+// end settles what a call owes once its handler returned resp and err,
+// under ctx (the handler's, carrying its report), and releases its slots.
+func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
+	if a == nil {
+		return
+	}
+	l.settle(ctx, a.settles, resp, err)
+	for _, h := range a.slots {
+		h.end()
+	}
 }
 
 // withReport returns ctx carrying a fresh report for ReportCost.

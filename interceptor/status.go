@@ -48,10 +48,21 @@ func denial(checks []*check) error {
 		violations []*errdetails.QuotaFailure_Violation
 	)
 	for _, c := range checks {
+		name := c.p.rule.Name
+		if c.slot.refused() {
+			wait = max(wait, slotRetryAfter(c))
+			names = append(names, strconv.Quote(name))
+			violations = append(violations, &errdetails.QuotaFailure_Violation{
+				Subject:     "rule:" + name,
+				Description: fmt.Sprintf("in flight %d exceeded; retry after %s", c.p.inFlight.max, roundUp(slotRetryAfter(c), time.Millisecond)),
+				QuotaId:     name,
+				QuotaValue:  c.p.inFlight.max,
+			})
+			continue
+		}
 		if !c.denied() {
 			continue
 		}
-		name := c.p.rule.Name
 		names = append(names, strconv.Quote(name))
 		for i, d := range c.decs {
 			if !c.denies(d) {

@@ -42,7 +42,7 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 	if l.storeBlocks {
 		sctx, cancel = context.WithDeadline(ctx, start.Add(l.storeTimeout))
 	}
-	err := ask(sctx, l.store, checks)
+	err := l.askAll(sctx, l.store, checks, false)
 	elapsed := time.Since(start)
 	if cancel != nil {
 		cancel()
@@ -53,7 +53,9 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 		for _, c := range checks {
 			l.recordStore(ctx, c.p, elapsed, false)
 		}
-		judge(checks)
+		if !judge(checks) {
+			l.releaseAll(ctx, checks)
+		}
 	case errors.Is(err, tollgate.ErrInvalidRequest):
 		// A configuration the checks above let through; the store is fine.
 		l.breaker.Done(probe, breaker.NoNews)
@@ -74,6 +76,26 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 		}
 		l.failSet(ctx, checks, err)
 	}
+}
+
+// askAll asks st for the slots of checks, then, when every slot was
+// given, for their rate limits: a call refused for lack of a slot debits
+// no rate. A store failure gives back the slots taken. local: st is
+// FailLocal's store, whose slots are the per-replica caps.
+func (l *Limiter) askAll(ctx context.Context, st tollgate.Store, checks []*check, local bool) error {
+	got, err := l.acquire(ctx, st, checks, local)
+	if err != nil || !got {
+		return err
+	}
+	rated := only(checks, func(c *check) bool { return len(c.reqs) > 0 })
+	if len(rated) == 0 {
+		return nil
+	}
+	if err := ask(ctx, st, rated); err != nil {
+		l.releaseAll(ctx, checks)
+		return err
+	}
+	return nil
 }
 
 // setReplayTTL bounds how long the store remembers the request ids of checks.
@@ -134,14 +156,16 @@ func (l *Limiter) failSet(ctx context.Context, checks []*check, cause error) {
 		}
 		return
 	}
-	if err := ask(ctx, l.local, local); err != nil {
+	if err := l.askAll(ctx, l.local, local, true); err != nil {
 		for _, c := range local {
 			c.res.cause = errors.Join(cause, err)
 			c.res.failClosed(c.p.rule.Name)
 		}
 		return
 	}
-	judge(local)
+	if !judge(local) {
+		l.releaseAll(ctx, local)
+	}
 	for _, c := range local {
 		if c.res.outcome != outcomeSkipped {
 			c.res.outcome = outcomeFailLocal

@@ -1,0 +1,318 @@
+package interceptor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tollgate/tollgate"
+)
+
+// DefaultSlotTimeout is how long an in-flight slot lives when its call has
+// no deadline, or between a stream's renewals, unless WithSlotTimeout or
+// Rule.SlotTimeout say otherwise.
+const DefaultSlotTimeout = 30 * time.Second
+
+// slotMargin is added to a call's deadline for its slot's expiry: the
+// handler may return a little after the deadline, give or take the clocks.
+const slotMargin = time.Second
+
+// inFlight is a plan's in-flight limit: at most max calls of one identity
+// at once (localMax per replica under FailLocal), slots living ttl when
+// the call has no deadline.
+type inFlight struct {
+	max, localMax int64
+	ttl           time.Duration
+	header        string // x-ratelimit-limit
+	// hold is the recent mean time a slot was held on this replica, in
+	// nanoseconds: the wait a denial suggests (see slotDenial).
+	hold atomic.Int64
+}
+
+// held records that a slot was held for d.
+func (f *inFlight) held(d time.Duration) {
+	for {
+		old := f.hold.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old - old/8 + int64(d)/8
+		}
+		if f.hold.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// slotCheck is a check's in-flight slot: what it asks for (a stream's: for
+// its life), the store's answer, and, while the check holds it, where it
+// was taken and when.
+type slotCheck struct {
+	req    tollgate.Slot
+	stream bool
+	asked  bool
+	dec    tollgate.SlotDecision
+	store  tollgate.SlotStore // nil unless held
+	local  bool
+	at     time.Time
+}
+
+// refused reports that the store found no free slot for the check.
+func (s *slotCheck) refused() bool { return s != nil && s.asked && !s.dec.Allowed }
+
+// holding reports that the check holds its slot.
+func (s *slotCheck) holding() bool { return s != nil && s.store != nil }
+
+// prepareSlot fills c's slot request for the identity key under ctx's
+// deadline: the call's request id names it, so that a retry reuses it.
+func (c *check) prepareSlot(ctx context.Context, key, requestID string, stream bool) {
+	f := c.p.inFlight
+	ttl := f.ttl
+	if deadline, ok := ctx.Deadline(); ok && !stream {
+		ttl = max(time.Until(deadline), 0) + slotMargin
+	}
+	id := requestID
+	if id == "" {
+		id = newSlotID()
+	}
+	c.slot = &slotCheck{req: tollgate.Slot{Key: key, Max: f.max, ID: id, TTL: ttl}, stream: stream}
+}
+
+// newSlotID names the slot of a call that came without a request id.
+func newSlotID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "slot-" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// acquire takes the slots of checks on st, in order: all or none. It
+// reports whether every check got its slot; a check that did not is
+// marked, and the slots taken before it are given back.
+func (l *Limiter) acquire(ctx context.Context, st tollgate.Store, checks []*check, local bool) (bool, error) {
+	ss, _ := st.(tollgate.SlotStore)
+	for i, c := range checks {
+		if c.slot == nil {
+			continue
+		}
+		s := c.slot.req
+		if local {
+			s.Max = c.p.inFlight.localMax
+		}
+		d, err := ss.AcquireSlot(ctx, s)
+		if err != nil {
+			l.releaseAll(ctx, checks[:i])
+			return false, err
+		}
+		c.slot.asked, c.slot.dec = true, d
+		l.recordSlot(ctx, c.p, map[bool]slotOutcome{true: slotAcquired, false: slotDeniedOutcome}[d.Allowed])
+		if !d.Allowed {
+			l.releaseAll(ctx, checks[:i])
+			return false, nil
+		}
+		c.slot.store, c.slot.local, c.slot.at = ss, local, time.Now()
+	}
+	return true, nil
+}
+
+// releaseAll gives back the slots checks hold: their call does not go on.
+func (l *Limiter) releaseAll(ctx context.Context, checks []*check) {
+	for _, c := range checks {
+		if !c.slot.holding() {
+			continue
+		}
+		l.release(context.WithoutCancel(ctx), c.p, c.slot.store, c.slot.req, c.slot.local)
+		c.slot.store = nil
+	}
+}
+
+// release frees one slot under the store deadline; a failure leaves it to
+// expire by itself, at its TTL.
+func (l *Limiter) release(ctx context.Context, p *plan, st tollgate.SlotStore, s tollgate.Slot, local bool) {
+	ctx, cancel := context.WithTimeout(ctx, l.storeTimeout)
+	defer cancel()
+	if err := st.ReleaseSlot(ctx, s); err != nil {
+		l.recordSlot(ctx, p, slotReleaseFailed)
+		l.log.Warn("rate limit: releasing an in-flight slot failed; it expires by itself", "rule", p.rule.Name, "ttl", s.TTL, "error", err)
+		return
+	}
+	l.recordSlot(ctx, p, slotReleased)
+}
+
+// slotDenied fills res with the denial of a check refused for lack of a
+// slot.
+func (res *result) slotDenied(c *check) {
+	res.outcome = outcomeDenied
+	res.decision = tollgate.Decision{RetryAfter: slotRetryAfter(c)}
+	res.limitHeader = c.p.inFlight.header
+	res.slotWait, res.maxShapeWait = c.p.rule.StreamMode == Shape && c.slot.stream, c.p.rule.maxShapeWait
+	res.err = denial([]*check{c})
+}
+
+// slotRetryAfter is the wait a slot denial suggests: how long this rule's
+// calls held their slots lately (a slot usually frees up about then), but
+// never past the first held slot's expiry, when one frees up for sure,
+// and at least a millisecond.
+func slotRetryAfter(c *check) time.Duration {
+	wait := c.slot.dec.RetryAfter
+	if hold := time.Duration(c.p.inFlight.hold.Load()); hold > 0 && hold < wait {
+		wait = hold
+	}
+	return max(wait, time.Millisecond)
+}
+
+// heldSlot is a slot a call holds while its handler runs: renewed before
+// it expires, released when the call ends.
+type heldSlot struct {
+	l     *Limiter
+	p     *plan
+	st    tollgate.SlotStore
+	slot  tollgate.Slot
+	local bool
+	at    time.Time
+
+	mu    sync.Mutex
+	timer *time.Timer
+	done  bool
+}
+
+// holdSlot starts renewing c's slot, which it now holds for the call.
+func (l *Limiter) holdSlot(c *check) *heldSlot {
+	h := &heldSlot{l: l, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at}
+	if !h.local {
+		h.slot.Max = c.p.inFlight.max
+	}
+	h.timer = time.AfterFunc(renewEvery(h.slot.TTL), h.renew)
+	return h
+}
+
+// renewEvery is how often a slot of ttl is renewed: a third of it, so that
+// two renewals can fail before it expires.
+func renewEvery(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
+
+// renew moves the slot's expiry on, for calls that outlive it.
+func (h *heldSlot) renew() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.l.storeTimeout)
+	ok, err := h.st.RenewSlot(ctx, h.slot)
+	cancel()
+	switch {
+	case err != nil:
+		h.l.recordSlot(context.Background(), h.p, slotRenewFailed)
+		h.l.log.Warn("rate limit: renewing an in-flight slot failed", "rule", h.p.rule.Name, "error", err)
+	case !ok:
+		h.l.recordSlot(context.Background(), h.p, slotLost)
+		h.l.log.Warn("rate limit: an in-flight slot expired before its call ended", "rule", h.p.rule.Name, "ttl", h.slot.TTL)
+	default:
+		h.l.recordSlot(context.Background(), h.p, slotRenewed)
+	}
+	h.timer.Reset(renewEvery(h.slot.TTL))
+}
+
+// end releases the slot: its call has ended.
+func (h *heldSlot) end() {
+	h.mu.Lock()
+	h.done = true
+	h.timer.Stop()
+	h.mu.Unlock()
+	d := time.Since(h.at)
+	h.p.inFlight.held(d)
+	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrRule.String(h.p.rule.Name)))
+	h.l.release(context.Background(), h.p, h.st, h.slot, h.local)
+}
+
+// newInFlight compiles a rule's in-flight limit; nil without MaxInFlight.
+func newInFlight(r Rule, defaultTTL time.Duration, replicas int64) (*inFlight, error) {
+	switch {
+	case r.MaxInFlight < 0:
+		return nil, fmt.Errorf("MaxInFlight must be >= 0, got %d", r.MaxInFlight)
+	case r.MaxInFlight > tollgate.MaxRate:
+		return nil, fmt.Errorf("MaxInFlight must be at most MaxRate (10^12), got %d", r.MaxInFlight)
+	case r.SlotTimeout < 0:
+		return nil, fmt.Errorf("SlotTimeout must be >= 0, got %s", r.SlotTimeout)
+	case r.MaxInFlight == 0:
+		return nil, nil
+	}
+	ttl := r.SlotTimeout
+	if ttl == 0 {
+		ttl = defaultTTL
+	}
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("SlotTimeout is 0 and so is the Limiter's (WithSlotTimeout): a slot of a call without a deadline would never expire")
+	}
+	return &inFlight{
+		max: r.MaxInFlight, localMax: ceilDiv(r.MaxInFlight, replicas), ttl: ttl,
+		header: strconv.FormatInt(r.MaxInFlight, 10),
+	}, nil
+}
+
+// slotOutcome is the value of tollgate.slot.outcome.
+type slotOutcome uint8
+
+const (
+	slotAcquired      slotOutcome = iota // a call took a slot
+	slotDeniedOutcome                    // a call found none free
+	slotReleased                         // a call ended and gave its slot back
+	slotReleaseFailed                    // the store could not take it back: it expires by itself
+	slotRenewed                          // a long call moved its slot's expiry on
+	slotRenewFailed                      // the store could not renew it
+	slotLost                             // the slot expired before its call ended
+	numSlotOutcomes
+)
+
+var slotOutcomeNames = [numSlotOutcomes]string{"acquired", "denied", "released", "release_failed", "renewed", "renew_failed", "lost"}
+
+// In-flight telemetry names.
+const (
+	// MetricSlots counts in-flight slot events (Rule.MaxInFlight), with
+	// the attributes tollgate.rule and tollgate.slot.outcome: "acquired",
+	// "denied", "released", "release_failed" (the slot expires by itself),
+	// "renewed", "renew_failed" or "lost" (it expired before its call
+	// ended).
+	MetricSlots = "tollgate.slots"
+	// MetricSlotHold is a histogram of how long calls held their slots, in
+	// seconds, with the attribute tollgate.rule.
+	MetricSlotHold = "tollgate.slot.hold"
+	// MetricSlotWait is a histogram of how long stream openings of Shape
+	// rules waited for a slot, in seconds, with the attribute tollgate.rule.
+	MetricSlotWait = "tollgate.slot.wait"
+
+	AttrSlotOutcome = attribute.Key("tollgate.slot.outcome") // see MetricSlots
+	AttrInFlight    = attribute.Key("tollgate.in_flight")    // slots of the identity held after the decision
+	AttrSlotWaitMs  = attribute.Key("tollgate.slot.wait_ms") // how long the call waited for a slot
+)
+
+type slotTelemetry struct {
+	events     metric.Int64Counter
+	hold, wait metric.Float64Histogram
+}
+
+func newSlotTelemetry(meter metric.Meter) (slotTelemetry, error) {
+	var t slotTelemetry
+	var err error
+	if t.events, err = meter.Int64Counter(MetricSlots, metric.WithUnit("{event}"),
+		metric.WithDescription("In-flight slot events, by rule and outcome.")); err != nil {
+		return t, err
+	}
+	if t.hold, err = meter.Float64Histogram(MetricSlotHold, metric.WithUnit("s"),
+		metric.WithDescription("How long calls held their in-flight slots.")); err != nil {
+		return t, err
+	}
+	t.wait, err = meter.Float64Histogram(MetricSlotWait, metric.WithUnit("s"),
+		metric.WithDescription("How long stream openings waited for an in-flight slot."))
+	return t, err
+}
+
+func (l *Limiter) recordSlot(ctx context.Context, p *plan, o slotOutcome) {
+	l.slotTel.events.Add(ctx, 1, metric.WithAttributes(AttrRule.String(p.rule.Name), AttrSlotOutcome.String(slotOutcomeNames[o])))
+}
