@@ -171,6 +171,7 @@ func slotRetryAfter(c *check) time.Duration {
 // it expires, released when the call ends.
 type heldSlot struct {
 	l     *Limiter
+	ctx   context.Context // the call's: renewals stop once it is done
 	p     *plan
 	st    tollgate.SlotStore
 	slot  tollgate.Slot
@@ -182,9 +183,12 @@ type heldSlot struct {
 	done  bool
 }
 
-// holdSlot starts renewing c's slot, which it now holds for the call.
-func (l *Limiter) holdSlot(c *check) *heldSlot {
-	h := &heldSlot{l: l, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at}
+// holdSlot starts renewing c's slot, which it now holds for the call under
+// ctx. Renewals stop once ctx is done: a handler that goes on after its
+// call was cancelled or ran out of time holds the slot only until it
+// expires, as a replica that died would.
+func (l *Limiter) holdSlot(ctx context.Context, c *check) *heldSlot {
+	h := &heldSlot{l: l, ctx: ctx, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at}
 	if !h.local {
 		h.slot.Max = c.p.inFlight.max
 	}
@@ -200,7 +204,7 @@ func renewEvery(ttl time.Duration) time.Duration { return max(ttl/3, time.Millis
 func (h *heldSlot) renew() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.done {
+	if h.done || h.ctx.Err() != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.l.storeTimeout)

@@ -50,6 +50,12 @@ type Quota struct {
 	// Available is how many units the identity has now: Decision.Remaining,
 	// plus Cost when the call would be admitted.
 	Available int64
+	// InFlight reports that this Quota is the rule's in-flight limit
+	// (Rule.MaxInFlight) instead of a rate: Limit is zero, InUse slots of
+	// MaxInFlight are held, Available are free and Decision says whether a
+	// call would get one.
+	InFlight           bool
+	InUse, MaxInFlight int64
 }
 
 // ErrUnknownRule is matched (errors.Is) by the error Peek and Reset return
@@ -71,12 +77,26 @@ func (e unknownRuleError) GRPCStatus() *status.Status { return status.New(codes.
 func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRule }
 
 // Peek returns the state of every limit of the named rule for who, without
-// debiting anything or recording a request id. An unknown rule is a
-// codes.NotFound status naming it; an identity the key function cannot
-// find is codes.InvalidArgument; a store failure is codes.Unavailable.
+// debiting anything or recording a request id, and the slots it holds
+// under the rule's in-flight limit. An unknown rule is a codes.NotFound
+// status naming it; an identity the key function cannot find is
+// codes.InvalidArgument; a store failure is codes.Unavailable.
 func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, error) {
 	var out []Quota
 	err := l.eachLimit(ctx, rule, who, func(p *plan, req tollgate.Request) error {
+		if req.Limit == (tollgate.Limit{}) {
+			inUse, err := l.store.(tollgate.SlotStore).SlotsInUse(ctx, req.Key)
+			if err != nil {
+				return err
+			}
+			f := p.inFlight
+			free := max(f.max-inUse, 0)
+			out = append(out, Quota{
+				InFlight: true, InUse: inUse, MaxInFlight: f.max, Cost: 1, Available: free,
+				Decision: tollgate.Decision{Allowed: free > 0, Remaining: max(free-1, 0)},
+			})
+			return nil
+		}
 		dec, err := l.store.Peek(ctx, req)
 		if err != nil {
 			return err
@@ -96,6 +116,9 @@ func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, e
 // full buckets and empty windows. Errors are those of Peek.
 func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 	return l.eachLimit(ctx, rule, who, func(_ *plan, req tollgate.Request) error {
+		if req.Limit == (tollgate.Limit{}) {
+			return nil // slots belong to calls still running
+		}
 		if err := l.local.Reset(ctx, req); err != nil {
 			return err
 		}
@@ -116,7 +139,8 @@ func (l *Limiter) Rules() []Rule {
 }
 
 // eachLimit calls f with the request of every limit of rule for who, in
-// the rule's order, the message limit last.
+// the rule's order, the message limit last; for an in-flight limit, a
+// request of the identity's key with no Limit.
 func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, tollgate.Request) error) error {
 	r := l.book.Load().byName[rule]
 	if r == nil {
@@ -140,8 +164,14 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 		if p.priced {
 			cost = max(r.Cost, 1)
 		}
+		reqs := make([]tollgate.Request, 0, len(limits)+1)
 		for _, lp := range limits {
-			req := tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())}
+			reqs = append(reqs, tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())})
+		}
+		if p.inFlight != nil {
+			reqs = append(reqs, tollgate.Request{Key: key}) // the in-flight limit: no Limit
+		}
+		for _, req := range reqs {
 			if err := f(p, req); err != nil {
 				if errors.Is(err, tollgate.ErrInvalidRequest) {
 					return status.Errorf(codes.InvalidArgument, "rate limit %q: %v", r.Name, err)

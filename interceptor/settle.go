@@ -97,7 +97,7 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 	var a afterCall
 	for _, c := range checks {
 		if c.slot.holding() {
-			a.slots = append(a.slots, l.holdSlot(c))
+			a.slots = append(a.slots, l.holdSlot(ctx, c))
 		}
 		if c.p.rule.Settle == nil || c.p.scope != scopeCall {
 			continue

@@ -46,6 +46,7 @@ func denial(checks []*check) error {
 		wait       time.Duration
 		names      []string
 		violations []*errdetails.QuotaFailure_Violation
+		rates      bool // a rate limit denied, not only in-flight ones
 	)
 	for _, c := range checks {
 		name := c.p.rule.Name
@@ -63,6 +64,7 @@ func denial(checks []*check) error {
 		if !c.denied() {
 			continue
 		}
+		rates = true
 		names = append(names, strconv.Quote(name))
 		for i, d := range c.decs {
 			if !c.denies(d) {
@@ -78,9 +80,13 @@ func denial(checks []*check) error {
 			})
 		}
 	}
-	what := "rate limit " + names[0]
+	kind := "rate limit"
+	if !rates {
+		kind = "in-flight limit"
+	}
+	what := kind + " " + names[0]
 	if len(names) > 1 {
-		what = "rate limits " + strings.Join(names, ", ")
+		what = kind + "s " + strings.Join(names, ", ")
 	}
 	st := status.New(codes.ResourceExhausted, fmt.Sprintf("%s exceeded: retry after %s", what, roundUp(wait, time.Millisecond)))
 	detailed, err := st.WithDetails(

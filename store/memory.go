@@ -40,6 +40,7 @@ type Memory struct {
 	seed    maphash.Seed
 	shards  []memShard
 	next    atomic.Uint64 // the shard the next decision sweeps
+	slots   memSlots      // in-flight slots (slots_memory.go)
 }
 
 // WithClock sets the clock the store reads (default time.Now), for tests and

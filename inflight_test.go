@@ -1,0 +1,251 @@
+package tollgate_test
+
+// In-flight limits (Rule.MaxInFlight) across replicas sharing one store.
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/keyfunc"
+)
+
+// inFlightRule bounds one tenant's calls of every method to max at once.
+func inFlightRule(t *testing.T, max int64, slotTimeout time.Duration) interceptor.Rule {
+	return interceptor.Rule{
+		Name:        "in-flight " + redistest.KeyPrefix(t),
+		Methods:     []string{echo.AllMethods},
+		Key:         keyfunc.Metadata(tenantHeader),
+		MaxInFlight: max,
+		SlotTimeout: slotTimeout,
+	}
+}
+
+// peak counts the handlers running at once and the most seen.
+type peak struct {
+	running, most atomic.Int64
+}
+
+func (p *peak) enter() {
+	n := p.running.Add(1)
+	for {
+		m := p.most.Load()
+		if n <= m || p.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (p *peak) leave() { p.running.Add(-1) }
+
+// 4 replicas on one store, 64 callers of one tenant, handlers of 30ms and
+// 5 calls in flight at most: at no instant do more than 5 handlers run,
+// 5 do, and every caller is admitted in the end by retrying.
+func TestInFlightAcrossReplicas(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		r := inFlightRule(t, 5, 0)
+		var p peak
+		srv := &echo.Server{Before: func(context.Context, string) error {
+			p.enter()
+			defer p.leave()
+			time.Sleep(30 * time.Millisecond)
+			return nil
+		}}
+		var clients []*echo.Client
+		for range 4 {
+			clients = append(clients, serve(t, limiter(t, st, interceptor.WithRules(r)), srv, nil))
+		}
+		var denials atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 64 {
+			c := clients[i%4]
+			wg.Go(func() {
+				deadline := time.Now().Add(20 * time.Second)
+				for time.Now().Before(deadline) {
+					_, _, err := say(tenant("a"), c)
+					switch status.Code(err) {
+					case codes.OK:
+						return
+					case codes.ResourceExhausted:
+						denials.Add(1)
+						time.Sleep(5 * time.Millisecond)
+					default:
+						t.Errorf("call: %v", err)
+						return
+					}
+				}
+				t.Error("a caller was never admitted")
+			})
+		}
+		wg.Wait()
+		if got := p.most.Load(); got != 5 {
+			t.Fatalf("at most %d handlers ran at once, want exactly 5", got)
+		}
+		if denials.Load() == 0 {
+			t.Fatal("no call was refused: the test proved nothing")
+		}
+		l := limiter(t, st, interceptor.WithRules(r))
+		q := inFlightQuota(t, l, r.Name, "a")
+		if q.InUse != 0 || q.Available != 5 {
+			t.Fatalf("after every call ended: %+v, want 0 slots in use", q)
+		}
+	})
+}
+
+// inFlightQuota returns what Peek says of rule's in-flight limit for tenant.
+func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string) interceptor.Quota {
+	t.Helper()
+	qs, err := l.Peek(context.Background(), rule, interceptor.Caller{Value: tenantName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.InFlight {
+			return q
+		}
+	}
+	t.Fatalf("Peek(%q) = %+v: no in-flight quota", rule, qs)
+	return interceptor.Quota{}
+}
+
+// A replica whose handlers never return, stopped with its calls still
+// running, frees their slots once they expire (the rule's SlotTimeout, as
+// the calls have no deadline): another replica then admits.
+func TestInFlightSlotsOfAStoppedReplicaExpire(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		const ttl = 600 * time.Millisecond
+		r := inFlightRule(t, 2, ttl)
+		hang := make(chan struct{})
+		t.Cleanup(func() { close(hang) })
+		entered := make(chan struct{}, 2)
+		stuck := &echo.Server{Before: func(context.Context, string) error {
+			entered <- struct{}{}
+			<-hang // ignores its context: only the test's end frees it
+			return nil
+		}}
+		var dead *grpc.Server
+		conn := grpctest.Serve(t, func(s *grpc.Server) { dead = s; echo.Register(s, stuck) },
+			[]grpc.ServerOption{grpc.ChainUnaryInterceptor(limiter(t, st, interceptor.WithRules(r)).UnaryServerInterceptor())})
+		c := echo.NewClient(conn)
+		for range 2 {
+			go func() { _, _, _ = say(tenant("a"), c) }()
+			<-entered
+		}
+		other := serve(t, limiter(t, st, interceptor.WithRules(r)), &echo.Server{}, nil)
+		_, _, err := say(tenant("a"), other)
+		wantCode(t, err, codes.ResourceExhausted, "in-flight")
+		stopped := time.Now()
+		dead.Stop() // the handlers go on: the slots are freed only by expiring
+		for {
+			_, _, err := say(tenant("a"), other)
+			if err == nil {
+				break
+			}
+			wantCode(t, err, codes.ResourceExhausted, "in-flight")
+			if time.Since(stopped) > ttl+time.Second {
+				t.Fatalf("still refused %s after the replica stopped; its slots should expire within %s", time.Since(stopped), ttl)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if waited := time.Since(stopped); waited < ttl/3 {
+			t.Errorf("admitted %s after the stop: the stopped replica's slots were freed before they could expire", waited)
+		}
+	})
+}
+
+// A stream longer than its slot's TTL keeps the slot (renewals), and frees
+// it when it ends.
+func TestInFlightStreamRenewsItsSlot(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		const ttl = 300 * time.Millisecond
+		r := inFlightRule(t, 1, ttl)
+		l := limiter(t, st, interceptor.WithRules(r))
+		c := serve(t, l, &echo.Server{}, nil)
+		stream, err := c.Chat(tenant("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		until := time.Now().Add(3 * ttl)
+		for time.Now().Before(until) {
+			if err := stream.Send(wrapperspb.String("x")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stream.Recv(); err != nil {
+				t.Fatalf("the stream failed while open: %v", err)
+			}
+			_, _, err := say(tenant("a"), c)
+			wantCode(t, err, codes.ResourceExhausted, "in-flight")
+			time.Sleep(ttl / 5)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != io.EOF {
+			t.Fatalf("stream end: %v", err)
+		}
+		deadline := time.Now().Add(time.Second)
+		for {
+			if _, _, err := say(tenant("a"), c); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("a second after the stream ended: %v; its slot should be free", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+// A rate-limited call takes no slot, and a call refused for lack of a slot
+// debits no rate.
+func TestInFlightBesideARate(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		r := inFlightRule(t, 1, 0)
+		r.Limit = tollgate.PerHour(2)
+		release := make(chan struct{})
+		entered := make(chan struct{}, 1)
+		srv := &echo.Server{Before: func(ctx context.Context, _ string) error {
+			entered <- struct{}{}
+			<-release
+			return nil
+		}}
+		l := limiter(t, st, interceptor.WithRules(r))
+		c := serve(t, l, srv, nil)
+		done := make(chan error, 1)
+		go func() { _, _, err := say(tenant("a"), c); done <- err }()
+		<-entered
+		_, _, err := say(tenant("a"), c)
+		st2 := wantCode(t, err, codes.ResourceExhausted, "in-flight")
+		if _, quota := grpctest.DenialDetails(st2); len(quota.GetViolations()) != 1 || quota.GetViolations()[0].GetQuotaValue() != 1 {
+			t.Errorf("QuotaFailure = %v, want the in-flight limit of 1", quota)
+		}
+		if q := peekOne(t, l, r.Name, interceptor.Caller{Value: "a"}, time.Hour); q.Available != 1 {
+			t.Errorf("rate available = %d after a refusal for lack of a slot, want 1: it debited", q.Available)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		entered = make(chan struct{}, 2)
+		if _, _, err := say(tenant("a"), c); err != nil {
+			t.Fatalf("second call: %v", err)
+		}
+		_, _, err = say(tenant("a"), c)
+		wantCode(t, err, codes.ResourceExhausted, "rate limit")
+		if q := inFlightQuota(t, l, r.Name, "a"); q.InUse != 0 {
+			t.Errorf("a call refused by its rate holds a slot: %+v", q)
+		}
+	})
+}

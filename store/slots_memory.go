@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tollgate/tollgate"
+)
+
+// memSlots holds a Memory store's in-flight slots: for each key, the ids
+// holding a slot and when each expires (µs on the store's clock). A key is
+// dropped once none of its slots is held, so memory follows the calls in
+// flight.
+type memSlots struct {
+	mu    sync.Mutex
+	byKey map[string]map[string]int64
+	// sweepAt is the number of keys at which every key is swept of its
+	// expired slots; it doubles with what is left.
+	sweepAt int
+}
+
+// live drops the expired slots of key at now and returns its slots, nil
+// when none is held.
+func (ms *memSlots) live(key string, now int64) map[string]int64 {
+	held := ms.byKey[key]
+	for id, exp := range held {
+		if exp <= now {
+			delete(held, id)
+		}
+	}
+	if len(held) == 0 {
+		delete(ms.byKey, key)
+		return nil
+	}
+	return held
+}
+
+// sweep drops every expired slot once the keys have doubled since the last
+// sweep, so that keys whose calls died do not pile up.
+func (ms *memSlots) sweep(now int64) {
+	if len(ms.byKey) < ms.sweepAt {
+		return
+	}
+	for key := range ms.byKey {
+		ms.live(key, now)
+	}
+	ms.sweepAt = max(2*len(ms.byKey), 1024)
+}
+
+// AcquireSlot takes a slot of s.Key (see tollgate.SlotStore).
+func (m *Memory) AcquireSlot(ctx context.Context, s tollgate.Slot) (tollgate.SlotDecision, error) {
+	if err := ctx.Err(); err != nil {
+		return tollgate.SlotDecision{}, err
+	}
+	if err := tollgate.ValidateSlot(s); err != nil {
+		return tollgate.SlotDecision{}, err
+	}
+	now := m.clock().UnixMicro()
+	ms := &m.slots
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	ms.sweep(now)
+	held := ms.live(s.Key, now)
+	exp := now + s.TTL.Microseconds()
+	if _, ok := held[s.ID]; ok {
+		held[s.ID] = exp
+		return tollgate.SlotDecision{Allowed: true, InUse: int64(len(held)), Reused: true}, nil
+	}
+	if int64(len(held)) >= s.Max {
+		first := int64(-1)
+		for _, e := range held {
+			if first < 0 || e < first {
+				first = e
+			}
+		}
+		return tollgate.SlotDecision{InUse: int64(len(held)), RetryAfter: micros(first - now)}, nil
+	}
+	if held == nil {
+		if ms.byKey == nil {
+			ms.byKey = make(map[string]map[string]int64)
+		}
+		held = make(map[string]int64)
+		ms.byKey[s.Key] = held
+	}
+	held[s.ID] = exp
+	return tollgate.SlotDecision{Allowed: true, InUse: int64(len(held))}, nil
+}
+
+// RenewSlot moves s.ID's slot expiry to s.TTL from now (see
+// tollgate.SlotStore).
+func (m *Memory) RenewSlot(ctx context.Context, s tollgate.Slot) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := tollgate.ValidateSlot(s); err != nil {
+		return false, err
+	}
+	now := m.clock().UnixMicro()
+	ms := &m.slots
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	held := ms.live(s.Key, now)
+	if _, ok := held[s.ID]; !ok {
+		return false, nil
+	}
+	held[s.ID] = now + s.TTL.Microseconds()
+	return true, nil
+}
+
+// ReleaseSlot frees s.ID's slot (see tollgate.SlotStore).
+func (m *Memory) ReleaseSlot(ctx context.Context, s tollgate.Slot) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := tollgate.ValidateRequestID(s.ID); err != nil {
+		return err
+	}
+	ms := &m.slots
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if held := ms.byKey[s.Key]; held != nil {
+		delete(held, s.ID)
+		if len(held) == 0 {
+			delete(ms.byKey, s.Key)
+		}
+	}
+	return nil
+}
+
+// SlotsInUse reports how many slots of key are held now.
+func (m *Memory) SlotsInUse(ctx context.Context, key string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	now := m.clock().UnixMicro()
+	ms := &m.slots
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	return int64(len(ms.live(key, now))), nil
+}
