@@ -87,7 +87,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 }
 
 // costScript is a script to measure and its calling convention: the
-// arguments before a decide script's group (the mode, and in earlier
+// arguments before a decide script's group (max_replays, and in earlier
 // versions a marker TTL), or nil for the older one script per algorithm.
 type costScript struct {
 	name   string

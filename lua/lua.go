@@ -34,8 +34,8 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
 //
-//	--#arith      arith.lua, the exact products and the calendar a limit
-//	              needs, defined only for the limits that need them
+//	--#arith      arith.lua: the exact products and the calendar, defined
+//	              only for a limit that needs them
 //	--#judge      the algorithm blocks, one per tollgate.Algorithm, chosen
 //	              by the local alg: token_bucket.lua, gcra.lua,
 //	              sliding_window.lua, fixed_window.lua
@@ -44,16 +44,17 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 // A judge block reads state (the key's string, or false when absent), now,
 // rate, period, capacity and c (the cost, 0 to only read), and sets
 // allowed, remaining, retry and reset (µs); when it admits c > 0, also
-// new_state (decimal integers, formatted with %d) and keep (µs from now
-// that the state matters). A give-back block reads state (a string), c,
+// new_state and keep (µs from now that the state matters). new_state is
+// formatted with %d, as plain decimal integers: Lua's tostring writes a µs
+// timestamp as 1.8e+15. A give-back block reads state (a string), c,
 // forfeit, debited_at, now and the limit, and sets new_state (nil to leave
 // the key, false to delete it). A new script reuses a part by naming it on
 // a line of its driver.
 //
-// The blocks are inline code, not functions: a closure and a call per
-// decision, whether one local function per block or one that dispatches by
-// algorithm, cost a decide call 5 to 16% of its Redis time
-// (BenchmarkScriptServerCost).
+// The blocks are inline code, not functions: a function costs a closure
+// per script call and a call per decision, which made a decide call 5 to
+// 15% dearer in Redis time, whether as one local function per block or as
+// one that dispatches by algorithm (BenchmarkScriptServerCost).
 func assemble(fsys fs.FS) (sources [len(drivers)]string, err error) {
 	read := func(name string) string {
 		b, e := fs.ReadFile(fsys, name)

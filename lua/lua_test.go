@@ -52,6 +52,33 @@ func TestEveryFileCompilesAlone(t *testing.T) {
 	}
 }
 
+// TestUnknownPartIsAnError assembles the scripts from a copy of the *.lua
+// files whose decide.lua names a part lua.go does not have: the assembly
+// fails, rather than leaving the line as a comment and the script without
+// its blocks.
+func TestUnknownPartIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	names, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "decide.lua" {
+			src = []byte(strings.Replace(string(src), "\n  --#judge\n", "\n  --#algorithms\n", 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lua.SourceIn(dir, lua.Decide); err == nil || !strings.Contains(err.Error(), `"algorithms"`) {
+		t.Fatalf("decide.lua naming the part %q: error %v, want one naming it", "algorithms", err)
+	}
+}
+
 // stateLayout is what KEYS[1] holds after an admission: decimal integers
 // only. A microsecond timestamp (~1.8e15) written through Lua's tostring
 // would read "1.8e+15" and lose its last digits.
