@@ -1,5 +1,6 @@
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
--- doubles, and the calendar. Follows the locals rate, period and capacity.
+-- doubles, and the calendar. lua.go puts it at a driver's --#arith line,
+-- once per limit judged, after the locals rate, period and capacity.
 -- docs/limits.md has the proof in full.
 --
 -- For a limit with max(rate, capacity) * period < 2^53 every product the
@@ -9,7 +10,8 @@
 -- Only for larger limits are muldiv, mulfloor and mulceil defined, and only
 -- for calendar windows (period < 0) is calendar: a function is a closure
 -- created on every call of the script, which costs an ordinary decision
--- several percent. The blocks use them when they are defined: muldiv(a, b, d) is floor(a * b / d) and the remainder, mulfloor and
+-- several percent. The blocks use them when they are defined:
+-- muldiv(a, b, d) is floor(a * b / d) and the remainder, mulfloor and
 -- mulceil the floor and the ceiling, exactly, for integers 0 <= a, b < 2^52,
 -- 0 < d < 2^50 whose quotient is below 2^52 (tollgate.Limit.Validate keeps
 -- every call in range: counts up to 10^12 < 2^40, periods up to 366 days

@@ -1,12 +1,12 @@
--- tollgate batch: many independent decisions in one call, followed by
--- arith.lua, the four algorithm blocks and batch_end.lua. The calling
+-- tollgate batch: many independent decisions in one call. The calling
 -- convention is in doc.go: the call's distinct profiles first (a profile
 -- is everything a decision's own decide call sends but its keys), then one
 -- argument per decision naming its profile; or, when the decisions share
 -- too few profiles for that to pay, each decision's profile in turn. Each
 -- decision is judged and written on its own, in order, exactly as the same
 -- decisions sent one decide call each would be: two decisions on one key
--- see each other's writes.
+-- see each other's writes. lua.go puts arith.lua at --#arith and the
+-- algorithm blocks at --#judge.
 --
 -- Nothing is written until every argument has been read and checked: a
 -- call whose arguments do not add up fails as a whole, before any write; a
@@ -25,10 +25,10 @@ local function isint(v, lo)
 end
 
 -- The profiles, each read and checked once however many decisions use it.
--- ARGV[1] is their number, then seven each: mode, replay TTL, algorithm,
--- rate, period, capacity, cost. Or ARGV[1] is 0 (inline) and every
+-- ARGV[1] is their number, then seven each: max_replays, replay TTL,
+-- algorithm, rate, period, capacity, cost. Or ARGV[1] is 0 (inline) and every
 -- decision's profile follows, as its decide call's arguments: the TTL only
--- when the mode is above 0. A profile whose numbers the algorithms cannot
+-- when max_replays is above 0. A profile whose numbers the algorithms cannot
 -- judge is kept as algorithm -1, which no block runs, so that every
 -- decision of it answers -1 (arith.lua still reads numbers).
 local nprofiles = tonumber(ARGV[1])
@@ -36,34 +36,34 @@ if not (isint(nprofiles, 0) and 1 + 7 * nprofiles < nargv) then
   return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not hold profiles and decisions')
 end
 local inline = nprofiles == 0
-local pmode, pttl, palg, prate, pperiod, pcap, pcost, pkeys = {}, {}, {}, {}, {}, {}, {}, {}
+local preplays, pttl, palg, prate, pperiod, pcap, pcost, pkeys = {}, {}, {}, {}, {}, {}, {}, {}
 -- name maps the argument naming profile p ("1", "2", ...) to p: one table
 -- lookup per decision instead of a conversion and its checks.
 local name = not inline and {}
 local p, a = 0, 1 -- profiles read, arguments read
 while (inline and a < nargv) or p < nprofiles do
-  local mode = tonumber(ARGV[a + 1])
-  if not isint(mode, -1) then
+  local max_replays = tonumber(ARGV[a + 1])
+  if not isint(max_replays, -1) then
     return redis.error_reply('ERR tollgate batch: ' .. (inline and 'decision ' or 'profile ') .. (p + 1) .. ' has no mode')
   end
   p = p + 1
   local ttl = false
-  if mode > 0 or not inline then
+  if max_replays > 0 or not inline then
     ttl, a = tonumber(ARGV[a + 2]), a + 1
   end
   local alg, rate, period = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local capacity, c = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   a = a + 6
-  pmode[p], pttl[p], pkeys[p] = mode, ttl, mode > 0 and 2 or 1
+  preplays[p], pttl[p], pkeys[p] = max_replays, ttl, max_replays > 0 and 2 or 1
   if name then name[tostring(p)] = p end
   if isint(alg, 0) and alg <= 3 and isint(rate, 1) and isint(capacity, 1) and isint(c, 1) and c <= capacity
       and (isint(period, 1) or (alg == 3 and isint(period, -4) and period < 0))
-      and (mode <= 0 or isint(ttl, 1)) then
+      and (max_replays <= 0 or isint(ttl, 1)) then
     palg[p], prate[p], pperiod[p], pcap[p], pcost[p] = alg, rate, period, capacity, c
     -- The marker's value and PX go to Redis as strings, this one formatted
     -- once per profile: Redis formats a number argument with "%.17g" on
     -- every write.
-    if mode > 0 then pttl[p] = format('%d', ttl) end
+    if max_replays > 0 then pttl[p] = format('%d', ttl) end
   else
     palg[p], prate[p], pperiod[p], pcap[p], pcost[p] = -1, 1, 1, 1, 1
   end
@@ -108,7 +108,7 @@ k = 0
 for d = 1, n do
   local p = d
   if of then p = of[d] end
-  local max_replays = pmode[p]
+  local max_replays = preplays[p]
   local peek, with_id = max_replays < 0, max_replays > 0
   local key, marker, ttl = KEYS[k + 1], false, false
   local state, used = got[k + 1], false
@@ -131,3 +131,45 @@ for d = 1, n do
   if replay then c = 0 end
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
+  --#arith
+  --#judge
+  if alg == -1 then
+    allowed = -1
+  elseif replay then
+    -- INCR keeps the marker's TTL, set when the id was admitted.
+    local v = pcall_('INCR', marker)
+    if type(v) == 'table' then
+      allowed = -2
+    else
+      allowed, retry, written[marker] = 1, 0, v
+    end
+  elseif allowed == 1 and not peek then
+    -- As in the decide script: one SET ... PX per key, the state first, so
+    -- that a marker never stands for a debit that was not made. Once the
+    -- state is written the decision is admitted, whatever its marker's fate.
+    local v = pcall_('SET', key, new_state, 'PX', ceil(keep / 1000) + 1)
+    if type(v) == 'table' and v.err then
+      allowed = -2
+    else
+      written[key] = new_state
+      if with_id then
+        v = pcall_('SET', marker, '0', 'PX', ttl) -- strings: see the profiles above
+        if not (type(v) == 'table' and v.err) then written[marker] = 0 end
+      end
+    end
+  end
+  -- The reply, compact (doc.go): a code that holds allowed, replayed and
+  -- remaining, then the reset, then the retry only when denied (it is 0
+  -- when admitted). Each integer of a reply costs Redis a conversion and
+  -- the client a parse: a decision answers two, against five.
+  if allowed < 0 then
+    reply[nr + 1], nr = allowed, nr + 1
+  elseif allowed == 1 then
+    reply[nr + 1], reply[nr + 2], nr = remaining * 4 + 2 + (replay and 1 or 0), reset, nr + 2
+  else
+    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 4, reset, retry, nr + 3
+  end
+end
+
+reply[nr + 1] = now
+return reply

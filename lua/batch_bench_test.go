@@ -38,8 +38,8 @@ var batchSizes = []int{1, 4, 16, 64}
 //	go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
 //
 // With TOLLGATE_BASELINE_LUA naming a directory holding another version's
-// batch script parts (batch.lua, batch_end.lua, arith.lua and the four
-// <algorithm>.lua blocks), it measures that batch script too, in the same
+// *.lua files (assembled as baselineBatchScript says), it measures that
+// version's batch script too, in the same
 // rounds, right before or after the current one (alternating), and reports
 // it as base-µs, with the ratio current ÷ baseline of each round: the two
 // ran back to back, so the ratio is less at the mercy of the machine's
@@ -49,11 +49,11 @@ var batchSizes = []int{1, 4, 16, 64}
 // layout the store would send (profiles, or inline when fewer than two
 // decisions share each profile: limits=each), or the one
 // TOLLGATE_BATCH_LAYOUT names, "profiles" or "inline", for every call. For
-// example, against the version before profiles:
+// example, against the version of commit bd7d069:
 //
-//	mkdir -p /tmp/base && for f in batch batch_end arith token_bucket gcra sliding_window fixed_window; do
-//	  git show fafc78e:lua/$f.lua > /tmp/base/$f.lua; done
-//	TOLLGATE_BASELINE_LUA=/tmp/base go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
+//	mkdir -p /tmp/lua-base && for f in $(git ls-tree --name-only bd7d069 lua/ | grep '[.]lua$'); do
+//	  git show bd7d069:$f > /tmp/lua-base/${f#lua/}; done
+//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
 func BenchmarkBatchServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
@@ -204,8 +204,10 @@ func anys(v []int64) []any {
 	return out
 }
 
-// baselineBatchScript joins the batch script parts in dir as lua.go joins
-// the current ones.
+// baselineBatchScript assembles the batch script in dir as its version's
+// lua.go did: without batch_end.lua, as lua.go does now (lua.SourceIn);
+// with it, batch.lua, arith.lua, the four <algorithm>.lua blocks chosen by
+// the decision's algorithm and batch_end.lua.
 func baselineBatchScript(b *testing.B, dir string) batchScript {
 	read := func(name string) string {
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -214,6 +216,14 @@ func baselineBatchScript(b *testing.B, dir string) batchScript {
 		}
 		return string(data)
 	}
+	head := read("batch.lua")
+	if _, err := os.Stat(filepath.Join(dir, "batch_end.lua")); os.IsNotExist(err) {
+		src, err := lua.SourceIn(dir, lua.Batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return batchScript{"base-", redis.NewScript(src), true}
+	}
 	blocks := ""
 	for i, a := range algorithms {
 		if i > 0 {
@@ -221,7 +231,6 @@ func baselineBatchScript(b *testing.B, dir string) batchScript {
 		}
 		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua"))
 	}
-	head := read("batch.lua")
 	src := head + read("arith.lua") + blocks + "end\n" + read("batch_end.lua")
 	return batchScript{"base-", redis.NewScript(src), strings.Contains(head, "local nprofiles")}
 }

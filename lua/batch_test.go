@@ -22,8 +22,8 @@ import (
 // KEYS and ARGV, on a key name without its side's prefix. batchArgs lays
 // the ARGV of several out as the batch script's.
 type batchDecision struct {
-	keys []string // state, then marker when mode > 0, without prefix
-	argv []int64  // mode, replay TTL (mode > 0), algorithm, rate, period, capacity, cost
+	keys []string // state, then marker when max_replays > 0, without prefix
+	argv []int64  // max_replays, replay TTL (max_replays > 0), algorithm, rate, period, capacity, cost
 	bad  bool     // out of range: the batch answers -1 and no decide call is made
 }
 
@@ -42,7 +42,7 @@ func (d batchDecision) limit() [4]int64 {
 }
 
 // profile returns the decision's profile as the batch script takes it:
-// mode, replay TTL (0 without a request id), algorithm, rate, period,
+// max_replays, replay TTL (0 without a request id), algorithm, rate, period,
 // capacity, cost.
 func (d batchDecision) profile() [7]int64 {
 	p := [7]int64{d.argv[0]}
@@ -376,8 +376,8 @@ func TestBatchSharesProfiles(t *testing.T) {
 }
 
 // TestBatchWritesNothingWhenMalformed sends batch calls whose arguments do
-// not make profiles and whole decisions (a key missing or too many, a mode
-// that is not one, a decision naming no profile of the call) and checks
+// not make profiles and whole decisions (a key missing or too many, a
+// max_replays that is not one, a decision naming no profile of the call) and checks
 // that each fails as a whole before any write: the complete decisions in it
 // leave no key.
 func TestBatchWritesNothingWhenMalformed(t *testing.T) {
@@ -419,8 +419,8 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 	}{
 		{"a marker missing", goodKeys, append(slices.Clone(good), 2), keysWrong},
 		{"a key too many", extraKey, good, keysWrong},
-		{"a mode that is not a number", goodKeys, with(good, 8, "x"), noMode},
-		{"a mode below -1", goodKeys, with(good, 1, -2), noMode},
+		{"a max_replays that is not a number", goodKeys, with(good, 8, "x"), noMode},
+		{"a max_replays below -1", goodKeys, with(good, 1, -2), noMode},
 		{"a decision naming profile 0", extraKey, append(slices.Clone(good), 0), noProfile},
 		{"a decision naming a profile past the last", extraKey, append(slices.Clone(good), 3), noProfile},
 		{"a decision naming no number", extraKey, append(slices.Clone(good), "x"), noProfile},
@@ -428,11 +428,11 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 		{"a profile cut short", goodKeys, append(slices.Clone(profiles[:14]), 1, 2), keysWrong},
 		{"more profiles than arguments", goodKeys, with(good, 0, 3), argumentsWrong},
 		{"inline: a decision cut short", goodKeys[:2], append(slices.Clone(inline), 0, tb[0], tb[1]), inlineWrong},
-		{"inline: a decision with its mode alone", goodKeys[:2], append(slices.Clone(inline), 0), inlineWrong},
+		{"inline: a decision with its max_replays alone", goodKeys[:2], append(slices.Clone(inline), 0), inlineWrong},
 		{"inline: a decision of a TTL alone", goodKeys[:2], append(slices.Clone(inline), 4, 60_000), inlineWrong},
 		{"inline: a marker missing", goodKeys[:1], append([]any{0, 4, 60_000}, tb...), keysWrong},
 		{"inline: a key too many", extraKey, append(slices.Clone(inline), 0), keysWrong},
-		{"inline: a mode that is not a number", goodKeys[:2], with(inline, 7, "x"), noMode},
+		{"inline: a max_replays that is not a number", goodKeys[:2], with(inline, 7, "x"), noMode},
 		{"inline and no decision", nil, []any{0}, argumentsWrong},
 		{"profiles and no decision", nil, profiles, argumentsWrong},
 		{"no argument", goodKeys, nil, argumentsWrong},

@@ -21,19 +21,22 @@ import (
 // BenchmarkScriptServerCost measures what Redis spends per script call (µs,
 // from INFO commandstats: cmdstat_evalsha's usec over its calls) on
 // ordinary limits, for each algorithm, on a private server. With
-// TOLLGATE_BASELINE_LUA naming a directory holding another version's
-// scripts (prelude.lua, main.lua and the four <algorithm>.lua blocks, plus
-// group.lua and arith.lua when that version has them), it loads those
-// scripts beside the current decide script and alternates batches of the
-// two, so that both are measured in the same run on the same server; each
-// reports the median batch over the benchmark's iterations (use
-// -benchtime=5x or more). A baseline without group.lua is the older calling
-// convention: one script per algorithm taking rate, period, capacity and
-// cost. For example:
+// TOLLGATE_BASELINE_LUA naming a directory holding another version's *.lua
+// files, it loads that version's decide script beside the current one and
+// alternates batches of the two (which goes first alternates too), so that
+// both are measured in the same run on the same server; each reports the
+// median batch over the benchmark's iterations (use -benchtime=5x or more),
+// and it logs the median, lowest and highest of the per-batch ratios
+// current ÷ baseline. A baseline is assembled as its lua.go did: from
+// decide.lua and its parts (lua.SourceIn); from prelude.lua, group.lua,
+// arith.lua, the four <algorithm>.lua blocks and main.lua (before
+// decide.lua); or, without group.lua, as one script per algorithm taking
+// rate, period, capacity and cost. For example, against the version of
+// commit bd7d069:
 //
-//	mkdir -p /tmp/base && for f in prelude main token_bucket gcra sliding_window fixed_window; do
-//	  git show main:lua/$f.lua > /tmp/base/$f.lua; done
-//	TOLLGATE_BASELINE_LUA=/tmp/base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./lua/
+//	mkdir -p /tmp/lua-base && for f in $(git ls-tree --name-only bd7d069 lua/ | grep '[.]lua$'); do
+//	  git show bd7d069:$f > /tmp/lua-base/${f#lua/}; done
+//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./lua/
 func BenchmarkScriptServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
@@ -52,23 +55,39 @@ func BenchmarkScriptServerCost(b *testing.B) {
 			// Batches of the scripts alternate, so that both see the same
 			// load on a shared machine; the median batch is the figure.
 			perCall := make([][]float64, len(scripts))
+			round := 0
 			for b.Loop() {
 				for batch := range costBatches {
-					for i, s := range scripts {
-						perCall[i] = append(perCall[i], serverCost(b, srv, c, s, alg, batch))
+					round++
+					for j := range scripts {
+						i := (j + round) % len(scripts) // alternate which goes first
+						perCall[i] = append(perCall[i], serverCost(b, srv, c, scripts[i], alg, batch))
 					}
 				}
 			}
 			for i, s := range scripts {
-				slices.Sort(perCall[i])
-				b.ReportMetric(perCall[i][len(perCall[i])/2], s.name+"-µs/call")
+				m, lo, hi := spread(perCall[i])
+				b.ReportMetric(m, s.name+"-µs/call")
+				b.Logf("%s: median %.2f µs per call (%.2f–%.2f)", s.name, m, lo, hi)
+			}
+			if len(scripts) > 1 {
+				var ratios []float64
+				lower := 0
+				for r, x := range perCall[1] {
+					ratios = append(ratios, perCall[0][r]/x)
+					if ratios[r] < 1 {
+						lower++
+					}
+				}
+				m, lo, hi := spread(ratios)
+				b.Logf("current÷baseline per batch: median %.3f (%.3f–%.3f), below 1 in %d of %d", m, lo, hi, lower, len(ratios))
 			}
 		})
 	}
 }
 
 // costScript is a script to measure and its calling convention: the
-// arguments before a decide script's group (the mode, and in earlier
+// arguments before a decide script's group (max_replays, and in earlier
 // versions a marker TTL), or nil for the older one script per algorithm.
 type costScript struct {
 	name   string
@@ -123,9 +142,10 @@ func evalshaStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
 	return calls, usec
 }
 
-// baselineScript joins the baseline's script parts as its lua.go did: with
-// group.lua, one decide script choosing the block by the group's algorithm;
-// without, one script of alg's block.
+// baselineScript assembles the baseline's decide script as its lua.go did:
+// with decide.lua, as lua.go does now; with group.lua, one decide script
+// of prelude.lua, group.lua, arith.lua, the blocks chosen by the group's
+// algorithm and main.lua; without either, one script of alg's block.
 func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript {
 	read := func(name string, optional bool) string {
 		data, err := os.ReadFile(filepath.Join(dir, name))
@@ -133,6 +153,13 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 			b.Fatal(err)
 		}
 		return string(data)
+	}
+	if read("decide.lua", true) != "" {
+		src, err := lua.SourceIn(dir, lua.Decide)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return costScript{"baseline", redis.NewScript(src), []any{0}}
 	}
 	group := read("group.lua", true)
 	if group == "" {

@@ -1,9 +1,27 @@
 package lua
 
-import "strings"
+import (
+	"io/fs"
+	"os"
+	"strings"
+)
 
 // Arith is arith.lua, for tests that call its functions directly.
-var Arith = arith
+var Arith = func() string {
+	b, err := fs.ReadFile(files, "arith.lua")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// SourceIn returns script s as lua.go assembles it from the *.lua files in
+// dir instead of the embedded ones: another version's, for the benchmarks
+// that measure two versions side by side.
+func SourceIn(dir string, s Script) (string, error) {
+	sources, err := assemble(os.DirFS(dir))
+	return sources[s], err
+}
 
 // SourceAt returns the decide script with the server's clock replaced by
 // its last two arguments, seconds and microseconds as TIME answers them, so

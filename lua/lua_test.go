@@ -3,6 +3,8 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,6 +24,60 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 var decide = redis.NewScript(lua.Source(lua.Decide))
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
+
+// TestEveryFileCompilesAlone sends each *.lua file alone to Redis with
+// SCRIPT LOAD, which compiles a script without running it: every file is a
+// complete chunk, not a piece of a loop another file closes. The scripts
+// lua.go assembles from them compile too.
+func TestEveryFileCompilesAlone(t *testing.T) {
+	c := redistest.Single(t).Client(t)
+	ctx := context.Background()
+	names, err := filepath.Glob("*.lua")
+	if err != nil || len(names) < 12 {
+		t.Fatalf("the package's *.lua files: %q (%v), want the drivers, arith.lua and the blocks", names, err)
+	}
+	for _, name := range names {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ScriptLoad(ctx, string(src)).Err(); err != nil {
+			t.Errorf("%s alone: %v", name, err)
+		}
+	}
+	for _, s := range []lua.Script{lua.Decide, lua.Refund, lua.Batch} {
+		if err := c.ScriptLoad(ctx, lua.Source(s)).Err(); err != nil {
+			t.Errorf("the %s script: %v", s, err)
+		}
+	}
+}
+
+// TestUnknownPartIsAnError assembles the scripts from a copy of the *.lua
+// files whose decide.lua names a part lua.go does not have: the assembly
+// fails, rather than leaving the line as a comment and the script without
+// its blocks.
+func TestUnknownPartIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	names, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "decide.lua" {
+			src = []byte(strings.Replace(string(src), "\n  --#judge\n", "\n  --#algorithms\n", 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := lua.SourceIn(dir, lua.Decide); err == nil || !strings.Contains(err.Error(), `"algorithms"`) {
+		t.Fatalf("decide.lua naming the part %q: error %v, want one naming it", "algorithms", err)
+	}
+}
 
 // stateLayout is what KEYS[1] holds after an admission: decimal integers
 // only. A microsecond timestamp (~1.8e15) written through Lua's tostring

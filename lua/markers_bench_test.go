@@ -147,11 +147,11 @@ func BenchmarkMarkerServerCost(b *testing.B) {
 							keys = append(keys, tag+":r:"+strconv.FormatInt(window, 36), tag+":r:"+strconv.FormatInt(window-1, 36))
 						}
 						args = append(args, id)
-						mode := []int64{0}
+						replays := []int64{0}
 						if layout == "batch+id" {
-							mode = []int64{1, 1500}
+							replays = []int64{1, 1500}
 						}
-						ds = append(ds, batchDecision{argv: append(mode, int64(tollgate.TokenBucket), limit.Rate, limit.Period, limit.Capacity, limit.Cost)})
+						ds = append(ds, batchDecision{argv: append(replays, int64(tollgate.TokenBucket), limit.Rate, limit.Period, limit.Capacity, limit.Cost)})
 					}
 					var err error
 					if layout == "batch" || layout == "batch+id" {
