@@ -3,12 +3,14 @@ package tollgate_test
 // Limits that change while the servers run: rules swapped by SetRules.
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
@@ -78,4 +80,124 @@ func TestSetRulesRefusesBadRules(t *testing.T) {
 	}
 	_, _, err := say(tenant("a"), c)
 	wantCode(t, err, codes.ResourceExhausted, "exceeded") // the old rule still holds
+}
+
+// An override set through one Limiter applies on another sharing the store
+// within the refresh delay, ends with its TTL; an override of no limits
+// blocks its caller; Overrides lists them; bad ones are refused and change
+// nothing.
+func TestOverridesAcrossReplicas(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		window := func(n int64) tollgate.Limit {
+			return tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: n, Period: tollgate.MaxPeriod}
+		}
+		const refresh = 200 * time.Millisecond
+		r := rule(t, window(2))
+		admin := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh))
+		other := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh))
+		c := serve(t, other, &echo.Server{}, nil)
+		ctx := context.Background()
+		for range 2 {
+			if _, _, err := say(tenant("a"), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, _, err := say(tenant("a"), c)
+		wantCode(t, err, codes.ResourceExhausted, "exceeded")
+
+		// Raised to 5 for 2s: the window carries over, 3 more are admitted.
+		const ttl = 2 * time.Second
+		if err := admin.SetOverride(ctx, r.Name, interceptor.Caller{Value: "a"}, []tollgate.Limit{window(5)}, ttl); err != nil {
+			t.Fatal(err)
+		}
+		set := time.Now()
+		admitted := 0
+		for admitted < 3 {
+			if _, _, err := say(tenant("a"), c); err == nil {
+				admitted++
+				continue
+			}
+			if time.Since(set) > refresh+time.Second {
+				t.Fatalf("the override is not seen by the other replica %s after it was set", time.Since(set))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_, _, err = say(tenant("a"), c)
+		wantCode(t, err, codes.ResourceExhausted, "exceeded")
+
+		// A block, and the list.
+		if err := admin.SetOverride(ctx, r.Name, interceptor.Caller{Value: "b"}, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, refresh+time.Second, func() bool {
+			_, _, err := say(tenant("b"), c)
+			return status.Code(err) == codes.PermissionDenied
+		})
+		list, err := other.Overrides(ctx, r.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int{}
+		for _, o := range list {
+			got[o.Caller.Value] = len(o.Limits)
+		}
+		if len(list) != 2 || got["a"] != 1 || got["b"] != 0 {
+			t.Fatalf("Overrides = %+v, want a raised and b blocked", list)
+		}
+
+		// Expiry: back to 2 for a, whose window already holds 5.
+		time.Sleep(time.Until(set.Add(ttl)))
+		waitFor(t, refresh+time.Second, func() bool {
+			list, _ := other.Overrides(ctx, r.Name)
+			return len(list) == 1
+		})
+		_, _, err = say(tenant("a"), c)
+		wantCode(t, err, codes.ResourceExhausted, "exceeded")
+
+		// Deleted: b is limited by the rule again (its calls before the
+		// block was seen may have used its quota).
+		if err := admin.DeleteOverride(ctx, r.Name, interceptor.Caller{Value: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, refresh+time.Second, func() bool {
+			_, _, err := say(tenant("b"), c)
+			return status.Code(err) != codes.PermissionDenied
+		})
+
+		// Bad input: refused, nothing stored.
+		for _, bad := range []struct {
+			name   string
+			rule   string
+			who    interceptor.Caller
+			limits []tollgate.Limit
+			ttl    time.Duration
+			code   codes.Code
+		}{
+			{"unknown rule", "nope", interceptor.Caller{Value: "c"}, nil, 0, codes.NotFound},
+			{"bad limit", r.Name, interceptor.Caller{Value: "c"}, []tollgate.Limit{{Rate: -1, Period: time.Second}}, 0, codes.InvalidArgument},
+			{"negative ttl", r.Name, interceptor.Caller{Value: "c"}, []tollgate.Limit{window(1)}, -time.Second, codes.InvalidArgument},
+			{"no caller", r.Name, interceptor.Caller{}, []tollgate.Limit{window(1)}, 0, codes.InvalidArgument},
+			{"anonymous without ShareMissing", r.Name, interceptor.Caller{Anonymous: true}, nil, 0, codes.InvalidArgument},
+		} {
+			err := admin.SetOverride(ctx, bad.rule, bad.who, bad.limits, bad.ttl)
+			if status.Code(err) != bad.code {
+				t.Errorf("%s: SetOverride = %v, want %s", bad.name, err, bad.code)
+			}
+		}
+		if list, err := admin.Overrides(ctx, r.Name); err != nil || len(list) != 0 {
+			t.Errorf("Overrides after the refused ones = %+v, %v; want none", list, err)
+		}
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not so after %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -46,6 +46,7 @@ type Limiter struct {
 	settleTel        settleTelemetry
 	slotTel          slotTelemetry
 	slotTimeout      time.Duration // WithSlotTimeout
+	ov               overrides
 	// settler retries the settlements the store failed.
 	settler settler
 	log     *slog.Logger
@@ -75,6 +76,10 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: breaker cool-down must be > 0, got %s", c.breakerCoolDown)
 	case c.replicas < 1:
 		return nil, fmt.Errorf("interceptor: replicas must be >= 1, got %d", c.replicas)
+	case c.overrideRefresh <= 0:
+		return nil, fmt.Errorf("interceptor: the override refresh must be > 0, got %s", c.overrideRefresh)
+	case c.slotTimeout < 0:
+		return nil, fmt.Errorf("interceptor: the slot timeout must be >= 0, got %s", c.slotTimeout)
 	}
 	if err := validateHeader(c.requestIDHeader); err != nil {
 		return nil, err
@@ -106,6 +111,8 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	l.slotTimeout = c.slotTimeout
+	l.ov.st, _ = st.(tollgate.OverrideStore)
+	l.ov.refresh, l.ov.timeout = c.overrideRefresh, c.storeTimeout
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}
@@ -173,6 +180,7 @@ func (l *Limiter) SetRules(rules ...Rule) error {
 		return err
 	}
 	l.book.Store(book)
+	l.ov.reset()
 	return nil
 }
 

@@ -41,6 +41,7 @@ type config struct {
 	meterProvider    metric.MeterProvider
 	logger           *slog.Logger
 	slotTimeout      time.Duration
+	overrideRefresh  time.Duration
 }
 
 func defaultConfig() config {
@@ -51,6 +52,7 @@ func defaultConfig() config {
 		breakerCoolDown: DefaultBreakerCoolDown,
 		replicas:        1,
 		slotTimeout:     DefaultSlotTimeout,
+		overrideRefresh: DefaultOverrideRefresh,
 	}
 }
 
@@ -150,4 +152,12 @@ func WithLogger(log *slog.Logger) Option {
 // holding slots holds them at most this long.
 func WithSlotTimeout(d time.Duration) Option {
 	return func(c *config) { c.slotTimeout = d }
+}
+
+// WithOverrideRefresh sets how often the Limiter asks its store whether an
+// override changed (default DefaultOverrideRefresh): an override set
+// through another replica applies here within about d. One call in each d
+// waits for that question, one short round trip.
+func WithOverrideRefresh(d time.Duration) Option {
+	return func(c *config) { c.overrideRefresh = d }
 }

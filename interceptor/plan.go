@@ -142,6 +142,20 @@ func (p *plan) limitsFor(ctx context.Context, value string, res *result) ([]limi
 	return out, true
 }
 
+// overrideLimits returns the plans of an override's limits. Several limits
+// each keep a part of the identity, as Limits do; one keeps the identity's
+// own state when the rule's limit does, so its bucket carries over.
+func (p *plan) overrideLimits(limits []tollgate.Limit) []limitPlan {
+	out := make([]limitPlan, len(limits))
+	for i, limit := range limits {
+		out[i] = p.newLimitPlan(limit)
+		if len(limits) > 1 && out[i].part == "" {
+			out[i].part = limitPart(limit)
+		}
+	}
+	return out
+}
+
 // key returns the store key of value, or of the anonymous identity.
 func (p *plan) key(value string, anonymous bool) string {
 	if anonymous {

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -28,7 +29,17 @@ func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 		}
 		requestID = id
 	}
-	if c.limits, ok = p.limitsFor(c.ctx, value, res); !ok {
+	if ov, found := l.overrideOf(c.ctx, p, key); found {
+		if len(ov.limits) == 0 {
+			until := "until it is deleted"
+			if !ov.expires.IsZero() {
+				until = "for " + roundUp(time.Until(ov.expires), time.Second).String()
+			}
+			res.reject(outcomeBlocked, codes.PermissionDenied, nil, "rate limit %q: the caller is blocked by an override, %s", p.rule.Name, until)
+			return
+		}
+		c.limits = p.overrideLimits(ov.limits)
+	} else if c.limits, ok = p.limitsFor(c.ctx, value, res); !ok {
 		return
 	}
 	cost, ok := costFor(c.ctx, p, method, req, c.limits, res)

@@ -62,11 +62,12 @@ const (
 	outcomeCanceled                    // the caller went away before the store answered
 	outcomeSkipped                     // this rule would have admitted the call, another refused it: nothing debited
 	outcomeShadowDenied                // a shadow rule denied the call, which went on
+	outcomeBlocked                     // an override with no limits blocks the caller: PermissionDenied
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
-	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied",
+	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied", "blocked",
 }
 
 // histogram bounds for store latency, in seconds: 50µs to 1s.

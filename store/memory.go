@@ -34,13 +34,14 @@ const DefaultMaxKeys = 1 << 20
 // A Memory is safe for concurrent use; identities are spread over up to 64
 // independently locked shards.
 type Memory struct {
-	clock   func() time.Time
-	maxKeys int
-	replays replays
-	seed    maphash.Seed
-	shards  []memShard
-	next    atomic.Uint64 // the shard the next decision sweeps
-	slots   memSlots      // in-flight slots (slots_memory.go)
+	clock     func() time.Time
+	maxKeys   int
+	replays   replays
+	seed      maphash.Seed
+	shards    []memShard
+	next      atomic.Uint64 // the shard the next decision sweeps
+	slots     memSlots      // in-flight slots (slots_memory.go)
+	overrides memOverrides  // overrides_memory.go
 }
 
 // WithClock sets the clock the store reads (default time.Now), for tests and

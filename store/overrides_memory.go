@@ -1,0 +1,139 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// memOverrides holds a Memory store's overrides, by group and key, with
+// their expiry (µs on the store's clock, 0 for never), and the version
+// that changes with each of them.
+type memOverrides struct {
+	mu      sync.Mutex
+	groups  map[string]map[string]memOverride
+	version int64
+}
+
+type memOverride struct {
+	limits  []tollgate.Limit
+	expires int64
+}
+
+// SetOverride stores o in group for ttl (see tollgate.OverrideStore).
+func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+	if err := checkOverride(ctx, o, ttl); err != nil {
+		return err
+	}
+	now := m.clock().UnixMicro()
+	var expires int64
+	if ttl > 0 {
+		expires = now + ttl.Microseconds()
+	}
+	mo := &m.overrides
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	if mo.groups == nil {
+		mo.groups = make(map[string]map[string]memOverride)
+	}
+	g := mo.groups[group]
+	if g == nil {
+		g = make(map[string]memOverride)
+		mo.groups[group] = g
+	}
+	mo.sweep(g, now)
+	g[o.Key] = memOverride{limits: slices.Clone(o.Limits), expires: expires}
+	mo.version++
+	return nil
+}
+
+// DeleteOverride removes key's override from group (see
+// tollgate.OverrideStore).
+func (m *Memory) DeleteOverride(ctx context.Context, group, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	mo := &m.overrides
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	if g := mo.groups[group]; g != nil {
+		delete(g, key)
+		if len(g) == 0 {
+			delete(mo.groups, group)
+		}
+	}
+	mo.version++
+	return nil
+}
+
+// Overrides returns group's overrides in force (see tollgate.OverrideStore).
+func (m *Memory) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := m.clock().UnixMicro()
+	local := time.Now()
+	mo := &m.overrides
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	g := mo.groups[group]
+	mo.sweep(g, now)
+	out := make([]tollgate.Override, 0, len(g))
+	for key, o := range g {
+		ov := tollgate.Override{Key: key, Limits: slices.Clone(o.limits)}
+		if o.expires > 0 {
+			ov.Expires = local.Add(micros(o.expires - now))
+		}
+		out = append(out, ov)
+	}
+	slices.SortFunc(out, func(a, b tollgate.Override) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// OverridesVersion returns the number of changes made to the overrides.
+func (m *Memory) OverridesVersion(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	mo := &m.overrides
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	return mo.version, nil
+}
+
+// sweep drops g's expired overrides at now.
+func (mo *memOverrides) sweep(g map[string]memOverride, now int64) {
+	for key, o := range g {
+		if o.expires > 0 && o.expires <= now {
+			delete(g, key)
+		}
+	}
+}
+
+// checkOverride validates what SetOverride is given. Every error wraps
+// tollgate.ErrInvalidRequest, but ctx's.
+func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl < 0 {
+		return fmt.Errorf("%w: an override's ttl must be >= 0, got %s", tollgate.ErrInvalidRequest, ttl)
+	}
+	if len(o.Key) > tollgate.MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(o.Key), tollgate.MaxKeyLen)
+	}
+	if len(o.Limits) > tollgate.MaxAllowAll {
+		return fmt.Errorf("%w: an override has at most %d limits, got %d", tollgate.ErrInvalidRequest, tollgate.MaxAllowAll, len(o.Limits))
+	}
+	for i, l := range o.Limits {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("limit %d: %w", i, err)
+		}
+	}
+	return nil
+}
