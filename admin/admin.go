@@ -1,7 +1,8 @@
 // Package admin serves tollgate.admin.v1 (admin/v1/admin.proto) over an
 // interceptor.Limiter: support staff read a caller's remaining quota under
-// a rule (GetQuota), give it back (ResetQuota) and list the rules
-// (ListRules), with any gRPC client, grpcurl included.
+// a rule (GetQuota), give it back (ResetQuota), list the rules (ListRules)
+// and change a caller's limits on every replica at once (SetOverride,
+// DeleteOverride, ListOverrides), with any gRPC client, grpcurl included.
 //
 // The service is off unless registered. It changes rate-limit state, so
 // serve it on a listener of its own, behind an authorization interceptor,
@@ -14,6 +15,8 @@ package admin
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -110,6 +113,96 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 		resp.Rules = append(resp.Rules, out)
 	}
 	return resp, nil
+}
+
+// SetOverride replaces the rule's limits for the caller.
+func (s *server) SetOverride(ctx context.Context, req *adminv1.SetOverrideRequest) (*adminv1.SetOverrideResponse, error) {
+	who, err := caller(req.GetCaller())
+	if err != nil {
+		return nil, err
+	}
+	limits := make([]tollgate.Limit, len(req.GetLimits()))
+	for i, l := range req.GetLimits() {
+		if limits[i], err = limitOf(l); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "limit %d: %v", i, err)
+		}
+	}
+	if err := s.l.SetOverride(ctx, req.GetRule(), who, limits, req.GetTtl().AsDuration()); err != nil {
+		return nil, err
+	}
+	return &adminv1.SetOverrideResponse{}, nil
+}
+
+// DeleteOverride ends the caller's override of the rule.
+func (s *server) DeleteOverride(ctx context.Context, req *adminv1.DeleteOverrideRequest) (*adminv1.DeleteOverrideResponse, error) {
+	who, err := caller(req.GetCaller())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.l.DeleteOverride(ctx, req.GetRule(), who); err != nil {
+		return nil, err
+	}
+	return &adminv1.DeleteOverrideResponse{}, nil
+}
+
+// ListOverrides returns the rule's overrides in force.
+func (s *server) ListOverrides(ctx context.Context, req *adminv1.ListOverridesRequest) (*adminv1.ListOverridesResponse, error) {
+	os, err := s.l.Overrides(ctx, req.GetRule())
+	if err != nil {
+		return nil, err
+	}
+	resp := &adminv1.ListOverridesResponse{}
+	for _, o := range os {
+		out := &adminv1.Override{Caller: &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: o.Caller.Value}}}
+		if o.Caller.Anonymous {
+			out.Caller.Identity = &adminv1.Caller_Anonymous{Anonymous: true}
+		}
+		for _, l := range o.Limits {
+			out.Limits = append(out.Limits, limitProto(l))
+			out.Described = append(out.Described, l.String())
+		}
+		if !o.Expires.IsZero() {
+			out.ExpiresIn = durationpb.New(max(time.Until(o.Expires), 0))
+		}
+		resp.Overrides = append(resp.Overrides, out)
+	}
+	return resp, nil
+}
+
+// limitOf translates a Limit message; the limit itself is validated by
+// the Limiter.
+func limitOf(l *adminv1.Limit) (tollgate.Limit, error) {
+	out := tollgate.Limit{Rate: l.GetRate(), Period: l.GetPeriod().AsDuration(), Burst: l.GetBurst()}
+	found := false
+	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
+		if l.GetAlgorithm() == a.String() || l.GetAlgorithm() == "" && a == tollgate.TokenBucket {
+			out.Algorithm, found = a, true
+		}
+	}
+	if !found {
+		return out, fmt.Errorf("unknown algorithm %q", l.GetAlgorithm())
+	}
+	if c := l.GetCalendar(); c != "" {
+		found = false
+		for _, k := range []tollgate.Calendar{tollgate.Day, tollgate.Week, tollgate.Month, tollgate.Year} {
+			if c == k.String() {
+				out.Calendar, found = k, true
+			}
+		}
+		if !found {
+			return out, fmt.Errorf("unknown calendar %q", c)
+		}
+	}
+	return out, nil
+}
+
+// limitProto is limitOf's inverse.
+func limitProto(l tollgate.Limit) *adminv1.Limit {
+	out := &adminv1.Limit{Algorithm: l.Algorithm.String(), Rate: l.Rate, Burst: l.Burst, Calendar: l.Calendar.String()}
+	if l.Period > 0 {
+		out.Period = durationpb.New(l.Period)
+	}
+	return out
 }
 
 // caller translates the request's caller.

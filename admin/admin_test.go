@@ -4,12 +4,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
@@ -123,6 +125,85 @@ func TestAdmin(t *testing.T) {
 			_, err = a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: perTenant.Name, Caller: anonymous})
 			if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "ShareMissing") {
 				t.Errorf("anonymous caller of a rule without one: %v, want InvalidArgument", err)
+			}
+		})
+	}
+}
+
+// Overrides through the admin service: one set with a TTL and a block
+// apply to the limited service, are listed, and one is deleted; bad ones
+// are refused with the status the .proto names.
+func TestAdminOverrides(t *testing.T) {
+	for name, newStore := range stores() {
+		t.Run(name, func(t *testing.T) {
+			r := interceptor.Rule{
+				Name:  "per-tenant " + redistest.KeyPrefix(t),
+				Key:   keyfunc.Metadata("x-tenant"),
+				Limit: tollgate.PerHour(1),
+			}
+			l, err := interceptor.New(newStore(t), interceptor.WithRules(r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, &echo.Server{}) },
+				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
+			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { admin.Register(s, l) }, nil))
+			ctx := context.Background()
+			value := func(v string) *adminv1.Caller { return &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: v}} }
+
+			if _, err := a.SetOverride(ctx, &adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("vip"),
+				Limits: []*adminv1.Limit{{Rate: 3, Period: durationpb.New(time.Hour)}}, Ttl: durationpb.New(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.SetOverride(ctx, &adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("abuser")}); err != nil {
+				t.Fatal(err)
+			}
+			vip := metadata.AppendToOutgoingContext(ctx, "x-tenant", "vip")
+			for i := range 3 {
+				if _, err := c.Say(vip, wrapperspb.String("hi")); err != nil {
+					t.Fatalf("vip call %d under its override of 3 an hour: %v", i+1, err)
+				}
+			}
+			if _, err := c.Say(vip, wrapperspb.String("hi")); status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("vip's 4th call: %v, want ResourceExhausted", err)
+			}
+			abuser := metadata.AppendToOutgoingContext(ctx, "x-tenant", "abuser")
+			if _, err := c.Say(abuser, wrapperspb.String("hi")); status.Code(err) != codes.PermissionDenied {
+				t.Fatalf("blocked caller: %v, want PermissionDenied", err)
+			}
+			list, err := a.ListOverrides(ctx, &adminv1.ListOverridesRequest{Rule: r.Name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, o := range list.GetOverrides() {
+				got[o.GetCaller().GetValue()] = strings.Join(o.GetDescribed(), ";")
+				if o.GetCaller().GetValue() == "vip" && (o.GetExpiresIn().AsDuration() <= 59*time.Minute || len(o.GetLimits()) != 1 || o.GetLimits()[0].GetRate() != 3) {
+					t.Errorf("vip's override = %v", o)
+				}
+			}
+			if len(got) != 2 || got["vip"] != "token_bucket 3/1h0m0s burst 3" || got["abuser"] != "" {
+				t.Fatalf("ListOverrides = %v", list)
+			}
+			if _, err := a.DeleteOverride(ctx, &adminv1.DeleteOverrideRequest{Rule: r.Name, Caller: value("abuser")}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Say(abuser, wrapperspb.String("hi")); err != nil {
+				t.Fatalf("after its override was deleted: %v", err)
+			}
+			for _, bad := range []struct {
+				req  *adminv1.SetOverrideRequest
+				code codes.Code
+			}{
+				{&adminv1.SetOverrideRequest{Rule: "nope", Caller: value("x")}, codes.NotFound},
+				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Limits: []*adminv1.Limit{{Algorithm: "leaky", Rate: 1, Period: durationpb.New(time.Second)}}}, codes.InvalidArgument},
+				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Limits: []*adminv1.Limit{{Rate: 0, Period: durationpb.New(time.Second)}}}, codes.InvalidArgument},
+				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Ttl: durationpb.New(-time.Second)}, codes.InvalidArgument},
+				{&adminv1.SetOverrideRequest{Rule: r.Name}, codes.InvalidArgument},
+			} {
+				if _, err := a.SetOverride(ctx, bad.req); status.Code(err) != bad.code {
+					t.Errorf("SetOverride(%v) = %v, want %s", bad.req, err, bad.code)
+				}
 			}
 		})
 	}

@@ -834,6 +834,448 @@ func (x *ListRulesResponse) GetRules() []*Rule {
 	return nil
 }
 
+// Limit is a rate limit, as tollgate.Limit.
+type Limit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "token_bucket" (the default when empty), "gcra", "sliding_window" or
+	// "fixed_window".
+	Algorithm string `protobuf:"bytes,1,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// Events admitted per period.
+	Rate int64 `protobuf:"varint,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	// The period; empty for a calendar window.
+	Period *durationpb.Duration `protobuf:"bytes,3,opt,name=period,proto3" json:"period,omitempty"`
+	// Capacity of a token bucket or GCRA; 0 means rate.
+	Burst int64 `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	// A fixed window's calendar unit: "daily", "weekly", "monthly" or
+	// "yearly"; empty for windows of length period.
+	Calendar      string `protobuf:"bytes,5,opt,name=calendar,proto3" json:"calendar,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Limit) Reset() {
+	*x = Limit{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limit) ProtoMessage() {}
+
+func (x *Limit) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limit.ProtoReflect.Descriptor instead.
+func (*Limit) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Limit) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *Limit) GetRate() int64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *Limit) GetPeriod() *durationpb.Duration {
+	if x != nil {
+		return x.Period
+	}
+	return nil
+}
+
+func (x *Limit) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *Limit) GetCalendar() string {
+	if x != nil {
+		return x.Calendar
+	}
+	return ""
+}
+
+type SetOverrideRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name.
+	Rule   string  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Caller *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The caller's limits; none blocks it.
+	Limits []*Limit `protobuf:"bytes,3,rep,name=limits,proto3" json:"limits,omitempty"`
+	// How long the override lasts; unset or zero: until deleted.
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOverrideRequest) Reset() {
+	*x = SetOverrideRequest{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOverrideRequest) ProtoMessage() {}
+
+func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
+func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetOverrideRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *SetOverrideRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *SetOverrideRequest) GetLimits() []*Limit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *SetOverrideRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type SetOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOverrideResponse) Reset() {
+	*x = SetOverrideResponse{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOverrideResponse) ProtoMessage() {}
+
+func (x *SetOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOverrideResponse.ProtoReflect.Descriptor instead.
+func (*SetOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+type DeleteOverrideRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name.
+	Rule          string  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Caller        *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideRequest) Reset() {
+	*x = DeleteOverrideRequest{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideRequest) ProtoMessage() {}
+
+func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteOverrideRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *DeleteOverrideRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+type DeleteOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideResponse) Reset() {
+	*x = DeleteOverrideResponse{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideResponse) ProtoMessage() {}
+
+func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+type ListOverridesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name.
+	Rule          string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesRequest) Reset() {
+	*x = ListOverridesRequest{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesRequest) ProtoMessage() {}
+
+func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
+func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListOverridesRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+// Override is one caller's override of a rule's limits.
+type Override struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller: its key function's value, or anonymous.
+	Caller *Caller `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The limits, as given (none: blocked).
+	Limits []*Limit `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty"`
+	// The limits, described ("token_bucket 10/1s burst 10").
+	Described []string `protobuf:"bytes,3,rep,name=described,proto3" json:"described,omitempty"`
+	// Time left until the override ends; unset for never.
+	ExpiresIn     *durationpb.Duration `protobuf:"bytes,4,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Override) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *Override) GetLimits() []*Limit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Override) GetDescribed() []string {
+	if x != nil {
+		return x.Described
+	}
+	return nil
+}
+
+func (x *Override) GetExpiresIn() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresIn
+	}
+	return nil
+}
+
+type ListOverridesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overrides     []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesResponse) Reset() {
+	*x = ListOverridesResponse{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesResponse) ProtoMessage() {}
+
+func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
+func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListOverridesResponse) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
 var File_tollgate_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
@@ -896,12 +1338,41 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\breplaces\x18\b \x03(\tR\breplaces\x12\x12\n" +
 	"\x04cost\x18\t \x01(\x03R\x04cost\"B\n" +
 	"\x11ListRulesResponse\x12-\n" +
-	"\x05rules\x18\x01 \x03(\v2\x17.tollgate.admin.v1.RuleR\x05rules2\x8f\x02\n" +
+	"\x05rules\x18\x01 \x03(\v2\x17.tollgate.admin.v1.RuleR\x05rules\"\x9e\x01\n" +
+	"\x05Limit\x12\x1c\n" +
+	"\talgorithm\x18\x01 \x01(\tR\talgorithm\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x03R\x04rate\x121\n" +
+	"\x06period\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12\x14\n" +
+	"\x05burst\x18\x04 \x01(\x03R\x05burst\x12\x1a\n" +
+	"\bcalendar\x18\x05 \x01(\tR\bcalendar\"\xba\x01\n" +
+	"\x12SetOverrideRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
+	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\x120\n" +
+	"\x06limits\x18\x03 \x03(\v2\x18.tollgate.admin.v1.LimitR\x06limits\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x15\n" +
+	"\x13SetOverrideResponse\"^\n" +
+	"\x15DeleteOverrideRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
+	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\x18\n" +
+	"\x16DeleteOverrideResponse\"*\n" +
+	"\x14ListOverridesRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\"\xc7\x01\n" +
+	"\bOverride\x121\n" +
+	"\x06caller\x18\x01 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\x120\n" +
+	"\x06limits\x18\x02 \x03(\v2\x18.tollgate.admin.v1.LimitR\x06limits\x12\x1c\n" +
+	"\tdescribed\x18\x03 \x03(\tR\tdescribed\x128\n" +
+	"\n" +
+	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"R\n" +
+	"\x15ListOverridesResponse\x129\n" +
+	"\toverrides\x18\x01 \x03(\v2\x1b.tollgate.admin.v1.OverrideR\toverrides2\xb8\x04\n" +
 	"\x05Admin\x12S\n" +
 	"\bGetQuota\x12\".tollgate.admin.v1.GetQuotaRequest\x1a#.tollgate.admin.v1.GetQuotaResponse\x12Y\n" +
 	"\n" +
 	"ResetQuota\x12$.tollgate.admin.v1.ResetQuotaRequest\x1a%.tollgate.admin.v1.ResetQuotaResponse\x12V\n" +
-	"\tListRules\x12#.tollgate.admin.v1.ListRulesRequest\x1a$.tollgate.admin.v1.ListRulesResponseB/Z-github.com/tollgate/tollgate/admin/v1;adminv1b\x06proto3"
+	"\tListRules\x12#.tollgate.admin.v1.ListRulesRequest\x1a$.tollgate.admin.v1.ListRulesResponse\x12\\\n" +
+	"\vSetOverride\x12%.tollgate.admin.v1.SetOverrideRequest\x1a&.tollgate.admin.v1.SetOverrideResponse\x12e\n" +
+	"\x0eDeleteOverride\x12(.tollgate.admin.v1.DeleteOverrideRequest\x1a).tollgate.admin.v1.DeleteOverrideResponse\x12b\n" +
+	"\rListOverrides\x12'.tollgate.admin.v1.ListOverridesRequest\x1a(.tollgate.admin.v1.ListOverridesResponseB/Z-github.com/tollgate/tollgate/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_tollgate_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -915,46 +1386,69 @@ func file_tollgate_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tollgate_admin_v1_admin_proto_rawDescData
 }
 
-var file_tollgate_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_tollgate_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_tollgate_admin_v1_admin_proto_goTypes = []any{
-	(*Caller)(nil),              // 0: tollgate.admin.v1.Caller
-	(*JoinParts)(nil),           // 1: tollgate.admin.v1.JoinParts
-	(*FirstOfPart)(nil),         // 2: tollgate.admin.v1.FirstOfPart
-	(*Metadata)(nil),            // 3: tollgate.admin.v1.Metadata
-	(*GetQuotaRequest)(nil),     // 4: tollgate.admin.v1.GetQuotaRequest
-	(*Quota)(nil),               // 5: tollgate.admin.v1.Quota
-	(*GetQuotaResponse)(nil),    // 6: tollgate.admin.v1.GetQuotaResponse
-	(*ResetQuotaRequest)(nil),   // 7: tollgate.admin.v1.ResetQuotaRequest
-	(*ResetQuotaResponse)(nil),  // 8: tollgate.admin.v1.ResetQuotaResponse
-	(*ListRulesRequest)(nil),    // 9: tollgate.admin.v1.ListRulesRequest
-	(*Rule)(nil),                // 10: tollgate.admin.v1.Rule
-	(*ListRulesResponse)(nil),   // 11: tollgate.admin.v1.ListRulesResponse
-	nil,                         // 12: tollgate.admin.v1.Metadata.EntriesEntry
-	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
+	(*Caller)(nil),                 // 0: tollgate.admin.v1.Caller
+	(*JoinParts)(nil),              // 1: tollgate.admin.v1.JoinParts
+	(*FirstOfPart)(nil),            // 2: tollgate.admin.v1.FirstOfPart
+	(*Metadata)(nil),               // 3: tollgate.admin.v1.Metadata
+	(*GetQuotaRequest)(nil),        // 4: tollgate.admin.v1.GetQuotaRequest
+	(*Quota)(nil),                  // 5: tollgate.admin.v1.Quota
+	(*GetQuotaResponse)(nil),       // 6: tollgate.admin.v1.GetQuotaResponse
+	(*ResetQuotaRequest)(nil),      // 7: tollgate.admin.v1.ResetQuotaRequest
+	(*ResetQuotaResponse)(nil),     // 8: tollgate.admin.v1.ResetQuotaResponse
+	(*ListRulesRequest)(nil),       // 9: tollgate.admin.v1.ListRulesRequest
+	(*Rule)(nil),                   // 10: tollgate.admin.v1.Rule
+	(*ListRulesResponse)(nil),      // 11: tollgate.admin.v1.ListRulesResponse
+	(*Limit)(nil),                  // 12: tollgate.admin.v1.Limit
+	(*SetOverrideRequest)(nil),     // 13: tollgate.admin.v1.SetOverrideRequest
+	(*SetOverrideResponse)(nil),    // 14: tollgate.admin.v1.SetOverrideResponse
+	(*DeleteOverrideRequest)(nil),  // 15: tollgate.admin.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 16: tollgate.admin.v1.DeleteOverrideResponse
+	(*ListOverridesRequest)(nil),   // 17: tollgate.admin.v1.ListOverridesRequest
+	(*Override)(nil),               // 18: tollgate.admin.v1.Override
+	(*ListOverridesResponse)(nil),  // 19: tollgate.admin.v1.ListOverridesResponse
+	nil,                            // 20: tollgate.admin.v1.Metadata.EntriesEntry
+	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
 }
 var file_tollgate_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: tollgate.admin.v1.Caller.join:type_name -> tollgate.admin.v1.JoinParts
 	2,  // 1: tollgate.admin.v1.Caller.first_of:type_name -> tollgate.admin.v1.FirstOfPart
 	3,  // 2: tollgate.admin.v1.Caller.metadata:type_name -> tollgate.admin.v1.Metadata
-	12, // 3: tollgate.admin.v1.Metadata.entries:type_name -> tollgate.admin.v1.Metadata.EntriesEntry
+	20, // 3: tollgate.admin.v1.Metadata.entries:type_name -> tollgate.admin.v1.Metadata.EntriesEntry
 	0,  // 4: tollgate.admin.v1.GetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
-	13, // 5: tollgate.admin.v1.Quota.period:type_name -> google.protobuf.Duration
-	13, // 6: tollgate.admin.v1.Quota.retry_after:type_name -> google.protobuf.Duration
-	13, // 7: tollgate.admin.v1.Quota.reset_after:type_name -> google.protobuf.Duration
+	21, // 5: tollgate.admin.v1.Quota.period:type_name -> google.protobuf.Duration
+	21, // 6: tollgate.admin.v1.Quota.retry_after:type_name -> google.protobuf.Duration
+	21, // 7: tollgate.admin.v1.Quota.reset_after:type_name -> google.protobuf.Duration
 	5,  // 8: tollgate.admin.v1.GetQuotaResponse.quotas:type_name -> tollgate.admin.v1.Quota
 	0,  // 9: tollgate.admin.v1.ResetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
 	10, // 10: tollgate.admin.v1.ListRulesResponse.rules:type_name -> tollgate.admin.v1.Rule
-	4,  // 11: tollgate.admin.v1.Admin.GetQuota:input_type -> tollgate.admin.v1.GetQuotaRequest
-	7,  // 12: tollgate.admin.v1.Admin.ResetQuota:input_type -> tollgate.admin.v1.ResetQuotaRequest
-	9,  // 13: tollgate.admin.v1.Admin.ListRules:input_type -> tollgate.admin.v1.ListRulesRequest
-	6,  // 14: tollgate.admin.v1.Admin.GetQuota:output_type -> tollgate.admin.v1.GetQuotaResponse
-	8,  // 15: tollgate.admin.v1.Admin.ResetQuota:output_type -> tollgate.admin.v1.ResetQuotaResponse
-	11, // 16: tollgate.admin.v1.Admin.ListRules:output_type -> tollgate.admin.v1.ListRulesResponse
-	14, // [14:17] is the sub-list for method output_type
-	11, // [11:14] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	21, // 11: tollgate.admin.v1.Limit.period:type_name -> google.protobuf.Duration
+	0,  // 12: tollgate.admin.v1.SetOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
+	12, // 13: tollgate.admin.v1.SetOverrideRequest.limits:type_name -> tollgate.admin.v1.Limit
+	21, // 14: tollgate.admin.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	0,  // 15: tollgate.admin.v1.DeleteOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
+	0,  // 16: tollgate.admin.v1.Override.caller:type_name -> tollgate.admin.v1.Caller
+	12, // 17: tollgate.admin.v1.Override.limits:type_name -> tollgate.admin.v1.Limit
+	21, // 18: tollgate.admin.v1.Override.expires_in:type_name -> google.protobuf.Duration
+	18, // 19: tollgate.admin.v1.ListOverridesResponse.overrides:type_name -> tollgate.admin.v1.Override
+	4,  // 20: tollgate.admin.v1.Admin.GetQuota:input_type -> tollgate.admin.v1.GetQuotaRequest
+	7,  // 21: tollgate.admin.v1.Admin.ResetQuota:input_type -> tollgate.admin.v1.ResetQuotaRequest
+	9,  // 22: tollgate.admin.v1.Admin.ListRules:input_type -> tollgate.admin.v1.ListRulesRequest
+	13, // 23: tollgate.admin.v1.Admin.SetOverride:input_type -> tollgate.admin.v1.SetOverrideRequest
+	15, // 24: tollgate.admin.v1.Admin.DeleteOverride:input_type -> tollgate.admin.v1.DeleteOverrideRequest
+	17, // 25: tollgate.admin.v1.Admin.ListOverrides:input_type -> tollgate.admin.v1.ListOverridesRequest
+	6,  // 26: tollgate.admin.v1.Admin.GetQuota:output_type -> tollgate.admin.v1.GetQuotaResponse
+	8,  // 27: tollgate.admin.v1.Admin.ResetQuota:output_type -> tollgate.admin.v1.ResetQuotaResponse
+	11, // 28: tollgate.admin.v1.Admin.ListRules:output_type -> tollgate.admin.v1.ListRulesResponse
+	14, // 29: tollgate.admin.v1.Admin.SetOverride:output_type -> tollgate.admin.v1.SetOverrideResponse
+	16, // 30: tollgate.admin.v1.Admin.DeleteOverride:output_type -> tollgate.admin.v1.DeleteOverrideResponse
+	19, // 31: tollgate.admin.v1.Admin.ListOverrides:output_type -> tollgate.admin.v1.ListOverridesResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_admin_v1_admin_proto_init() }
@@ -975,7 +1469,7 @@ func file_tollgate_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_admin_v1_admin_proto_rawDesc), len(file_tollgate_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

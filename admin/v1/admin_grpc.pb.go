@@ -23,9 +23,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_GetQuota_FullMethodName   = "/tollgate.admin.v1.Admin/GetQuota"
-	Admin_ResetQuota_FullMethodName = "/tollgate.admin.v1.Admin/ResetQuota"
-	Admin_ListRules_FullMethodName  = "/tollgate.admin.v1.Admin/ListRules"
+	Admin_GetQuota_FullMethodName       = "/tollgate.admin.v1.Admin/GetQuota"
+	Admin_ResetQuota_FullMethodName     = "/tollgate.admin.v1.Admin/ResetQuota"
+	Admin_ListRules_FullMethodName      = "/tollgate.admin.v1.Admin/ListRules"
+	Admin_SetOverride_FullMethodName    = "/tollgate.admin.v1.Admin/SetOverride"
+	Admin_DeleteOverride_FullMethodName = "/tollgate.admin.v1.Admin/DeleteOverride"
+	Admin_ListOverrides_FullMethodName  = "/tollgate.admin.v1.Admin/ListOverrides"
 )
 
 // AdminClient is the client API for Admin service.
@@ -42,6 +45,15 @@ type AdminClient interface {
 	ResetQuota(ctx context.Context, in *ResetQuotaRequest, opts ...grpc.CallOption) (*ResetQuotaResponse, error)
 	// ListRules returns the Limiter's rules, in the order they were given.
 	ListRules(ctx context.Context, in *ListRulesRequest, opts ...grpc.CallOption) (*ListRulesResponse, error)
+	// SetOverride replaces a rule's limits for one caller, on every replica
+	// that shares the store, optionally for a while; no limits blocks the
+	// caller (its calls are refused with PERMISSION_DENIED). An unknown rule
+	// is NOT_FOUND; a bad limit, ttl or caller INVALID_ARGUMENT.
+	SetOverride(ctx context.Context, in *SetOverrideRequest, opts ...grpc.CallOption) (*SetOverrideResponse, error)
+	// DeleteOverride ends a caller's override: the rule's limits apply again.
+	DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error)
+	// ListOverrides returns the overrides of a rule in force.
+	ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error)
 }
 
 type adminClient struct {
@@ -82,6 +94,36 @@ func (c *adminClient) ListRules(ctx context.Context, in *ListRulesRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) SetOverride(ctx context.Context, in *SetOverrideRequest, opts ...grpc.CallOption) (*SetOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetOverrideResponse)
+	err := c.cc.Invoke(ctx, Admin_SetOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOverrideResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOverridesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListOverrides_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -96,6 +138,15 @@ type AdminServer interface {
 	ResetQuota(context.Context, *ResetQuotaRequest) (*ResetQuotaResponse, error)
 	// ListRules returns the Limiter's rules, in the order they were given.
 	ListRules(context.Context, *ListRulesRequest) (*ListRulesResponse, error)
+	// SetOverride replaces a rule's limits for one caller, on every replica
+	// that shares the store, optionally for a while; no limits blocks the
+	// caller (its calls are refused with PERMISSION_DENIED). An unknown rule
+	// is NOT_FOUND; a bad limit, ttl or caller INVALID_ARGUMENT.
+	SetOverride(context.Context, *SetOverrideRequest) (*SetOverrideResponse, error)
+	// DeleteOverride ends a caller's override: the rule's limits apply again.
+	DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error)
+	// ListOverrides returns the overrides of a rule in force.
+	ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -114,6 +165,15 @@ func (UnimplementedAdminServer) ResetQuota(context.Context, *ResetQuotaRequest) 
 }
 func (UnimplementedAdminServer) ListRules(context.Context, *ListRulesRequest) (*ListRulesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRules not implemented")
+}
+func (UnimplementedAdminServer) SetOverride(context.Context, *SetOverrideRequest) (*SetOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetOverride not implemented")
+}
+func (UnimplementedAdminServer) DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOverride not implemented")
+}
+func (UnimplementedAdminServer) ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOverrides not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -190,6 +250,60 @@ func _Admin_ListRules_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetOverride(ctx, req.(*SetOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteOverride(ctx, req.(*DeleteOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListOverrides_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOverridesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListOverrides(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListOverrides_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListOverrides(ctx, req.(*ListOverridesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -208,6 +322,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRules",
 			Handler:    _Admin_ListRules_Handler,
+		},
+		{
+			MethodName: "SetOverride",
+			Handler:    _Admin_SetOverride_Handler,
+		},
+		{
+			MethodName: "DeleteOverride",
+			Handler:    _Admin_DeleteOverride_Handler,
+		},
+		{
+			MethodName: "ListOverrides",
+			Handler:    _Admin_ListOverrides_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
