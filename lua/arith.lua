@@ -1,9 +1,12 @@
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
 -- doubles, and the calendar. lua.go puts it at a driver's --#arith line,
--- once per limit judged, after the locals rate, period and capacity.
+-- once per limit judged, after the locals rate, period, capacity and span:
+-- the largest other count the blocks multiply by a period (a sliding
+-- window's counts reach 2 * rate after a settlement past empty; a
+-- settlement's final cost), 0 when none.
 -- docs/limits.md has the proof in full.
 --
--- For a limit with max(rate, capacity) * period < 2^53 every product the
+-- For a limit with max(rate, capacity, span) * period < 2^53 every product the
 -- blocks form is below 2^53 too, so a double holds it exactly and the
 -- correctly rounded quotient's floor and ceiling are exact: the blocks
 -- compute floor(a * b / d) and ceil(a * b / d) directly, as they always did.
@@ -61,7 +64,7 @@ if period < 0 then
       + floor((153 * mp + 2) / 5) - 719468
     return w, next_day * 86400000000
   end
-elseif max(rate, capacity) * period >= 9007199254740992 then
+elseif max(rate, capacity, span) * period >= 9007199254740992 then
   muldiv = function(a, b, d)
     local p = a * b
     local q = floor(p / d)

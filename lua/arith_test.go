@@ -19,7 +19,7 @@ import (
 // mulfloor and mulceil. Replies are integers: Redis truncates Lua numbers,
 // which is exact below 2^53.
 var mulDivScript = redis.NewScript(`local floor, ceil, max = math.floor, math.ceil, math.max
-local rate, capacity, period = 1, 1, 2^53 -- a limit large enough to define them
+local rate, capacity, period, span = 1, 1, 2^53, 0 -- a limit large enough to define them
 ` + lua.Arith + `
 local out = {}
 for i = 1, #ARGV, 3 do

@@ -131,6 +131,7 @@ for d = 1, n do
   if replay then c = 0 end
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
+  local span = alg == 2 and rate + rate or 0 -- see arith.lua
   --#arith
   --#judge
   if alg == -1 then

@@ -72,6 +72,7 @@ for i = 1, groups do
 
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
+  local span = alg == 2 and rate + rate or 0 -- see arith.lua
   --#arith
   --#judge
   if new_state then

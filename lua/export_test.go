@@ -48,3 +48,11 @@ func replaceOnce(src, old, new string) string {
 	}
 	return strings.Replace(src, old, new, 1)
 }
+
+// SettleSourceAt is SourceAt for the settle script: its ARGV are the usual
+// ones followed by the clock's seconds and microseconds.
+func SettleSourceAt() string {
+	return replaceOnce(replaceOnce(Source(Settle),
+		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
+		"local groups = (#ARGV - 2) / 8", "local groups = (#ARGV - 4) / 8")
+}

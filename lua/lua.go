@@ -25,11 +25,15 @@ const (
 	// Batch judges many independent decisions in one call, each on its
 	// own, in order, as one Decide call each would.
 	Batch
+	// Settle makes the final cost of admitted requests what their calls
+	// cost, giving the difference back or debiting it past empty; or
+	// debits requests whether or not they fit (overdraw).
+	Settle
 )
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua"}
+var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua"}
 
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
@@ -40,6 +44,7 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 //	              by the local alg: token_bucket.lua, gcra.lua,
 //	              sliding_window.lua, fixed_window.lua
 //	--#give_back  the refund blocks, likewise: refund_<algorithm>.lua
+//	--#settle     the settle blocks, likewise: settle_<algorithm>.lua
 //
 // A judge block reads state (the key's string, or false when absent), now,
 // rate, period, capacity and c (the cost, 0 to only read), and sets
@@ -48,8 +53,10 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 // formatted with %d, as plain decimal integers: Lua's tostring writes a µs
 // timestamp as 1.8e+15. A give-back block reads state (a string), c,
 // forfeit, debited_at, now and the limit, and sets new_state (nil to leave
-// the key, false to delete it). A new script reuses a part by naming it on
-// a line of its driver.
+// the key, false to delete it). A settle block reads state, now, delta
+// (units to debit past empty, or, below 0, to give back), debited_at,
+// adm_remaining and the limit, and sets new_state likewise. A new script
+// reuses a part by naming it on a line of its driver.
 //
 // The blocks are inline code, not functions: a function costs a closure
 // per script call and a call per decision, which made a decide call 5 to
@@ -77,6 +84,7 @@ func assemble(fsys fs.FS) (sources [len(drivers)]string, err error) {
 		"arith":     read("arith.lua"),
 		"judge":     byAlgorithm("token_bucket.lua", "gcra.lua", "sliding_window.lua", "fixed_window.lua"),
 		"give_back": byAlgorithm("refund_token_bucket.lua", "refund_gcra.lua", "refund_sliding_window.lua", "refund_fixed_window.lua"),
+		"settle":    byAlgorithm("settle_token_bucket.lua", "settle_gcra.lua", "settle_sliding_window.lua", "settle_fixed_window.lua"),
 	}
 	for s, driver := range drivers {
 		var b strings.Builder
@@ -113,7 +121,8 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide", "refund" or "batch".
+// String returns the script's name: "decide", "refund", "batch" or
+// "settle".
 func (s Script) String() string {
 	switch s {
 	case Decide:
@@ -122,6 +131,8 @@ func (s Script) String() string {
 		return "refund"
 	case Batch:
 		return "batch"
+	case Settle:
+		return "settle"
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }

@@ -26,6 +26,7 @@ for i = 1, groups do
   local remaining = tonumber(ARGV[o + 6]) -- what the debit left
   local state = work[key]
   if state == nil then state = got[i] end
+  local span = alg == 2 and rate + rate or 0 -- see arith.lua
   --#arith
 
   -- A bucket (token bucket, GCRA) refills while the debit is out. Had it

@@ -27,10 +27,11 @@ if state then
   end
 end
 local prev_stored = prev_n
--- Counts above rate only exist after the limit was lowered; capping them
+-- Counts above rate exist after a settlement past empty (up to 2 * rate) or
+-- after the limit was lowered; capping them at 2 * rate
 -- keeps every product in range. The previous count is written back as
 -- stored, so that a limit raised again later sees it whole.
-cur_n, prev_n = min(cur_n, rate), min(prev_n, rate)
+cur_n, prev_n = min(cur_n, 2 * rate), min(prev_n, 2 * rate)
 local share = 0 -- the previous window's share, rounded up
 if prev_n > 0 then
   share = mulceil and mulceil(prev_n, period - elapsed, period) or ceil(prev_n * (period - elapsed) / period)

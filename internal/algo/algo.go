@@ -243,7 +243,7 @@ func SlidingWindow(s State, now int64, p Params) (State, Result) {
 		}
 	}
 	prevStored := prevN
-	curN, prevN = min(curN, p.Rate), min(prevN, p.Rate)
+	curN, prevN = min(curN, 2*p.Rate), min(prevN, 2*p.Rate)
 	var share int64
 	if prevN > 0 {
 		share = mulCeil(prevN, p.Period-elapsed, p.Period)

@@ -1,6 +1,8 @@
 package algo
 
 import (
+	"math/bits"
+
 	"github.com/tollgate/tollgate"
 )
 
@@ -16,9 +18,25 @@ const (
 	Delete
 )
 
-// maxDebtTime bounds, in µs, how far a bucket's debt reaches past now: what
-// tollgate.MaxRefill of refill pays back. A larger debt is forgiven.
-var maxDebtTime = tollgate.MaxRefill.Microseconds()
+// MaxDebtTime bounds, in µs, how far a bucket's debt reaches past now: 2^50
+// µs, about 35 years of refill. A larger debt is forgiven. The bound keeps
+// every quotient the scripts form below 2^52, and every instant below 2^53
+// µs (the year 2255) until the year 2100 even with a refill of MaxRefill.
+const MaxDebtTime = 1 << 50
+
+// debtTime is ⌈units·period/rate⌉ µs, the refill units take, at most
+// MaxDebtTime.
+func debtTime(units, period, rate int64) int64 {
+	hi, lo := bits.Mul64(uint64(units), uint64(period))
+	if hi >= uint64(rate) {
+		return MaxDebtTime // the quotient does not fit 64 bits
+	}
+	q, r := bits.Div64(hi, lo, uint64(rate))
+	if r > 0 {
+		q++
+	}
+	return int64(min(q, MaxDebtTime))
+}
 
 // Admission is the debit a settlement changes: Reserved units debited at At
 // (µs, the store's clock), which left Remaining.
@@ -72,16 +90,20 @@ func answer(alg tollgate.Algorithm, st State, now int64, p Params, w Write) Resu
 	return r
 }
 
-// Overdraw mirrors lua/settle.lua's overdraw: a request of p.Cost debited
-// whether or not it fits. Result.Allowed reports whether it fitted; the
-// rest of the Result is what the same request would get after the debit.
+// Overdraw mirrors lua/settle.lua's overdraw: a request of p.Cost (up to
+// tollgate.MaxRate) debited whether or not it fits. Result.Allowed reports
+// whether it fitted; the rest of the Result is what the same request, or
+// one of the whole capacity when it is larger, would get after the debit.
 func Overdraw(alg tollgate.Algorithm, s State, now int64, p Params) (State, Write, Result) {
-	st, r := For(alg)(s, now, p)
-	if r.Allowed {
-		return st, Put, r
+	if p.Cost <= p.Capacity {
+		if st, r := For(alg)(s, now, p); r.Allowed {
+			return st, Put, r
+		}
 	}
 	st, w := debit(alg, s, now, p, p.Cost)
-	r = answer(alg, st, now, p, w)
+	q := p
+	q.Cost = min(p.Cost, p.Capacity)
+	r := answer(alg, st, now, q, w)
 	r.Allowed = false
 	return st, w, r
 }
@@ -104,19 +126,25 @@ func debit(alg tollgate.Algorithm, s State, now int64, p Params, d int64) (State
 			return State{Present: true, A: level - d, B: credited}, Put
 		}
 		// The rest is owed: refill is credited only from when it is paid.
-		owed := mulCeil(d-level, p.Period, p.Rate)
-		return State{Present: true, A: 0, B: min(credited+owed, now+maxDebtTime)}, Put
+		owed := debtTime(d-level, p.Period, p.Rate)
+		return State{Present: true, A: 0, B: min(credited+owed, now+MaxDebtTime)}, Put
 	case tollgate.GCRA:
 		t, f := now, int64(0)
 		if s.Present && s.A >= now {
 			t, f = s.A, min(s.B, p.Rate-1)
+		}
+		limit := now + MaxDebtTime
+		if float64(d)*float64(p.Period)/float64(p.Rate) > 1.5*MaxDebtTime {
+			// As lua/settle_gcra.lua estimates it, in doubles: far past the
+			// bound, so that no exact product is formed out of range.
+			return State{Present: true, A: limit, B: 0}, Put
 		}
 		q, r := MulDiv(d, p.Period, p.Rate)
 		t, f = t+q, f+r
 		if f >= p.Rate {
 			t, f = t+1, f-p.Rate
 		}
-		if limit := now + maxDebtTime; t > limit {
+		if t > limit {
 			t, f = limit, 0
 		}
 		return State{Present: true, A: t, B: f}, Put
@@ -154,7 +182,12 @@ func giveBack(alg tollgate.Algorithm, s State, now int64, p Params, adm Admissio
 		}
 		if s.B > now {
 			// In debt: the debt shrinks by the time g units take, rounded
-			// down.
+			// down; far more than the debt and a full refill is a full
+			// bucket (estimated in doubles first, as the script does, so
+			// that no exact product is formed out of range).
+			if beyond(g, p, s.B-now+mulCeil(p.Capacity, p.Period, p.Rate)) {
+				return State{}, Delete
+			}
 			return State{Present: true, A: s.A, B: s.B - mulFloor(g, p.Period, p.Rate)}, Put
 		}
 		if n := s.A + g; n < p.Capacity {
@@ -164,6 +197,9 @@ func giveBack(alg tollgate.Algorithm, s State, now int64, p Params, adm Admissio
 	case tollgate.GCRA:
 		if g = givable(now, p, adm, g); g == 0 {
 			return s, Keep
+		}
+		if beyond(g, p, s.A-now) {
+			return State{}, Delete // back before now: idle
 		}
 		q, r := MulDiv(g, p.Period, p.Rate)
 		t, f := s.A-q, min(s.B, p.Rate-1)-r
@@ -190,6 +226,12 @@ func giveBack(alg tollgate.Algorithm, s State, now int64, p Params, adm Admissio
 		return s, Keep
 	}
 	return State{Present: true, A: w, B: max(s.B-g, 0), C: kind}, Put
+}
+
+// beyond reports whether g units take, by a double's estimate, clearly
+// longer than lead µs: lua/settle_*.lua decide it the same way.
+func beyond(g int64, p Params, lead int64) bool {
+	return float64(g)*float64(p.Period)/float64(p.Rate) > 1.000001*float64(max(lead, 0))
 }
 
 // givable is how many of g units of adm a bucket gives back at now. Had

@@ -1,0 +1,127 @@
+-- tollgate settle: makes the final cost of admitted requests what their
+-- calls really cost, giving the difference back or debiting it past empty;
+-- or debits requests whether or not they fit (overdraw). The calling
+-- convention is in doc.go; lua.go puts arith.lua at --#arith, the settle
+-- blocks at --#settle and the algorithm blocks at --#judge, which answers
+-- what a request would get after the settlement. The Go mirror is
+-- internal/algo's Settle and Overdraw.
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local format, match, call = string.format, string.match, redis.call
+local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
+
+-- ARGV[1] is the mode: 0 settles, 1 settles with a record per group (the
+-- KEYS after the state keys), 2 overdraws; ARGV[2] is the records' TTL.
+local mode = tonumber(ARGV[1])
+local with_record, overdraw = mode == 1, mode == 2
+local groups = (#ARGV - 2) / 8
+
+local time = call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local got = call('MGET', unpack(KEYS))
+
+-- What this call writes, by key: a state string, or false to delete it;
+-- and the PX of each written state.
+local work, keep_for = {}, {}
+local reply = {}
+for i = 1, groups do
+  local key, o = KEYS[i], 2 + 8 * (i - 1)
+  local alg = tonumber(ARGV[o + 1])
+  local rate = tonumber(ARGV[o + 2])
+  local period = tonumber(ARGV[o + 3])
+  local capacity = tonumber(ARGV[o + 4])
+  local cost = tonumber(ARGV[o + 5])          -- the request's cost: what was reserved, or what to overdraw
+  local final = tonumber(ARGV[o + 6])         -- the final cost
+  local debited_at = tonumber(ARGV[o + 7])    -- when the reservation was debited (us)
+  local adm_remaining = tonumber(ARGV[o + 8]) -- what it left
+  local state = got[i]
+  if work[key] ~= nil then state = work[key] end
+  local reserved = cost
+  if with_record then
+    -- Settled before: only the difference from that settlement applies.
+    local prev = got[groups + i] and tonumber(got[groups + i])
+    if prev then adm_remaining, reserved = adm_remaining + reserved - prev, prev end
+  end
+  local span = max(final, alg == 2 and rate + rate or 0) -- see arith.lua
+  --#arith
+
+  local result -- the state to keep: a string, false to delete, nil to leave it
+  local fitted, keep_after
+  local delta = final - reserved
+  if overdraw then
+    -- It may fit; a cost above the capacity never does.
+    if cost <= capacity then
+      local c = cost
+      local allowed, remaining, retry, reset = 0, 0, 0, 0
+      local new_state, keep
+      --#judge
+      fitted = allowed == 1
+      if fitted then
+        result, keep_after, delta = new_state, keep, 0
+        reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, remaining, 0, reset
+      end
+    end
+    if not fitted then delta = cost end
+  end
+  if delta ~= 0 then
+    local new_state
+    --#settle
+    result = new_state
+  end
+  if not fitted then
+    -- The answer: would a request of cost (at most the capacity) be
+    -- admitted now, and when if not; and what is available now (no debit)
+    -- and the time to full.
+    local before = state
+    if result ~= nil then state = result or false end
+    local a_allowed, a_retry
+    do
+      local c = min(cost, capacity)
+      local allowed, remaining, retry, reset = 0, 0, 0, 0
+      local new_state, keep
+      --#judge
+      a_allowed, a_retry = allowed, retry
+    end
+    local c = 0
+    local allowed, remaining, retry, reset = 0, 0, 0, 0
+    local new_state, keep
+    --#judge
+    if overdraw then a_allowed = 0 end
+    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = a_allowed, remaining, a_retry, reset
+    keep_after = reset
+    if alg == 3 then
+      -- A fixed window's state matters until its window ends.
+      if period > 0 then
+        keep_after = (floor(now / period) + 1) * period - now
+      else
+        local _, next_start = calendar(now, -period)
+        keep_after = next_start - now
+      end
+    end
+    state = before
+  end
+  if result ~= nil then
+    work[key], keep_for[key] = result, keep_after
+  end
+end
+
+-- One command per key written: its state with its TTL (PX counts from the
+-- server's millisecond clock, hence the extra one, as in decide.lua), or
+-- DEL for an idle identity. Then each group's record of what it was
+-- settled at.
+for i = 1, groups do
+  local key = KEYS[i]
+  local s = work[key]
+  if s then
+    call('SET', key, s, 'PX', ceil(keep_for[key] / 1000) + 1)
+  elseif s == false then
+    call('DEL', key)
+  end
+  work[key] = nil
+end
+if with_record then
+  for i = 1, groups do
+    call('SET', KEYS[groups + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
+  end
+end
+reply[#reply + 1] = now
+return reply
