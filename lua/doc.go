@@ -1,5 +1,5 @@
-// Package lua holds tollgate's three Redis scripts, decide, batch and
-// refund, embedded from the *.lua files beside this one (lua.go says how a
+// Package lua holds tollgate's Redis scripts, decide, batch, refund,
+// settle and slot, embedded from the *.lua files beside this one (lua.go says how a
 // script is put together from them). It exports their sources and SHA-1
 // hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),
@@ -9,8 +9,8 @@
 // ARGV, what it answers and what it writes. Times are in microseconds (µs)
 // on the server's clock (TIME), TTLs in milliseconds. All the keys of a
 // call must be on one Cluster slot; the store gives them one hash tag
-// (store.Redis lists the key names). The decide and refund scripts trust
-// their arguments: the store validates every request first.
+// (store.Redis lists the key names). The decide, refund, settle and slot
+// scripts trust their arguments: the store validates every request first.
 //
 // # Decide
 //
@@ -130,4 +130,61 @@
 // a window is credited only while the window debited is still stored, a
 // bucket at most up to its capacity, less the refill since the debit when
 // the bucket could have filled up meanwhile.
+//
+// # Settle
+//
+// A call admitted with a reserved cost is settled at its final cost, each
+// group on its own, in order (groups on one key see each other's writes);
+// or, in overdraw mode, requests are debited whether or not they fit:
+//
+//	KEYS[i]          group i's state key, as in the decide call
+//	KEYS[n+i]        group i's record (mode 1 only): the final cost it was
+//	                 last settled at, {tag}:<alg>:s:<hash of the request id>
+//
+//	ARGV[1]          mode: 0 settle, 1 settle with records, 2 overdraw
+//	ARGV[2]          the records' TTL in milliseconds (send 0 unless mode 1)
+//	ARGV[3+8(i-1)..] group i: algorithm, rate, period, capacity, cost (the
+//	                 reservation; in overdraw, the cost to debit, up to
+//	                 10^12), final cost (0 to 10^12; in overdraw, the cost
+//	                 again), the admission's now_us and the remaining it
+//	                 answered
+//
+// The reply is four integers per group, then the server time (µs):
+//
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us} × n, now_us
+//
+// A settlement gives back final − cost units when final is smaller (a
+// bucket no more than it could not have lost to its capacity since the
+// admission, a window only while the window of now_us is the stored one)
+// and debits the rest past empty when it is larger: a bucket's refill is
+// then credited from a time after now (at most 2^50 µs after), a window
+// counts past its rate (a sliding window up to twice it). With a record,
+// the cost already settled replaces the reservation: settling again applies
+// only the difference. The answer is what a request of the reserved cost
+// would get now (allowed, retry) and the units available now (remaining,
+// reset, nothing debited). In overdraw mode a cost that fits is admitted as
+// by the decide script, with its answer; one that does not is debited past
+// empty and answers allowed 0, then as a settlement does (for a cost above
+// the capacity, the capacity's wait). Each written state gets SET … PX
+// (a fixed window's until its window ends), an idle one DEL; each record
+// SET … PX ARGV[2]. internal/algo's Settle and Overdraw mirror it.
+//
+// # Slot
+//
+// In-flight slots of one identity: a sorted set of the ids holding one,
+// scored by their expiry (µs on the server's clock).
+//
+//	KEYS[1]          the identity's slots, {tag}:if
+//	ARGV[1]          acquire, renew, release or count
+//	ARGV[2]          the most slots the identity has (acquire)
+//	ARGV[3]          the slot's id
+//	ARGV[4]          its TTL in µs (acquire, renew)
+//
+// Every operation but count first drops the expired slots. acquire takes a
+// slot when fewer than ARGV[2] are held, or renews the id's when it holds
+// one; renew only renews. Both reply {allowed (0|1), held, reused (0|1),
+// retry_after_us, now_us}, where a denied acquire's retry_after_us is the
+// time until the first held slot expires; each change sets the key's PX to
+// its last slot's expiry. release removes the id and replies {1, now_us};
+// count replies {held, now_us} without writing.
 package lua

@@ -29,11 +29,14 @@ const (
 	// cost, giving the difference back or debiting it past empty; or
 	// debits requests whether or not they fit (overdraw).
 	Settle
+	// Slot acquires, renews, releases and counts the in-flight slots of an
+	// identity.
+	Slot
 )
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua"}
+var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua"}
 
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
@@ -121,8 +124,8 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide", "refund", "batch" or
-// "settle".
+// String returns the script's name: "decide", "refund", "batch", "settle"
+// or "slot".
 func (s Script) String() string {
 	switch s {
 	case Decide:
@@ -133,6 +136,8 @@ func (s Script) String() string {
 		return "batch"
 	case Settle:
 		return "settle"
+	case Slot:
+		return "slot"
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }
