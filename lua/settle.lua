@@ -33,6 +33,11 @@ for i = 1, groups do
   local final = tonumber(ARGV[o + 6])         -- the final cost
   local debited_at = tonumber(ARGV[o + 7])    -- when the reservation was debited (us)
   local adm_remaining = tonumber(ARGV[o + 8]) -- what it left
+  if debited_at == 0 then
+    -- An admission nobody kept (a refund of hits): as if debited now,
+    -- leaving nothing.
+    debited_at, adm_remaining = now, 0
+  end
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
   local reserved = cost

@@ -29,7 +29,9 @@ if delta > 0 then
 elseif st then
   local g = -delta
   local e = max(now - debited_at, 0)
-  if e >= (mulceil and mulceil(capacity, period, rate) or ceil(capacity * period / rate)) then
+  if e == 0 then
+    g = min(g, max(capacity - adm_remaining, 0)) -- no refill since: nothing lost
+  elseif e >= (mulceil and mulceil(capacity, period, rate) or ceil(capacity * period / rate)) then
     g = 0
   else
     local u = mulceil and mulceil(e, rate, period) or ceil(e * rate / period)

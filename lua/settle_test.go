@@ -54,6 +54,12 @@ func TestSettleMatchesMirror(t *testing.T) {
 				reserved := max(diffCost(rng, limit), 1)
 				p := algo.ParamsOf(tollgate.Request{Limit: limit, Cost: reserved})
 				adm := algo.Admission{Reserved: reserved, At: now - rng.Int64N(2*max(p.Period, 1)+1), Remaining: rng.Int64N(p.Capacity + 1)}
+				switch rng.IntN(8) {
+				case 0:
+					adm.At = 0 // unknown: a refund of hits
+				case 1:
+					adm.At = now // settled at once
+				}
 				final := settleCost(rng, reserved)
 				mode := rng.IntN(3) // 0 settle, 1 with a record, 2 overdraw
 				var prev int64 = -1
@@ -76,9 +82,7 @@ func TestSettleMatchesMirror(t *testing.T) {
 					final = q.Cost
 				default:
 					a := adm
-					if prev >= 0 {
-						a.Remaining, a.Reserved = a.Remaining+a.Reserved-prev, prev
-					}
+					a.Settled = prev
 					st, w, want = algo.Settle(alg, s, now, p, a, final)
 				}
 

@@ -39,9 +39,15 @@ func debtTime(units, period, rate int64) int64 {
 }
 
 // Admission is the debit a settlement changes: Reserved units debited at At
-// (µs, the store's clock), which left Remaining.
+// (µs, the store's clock), which left Remaining. At 0 means unknown (a
+// refund of hits whose admission nobody kept): the units count as debited
+// at now with nothing left, so that a bucket gets them back up to its
+// capacity and a window in the current window. Settled, when not negative,
+// is the final cost an earlier settlement of the same request made: only
+// the difference from it applies.
 type Admission struct {
 	Reserved, At, Remaining int64
+	Settled                 int64
 }
 
 // Settle mirrors lua/settle.lua: it makes final the cost of adm, a debit of
@@ -56,6 +62,12 @@ type Admission struct {
 // It returns the new state, what to do with it, and its answer (see
 // answer).
 func Settle(alg tollgate.Algorithm, s State, now int64, p Params, adm Admission, final int64) (State, Write, Result) {
+	if adm.At == 0 {
+		adm.At, adm.Remaining = now, 0
+	}
+	if adm.Settled >= 0 {
+		adm.Remaining, adm.Reserved = adm.Remaining+adm.Reserved-adm.Settled, adm.Settled
+	}
 	var st State
 	var w Write
 	switch delta := final - adm.Reserved; {
@@ -243,7 +255,10 @@ func beyond(g int64, p Params, lead int64) bool {
 // the bucket stays far from full.
 func givable(now int64, p Params, adm Admission, g int64) int64 {
 	e := max(now-adm.At, 0)
-	if e >= mulCeil(p.Capacity, p.Period, p.Rate) {
+	switch {
+	case e == 0:
+		return min(g, max(p.Capacity-adm.Remaining, 0)) // no refill since: nothing lost
+	case e >= mulCeil(p.Capacity, p.Period, p.Rate):
 		return 0 // the refill since fills the bucket: it may have lost all of g
 	}
 	u := mulCeil(e, p.Rate, p.Period)

@@ -20,7 +20,7 @@ func TestSettleDebtIsRepaidExactly(t *testing.T) {
 		if !r.Allowed || r.Remaining != 9 {
 			t.Fatalf("%s: first call %+v", alg, r)
 		}
-		s, w, r := Settle(alg, s, now, p, Admission{Reserved: 1, At: now, Remaining: r.Remaining}, 50)
+		s, w, r := Settle(alg, s, now, p, Admission{Reserved: 1, At: now, Remaining: r.Remaining, Settled: -1}, 50)
 		if w != Put || r.Allowed || r.Remaining != 0 || r.RetryAfter != 4_100_000 {
 			t.Fatalf("%s: settled at 50: %v %+v, want denied, 0 left, retry 4.1s", alg, w, r)
 		}
@@ -61,7 +61,7 @@ func TestSettleGivesBackNoMoreThanTheFinalDebit(t *testing.T) {
 			continue
 		}
 		a = a2
-		adm := Admission{Reserved: reserved, At: now, Remaining: ra.Remaining}
+		adm := Admission{Reserved: reserved, At: now, Remaining: ra.Remaining, Settled: -1}
 		q.Cost = final
 		if final > 0 {
 			b, _ = For(alg)(b, now, q)
@@ -101,7 +101,7 @@ func TestSettleGivesBackExactlyFarFromFull(t *testing.T) {
 		now := int64(1_700_000_000) * sec
 		s, _ := For(alg)(State{}, now, p)
 		s, r := For(alg)(s, now, p) // 0 left
-		s, _, got := Settle(alg, s, now+sec, p, Admission{Reserved: 500, At: now, Remaining: r.Remaining}, 100)
+		s, _, got := Settle(alg, s, now+sec, p, Admission{Reserved: 500, At: now, Remaining: r.Remaining, Settled: -1}, 100)
 		// 400 back, plus 16 of refill in the second since.
 		if got.Remaining != 416 {
 			t.Fatalf("%s: %d left after giving 400 back, want 416", alg, got.Remaining)
@@ -117,7 +117,7 @@ func TestSettleWindows(t *testing.T) {
 	p := Params{Rate: 10, Period: 60 * sec, Capacity: 10, Cost: 5}
 	for _, alg := range []tollgate.Algorithm{tollgate.FixedWindow, tollgate.SlidingWindow} {
 		s, r := For(alg)(State{}, start+sec, p)
-		adm := Admission{Reserved: 5, At: start + sec, Remaining: r.Remaining}
+		adm := Admission{Reserved: 5, At: start + sec, Remaining: r.Remaining, Settled: -1}
 		if _, _, got := Settle(alg, s, start+2*sec, p, adm, 1); got.Remaining != 9 {
 			t.Errorf("%s: %d left after settling 5 at 1, want 9", alg, got.Remaining)
 		}
