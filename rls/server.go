@@ -12,7 +12,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -212,7 +211,7 @@ func checkRequest(req *pb.RateLimitRequest) error {
 func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]slot, error) {
 	descs := req.GetDescriptors()
 	slots := make([]slot, len(descs))
-	var path []*node
+	var path []*descriptor
 	var replaced map[string]bool // names replaced by a matched limit; rare
 	for i, desc := range descs {
 		var r *rule
@@ -288,30 +287,17 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]slot, error) {
 // limit override): a fixed window, never in shadow mode, as in
 // envoyproxy/ratelimit.
 func overrideRule(domain string, ov *rlv3.RateLimitDescriptor_RateLimitOverride) (*rule, error) {
-	var unit pb.RateLimitResponse_RateLimit_Unit
-	var period time.Duration
-	switch ov.GetUnit() {
-	case typev3.RateLimitUnit_SECOND:
-		unit, period = pb.RateLimitResponse_RateLimit_SECOND, time.Second
-	case typev3.RateLimitUnit_MINUTE:
-		unit, period = pb.RateLimitResponse_RateLimit_MINUTE, time.Minute
-	case typev3.RateLimitUnit_HOUR:
-		unit, period = pb.RateLimitResponse_RateLimit_HOUR, time.Hour
-	case typev3.RateLimitUnit_DAY:
-		unit, period = pb.RateLimitResponse_RateLimit_DAY, 24*time.Hour
-	case typev3.RateLimitUnit_MONTH:
-		unit, period = pb.RateLimitResponse_RateLimit_MONTH, 30*24*time.Hour
-	case typev3.RateLimitUnit_YEAR:
-		unit, period = pb.RateLimitResponse_RateLimit_YEAR, 365*24*time.Hour
-	default:
+	u, ok := overrideUnit(ov.GetUnit())
+	if !ok {
 		return nil, fmt.Errorf("unknown unit %s", ov.GetUnit())
 	}
+	period := u.period
 	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
 		period *= time.Duration(m.GetValue())
 	}
 	r := &rule{
 		path:    domain + ".override",
-		current: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: ov.GetRequestsPerUnit(), Unit: unit, UnitMultiplier: ov.GetUnitMultiplier()},
+		current: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: ov.GetRequestsPerUnit(), Unit: u.response, UnitMultiplier: ov.GetUnitMultiplier()},
 		limit:   tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int64(ov.GetRequestsPerUnit()), Period: period},
 	}
 	if r.limit.Rate == 0 {
