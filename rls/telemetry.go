@@ -57,10 +57,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	ins, err := storecall.NewInstruments(mp.Meter(instrumentationName))
+	ins, err := storecall.NewInstruments(mp, instrumentationName)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package storecall
 import (
 	"strconv"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -86,9 +87,14 @@ type Instruments struct {
 	StoreDuration metric.Float64Histogram // MetricStoreDuration
 }
 
-// NewInstruments creates the instruments on meter, with the same names,
-// units, descriptions and bounds whoever records into them.
-func NewInstruments(meter metric.Meter) (Instruments, error) {
+// NewInstruments creates the instruments on the meter named
+// instrumentationName of mp (nil: otel's global provider), with the same
+// names, units, descriptions and bounds whoever records into them.
+func NewInstruments(mp metric.MeterProvider, instrumentationName string) (Instruments, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(instrumentationName)
 	decisions, err := meter.Int64Counter(MetricDecisions,
 		metric.WithUnit("{decision}"),
 		metric.WithDescription("Rate-limit decisions, by rule, scope and outcome."))
