@@ -128,7 +128,8 @@ func ParseConfig(files ...File) (*Config, error) {
 	return c, nil
 }
 
-// parseFile decodes one file (decode.go) and compiles it (compile.go).
+// parseFile decodes one file into the schema (schema.go, decode.go) and
+// compiles it (compile.go).
 func parseFile(f File) (*domain, error) {
 	if len(f.Data) > MaxConfigFileSize {
 		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("%d bytes, more than %d", len(f.Data), MaxConfigFileSize)}

@@ -13,108 +13,6 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The schema of a configuration file: envoyproxy/ratelimit's (YamlRoot,
-// YamlDescriptor, YamlRateLimit and YamlReplaces in its
-// src/config/config_impl.go) with the keys it accepts that tollgate has no
-// use for, and tollgate's block in rate_limit (ExtensionKey). A file is
-// decoded strictly: a key the schema does not name is an error.
-type (
-	fileYAML struct {
-		Domain      string           `yaml:"domain"`
-		Descriptors []descriptorYAML `yaml:"descriptors"`
-		Pos         pos              `yaml:",inline"`
-	}
-	descriptorYAML struct {
-		Key            string           `yaml:"key"`
-		Value          string           `yaml:"value"`
-		RateLimit      *rateLimitYAML   `yaml:"rate_limit"`
-		Descriptors    []descriptorYAML `yaml:"descriptors"`
-		ShadowMode     bool             `yaml:"shadow_mode"`
-		DetailedMetric bool             `yaml:"detailed_metric"`
-		ShareThreshold bool             `yaml:"share_threshold"`
-		ValueToMetric  bool             `yaml:"value_to_metric"` // metric naming; tollgate names a descriptor by its path
-		Metadata       yaml.Node        `yaml:"metadata"`        // response metadata, not produced
-		QuotaMode      bool             `yaml:"quota_mode"`      // refused when true: every limit is enforced
-		Pos            pos              `yaml:",inline"`
-	}
-	rateLimitYAML struct {
-		Unit            string         `yaml:"unit"`
-		RequestsPerUnit integer        `yaml:"requests_per_unit"`
-		Unlimited       bool           `yaml:"unlimited"`
-		Name            string         `yaml:"name"`
-		Replaces        []replacesYAML `yaml:"replaces"`
-		Tollgate        *extensionYAML `yaml:"tollgate"`
-		Pos             pos            `yaml:",inline"`
-	}
-	replacesYAML struct {
-		Name string `yaml:"name"`
-		Pos  pos    `yaml:",inline"`
-	}
-	// extensionYAML is the tollgate block; see ExtensionKey.
-	extensionYAML struct {
-		Algorithm string  `yaml:"algorithm"`
-		Burst     integer `yaml:"burst"`
-		Calendar  bool    `yaml:"calendar"`
-		Pos       pos     `yaml:",inline"`
-	}
-)
-
-// ExtensionKey is the key, inside a rate_limit block, of tollgate's
-// extension: another algorithm, a burst, calendar windows. For example
-//
-//	rate_limit:
-//	  unit: minute
-//	  requests_per_unit: 100
-//	  tollgate: {algorithm: gcra, burst: 20}
-//
-// algorithm is token_bucket, gcra, sliding_window or fixed_window (the
-// default); burst (token_bucket and gcra only) is the most admitted at once,
-// 0 meaning requests_per_unit; calendar: true makes a fixed window of unit
-// day, week, month or year start at UTC calendar boundaries.
-const ExtensionKey = "tollgate"
-
-// pos is where a mapping of the file is, for the errors compile finds.
-// Embedded with ",inline", it is given the mapping's node before the
-// fields are decoded.
-type pos struct{ node *yaml.Node }
-
-func (p *pos) UnmarshalYAML(n *yaml.Node) error {
-	p.node = n
-	return nil
-}
-
-// line returns the mapping's line.
-func (p pos) line() int {
-	if p.node == nil {
-		return 0
-	}
-	return p.node.Line
-}
-
-// at returns the line of key's value in the mapping, 0 when key is absent.
-func (p pos) at(key string) int {
-	if p.node != nil {
-		for i := 0; i+1 < len(p.node.Content); i += 2 {
-			if p.node.Content[i].Value == key {
-				return p.node.Content[i+1].Line
-			}
-		}
-	}
-	return 0
-}
-
-// integer is an int64 written as a YAML integer: yaml.v3 alone would take
-// 1.5 for 1. A value of another kind is refused in yaml.v3's words, for
-// decodeError to read as its own.
-type integer int64
-
-func (i *integer) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s `%s` into int64", n.Line, n.ShortTag(), n.Value)}}
-	}
-	return n.Decode((*int64)(i))
-}
-
 // decodeFile decodes f into the schema.
 func decodeFile(f File) (*fileYAML, error) {
 	var doc fileYAML
@@ -123,6 +21,8 @@ func decodeFile(f File) (*fileYAML, error) {
 	err := dec.Decode(&doc)
 	var te *yaml.TypeError
 	switch {
+	case err == nil && doc.Pos.node == nil:
+		return nil, &ConfigError{File: f.Name, Msg: "want a mapping with domain and descriptors, got null"}
 	case err == nil:
 		return &doc, nil
 	case errors.Is(err, io.EOF):
@@ -152,29 +52,43 @@ func cutLine(msg string) (int, string) {
 	return 0, msg
 }
 
-// decodeError rewrites the first of yaml.v3's decoding errors in the
-// file's terms, naming the key and the descriptor it is about. The schema
-// gives rise to three of yaml.v3's messages (after "line N: "):
+// decodeError rewrites the first of the decoding errors in the file's
+// terms, naming the key and the descriptor it is about. The schema gives
+// rise to three of yaml.v3's messages, and pos to one (after "line N: "):
 //
 //	field NAME not found in type T
 //	mapping key "NAME" already defined at line M
 //	cannot unmarshal TAG[ `VALUE`] into T
+//	key "NAME": MESSAGE
 func decodeError(file string, doc *fileYAML, msg string) error {
 	line, msg := cutLine(msg)
 	e := &ConfigError{File: file, Line: line, Msg: msg}
 	keyAt := func(name string) func(k, v *yaml.Node) bool {
 		return func(k, _ *yaml.Node) bool { return k.Line == line && k.Value == name }
 	}
+	if rest, ok := strings.CutPrefix(msg, "key "); ok {
+		if quoted, err := strconv.QuotedPrefix(rest); err == nil {
+			name, _ := strconv.Unquote(quoted)
+			e.Msg = strings.TrimPrefix(rest[len(quoted):], ": ")
+			if s, ok := find(doc, func(k, v *yaml.Node) bool { return k.Value == name && (k.Line == line || v.Line == line) }); ok {
+				e.Descriptor = s.path
+				if name == "descriptors" {
+					e.Descriptor = cmp.Or(s.path, doc.Domain)
+				}
+			}
+		}
+		return e
+	}
 	if name, ok := cutAround(msg, "field ", " not found in type "); ok {
 		e.Msg = fmt.Sprintf("unknown key %q", name)
 		if s, ok := find(doc, keyAt(name)); ok {
 			e.Descriptor = s.path
-			switch {
-			case s.key.ShortTag() != "!!str":
-				e.Msg = "a key must be a string, got " + kindName(s.key.ShortTag())
-			case s.block != "":
+			if s.block != "" {
 				e.Msg += " in " + s.block
 			}
+		}
+		if keys, ok := schemaKeys[msg[strings.LastIndex(msg, " ")+1:]]; ok {
+			e.Msg += " (want " + keys + ")"
 		}
 		return e
 	}
@@ -216,6 +130,22 @@ func decodeError(file string, doc *fileYAML, msg string) error {
 	}
 	return e
 }
+
+// schemaKeys lists the keys of each mapping of the schema, by the name of
+// its Go type, for the errors that name an unknown key.
+var schemaKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, t := range []reflect.Type{reflect.TypeFor[fileYAML](), reflect.TypeFor[descriptorYAML](), reflect.TypeFor[rateLimitYAML](), reflect.TypeFor[replacesYAML](), reflect.TypeFor[extensionYAML]()} {
+		var keys []string
+		for i := range t.NumField() {
+			if key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); key != "" {
+				keys = append(keys, key)
+			}
+		}
+		m[t.String()] = orList(keys)
+	}
+	return m
+}()
 
 // cutAround returns what msg has between prefix and the last sep.
 func cutAround(msg, prefix, sep string) (string, bool) {
@@ -281,7 +211,7 @@ func search(m *yaml.Node, in spot, domain string, match func(k, v *yaml.Node) bo
 // scalarOf returns the value of key in the mapping m, if a scalar.
 func scalarOf(m *yaml.Node, key string) string {
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key && m.Content[i+1].Kind == yaml.ScalarNode {
+		if v := m.Content[i+1]; m.Content[i].Value == key && v.Kind == yaml.ScalarNode && v.ShortTag() != "!!null" {
 			return m.Content[i+1].Value
 		}
 	}

@@ -40,8 +40,16 @@ var unitNames = func() string {
 	for i, u := range units {
 		names[i] = u.name
 	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return orList(names)
 }()
+
+// orList writes names as "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // unitNamed returns the unit a configuration file names, in any case.
 func unitNamed(name string) (unit, bool) {
