@@ -198,7 +198,12 @@ func search(m *yaml.Node, in spot, domain string, match func(k, v *yaml.Node) bo
 			sub := in
 			sub.block = k.Value
 			if k.Value == "descriptors" && in.block == "" {
-				sub.path, sub.block = joinPath(cmp.Or(in.path, domain), scalarOf(item, "key"), scalarOf(item, "value")), ""
+				// A descriptor without a key is named by its parent, as
+				// compile names it.
+				sub.path, sub.block = cmp.Or(in.path, domain), ""
+				if key := scalarOf(item, "key"); key != "" {
+					sub.path = joinPath(sub.path, key, scalarOf(item, "value"))
+				}
 			}
 			if s, ok := search(item, sub, domain, match); ok {
 				return s, true
