@@ -79,7 +79,8 @@ func WithFailMode(m FailMode) Option {
 }
 
 // WithStoreTimeout bounds each store call (default DefaultStoreTimeout);
-// past it the fail mode applies. Envoy's
+// past it the fail mode applies. store.Memory, which decides in process and
+// never waits, is called under the request's context alone. Envoy's
 // own timeout for the rate limit service is 20ms by default: keep this
 // below it, or raise Envoy's.
 func WithStoreTimeout(d time.Duration) Option {

@@ -94,10 +94,6 @@ const (
 	Unasked
 )
 
-// Unavailable reports whether the store could not decide, so that the
-// fail mode applies: Failed or Unasked.
-func (r Result) Unavailable() bool { return r == Failed || r == Unasked }
-
 // Measured reports whether the call's latency is the store's, recorded in
 // MetricStoreDuration: the store answered or failed. A refused request, a
 // caller gone first and a call the breaker kept are not.

@@ -118,9 +118,9 @@ func TestBreaker(t *testing.T) {
 }
 
 func TestResultClasses(t *testing.T) {
-	for r, want := range map[Result][2]bool{Decided: {false, true}, Invalid: {false, false}, Canceled: {false, false}, Failed: {true, true}, Unasked: {true, false}} {
-		if got := [2]bool{r.Unavailable(), r.Measured()}; got != want {
-			t.Errorf("result %d: unavailable, measured = %v, want %v", r, got, want)
+	for r, want := range map[Result]bool{Decided: true, Invalid: false, Canceled: false, Failed: true, Unasked: false} {
+		if r.Measured() != want {
+			t.Errorf("result %d: measured %v, want %v", r, r.Measured(), want)
 		}
 	}
 }
@@ -164,5 +164,34 @@ func TestNames(t *testing.T) {
 	}
 	if OutcomeShadowDenied.String() != "shadow_denied" || OutcomeFailClosed.String() != "fail_closed" {
 		t.Error("outcome names changed")
+	}
+}
+
+// TestBeginEndAllocateNothing: for store.Memory, whose calls get no
+// deadline, a store call under the policy costs no allocation, so that the
+// interceptors' admitted call does not pay for it (BenchmarkUnaryAdmit).
+func TestBeginEndAllocateNothing(t *testing.T) {
+	p := newPolicy(t, store.NewMemory(), Default())
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() {
+		c, ok := p.Begin(ctx)
+		if ok {
+			c.End(nil)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per call", n)
+	}
+}
+
+func BenchmarkBeginEnd(b *testing.B) {
+	for _, st := range []tollgate.Store{store.NewMemory(), nopStore{}} {
+		p, _ := New(st, Default())
+		b.Run(fmt.Sprintf("%T", st), func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				c, _ := p.Begin(ctx)
+				c.End(nil)
+			}
+		})
 	}
 }
