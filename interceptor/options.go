@@ -9,19 +9,20 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // DefaultStoreTimeout is how long one store decision may take before the
 // rule's FailMode applies, when WithStoreTimeout is not given. It is short
 // on purpose: a decision on a healthy Redis takes well under a millisecond,
 // and a hung Redis must not hang every RPC.
-const DefaultStoreTimeout = 50 * time.Millisecond
+const DefaultStoreTimeout = storecall.DefaultTimeout
 
 // DefaultBreakerFailures and DefaultBreakerCoolDown configure the circuit
 // breaker when WithBreaker is not given.
 const (
-	DefaultBreakerFailures = 5
-	DefaultBreakerCoolDown = time.Second
+	DefaultBreakerFailures = storecall.DefaultBreakerFailures
+	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
 )
 
 // Option configures a Limiter.

@@ -4,49 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // FailMode says what a rule does when the store cannot decide: it returned
 // an error other than tollgate.ErrInvalidRequest, it passed its deadline
-// (WithStoreTimeout), or the circuit breaker is open (WithBreaker).
-type FailMode uint8
+// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). Its
+// String is the tollgate.fail_mode span attribute: "open", "closed" or
+// "local". Package rls's FailMode is the same type.
+type FailMode = storecall.FailMode
 
 const (
 	// FailOpen admits the call. The span and the tollgate.decisions metric
 	// record it (fail mode "open", outcome "fail_open"). Pick it when
 	// serving without a limit for a while is better than not serving.
-	FailOpen FailMode = iota
+	FailOpen = storecall.FailOpen
 	// FailClosed refuses the call with codes.Unavailable: the limiter, not
 	// the client, is at fault, and Unavailable is the code clients retry.
 	// Pick it when an unmetered call costs more than a refused one.
-	FailClosed
+	FailClosed = storecall.FailClosed
 	// FailLocal decides in process, under the rule's LocalLimit, with a
 	// store private to this Limiter: each replica enforces its own cap until
 	// the shared store answers again.
-	FailLocal
+	FailLocal = storecall.FailLocal
 )
-
-// String returns "open", "closed" or "local", the value of the
-// tollgate.fail_mode span attribute.
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	case FailLocal:
-		return "local"
-	}
-	return "failmode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // StreamMode says what happens to a stream message that its rule's
 // PerMessage limit does not admit.

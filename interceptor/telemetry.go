@@ -13,102 +13,77 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // instrumentationName names the tracer and the meter.
 const instrumentationName = "github.com/tollgate/tollgate/interceptor"
 
-// Metric names.
+// Metric names, shared with package rls.
 const (
 	// MetricDecisions counts decisions, with the attributes tollgate.rule,
 	// tollgate.scope, tollgate.outcome and tollgate.allowed.
-	MetricDecisions = "tollgate.decisions"
+	MetricDecisions = storecall.MetricDecisions
 	// MetricStoreDuration is a histogram of how long the shared store took
 	// to answer (or fail), in seconds, with the attributes tollgate.rule and
 	// tollgate.store.result ("ok" or "error"). Calls the breaker kept from
 	// the store are not in it.
-	MetricStoreDuration = "tollgate.store.duration"
+	MetricStoreDuration = storecall.MetricStoreDuration
 )
 
-// Attribute keys on spans and metrics.
+// Attribute keys on spans and metrics, shared with package rls.
 const (
-	AttrRule         = attribute.Key("tollgate.rule")           // the rule's Name
-	AttrScope        = attribute.Key("tollgate.scope")          // "call" (a unary call or a stream's opening) or "message" (one stream message)
-	AttrAlgorithm    = attribute.Key("tollgate.algorithm")      // tollgate.Algorithm.String()
-	AttrLimit        = attribute.Key("tollgate.limit")          // tollgate.Limit.String()
-	AttrCost         = attribute.Key("tollgate.cost")           // units the call asked for
-	AttrAllowed      = attribute.Key("tollgate.allowed")        // whether the call went on
-	AttrRemaining    = attribute.Key("tollgate.remaining")      // Decision.Remaining
-	AttrRetryAfterMs = attribute.Key("tollgate.retry_after_ms") // Decision.RetryAfter in milliseconds
-	AttrReplayed     = attribute.Key("tollgate.replayed")       // Decision.Replayed
-	AttrFailMode     = attribute.Key("tollgate.fail_mode")      // "none" when the store decided, else FailMode.String()
-	AttrOutcome      = attribute.Key("tollgate.outcome")        // see outcome
-	AttrStoreResult  = attribute.Key("tollgate.store.result")   // "ok" or "error"
-	AttrShadow       = attribute.Key("tollgate.shadow")         // true on spans of shadow rules (Rule.Shadow, WithShadow)
+	AttrRule         = storecall.AttrRule         // the rule's Name
+	AttrScope        = storecall.AttrScope        // "call" (a unary call or a stream's opening) or "message" (one stream message)
+	AttrAlgorithm    = storecall.AttrAlgorithm    // tollgate.Algorithm.String()
+	AttrLimit        = storecall.AttrLimit        // tollgate.Limit.String()
+	AttrCost         = storecall.AttrCost         // units the call asked for
+	AttrAllowed      = storecall.AttrAllowed      // whether the call went on
+	AttrRemaining    = storecall.AttrRemaining    // Decision.Remaining
+	AttrRetryAfterMs = storecall.AttrRetryAfterMs // Decision.RetryAfter in milliseconds
+	AttrReplayed     = storecall.AttrReplayed     // Decision.Replayed
+	AttrFailMode     = storecall.AttrFailMode     // "none" when the store decided, else FailMode.String()
+	AttrOutcome      = storecall.AttrOutcome      // see outcome
+	AttrStoreResult  = storecall.AttrStoreResult  // "ok" or "error"
+	AttrShadow       = storecall.AttrShadow       // true on spans of shadow rules (Rule.Shadow, WithShadow)
 )
 
 // outcome is the value of tollgate.outcome: what became of one decision.
-type outcome uint8
+type outcome = storecall.Outcome
 
 const (
-	outcomeAllowed      outcome = iota // the store admitted the call
-	outcomeDenied                      // the store denied it: ResourceExhausted
-	outcomeReplayed                    // a retry of an admitted call, not debited again
-	outcomeFailOpen                    // the store could not decide; admitted by FailOpen
-	outcomeFailClosed                  // the store could not decide; Unavailable by FailClosed
-	outcomeFailLocal                   // the store could not decide; the local store did
-	outcomeInvalid                     // no decision possible: bad request id, missing key, bad cost or limit
-	outcomeError                       // a rule's Key or LimitFunc failed
-	outcomeCanceled                    // the caller went away before the store answered
-	outcomeSkipped                     // this rule would have admitted the call, another refused it: nothing debited
-	outcomeShadowDenied                // a shadow rule denied the call, which went on
-	outcomeBlocked                     // an override with no limits blocks the caller: PermissionDenied
-	numOutcomes
+	outcomeAllowed      = storecall.OutcomeAllowed      // the store admitted the call
+	outcomeDenied       = storecall.OutcomeDenied       // the store denied it: ResourceExhausted
+	outcomeReplayed     = storecall.OutcomeReplayed     // a retry of an admitted call, not debited again
+	outcomeFailOpen     = storecall.OutcomeFailOpen     // the store could not decide; admitted by FailOpen
+	outcomeFailClosed   = storecall.OutcomeFailClosed   // the store could not decide; Unavailable by FailClosed
+	outcomeFailLocal    = storecall.OutcomeFailLocal    // the store could not decide; the local store did
+	outcomeInvalid      = storecall.OutcomeInvalid      // no decision possible: bad request id, missing key, bad cost or limit
+	outcomeError        = storecall.OutcomeError        // a rule's Key or LimitFunc failed
+	outcomeCanceled     = storecall.OutcomeCanceled     // the caller went away before the store answered
+	outcomeSkipped      = storecall.OutcomeSkipped      // this rule would have admitted the call, another refused it: nothing debited
+	outcomeShadowDenied = storecall.OutcomeShadowDenied // a shadow rule denied the call, which went on
+	outcomeBlocked      = storecall.OutcomeBlocked      // an override of no limits blocks the caller: PermissionDenied
+	numOutcomes         = storecall.NumOutcomes
 )
-
-var outcomeNames = [numOutcomes]string{
-	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied", "blocked",
-}
-
-// histogram bounds for store latency, in seconds: 50µs to 1s.
-var storeDurationBounds = []float64{
-	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-}
 
 // telemetry holds the instruments every rule records into.
 type telemetry struct {
-	tracer        trace.Tracer
-	provider      trace.TracerProvider // tracer's
-	tracing       tracing
-	decisions     metric.Int64Counter
-	storeDuration metric.Float64Histogram
+	tracer   trace.Tracer
+	provider trace.TracerProvider // tracer's
+	tracing  tracing
+	storecall.Instruments
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	meter := mp.Meter(instrumentationName)
-	decisions, err := meter.Int64Counter(MetricDecisions,
-		metric.WithUnit("{decision}"),
-		metric.WithDescription("Rate-limit decisions, by rule, scope and outcome."))
+	ins, err := storecall.NewInstruments(mp, instrumentationName)
 	if err != nil {
 		return telemetry{}, err
 	}
-	storeDuration, err := meter.Float64Histogram(MetricStoreDuration,
-		metric.WithUnit("s"),
-		metric.WithDescription("Time the shared store took to decide or fail."),
-		metric.WithExplicitBucketBoundaries(storeDurationBounds...))
-	if err != nil {
-		return telemetry{}, err
-	}
-	return telemetry{
-		tracer: tp.Tracer(instrumentationName), provider: tp, tracing: tracingOf(tp),
-		decisions: decisions, storeDuration: storeDuration,
-	}, nil
+	return telemetry{tracer: tp.Tracer(instrumentationName), provider: tp, tracing: tracingOf(tp), Instruments: ins}, nil
 }
 
 // tracing says whether decisions start spans. A no-op tracer's Start still
@@ -172,12 +147,10 @@ func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit, shadow bool
 	t.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 	for o := range numOutcomes {
 		for allowed := range 2 {
-			t.decisions[o][allowed] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-				name, AttrScope.String(s.String()), AttrOutcome.String(outcomeNames[o]), AttrAllowed.Bool(allowed == 1)))}
+			t.decisions[o][allowed] = storecall.DecisionOptions(rule, s.String(), o, allowed == 1)
 		}
 	}
-	t.storeOK = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("ok")))}
-	t.storeErr = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String("error")))}
+	t.storeOK, t.storeErr = storecall.StoreOptions(rule)
 	return t
 }
 
@@ -187,7 +160,7 @@ func (l *Limiter) recordStore(ctx context.Context, p *plan, elapsed time.Duratio
 	if failed {
 		opt = p.tel.storeErr
 	}
-	l.tel.storeDuration.Record(ctx, elapsed.Seconds(), opt...)
+	l.tel.StoreDuration.Record(ctx, elapsed.Seconds(), opt...)
 }
 
 // recordDecision counts res and, when the span is sampled, puts the
@@ -197,11 +170,11 @@ func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, p *plan, 
 	if res.allowed() {
 		allowed = 1
 	}
-	l.tel.decisions.Add(ctx, 1, p.tel.decisions[res.outcome][allowed]...)
+	l.tel.Decisions.Add(ctx, 1, p.tel.decisions[res.outcome][allowed]...)
 	if !span.IsRecording() {
 		return
 	}
-	failMode := "none"
+	failMode := storecall.FailModeNone
 	if res.storeFailed {
 		failMode = p.rule.FailMode.String()
 	}
@@ -212,7 +185,7 @@ func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, p *plan, 
 		AttrRetryAfterMs.Int64(int64(roundUp(res.decision.RetryAfter, time.Millisecond) / time.Millisecond)),
 		AttrReplayed.Bool(res.decision.Replayed),
 		AttrFailMode.String(failMode),
-		AttrOutcome.String(outcomeNames[res.outcome]),
+		AttrOutcome.String(res.outcome.String()),
 	}
 	if p.tel.limitPerCall && res.limit.Rate > 0 {
 		attrs = append(attrs, AttrAlgorithm.String(res.limit.Algorithm.String()), AttrLimit.String(res.limit.String()))

@@ -128,3 +128,34 @@ descriptors:
 		t.Fatalf("%d domains from %d files", n, len(files))
 	}
 }
+
+// TestConfigRefusesWhatDecodingWouldTake: a value YAML would decode as
+// something else (a null as a zero, 1.5 as 1, an alias as its anchor's
+// value) is refused, naming file, line and descriptor.
+func TestConfigRefusesWhatDecodingWouldTake(t *testing.T) {
+	for name, c := range map[string]struct{ yaml, want string }{
+		"null value":      {"domain: d\ndescriptors:\n  - key: k\n    value: ~\n", "f.yaml:4: descriptor d.k: value is null"},
+		"null rate_limit": {"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n", "f.yaml:4: descriptor d.k: rate_limit is null"},
+		"null rate":       {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: ~}\n", "f.yaml:4: descriptor d.k: requests_per_unit is null"},
+		"fractional rate": {"domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1.5}\n", `f.yaml:6: descriptor d.a.b: requests_per_unit must be an integer, got a number "1.5"`},
+		"alias":           {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: &a {unit: second, requests_per_unit: 1}\n  - key: j\n    rate_limit: *a\n", "f.yaml:6: descriptor d.j: rate_limit is an alias"},
+		"alias entry":     {"domain: d\ndescriptors:\n  - &a {key: k}\n  - *a\n", "f.yaml:4: descriptor d: descriptors has an alias for an entry"},
+		"null entry":      {"domain: d\ndescriptors:\n  - ~\n", "f.yaml:3: descriptor d: descriptors has a null entry"},
+		"extension key":   {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, tollgate: {algo: x}}\n", `f.yaml:4: descriptor d.a: unknown key "algo" in tollgate`},
+		"nested unknown":  {"domain: d\ndescriptors:\n  - descriptors:\n      - key: b\n        x: 1\n    key: a\n", `f.yaml:5: descriptor d.a.b: unknown key "x"`},
+		"block kind":      {"domain: d\ndescriptors:\n  - key: a\n    rate_limit: 5\n", `f.yaml:4: descriptor d.a: rate_limit must be a mapping, got an integer "5"`},
+	} {
+		_, err := rls.ParseConfig(rls.File{Name: "f.yaml", Data: []byte(c.yaml)})
+		var ce *rls.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a *ConfigError containing %q", name, err, c.want)
+		}
+	}
+	// What is not a mistake: metadata is not read, an anchor without an
+	// alias is a value, and an empty descriptors list is none.
+	for _, y := range []string{"domain: d\ndescriptors:\n  - key: k\n    metadata: ~\n", "domain: &d d\n", "domain: d\ndescriptors:\n"} {
+		if _, err := rls.ParseConfig(rls.File{Name: "f.yaml", Data: []byte(y)}); err != nil {
+			t.Errorf("%q: %v", y, err)
+		}
+	}
+}

@@ -12,11 +12,11 @@ import (
 // the key alone; a rule applies only when it sits at the depth of the
 // descriptor's last entry. It returns nil when nothing applies, and
 // otherwise the nodes matched at each level (into path, which it reuses).
-func (d *domain) match(entries []*rlv3.RateLimitDescriptor_Entry, path []*node) (*rule, []*node) {
+func (d *domain) match(entries []*rlv3.RateLimitDescriptor_Entry, path []*descriptor) (*rule, []*descriptor) {
 	path = path[:0]
 	l := d.root
 	for i, e := range entries {
-		n := l.exact[entryKey{e.GetKey(), e.GetValue()}]
+		n := l.exact[Entry{e.GetKey(), e.GetValue()}]
 		if n == nil {
 			for _, w := range l.wildcards {
 				if w.key == e.GetKey() && wildcardMatch(w.parts, e.GetValue()) {
@@ -64,7 +64,7 @@ func wildcardMatch(parts []string, value string) bool {
 // storeKey is StoreKey for a matched descriptor: entries matched through a
 // share_threshold wildcard (path, the matched nodes, may be empty) are
 // written with the pattern instead of their value.
-func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, path []*node) string {
+func storeKey(domain string, entries []*rlv3.RateLimitDescriptor_Entry, path []*descriptor) string {
 	var b strings.Builder
 	b.Grow(keyLen(domain, entries))
 	b.WriteString(domain)

@@ -1,40 +1,40 @@
 package rls
 
 import (
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // FailMode says what the server answers when the store cannot decide (an
-// error, its deadline passed, or the breaker is open).
-type FailMode uint8
+// error, its deadline passed, or the breaker is open). It is package
+// interceptor's FailMode, the same values with the same meaning; the server
+// offers FailClosed (its default) and FailOpen.
+type FailMode = storecall.FailMode
 
 const (
-	// FailError returns codes.Unavailable, so that Envoy's own
+	// FailClosed returns codes.Unavailable, so that Envoy's own
 	// failure_mode_deny decides: by default Envoy lets the request through,
 	// with failure_mode_deny: true it refuses it. This is what
-	// envoyproxy/ratelimit does when Redis fails.
-	FailError FailMode = iota
+	// envoyproxy/ratelimit does when Redis fails, and the default.
+	FailClosed = storecall.FailClosed
+	// FailError is another name for FailClosed: the server answers with an
+	// error, Unavailable.
+	FailError = FailClosed
 	// FailOpen answers OK, with each limited descriptor's current_limit and
 	// no remaining count.
-	FailOpen
+	FailOpen = storecall.FailOpen
 )
 
-// String returns "error" or "open".
-func (m FailMode) String() string {
-	switch m {
-	case FailError:
-		return "error"
-	case FailOpen:
-		return "open"
-	}
-	return fmt.Sprintf("failmode(%d)", uint8(m))
-}
+// Defaults of WithStoreTimeout and WithBreaker: package interceptor's.
+const (
+	DefaultStoreTimeout    = storecall.DefaultTimeout
+	DefaultBreakerFailures = storecall.DefaultBreakerFailures
+	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
+)
 
 // Default header names of WithResponseHeaders: the names Envoy's rate limit
 // filter and package interceptor use.
@@ -48,24 +48,21 @@ const (
 type Option func(*options)
 
 type options struct {
-	config          *Config
-	failMode        FailMode
-	storeTimeout    time.Duration
-	breakerFailures int
-	breakerCoolDown time.Duration
-	headers         bool
-	headerNames     [3]string
-	shadow          bool
-	tracerProvider  trace.TracerProvider
-	meterProvider   metric.MeterProvider
+	config         *Config
+	failMode       FailMode
+	storeCalls     storecall.Config
+	headers        bool
+	headerNames    [3]string
+	shadow         bool
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
 }
 
 func defaultOptions() options {
 	return options{
-		storeTimeout:    interceptor.DefaultStoreTimeout,
-		breakerFailures: interceptor.DefaultBreakerFailures,
-		breakerCoolDown: interceptor.DefaultBreakerCoolDown,
-		headerNames:     [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
+		failMode:    FailClosed,
+		storeCalls:  storecall.Default(),
+		headerNames: [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
 	}
 }
 
@@ -75,26 +72,28 @@ func WithConfig(c *Config) Option {
 	return func(o *options) { o.config = c }
 }
 
-// WithFailMode sets what the server answers when the store cannot decide
-// (default FailError).
+// WithFailMode sets what the server answers when the store cannot decide:
+// FailClosed (the default) or FailOpen.
 func WithFailMode(m FailMode) Option {
 	return func(o *options) { o.failMode = m }
 }
 
-// WithStoreTimeout bounds each store call (default
-// interceptor.DefaultStoreTimeout); past it the fail mode applies. Envoy's
+// WithStoreTimeout bounds each store call (default DefaultStoreTimeout);
+// past it the fail mode applies. store.Memory, which decides in process and
+// never waits, is called under the request's context alone. Envoy's
 // own timeout for the rate limit service is 20ms by default: keep this
 // below it, or raise Envoy's.
 func WithStoreTimeout(d time.Duration) Option {
-	return func(o *options) { o.storeTimeout = d }
+	return func(o *options) { o.storeCalls.Timeout = d }
 }
 
 // WithBreaker configures the circuit breaker in front of the store, as
 // interceptor.WithBreaker does: after failures consecutive store failures
 // no call waits on the store for coolDown, then one call probes it.
-// failures 0 disables it. The defaults are interceptor's.
+// failures 0 disables it. The defaults are DefaultBreakerFailures and
+// DefaultBreakerCoolDown.
 func WithBreaker(failures int, coolDown time.Duration) Option {
-	return func(o *options) { o.breakerFailures, o.breakerCoolDown = failures, coolDown }
+	return func(o *options) { o.storeCalls.BreakerFailures, o.storeCalls.BreakerCoolDown = failures, coolDown }
 }
 
 // WithResponseHeaders makes every response carry response_headers_to_add

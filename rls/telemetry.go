@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // instrumentationName names the tracer and the meter.
@@ -24,41 +24,21 @@ const AttrDomain = attribute.Key("tollgate.rls.domain")
 const AttrDescriptors = attribute.Key("tollgate.rls.descriptors")
 
 // outcome is the value of tollgate.outcome, with package interceptor's
-// names.
-type outcome uint8
+// names. A request has the outcomes allowed, denied, shadow_denied,
+// fail_open, fail_closed, invalid and canceled; a descriptor looked at with
+// hits_addend 0 is peeked.
+type outcome = storecall.Outcome
 
-const (
-	outcomeAllowed      outcome = iota // admitted and debited
-	outcomeDenied                      // over the limit (or in a refused set)
-	outcomeShadowDenied                // over the limit, let through by shadow mode
-	outcomeFailOpen                    // the store could not decide; answered OK
-	outcomeFailClosed                  // the store could not decide; answered Unavailable
-	outcomeInvalid                     // a malformed or oversized request
-	outcomeCanceled                    // the caller went away first
-	outcomePeeked                      // hits_addend 0: looked at, not a decision
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{
-	"allowed", "denied", "shadow_denied", "fail_open", "fail_closed", "invalid", "canceled", "peeked",
-}
-
-// storeDurationBounds are package interceptor's, in seconds.
-var storeDurationBounds = []float64{
-	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-}
-
-// telemetry records spans, decisions and store latency with the metric
-// names and attributes of package interceptor, so one dashboard shows the
-// edge and the services: interceptor.MetricDecisions with
-// interceptor.AttrRule (here the descriptor's configuration path, as
-// "domain.key_value.key"), AttrOutcome and AttrAllowed, and
-// interceptor.MetricStoreDuration with AttrStoreResult.
+// telemetry records spans, decisions and store latency under package
+// interceptor's metric names and attributes, so one dashboard shows the
+// edge and the services: tollgate.decisions with tollgate.rule (here the
+// descriptor's configuration path, as "domain.key_value.key"),
+// tollgate.outcome and tollgate.allowed, and tollgate.store.duration with
+// tollgate.store.result.
 type telemetry struct {
-	tracer        trace.Tracer
-	spanStart     []trace.SpanStartOption
-	decisions     metric.Int64Counter
-	storeDuration metric.Float64Histogram
+	tracer    trace.Tracer
+	spanStart []trace.SpanStartOption
+	storecall.Instruments
 	// store caches each domain's latency options, [ok, error].
 	store sync.Map // string -> *[2][]metric.RecordOption
 
@@ -77,48 +57,35 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	meter := mp.Meter(instrumentationName)
-	decisions, err := meter.Int64Counter(interceptor.MetricDecisions,
-		metric.WithUnit("{decision}"),
-		metric.WithDescription("Rate-limit decisions, by rule, scope and outcome."))
-	if err != nil {
-		return nil, err
-	}
-	storeDuration, err := meter.Float64Histogram(interceptor.MetricStoreDuration,
-		metric.WithUnit("s"),
-		metric.WithDescription("Time the shared store took to decide or fail."),
-		metric.WithExplicitBucketBoundaries(storeDurationBounds...))
+	ins, err := storecall.NewInstruments(mp, instrumentationName)
 	if err != nil {
 		return nil, err
 	}
 	return &telemetry{
-		tracer:        tp.Tracer(instrumentationName),
-		spanStart:     []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
-		decisions:     decisions,
-		storeDuration: storeDuration,
+		tracer:      tp.Tracer(instrumentationName),
+		spanStart:   []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
+		Instruments: ins,
 	}, nil
 }
 
-// recordStore records one store call's latency, with the domain as
-// tollgate.rule. Only configured domains reach the store, so the cache is
-// bounded by the configurations loaded.
-func (t *telemetry) recordStore(ctx context.Context, domain string, elapsed time.Duration, failed bool) {
+// recordStore records one store call's latency when it is the store's,
+// with the domain as tollgate.rule. Only configured domains reach the
+// store, so the cache is bounded by the configurations loaded.
+func (t *telemetry) recordStore(ctx context.Context, domain string, r storecall.Result, elapsed time.Duration) {
+	if !r.Measured() {
+		return
+	}
 	v, ok := t.store.Load(domain)
 	if !ok {
-		rule := interceptor.AttrRule.String(domain)
-		v, _ = t.store.LoadOrStore(domain, &[2][]metric.RecordOption{
-			{metric.WithAttributeSet(attribute.NewSet(rule, interceptor.AttrStoreResult.String("ok")))},
-			{metric.WithAttributeSet(attribute.NewSet(rule, interceptor.AttrStoreResult.String("error")))},
-		})
+		var opts [2][]metric.RecordOption
+		opts[0], opts[1] = storecall.StoreOptions(domain)
+		v, _ = t.store.LoadOrStore(domain, &opts)
 	}
 	i := 0
-	if failed {
+	if r == storecall.Failed {
 		i = 1
 	}
-	t.storeDuration.Record(ctx, elapsed.Seconds(), v.(*[2][]metric.RecordOption)[i]...)
+	t.StoreDuration.Record(ctx, elapsed.Seconds(), v.(*[2][]metric.RecordOption)[i]...)
 }
 
 func (t *telemetry) decisionOptions(rule string, o outcome, cache bool) []metric.AddOption {
@@ -128,26 +95,31 @@ func (t *telemetry) decisionOptions(rule string, o outcome, cache bool) []metric
 			return v.([]metric.AddOption)
 		}
 	}
-	opts := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-		interceptor.AttrRule.String(rule),
-		interceptor.AttrScope.String("call"),
-		interceptor.AttrOutcome.String(outcomeNames[o]),
-		interceptor.AttrAllowed.Bool(o != outcomeDenied && o != outcomeFailClosed && o != outcomeInvalid && o != outcomeCanceled)))}
+	opts := storecall.DecisionOptions(rule, storecall.ScopeCall, o, admits(o))
 	if cache {
 		t.options.Store(k, opts)
 	}
 	return opts
 }
 
-// recordSlots counts one decision per limited descriptor.
-func (s *Server) recordSlots(ctx context.Context, slots []slot) {
-	for i := range slots {
-		sl := &slots[i]
-		switch sl.kind {
+// admits reports whether a descriptor's outcome lets the request go on.
+func admits(o outcome) bool {
+	switch o {
+	case storecall.OutcomeDenied, storecall.OutcomeFailClosed, storecall.OutcomeInvalid, storecall.OutcomeCanceled:
+		return false
+	}
+	return true
+}
+
+// recordChecks counts one decision per limited descriptor.
+func (s *Server) recordChecks(ctx context.Context, checks []check) {
+	for i := range checks {
+		c := &checks[i]
+		switch c.kind {
 		case kindNone, kindUnlimited, kindPeek:
 			continue
 		}
-		s.tel.decisions.Add(ctx, 1, s.tel.decisionOptions(sl.metric, sl.outcome, !sl.rule.detailed)...)
+		s.tel.Decisions.Add(ctx, 1, s.tel.decisionOptions(c.metric, c.outcome, !c.rule.detailed)...)
 	}
 }
 
@@ -159,11 +131,11 @@ func (t *telemetry) recordCall(span trace.Span, domain string, descriptors int, 
 	span.SetAttributes(
 		AttrDomain.String(domain),
 		AttrDescriptors.Int(descriptors),
-		interceptor.AttrOutcome.String(outcomeNames[o]),
-		interceptor.AttrAllowed.Bool(o != outcomeDenied && err == nil),
+		storecall.AttrOutcome.String(o.String()),
+		storecall.AttrAllowed.Bool(o != storecall.OutcomeDenied && err == nil),
 	)
-	if o == outcomeShadowDenied {
-		span.SetAttributes(attribute.Bool("tollgate.shadow", true))
+	if o == storecall.OutcomeShadowDenied {
+		span.SetAttributes(storecall.AttrShadow.Bool(true))
 	}
 	if err != nil {
 		span.RecordError(err)

@@ -38,7 +38,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/rls"
 )
@@ -93,8 +92,8 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	var failMode string
 	fs.StringVar(&c.dir, "config", "", "directory of envoyproxy/ratelimit YAML files, one per domain (required)")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "TCP address to listen on")
-	fs.StringVar(&failMode, "fail-mode", rls.FailError.String(), "when the store cannot decide: error (UNAVAILABLE: Envoy's failure_mode_deny decides) or open (answer OK)")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", interceptor.DefaultStoreTimeout, "how long a request waits for the store before the fail mode applies")
+	fs.StringVar(&failMode, "fail-mode", rls.FailClosed.String(), "when the store cannot decide: closed, also spelled error (UNAVAILABLE: Envoy's failure_mode_deny decides) or open (answer OK)")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", rls.DefaultStoreTimeout, "how long a request waits for the store before the fail mode applies")
 	fs.BoolVar(&c.headers, "response-headers", false, "add the limit, remaining and reset headers to responses (as LIMIT_RESPONSE_HEADERS_ENABLED)")
 	fs.StringVar(&c.headerNames[0], "limit-header", rls.DefaultLimitHeader, "name of the limit header")
 	fs.StringVar(&c.headerNames[1], "remaining-header", rls.DefaultRemainingHeader, "name of the remaining header")
@@ -116,12 +115,12 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 		return config{}, errors.New("-config DIR is required")
 	}
 	switch failMode {
-	case rls.FailError.String():
-		c.failMode = rls.FailError
+	case rls.FailClosed.String(), "error":
+		c.failMode = rls.FailClosed
 	case rls.FailOpen.String():
 		c.failMode = rls.FailOpen
 	default:
-		return config{}, fmt.Errorf("-fail-mode %q: want error or open", failMode)
+		return config{}, fmt.Errorf("-fail-mode %q: want closed (or error) or open", failMode)
 	}
 	var err error
 	if c.redis, err = serving.RedisFromEnv(getenv); err != nil {

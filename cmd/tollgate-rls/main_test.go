@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/rls"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -268,5 +269,20 @@ func TestParseFlags(t *testing.T) {
 	c, err := parseFlags([]string{"-config", "d", "-fail-mode", "open"}, env(map[string]string{envRedisSentinelAddrs: "a:1, b:2", envRedisSentinelMaster: "mymaster"}), io.Discard)
 	if err != nil || len(c.redis.SentinelAddrs) != 2 || c.redis.SentinelMaster != "mymaster" {
 		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// TestFailModeFlag: the default answers Unavailable, and "error" still
+// names it.
+func TestFailModeFlag(t *testing.T) {
+	for args, want := range map[string]rls.FailMode{"": rls.FailClosed, "closed": rls.FailClosed, "error": rls.FailClosed, "open": rls.FailOpen} {
+		argv := []string{"-config", "d"}
+		if args != "" {
+			argv = append(argv, "-fail-mode", args)
+		}
+		c, err := parseFlags(argv, func(string) string { return "" }, io.Discard)
+		if err != nil || c.failMode != want {
+			t.Errorf("-fail-mode %q: %v, %v; want %v", args, c.failMode, err, want)
+		}
 	}
 }

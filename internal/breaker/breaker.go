@@ -1,7 +1,7 @@
-// Package breaker is the circuit breaker the interceptors and the rate
-// limit service put in front of a store: after consecutive failures it stops
-// calls from waiting on the store until a cool-down has passed, then lets
-// one call probe it.
+// Package breaker is the circuit breaker of the store-call policy (package
+// storecall) in front of a store: after consecutive failures it stops calls
+// from waiting on the store until a cool-down has passed, then lets one call
+// probe it.
 package breaker
 
 import (

@@ -1,0 +1,197 @@
+package storecall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/store"
+)
+
+// nopStore stands for a store on a network: the policy gives its calls a
+// deadline.
+type nopStore struct{ tollgate.Store }
+
+func newPolicy(t *testing.T, st tollgate.Store, c Config) *Policy {
+	t.Helper()
+	p, err := New(st, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestNewRejectsBadSettings(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Timeout: 0}, "store timeout must be > 0"},
+		{Config{Timeout: time.Second, BreakerFailures: -1}, "breaker failures must be >= 0"},
+		{Config{Timeout: time.Second, BreakerFailures: 3}, "breaker cool-down must be > 0"},
+	} {
+		if _, err := New(nopStore{}, c.cfg); err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("New(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	if _, err := New(nopStore{}, Config{Timeout: time.Second}); err != nil {
+		t.Errorf("breaker disabled: %v", err)
+	}
+}
+
+// TestResults: what each kind of error says about the store.
+func TestResults(t *testing.T) {
+	p := newPolicy(t, nopStore{}, Config{Timeout: time.Second})
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want Result
+	}{
+		{"answered", context.Background(), nil, Decided},
+		{"answered after the caller left", canceled, nil, Decided},
+		{"invalid request", context.Background(), fmt.Errorf("store: %w", tollgate.ErrInvalidRequest), Invalid},
+		{"invalid request after the caller left", canceled, tollgate.ErrInvalidRequest, Invalid},
+		{"caller left", canceled, context.Canceled, Canceled},
+		{"store error", context.Background(), errors.New("connection refused"), Failed},
+		{"store deadline", context.Background(), context.DeadlineExceeded, Failed},
+	} {
+		r, _, err := p.Do(c.ctx, func(context.Context) error { return c.err })
+		if r != c.want || err != c.err {
+			t.Errorf("%s: %d, %v; want %d, %v", c.name, r, err, c.want, c.err)
+		}
+	}
+}
+
+// TestDeadline: a store on a network gets the policy's deadline under the
+// caller's context; store.Memory, which never waits, gets the caller's
+// context as it is.
+func TestDeadline(t *testing.T) {
+	p := newPolicy(t, nopStore{}, Config{Timeout: 20 * time.Millisecond})
+	start := time.Now()
+	r, elapsed, err := p.Do(context.Background(), func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if r != Failed || !errors.Is(err, context.DeadlineExceeded) || elapsed < 20*time.Millisecond || time.Since(start) > 5*time.Second {
+		t.Fatalf("hung store: %d, %v after %s; want Failed by the deadline", r, err, elapsed)
+	}
+	ctx := context.Background()
+	c, ok := newPolicy(t, store.NewMemory(), Default()).Begin(ctx)
+	if !ok || c.Ctx != ctx {
+		t.Fatalf("store.Memory: the call's context is not the caller's")
+	}
+	c.End(nil)
+}
+
+// TestBreaker: consecutive failures open the breaker; invalid requests and
+// callers gone first do not count.
+func TestBreaker(t *testing.T) {
+	p := newPolicy(t, nopStore{}, Config{Timeout: time.Second, BreakerFailures: 2, BreakerCoolDown: time.Hour})
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	do := func(ctx context.Context, err error) Result {
+		r, _, _ := p.Do(ctx, func(context.Context) error { calls++; return err })
+		return r
+	}
+	for range 3 {
+		do(context.Background(), tollgate.ErrInvalidRequest)
+		do(canceled, context.Canceled)
+	}
+	do(context.Background(), errors.New("down"))
+	if r := do(context.Background(), errors.New("down")); r != Failed {
+		t.Fatalf("second failure: %d", r)
+	}
+	if r := do(context.Background(), nil); r != Unasked || calls != 8 {
+		t.Fatalf("after two failures: %d with %d calls, want Unasked with 8", r, calls)
+	}
+	if _, ok := p.Begin(context.Background()); ok {
+		t.Fatal("Begin let a call through an open breaker")
+	}
+}
+
+func TestResultClasses(t *testing.T) {
+	for r, want := range map[Result]bool{Decided: true, Invalid: false, Canceled: false, Failed: true, Unasked: false} {
+		if r.Measured() != want {
+			t.Errorf("result %d: measured %v, want %v", r, r.Measured(), want)
+		}
+	}
+}
+
+// TestStricter: across requests decided together, FailClosed wins over
+// FailLocal, which wins over FailOpen, whatever the order.
+func TestStricter(t *testing.T) {
+	modes := []FailMode{FailOpen, FailClosed, FailLocal}
+	want := [3][3]FailMode{
+		{FailOpen, FailClosed, FailLocal},
+		{FailClosed, FailClosed, FailClosed},
+		{FailLocal, FailClosed, FailLocal},
+	}
+	for i, m := range modes {
+		for j, o := range modes {
+			if got := m.Stricter(o); got != want[i][j] {
+				t.Errorf("%s.Stricter(%s) = %s, want %s", m, o, got, want[i][j])
+			}
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	for m, want := range map[FailMode]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local", 9: "failmode(9)"} {
+		if m.String() != want {
+			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
+		}
+	}
+	for m, want := range map[FailMode]Outcome{FailOpen: OutcomeFailOpen, FailClosed: OutcomeFailClosed, FailLocal: OutcomeFailLocal} {
+		if m.Outcome() != want {
+			t.Errorf("%s: outcome %s, want %s", m, m.Outcome(), want)
+		}
+	}
+	seen := map[string]bool{}
+	for o := range NumOutcomes {
+		if name := o.String(); name == "" || seen[name] {
+			t.Errorf("outcome %d: name %q empty or repeated", o, name)
+		} else {
+			seen[name] = true
+		}
+	}
+	if OutcomeShadowDenied.String() != "shadow_denied" || OutcomeFailClosed.String() != "fail_closed" {
+		t.Error("outcome names changed")
+	}
+}
+
+// TestBeginEndAllocateNothing: for store.Memory, whose calls get no
+// deadline, a store call under the policy costs no allocation, so that the
+// interceptors' admitted call does not pay for it (BenchmarkUnaryAdmit).
+func TestBeginEndAllocateNothing(t *testing.T) {
+	p := newPolicy(t, store.NewMemory(), Default())
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() {
+		c, ok := p.Begin(ctx)
+		if ok {
+			c.End(nil)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per call", n)
+	}
+}
+
+func BenchmarkBeginEnd(b *testing.B) {
+	for _, st := range []tollgate.Store{store.NewMemory(), nopStore{}} {
+		p, _ := New(st, Default())
+		b.Run(fmt.Sprintf("%T", st), func(b *testing.B) {
+			ctx := context.Background()
+			for b.Loop() {
+				c, _ := p.Begin(ctx)
+				c.End(nil)
+			}
+		})
+	}
+}

@@ -1,0 +1,128 @@
+package storecall
+
+import (
+	"strconv"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metric names.
+const (
+	// MetricDecisions counts decisions, with the attributes AttrRule,
+	// AttrScope, AttrOutcome and AttrAllowed.
+	MetricDecisions = "tollgate.decisions"
+	// MetricStoreDuration is a histogram of how long the shared store took
+	// to answer (or fail), in seconds, with the attributes AttrRule and
+	// AttrStoreResult. Calls the breaker kept from the store are not in it.
+	MetricStoreDuration = "tollgate.store.duration"
+)
+
+// Attribute keys on spans and metrics.
+const (
+	AttrRule         = attribute.Key("tollgate.rule")           // the rule's name
+	AttrScope        = attribute.Key("tollgate.scope")          // "call" (a unary call or a stream's opening) or "message" (one stream message)
+	AttrAlgorithm    = attribute.Key("tollgate.algorithm")      // tollgate.Algorithm.String()
+	AttrLimit        = attribute.Key("tollgate.limit")          // tollgate.Limit.String()
+	AttrCost         = attribute.Key("tollgate.cost")           // units the call asked for
+	AttrAllowed      = attribute.Key("tollgate.allowed")        // whether the call went on
+	AttrRemaining    = attribute.Key("tollgate.remaining")      // Decision.Remaining
+	AttrRetryAfterMs = attribute.Key("tollgate.retry_after_ms") // Decision.RetryAfter in milliseconds
+	AttrReplayed     = attribute.Key("tollgate.replayed")       // Decision.Replayed
+	AttrFailMode     = attribute.Key("tollgate.fail_mode")      // FailModeNone when the store decided, else FailMode.String()
+	AttrOutcome      = attribute.Key("tollgate.outcome")        // Outcome.String()
+	AttrStoreResult  = attribute.Key("tollgate.store.result")   // StoreOK or StoreError
+	AttrShadow       = attribute.Key("tollgate.shadow")         // true on spans of shadow rules
+)
+
+// Attribute values.
+const (
+	FailModeNone = "none"  // AttrFailMode when the store decided
+	StoreOK      = "ok"    // AttrStoreResult when the store answered
+	StoreError   = "error" // AttrStoreResult when it failed
+	ScopeCall    = "call"  // AttrScope of a unary call or a stream's opening
+)
+
+// Outcome is the value of AttrOutcome: what became of one decision.
+type Outcome uint8
+
+const (
+	OutcomeAllowed      Outcome = iota // the store admitted the call
+	OutcomeDenied                      // the store denied it
+	OutcomeReplayed                    // a retry of an admitted call, not debited again
+	OutcomeFailOpen                    // the store could not decide; admitted by FailOpen
+	OutcomeFailClosed                  // the store could not decide; Unavailable by FailClosed
+	OutcomeFailLocal                   // the store could not decide; the local store did
+	OutcomeInvalid                     // no decision possible: a malformed request, a bad key, cost or limit
+	OutcomeError                       // a function of the rule failed
+	OutcomeCanceled                    // the caller went away before the store answered
+	OutcomeSkipped                     // this rule would have admitted the call, another refused it: nothing debited
+	OutcomeShadowDenied                // a shadow rule denied the call, which went on
+	OutcomePeeked                      // looked at, not debited: not a decision
+	OutcomeBlocked                     // an override of no limits blocks the caller
+	NumOutcomes
+)
+
+var outcomeNames = [NumOutcomes]string{
+	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied", "peeked", "blocked",
+}
+
+// String returns the outcome's name, as AttrOutcome carries it.
+func (o Outcome) String() string {
+	if o < NumOutcomes {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// StoreDurationBounds are MetricStoreDuration's bucket bounds, in seconds:
+// 50µs to 1s.
+var StoreDurationBounds = []float64{
+	0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+}
+
+// Instruments are the two instruments decisions are recorded into.
+type Instruments struct {
+	Decisions     metric.Int64Counter     // MetricDecisions
+	StoreDuration metric.Float64Histogram // MetricStoreDuration
+}
+
+// NewInstruments creates the instruments on the meter named
+// instrumentationName of mp (nil: otel's global provider), with the same
+// names, units, descriptions and bounds whoever records into them.
+func NewInstruments(mp metric.MeterProvider, instrumentationName string) (Instruments, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(instrumentationName)
+	decisions, err := meter.Int64Counter(MetricDecisions,
+		metric.WithUnit("{decision}"),
+		metric.WithDescription("Rate-limit decisions, by rule, scope and outcome."))
+	if err != nil {
+		return Instruments{}, err
+	}
+	storeDuration, err := meter.Float64Histogram(MetricStoreDuration,
+		metric.WithUnit("s"),
+		metric.WithDescription("Time the shared store took to decide or fail."),
+		metric.WithExplicitBucketBoundaries(StoreDurationBounds...))
+	if err != nil {
+		return Instruments{}, err
+	}
+	return Instruments{Decisions: decisions, StoreDuration: storeDuration}, nil
+}
+
+// DecisionOptions returns the MetricDecisions options of one decision, to
+// build once and reuse: recording then builds no attribute set.
+func DecisionOptions(rule, scope string, o Outcome, allowed bool) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+		AttrRule.String(rule), AttrScope.String(scope), AttrOutcome.String(o.String()), AttrAllowed.Bool(allowed)))}
+}
+
+// StoreOptions returns the MetricStoreDuration options of rule's store
+// calls that the store answered and of those that failed, to build once.
+func StoreOptions(rule string) (ok, failed []metric.RecordOption) {
+	name := AttrRule.String(rule)
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String(StoreOK)))},
+		[]metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(name, AttrStoreResult.String(StoreError)))}
+}
