@@ -135,14 +135,22 @@ func (l *Limiter) releaseAll(ctx context.Context, checks []*check) {
 // release frees one slot under the store deadline; a failure leaves it to
 // expire by itself, at its TTL.
 func (l *Limiter) release(ctx context.Context, p *plan, st tollgate.SlotStore, s tollgate.Slot, local bool) {
-	ctx, cancel := context.WithTimeout(ctx, l.storeTimeout)
-	defer cancel()
-	if err := st.ReleaseSlot(ctx, s); err != nil {
+	if err := l.slotCall(ctx, local, func(ctx context.Context) error { return st.ReleaseSlot(ctx, s) }); err != nil {
 		l.recordSlot(ctx, p, slotReleaseFailed)
 		l.log.Warn("rate limit: releasing an in-flight slot failed; it expires by itself", "rule", p.rule.Name, "ttl", s.TTL, "error", err)
 		return
 	}
 	l.recordSlot(ctx, p, slotReleased)
+}
+
+// slotCall calls the store for a slot: the shared store under its policy
+// (deadline, breaker), the local one as it is.
+func (l *Limiter) slotCall(ctx context.Context, local bool, call func(context.Context) error) error {
+	if local {
+		return call(ctx)
+	}
+	_, _, err := l.calls.Do(ctx, call)
+	return err
 }
 
 // slotDenied fills res with the denial of a check refused for lack of a
@@ -207,9 +215,11 @@ func (h *heldSlot) renew() {
 	if h.done || h.ctx.Err() != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.l.storeTimeout)
-	ok, err := h.st.RenewSlot(ctx, h.slot)
-	cancel()
+	var ok bool
+	err := h.l.slotCall(context.Background(), h.local, func(ctx context.Context) (err error) {
+		ok, err = h.st.RenewSlot(ctx, h.slot)
+		return err
+	})
 	switch {
 	case err != nil:
 		h.l.recordSlot(context.Background(), h.p, slotRenewFailed)

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/breaker"
+	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -28,20 +28,15 @@ type Limiter struct {
 	// book holds the rules; SetRules swaps it whole.
 	book atomic.Pointer[rulebook]
 	// mu orders SetRules calls.
-	mu           sync.Mutex
-	shadow       bool // WithShadow
-	header       string
-	storeTimeout time.Duration
-	// storeBlocks: the store may wait (on a network), so each call to it
-	// gets its own deadline. store.Memory decides in process and never
-	// waits; a deadline's context and timer would be pure cost
-	// (BenchmarkUnaryAdmit).
-	storeBlocks bool
-	replicas    int64
+	mu     sync.Mutex
+	shadow bool // WithShadow
+	header string
+	// calls is how the Limiter calls its store: a deadline, a breaker.
+	calls    *storecall.Policy
+	replicas int64
 	// admittedTrailers: admitted calls carry the x-ratelimit-* trailers
 	// (WithAdmittedTrailers).
 	admittedTrailers bool
-	breaker          *breaker.Breaker
 	tel              telemetry
 	settleTel        settleTelemetry
 	slotTel          slotTelemetry
@@ -68,12 +63,6 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	switch {
 	case st == nil:
 		return nil, errors.New("interceptor: the store is nil")
-	case c.storeTimeout <= 0:
-		return nil, fmt.Errorf("interceptor: store timeout must be > 0, got %s", c.storeTimeout)
-	case c.breakerFailures < 0:
-		return nil, fmt.Errorf("interceptor: breaker failures must be >= 0, got %d", c.breakerFailures)
-	case c.breakerFailures > 0 && c.breakerCoolDown <= 0:
-		return nil, fmt.Errorf("interceptor: breaker cool-down must be > 0, got %s", c.breakerCoolDown)
 	case c.replicas < 1:
 		return nil, fmt.Errorf("interceptor: replicas must be >= 1, got %d", c.replicas)
 	case c.overrideRefresh <= 0:
@@ -84,18 +73,20 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	if err := validateHeader(c.requestIDHeader); err != nil {
 		return nil, err
 	}
+	calls, err := storecall.New(st, storecall.Config{Timeout: c.storeTimeout, BreakerFailures: c.breakerFailures, BreakerCoolDown: c.breakerCoolDown})
+	if err != nil {
+		return nil, fmt.Errorf("interceptor: %w", err)
+	}
 	tel, err := newTelemetry(c.tracerProvider, c.meterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	l := &Limiter{
 		store:            st,
+		calls:            calls,
 		header:           c.requestIDHeader,
-		storeTimeout:     c.storeTimeout,
-		storeBlocks:      !isMemory(st),
 		admittedTrailers: c.admittedTrailers,
 		replicas:         c.replicas,
-		breaker:          breaker.New(c.breakerFailures, c.breakerCoolDown),
 		tel:              tel,
 		shadow:           c.shadow,
 		local:            c.local,
@@ -112,7 +103,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	}
 	l.slotTimeout = c.slotTimeout
 	l.ov.st, _ = st.(tollgate.OverrideStore)
-	l.ov.refresh, l.ov.timeout = c.overrideRefresh, c.storeTimeout
+	l.ov.refresh, l.ov.calls = c.overrideRefresh, l.calls
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}
@@ -184,12 +175,6 @@ func (l *Limiter) SetRules(rules ...Rule) error {
 	return nil
 }
 
-// isMemory reports whether st is the in-process Memory store.
-func isMemory(st tollgate.Store) bool {
-	_, ok := st.(*store.Memory)
-	return ok
-}
-
 // validateHeader accepts what gRPC accepts as a metadata key that is not
 // binary and not reserved.
 func validateHeader(h string) error {
@@ -242,10 +227,6 @@ func (res *result) hasDecision() bool {
 	}
 	return false
 }
-
-// errBreakerOpen is recorded on spans of calls the breaker kept from the
-// store.
-var errBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly and is not asked until the cool-down passes")
 
 // reject fills res with a refusal of the given code. cause, when not nil,
 // is recorded on the span; otherwise the message is.

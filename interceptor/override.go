@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // DefaultOverrideRefresh is how often a Limiter asks its store whether an
@@ -156,7 +157,7 @@ func storeError(rule string, err error) error {
 type overrides struct {
 	st      tollgate.OverrideStore // nil when the store keeps none
 	refresh time.Duration
-	timeout time.Duration
+	calls   *storecall.Policy
 
 	// checked is when the version was last asked (UnixNano); refreshing
 	// is held by the one call asking.
@@ -217,10 +218,12 @@ func (o *overrides) lookup(ctx context.Context, rules []*rule, rule, key string)
 // try.
 func (o *overrides) load(ctx context.Context, now time.Time, rules []*rule) {
 	o.checked.Store(now.UnixNano())
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
-	defer cancel()
-	v, err := o.st.OverridesVersion(ctx)
-	if err != nil {
+	ctx = context.WithoutCancel(ctx)
+	var v int64
+	if _, _, err := o.calls.Do(ctx, func(ctx context.Context) (err error) {
+		v, err = o.st.OverridesVersion(ctx)
+		return err
+	}); err != nil {
 		return
 	}
 	o.mu.RLock()
@@ -232,8 +235,11 @@ func (o *overrides) load(ctx context.Context, now time.Time, rules []*rule) {
 	byRule := make(map[string]map[string]cachedOverride)
 	n := 0
 	for _, r := range rules {
-		os, err := o.st.Overrides(ctx, r.Name)
-		if err != nil {
+		var os []tollgate.Override
+		if _, _, err := o.calls.Do(ctx, func(ctx context.Context) (err error) {
+			os, err = o.st.Overrides(ctx, r.Name)
+			return err
+		}); err != nil {
 			return
 		}
 		for _, ov := range os {

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/breaker"
 )
 
 // ReportCost adds n to the final cost of the call ctx belongs to, for rules
@@ -188,20 +187,14 @@ func (l *Limiter) settleOne(ctx context.Context, s *settlement, cost int64) {
 	l.settler.add(l, *s, cost, err)
 }
 
-// applySettle makes one attempt at s, under the store deadline.
+// applySettle makes one attempt at s: on the shared store under its
+// policy (deadline, breaker), on the local one as it is.
 func (l *Limiter) applySettle(ctx context.Context, s *settlement, cost int64) error {
-	if !s.local {
-		ok, probe := l.breaker.Allow()
-		if !ok {
-			return errBreakerOpen
-		}
-		ctx2, cancel := context.WithTimeout(ctx, l.storeTimeout)
-		defer cancel()
-		err := l.callSettle(ctx2, s, cost)
-		l.breaker.Done(probe, breakerResult(err))
-		return err
+	if s.local {
+		return l.callSettle(ctx, s, cost)
 	}
-	return l.callSettle(ctx, s, cost)
+	_, _, err := l.calls.Do(ctx, func(ctx context.Context) error { return l.callSettle(ctx, s, cost) })
+	return err
 }
 
 func (l *Limiter) callSettle(ctx context.Context, s *settlement, cost int64) error {
@@ -225,17 +218,6 @@ func (l *Limiter) callSettle(ctx context.Context, s *settlement, cost int64) err
 type storeSettler interface {
 	Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error)
 	SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error)
-}
-
-// breakerResult is what a store call's error tells the breaker.
-func breakerResult(err error) breaker.Result {
-	switch {
-	case err == nil:
-		return breaker.OK
-	case errors.Is(err, tollgate.ErrInvalidRequest), errors.Is(err, context.Canceled):
-		return breaker.NoNews
-	}
-	return breaker.Failed
 }
 
 // newSettleID returns a request id for the settlement of a call that came

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/breaker"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // replayMargin is added to a call's time left when it sets how long the
@@ -25,55 +25,39 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 	if len(checks) == 0 {
 		return
 	}
-	allowed, probe := l.breaker.Allow()
-	if !allowed {
-		l.failSet(ctx, checks, errBreakerOpen)
+	call, ok := l.calls.Begin(ctx)
+	if !ok {
+		l.failSet(ctx, checks, storecall.ErrBreakerOpen)
 		return
 	}
-	// One clock reading is both the start of the store's latency and the
-	// base of its deadline: a call that times out records at least the
-	// timeout, and the decision reads the clock once instead of twice.
-	start := time.Now()
 	if deadline, ok := ctx.Deadline(); ok {
 		// The call's own deadline, before the store's shorter one wraps it.
-		setReplayTTL(checks, max(deadline.Sub(start), 0)+replayMargin)
+		setReplayTTL(checks, max(deadline.Sub(call.Start), 0)+replayMargin)
 	}
-	sctx, cancel := ctx, context.CancelFunc(nil)
-	if l.storeBlocks {
-		sctx, cancel = context.WithDeadline(ctx, start.Add(l.storeTimeout))
-	}
-	err := l.askAll(sctx, l.store, checks, false)
-	elapsed := time.Since(start)
-	if cancel != nil {
-		cancel()
-	}
-	switch {
-	case err == nil:
-		l.breaker.Done(probe, breaker.OK)
+	err := l.askAll(call.Ctx, l.store, checks, false)
+	r, elapsed := call.End(err)
+	if r.Measured() {
 		for _, c := range checks {
-			l.recordStore(ctx, c.p, elapsed, false)
+			l.recordStore(ctx, c.p, elapsed, r == storecall.Failed)
 		}
+	}
+	switch r {
+	case storecall.Decided:
 		if !judge(checks) {
 			l.releaseAll(ctx, checks)
 		}
-	case errors.Is(err, tollgate.ErrInvalidRequest):
+	case storecall.Invalid:
 		// A configuration the checks above let through; the store is fine.
-		l.breaker.Done(probe, breaker.NoNews)
 		for _, c := range checks {
 			c.res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", c.p.rule.Name, err)
 		}
-	case ctx.Err() != nil:
+	case storecall.Canceled:
 		// The caller cancelled or ran out of time, not the store.
-		l.breaker.Done(probe, breaker.NoNews)
 		for _, c := range checks {
 			c.res.outcome, c.res.cause = outcomeCanceled, ctx.Err()
 			c.res.err = status.FromContextError(ctx.Err()).Err()
 		}
 	default:
-		l.breaker.Done(probe, breaker.Failed)
-		for _, c := range checks {
-			l.recordStore(ctx, c.p, elapsed, true)
-		}
 		l.failSet(ctx, checks, err)
 	}
 }
