@@ -42,14 +42,8 @@ func (s scope) String() string {
 // script call decides them; and no two limits share a bucket.
 var scopeLetter = [...]byte{scopeCall: 'c', scopeMessage: 'm'}
 
-// limitPart names the state of limit l within its identity: its period, or
-// its calendar unit.
-func limitPart(l tollgate.Limit) string {
-	if l.Calendar != tollgate.NoCalendar {
-		return l.Calendar.String()
-	}
-	return l.Period.String()
-}
+// limitPart names the state of limit l within its identity.
+func limitPart(l tollgate.Limit) string { return store.LimitPart(l) }
 
 // plan is how a rule decides one scope, fixed by New: the limits, the store
 // keys, what a decision costs and the telemetry it records. A decision

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/storecall"
+	"github.com/tollgate/tollgate/store"
 )
 
 // kind is what the server does with one request descriptor.
@@ -25,17 +26,21 @@ const (
 	kindShadow                // decided alone; never refuses the request
 	kindPeek                  // hits_addend 0: looked at, not debited
 	kindDenied                // can never be admitted (limit 0, or cost above capacity)
+	kindOverdraw              // count_over_limit: debited alone, over the limit or not
+	kindRefund                // is_negative_hits: the hits given back
 )
 
 // check is one request descriptor's part in the decision: its plan and
 // what became of it.
 type check struct {
-	kind   kind
-	rule   *rule
-	req    tollgate.Request
+	kind kind
+	rule *rule
+	// reqs are the store requests of the rule's limits, decs the store's
+	// answers, one each.
+	reqs   []tollgate.Request
+	decs   []tollgate.Decision
 	metric string // the rule's name in metrics
-	dec    tollgate.Decision
-	// decided: dec holds the store's answer.
+	// decided: decs hold the store's answers.
 	decided bool
 	outcome outcome
 }
@@ -69,29 +74,42 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]check, error) {
 			c.kind = kindUnlimited
 			continue
 		}
-		c.req.Key = storeKey(d.name, desc.GetEntries(), path)
-		if len(c.req.Key) > tollgate.MaxKeyLen {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its keys and values are more than %d bytes", i, tollgate.MaxKeyLen)
+		key := storeKey(d.name, desc.GetEntries(), path)
+		if len(key)+maxPartLen > tollgate.MaxKeyLen {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: its keys and values are more than %d bytes", i, tollgate.MaxKeyLen-maxPartLen)
 		}
-		c.req.Limit = r.limit
 		c.metric = metricPath(d.name, r, desc.GetEntries())
-		cost := uint64(max(1, req.GetHitsAddend()))
+		hits := uint64(max(1, req.GetHitsAddend()))
 		if h := desc.GetHitsAddend(); h != nil {
-			cost = h.GetValue()
+			hits = h.GetValue()
 		}
+		cost := int64(min(hits, tollgate.MaxRate))
 		switch {
-		case cost == 0:
+		case hits == 0:
 			c.kind = kindPeek
-		case r.deny || cost > uint64(r.limit.Capacity()):
+		case desc.GetIsNegativeHits():
+			c.kind = kindRefund
+		case r.deny:
+			c.kind = kindDenied
+		case r.countOver:
+			c.kind = kindOverdraw
+		case cost > r.capacity():
 			c.kind = kindDenied
 		case r.shadow:
 			c.kind = kindShadow
 		default:
 			c.kind = kindEnforced
 		}
-		c.req.Cost = int64(min(cost, math.MaxInt64))
+		c.reqs = make([]tollgate.Request, len(r.limits))
+		for j, l := range r.limits {
+			k := key
+			if l.part != "" {
+				k = store.PartKey(key, l.part)
+			}
+			c.reqs[j] = tollgate.Request{Key: k, Limit: l.limit, Cost: cost, Overdraw: c.kind == kindOverdraw}
+		}
 	}
-	enforced, shadow := 0, 0
+	enforced, alone := 0, 0
 	for i := range checks {
 		c := &checks[i]
 		// As in envoyproxy/ratelimit, an unlimited descriptor is never
@@ -102,18 +120,32 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]check, error) {
 		}
 		switch c.kind {
 		case kindEnforced:
-			enforced++
-		case kindShadow, kindPeek:
-			shadow++
+			enforced += len(c.reqs)
+		case kindShadow, kindPeek, kindOverdraw, kindRefund:
+			alone++
 		}
 	}
 	if enforced > tollgate.MaxAllowAll {
-		return nil, status.Errorf(codes.InvalidArgument, "%d limited descriptors, more than the %d decided at once", enforced, tollgate.MaxAllowAll)
+		return nil, status.Errorf(codes.InvalidArgument, "%d limits on the request's descriptors, more than the %d decided at once", enforced, tollgate.MaxAllowAll)
 	}
-	if shadow > tollgate.MaxAllowAll {
-		return nil, status.Errorf(codes.InvalidArgument, "%d shadow-mode or check-only descriptors, more than %d", shadow, tollgate.MaxAllowAll)
+	if alone > tollgate.MaxAllowAll {
+		return nil, status.Errorf(codes.InvalidArgument, "%d shadow-mode, check-only, counted or refunded descriptors, more than %d", alone, tollgate.MaxAllowAll)
 	}
 	return checks, nil
+}
+
+// maxPartLen bounds what store.PartKey adds to a descriptor's key for one
+// of several limits: a separator and a period's name.
+const maxPartLen = 64
+
+// capacity is the least capacity of r's limits: a cost above it can never
+// be admitted.
+func (r *rule) capacity() int64 {
+	c := int64(math.MaxInt64)
+	for _, l := range r.limits {
+		c = min(c, l.limit.Capacity())
+	}
+	return c
 }
 
 // overrideRule is the rule for a descriptor carrying its own limit (Envoy's
@@ -128,16 +160,16 @@ func overrideRule(domain string, ov *rlv3.RateLimitDescriptor_RateLimitOverride)
 	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
 		period *= time.Duration(m.GetValue())
 	}
-	r := &rule{
-		path:    domain + ".override",
+	l := ruleLimit{
 		current: &pb.RateLimitResponse_RateLimit{RequestsPerUnit: ov.GetRequestsPerUnit(), Unit: u.response, UnitMultiplier: ov.GetUnitMultiplier()},
 		limit:   tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: int64(ov.GetRequestsPerUnit()), Period: period},
 	}
-	if r.limit.Rate == 0 {
+	r := &rule{path: domain + ".override", limits: []ruleLimit{l}}
+	if l.limit.Rate == 0 {
 		r.deny = true
 		return r, nil
 	}
-	if err := r.limit.Validate(); err != nil {
+	if err := l.limit.Validate(); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -151,8 +183,12 @@ func (s *Server) decide(ctx context.Context, domain string, checks []check) (out
 		return overall, err
 	}
 	for i := range checks {
-		if err := s.decideAlone(ctx, domain, &checks[i]); err != nil {
-			return storecall.OutcomeCanceled, err
+		o, err := s.decideAlone(ctx, domain, &checks[i])
+		if err != nil {
+			return o, err
+		}
+		if o == storecall.OutcomeDenied && overall == storecall.OutcomeAllowed {
+			overall = o
 		}
 	}
 	if s.opts.shadow && overall == storecall.OutcomeDenied {
@@ -175,7 +211,7 @@ func (s *Server) enforce(ctx context.Context, domain string, checks []check) (ou
 	for i := range checks {
 		switch checks[i].kind {
 		case kindEnforced:
-			reqs = append(reqs, checks[i].req)
+			reqs = append(reqs, checks[i].reqs...)
 			idx = append(idx, i)
 		case kindDenied:
 			doomed = doomed || !checks[i].rule.shadow
@@ -208,56 +244,96 @@ func (s *Server) enforce(ctx context.Context, domain string, checks []check) (ou
 		return o, err
 	}
 	overall := storecall.OutcomeAllowed
-	for j, i := range idx {
-		checks[i].dec, checks[i].decided, checks[i].outcome = decs[j], true, storecall.OutcomeAllowed
-		if !decs[j].Allowed {
-			checks[i].outcome, overall = storecall.OutcomeDenied, storecall.OutcomeDenied
+	for _, i := range idx {
+		c := &checks[i]
+		c.decs, decs = decs[:len(c.reqs):len(c.reqs)], decs[len(c.reqs):]
+		c.decided, c.outcome = true, storecall.OutcomeAllowed
+		if !c.decs[0].Allowed {
+			c.outcome, overall = storecall.OutcomeDenied, storecall.OutcomeDenied
 		}
 	}
 	return overall, nil
 }
 
 // decideAlone decides a check that is not part of the request's set: one
-// that can never be admitted, a shadow one or a look. It returns an error
-// only when the caller went away.
-func (s *Server) decideAlone(ctx context.Context, domain string, c *check) error {
+// that can never be admitted, a shadow one, a look, hits counted over the
+// limit or given back. It returns the outcome it adds to the request's (a
+// counted descriptor over its limit denies it), and an error when the
+// caller went away or, for counted and refunded hits, when the fail mode
+// says so.
+func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outcome, error) {
 	var r storecall.Result
+	var err error
 	switch c.kind {
 	case kindDenied:
 		c.outcome = storecall.OutcomeDenied
 		if c.rule.shadow {
 			c.outcome = storecall.OutcomeShadowDenied
 		}
-		return nil
-	case kindShadow:
+		return storecall.OutcomeAllowed, nil
+	case kindShadow, kindOverdraw:
 		// A shadow descriptor never refuses: one the store cannot decide
-		// is let through.
-		r, _ = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
-			c.dec, err = s.store.Allow(ctx, c.req)
+		// is let through. A counted one is debited whatever it finds.
+		r, err = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
+			c.decs, err = s.store.AllowAll(ctx, c.reqs)
 			return err
 		})
-		c.decided, c.outcome = r == storecall.Decided, storecall.OutcomeFailOpen
-		if c.decided {
-			c.outcome = storecall.OutcomeAllowed
-			if !c.dec.Allowed {
+		if r == storecall.Decided {
+			c.decided, c.outcome = true, storecall.OutcomeAllowed
+			if !c.decs[0].Allowed {
 				c.outcome = storecall.OutcomeShadowDenied
+				if c.kind == kindOverdraw && !c.rule.shadow {
+					c.outcome = storecall.OutcomeDenied
+				}
 			}
+			return c.outcome, nil
 		}
+		if c.kind == kindShadow {
+			c.outcome = storecall.OutcomeFailOpen
+			break
+		}
+		o, err := s.failed(ctx, r, err)
+		c.outcome = o
+		return o, err
+	case kindRefund:
+		r, err = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
+			// Nobody kept the admission: the zero Decisions say so.
+			st, ok := s.store.(interface {
+				SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error)
+			})
+			if !ok {
+				return fmt.Errorf("rls: the store cannot give hits back")
+			}
+			c.decs, err = st.SettleAll(ctx, c.reqs, make([]tollgate.Decision, len(c.reqs)), make([]int64, len(c.reqs)))
+			return err
+		})
+		if r == storecall.Decided {
+			c.decided, c.outcome = true, storecall.OutcomeRefunded
+			return storecall.OutcomeAllowed, nil
+		}
+		o, err := s.failed(ctx, r, err)
+		c.outcome = o
+		return o, err
 	case kindPeek:
 		if c.rule.deny {
-			return nil // nothing is ever admitted: OK, nothing remaining
+			return storecall.OutcomeAllowed, nil // nothing is ever admitted: OK, nothing remaining
 		}
-		r, _ = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
-			c.req.Cost = 0
-			c.dec, err = s.store.Peek(ctx, c.req)
-			return err
-		})
+		c.decs = make([]tollgate.Decision, len(c.reqs))
+		for j := range c.reqs {
+			if r, _ = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
+				c.reqs[j].Cost = 0
+				c.decs[j], err = s.store.Peek(ctx, c.reqs[j])
+				return err
+			}); r != storecall.Decided {
+				break
+			}
+		}
 		c.decided, c.outcome = r == storecall.Decided, storecall.OutcomePeeked
 	}
 	if r == storecall.Canceled {
-		return status.FromContextError(ctx.Err()).Err()
+		return storecall.OutcomeCanceled, status.FromContextError(ctx.Err()).Err()
 	}
-	return nil
+	return storecall.OutcomeAllowed, nil
 }
 
 // callStore makes call one store call under the server's policy (deadline,

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/store"
 )
 
 // maxDepth bounds the nesting of descriptors in a configuration file; no
@@ -17,14 +20,22 @@ const maxDepth = MaxEntries
 
 // compiler turns a decoded file into a domain, checking what the schema
 // alone cannot: every error names the file, the line and the descriptor.
-type compiler struct{ file string }
+type compiler struct {
+	file string
+	// countOver is the file's count_over_limit: the default of its
+	// descriptors.
+	countOver bool
+}
 
 func (c compiler) errorf(line int, path, format string, args ...any) error {
 	return &ConfigError{File: c.file, Line: line, Descriptor: path, Msg: fmt.Sprintf(format, args...)}
 }
 
 func compileFile(file string, doc *fileYAML) (*domain, error) {
-	c := compiler{file}
+	c := compiler{file: file}
+	if doc.Tollgate != nil {
+		c.countOver = doc.Tollgate.CountOverLimit
+	}
 	switch {
 	case doc.Domain == "":
 		return nil, c.errorf(doc.Pos.at("domain"), "", "domain is missing or empty")
@@ -90,7 +101,7 @@ func (c compiler) descriptor(y *descriptorYAML, parent string, depth int) (*desc
 	}
 	var err error
 	if y.RateLimit != nil {
-		if d.limit, err = c.rule(y.RateLimit, path, y.ShadowMode, y.DetailedMetric); err != nil {
+		if d.limit, err = c.rule(y.RateLimit, path, y.ShadowMode, y.DetailedMetric, c.countOver); err != nil {
 			return nil, err
 		}
 	}
@@ -100,8 +111,9 @@ func (c compiler) descriptor(y *descriptorYAML, parent string, depth int) (*desc
 	return d, nil
 }
 
-// rule checks a rate_limit block against itself and compiles it.
-func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed bool) (*rule, error) {
+// rule checks a rate_limit block against itself and compiles it;
+// countOver is the domain's count_over_limit.
+func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed, countOver bool) (*rule, error) {
 	r := &rule{path: path, name: y.Name, shadow: shadow, detailed: detailed}
 	for _, rep := range y.Replaces {
 		switch rep.Name {
@@ -112,19 +124,7 @@ func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed bool) (*r
 		}
 		r.replaces = append(r.replaces, rep.Name)
 	}
-	rate := int64(y.RequestsPerUnit)
-	if rate < 0 || rate > math.MaxUint32 {
-		return nil, c.errorf(y.Pos.at("requests_per_unit"), path, "requests_per_unit %d is out of range (0 to %d)", rate, uint32(math.MaxUint32))
-	}
 	ext := y.Tollgate
-	if ext != nil {
-		if _, ok := algorithmNamed(ext.Algorithm); !ok {
-			return nil, c.errorf(ext.Pos.at("algorithm"), path, "unknown algorithm %q (want token_bucket, gcra, sliding_window or fixed_window)", ext.Algorithm)
-		}
-		if ext.Burst < 0 {
-			return nil, c.errorf(ext.Pos.at("burst"), path, "burst must be >= 0, got %d", ext.Burst)
-		}
-	}
 	if y.Unlimited {
 		switch {
 		case y.Unit != "":
@@ -135,46 +135,109 @@ func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed bool) (*r
 		r.unlimited = true
 		return r, nil
 	}
-	u, ok := unitNamed(y.Unit)
-	if !ok {
-		return nil, c.errorf(cmp.Or(y.Pos.at("unit"), y.Pos.line()), path, "invalid rate limit unit %q (want %s)", y.Unit, unitNames)
-	}
-	r.current = &pb.RateLimitResponse_RateLimit{Name: y.Name, RequestsPerUnit: uint32(rate), Unit: u.response}
-	r.limit = tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: rate, Period: u.period}
+	own := limitYAML{RequestsPerUnit: y.RequestsPerUnit, Unit: y.Unit, Pos: y.Pos}
+	extra := []limitYAML(nil)
 	if ext != nil {
-		if err := c.extend(&r.limit, ext, u, path); err != nil {
+		own.Algorithm, own.Burst, own.Calendar, own.Period = ext.Algorithm, ext.Burst, ext.Calendar, ext.Period
+		extra = ext.Limits
+		countOver = countOver || ext.CountOverLimit
+	}
+	r.countOver = countOver
+	for i, ly := range append([]limitYAML{own}, extra...) {
+		l, err := c.limit(&ly, ext, i == 0, path, y.Name)
+		if err != nil {
 			return nil, err
 		}
+		if i == 0 && l.limit.Rate == 0 {
+			r.deny = true
+		}
+		for j, o := range r.limits {
+			if o.limit.Algorithm == l.limit.Algorithm && store.LimitPart(o.limit) == store.LimitPart(l.limit) {
+				return nil, c.errorf(ly.Pos.line(), path, "limits %d (%s) and %d (%s) have the same algorithm and period, so they would share one state", j, o.limit, i, l.limit)
+			}
+		}
+		r.limits = append(r.limits, l)
 	}
-	if rate == 0 {
-		r.deny = true
-		return r, nil
+	if len(r.limits) > tollgate.MaxAllowAll {
+		return nil, c.errorf(ext.Pos.at("limits"), path, "%d limits, more than the %d one decision takes", len(r.limits), tollgate.MaxAllowAll)
 	}
-	if err := r.limit.Validate(); err != nil {
-		return nil, c.errorf(y.Pos.line(), path, "%v", err)
+	if len(r.limits) > 1 {
+		for i := range r.limits {
+			r.limits[i].part = store.LimitPart(r.limits[i].limit)
+		}
 	}
 	return r, nil
 }
 
-// extend applies the tollgate block to the limit of unit u.
-func (c compiler) extend(limit *tollgate.Limit, ext *extensionYAML, u unit, path string) error {
-	limit.Algorithm, _ = algorithmNamed(ext.Algorithm)
-	if ext.Burst > 0 {
-		if limit.Algorithm != tollgate.TokenBucket && limit.Algorithm != tollgate.GCRA {
-			return c.errorf(ext.Pos.line(), path, "burst %d with algorithm %s: only token_bucket and gcra have a burst", ext.Burst, limit.Algorithm)
-		}
-		limit.Burst = int64(ext.Burst)
+// limit compiles one limit of a descriptor: the rate_limit block's own
+// (first; its tollgate block, ext, may give it another algorithm, a burst,
+// a calendar or a period), or one of the tollgate block's limits.
+func (c compiler) limit(y *limitYAML, ext *extensionYAML, first bool, path, name string) (ruleLimit, error) {
+	at := y.Pos
+	if first && ext != nil {
+		at = ext.Pos // the algorithm, burst, calendar and period are the tollgate block's
 	}
-	if ext.Calendar {
+	rate := int64(y.RequestsPerUnit)
+	if rate < 0 || rate > math.MaxUint32 {
+		return ruleLimit{}, c.errorf(y.Pos.at("requests_per_unit"), path, "requests_per_unit %d is out of range (0 to %d)", rate, uint32(math.MaxUint32))
+	}
+	if !first && rate == 0 {
+		return ruleLimit{}, c.errorf(y.Pos.line(), path, "a limit of the %s block needs requests_per_unit above 0", ExtensionKey)
+	}
+	alg, ok := algorithmNamed(y.Algorithm)
+	if !ok {
+		return ruleLimit{}, c.errorf(at.at("algorithm"), path, "unknown algorithm %q (want token_bucket, gcra, sliding_window or fixed_window)", y.Algorithm)
+	}
+	if y.Burst < 0 {
+		return ruleLimit{}, c.errorf(at.at("burst"), path, "burst must be >= 0, got %d", y.Burst)
+	}
+	var u unit
+	var period time.Duration
+	switch {
+	case y.Period != "":
+		d, err := time.ParseDuration(y.Period)
+		if err != nil || d <= 0 {
+			return ruleLimit{}, c.errorf(at.at("period"), path, "period %q is not a positive duration such as 90s or 1h30m", y.Period)
+		}
+		if y.Calendar {
+			return ruleLimit{}, c.errorf(at.line(), path, "calendar: true with a period: calendar windows take their length from the unit")
+		}
+		u, period = unitOfPeriod(d), d
+	default:
+		if u, ok = unitNamed(y.Unit); !ok {
+			return ruleLimit{}, c.errorf(cmp.Or(y.Pos.at("unit"), y.Pos.line()), path, "invalid rate limit unit %q (want %s)", y.Unit, unitNames)
+		}
+		period = u.period
+	}
+	l := ruleLimit{
+		limit:   tollgate.Limit{Algorithm: alg, Rate: rate, Period: period},
+		current: &pb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(rate), Unit: u.response},
+	}
+	if m := period / max(u.period, 1); u.period > 0 && m > 1 {
+		l.current.UnitMultiplier = wrapperspb.UInt32(uint32(min(m, math.MaxUint32)))
+	}
+	if y.Burst > 0 {
+		if alg != tollgate.TokenBucket && alg != tollgate.GCRA {
+			return ruleLimit{}, c.errorf(at.line(), path, "burst %d with algorithm %s: only token_bucket and gcra have a burst", y.Burst, alg)
+		}
+		l.limit.Burst = int64(y.Burst)
+	}
+	if y.Calendar {
 		switch {
-		case limit.Algorithm != tollgate.FixedWindow:
-			return c.errorf(ext.Pos.line(), path, "calendar: true with algorithm %s: only fixed_window has calendar windows", limit.Algorithm)
+		case alg != tollgate.FixedWindow:
+			return ruleLimit{}, c.errorf(at.line(), path, "calendar: true with algorithm %s: only fixed_window has calendar windows", alg)
 		case u.calendar == tollgate.NoCalendar:
-			return c.errorf(ext.Pos.line(), path, "calendar: true with unit %s: calendar windows are a day, week, month or year", u.name)
+			return ruleLimit{}, c.errorf(at.line(), path, "calendar: true with unit %s: calendar windows are a day, week, month or year", u.name)
 		}
-		limit.Period, limit.Calendar = 0, u.calendar
+		l.limit.Period, l.limit.Calendar = 0, u.calendar
 	}
-	return nil
+	if rate == 0 {
+		return l, nil // requests_per_unit 0: nothing is ever admitted
+	}
+	if err := l.limit.Validate(); err != nil {
+		return ruleLimit{}, c.errorf(y.Pos.line(), path, "%v", err)
+	}
+	return l, nil
 }
 
 // algorithmNamed returns the algorithm of a tollgate block; "" is the

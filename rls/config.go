@@ -184,9 +184,20 @@ type rule struct {
 	shadow    bool
 	detailed  bool
 	// deny: requests_per_unit is 0, nothing is ever admitted.
-	deny  bool
+	deny bool
+	// countOver: hits are counted even over the limit (count_over_limit).
+	countOver bool
+	// limits are the rate_limit block's own, then the tollgate block's.
+	limits []ruleLimit
+}
+
+// ruleLimit is one limit of a rule.
+type ruleLimit struct {
 	limit tollgate.Limit
 	// current is the limit as the response reports it; shared by every
 	// response, never modified.
 	current *pb.RateLimitResponse_RateLimit
+	// part names the limit's state within the descriptor's key
+	// (store.LimitPart); empty when the rule has one limit.
+	part string
 }

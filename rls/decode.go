@@ -135,7 +135,7 @@ func decodeError(file string, doc *fileYAML, msg string) error {
 // its Go type, for the errors that name an unknown key.
 var schemaKeys = func() map[string]string {
 	m := map[string]string{}
-	for _, t := range []reflect.Type{reflect.TypeFor[fileYAML](), reflect.TypeFor[descriptorYAML](), reflect.TypeFor[rateLimitYAML](), reflect.TypeFor[replacesYAML](), reflect.TypeFor[extensionYAML]()} {
+	for _, t := range []reflect.Type{reflect.TypeFor[fileYAML](), reflect.TypeFor[descriptorYAML](), reflect.TypeFor[rateLimitYAML](), reflect.TypeFor[replacesYAML](), reflect.TypeFor[extensionYAML](), reflect.TypeFor[limitYAML](), reflect.TypeFor[domainYAML]()} {
 		var keys []string
 		for i := range t.NumField() {
 			if key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); key != "" {

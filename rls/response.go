@@ -7,10 +7,11 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tollgate/tollgate"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// status is the check's DescriptorStatus.
+// status is the check's DescriptorStatus, describing its shown limit.
 func (c *check) status() *pb.RateLimitResponse_DescriptorStatus {
 	switch c.kind {
 	case kindNone:
@@ -18,35 +19,66 @@ func (c *check) status() *pb.RateLimitResponse_DescriptorStatus {
 	case kindUnlimited:
 		return &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 	}
-	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: c.rule.current}
+	i := c.shown()
+	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: c.rule.limits[i].current}
 	if c.kind == kindDenied && !c.rule.shadow {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 	}
 	if c.decided {
-		st.LimitRemaining = uint32(min(c.remaining(), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(c.dec.ResetAfter)
-		if c.kind == kindEnforced && c.overLimit() {
+		d := c.decs[i]
+		st.LimitRemaining = uint32(min(c.remaining(i), math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(d.ResetAfter)
+		switch {
+		case c.kind == kindEnforced && overLimit(d),
+			c.kind == kindOverdraw && !d.Allowed && !c.rule.shadow:
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	return st
 }
 
-// overLimit reports whether the store found the descriptor over its limit.
-// In a refused set, the descriptors that had room are not allowed (nothing
-// was debited) but were not over their limit either: their RetryAfter is 0.
-func (c *check) overLimit() bool { return !c.dec.Allowed && c.dec.RetryAfter > 0 }
-
-// remaining is what is left for the descriptor after this request. A store
-// reports the Remaining a decision would leave; where that decision was not
-// applied (a descriptor with room in a refused set, or a look with
-// hits_addend 0), nothing was taken, so the cost is still there.
-func (c *check) remaining() int64 {
-	notTaken := c.kind == kindPeek && c.dec.Allowed || c.kind == kindEnforced && !c.dec.Allowed && !c.overLimit()
-	if !notTaken {
-		return c.dec.Remaining
+// shown is the index of the limit the check's status describes: the one
+// over its limit with the longest wait, else the one with the fewest units
+// left.
+func (c *check) shown() int {
+	best := 0
+	if !c.decided {
+		return best
 	}
-	return min(c.dec.Remaining+max(c.req.Cost, 1), c.req.Limit.Capacity())
+	for i, d := range c.decs {
+		b := c.decs[best]
+		switch {
+		case overLimit(d) != overLimit(b):
+			if overLimit(d) {
+				best = i
+			}
+		case overLimit(d):
+			if d.RetryAfter > b.RetryAfter {
+				best = i
+			}
+		case c.remaining(i) < c.remaining(best):
+			best = i
+		}
+	}
+	return best
+}
+
+// overLimit reports whether the store found d over its limit. In a refused
+// set, the limits that had room are not allowed (nothing was debited) but
+// were not over their limit either: their RetryAfter is 0.
+func overLimit(d tollgate.Decision) bool { return !d.Allowed && d.RetryAfter > 0 }
+
+// remaining is what is left under limit i after this request. A store
+// reports the Remaining a decision would leave; where that decision was not
+// applied (a limit with room in a refused set, or a look with hits_addend
+// 0), nothing was taken, so the cost is still there.
+func (c *check) remaining(i int) int64 {
+	d, req := c.decs[i], c.reqs[i]
+	notTaken := c.kind == kindPeek && d.Allowed || c.kind == kindEnforced && !d.Allowed && !overLimit(d)
+	if !notTaken {
+		return d.Remaining
+	}
+	return min(d.Remaining+max(req.Cost, 1), req.Limit.Capacity())
 }
 
 // headers returns the response headers for the descriptor closest to its
@@ -69,7 +101,7 @@ func (s *Server) headers(checks []check) []*corev3.HeaderValue {
 	}
 	reset := int64(0)
 	if pick.decided {
-		reset = int64((pick.dec.ResetAfter + time.Second - 1) / time.Second)
+		reset = int64((pick.decs[pick.shown()].ResetAfter + time.Second - 1) / time.Second)
 	}
 	n := s.opts.headerNames
 	return []*corev3.HeaderValue{

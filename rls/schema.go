@@ -15,7 +15,14 @@ type (
 	fileYAML struct {
 		Domain      string           `yaml:"domain"`
 		Descriptors []descriptorYAML `yaml:"descriptors"`
+		Tollgate    *domainYAML      `yaml:"tollgate"`
 		Pos         pos              `yaml:",inline"`
+	}
+	// domainYAML is the tollgate block of a whole file: what applies to
+	// every descriptor of the domain.
+	domainYAML struct {
+		CountOverLimit bool `yaml:"count_over_limit"`
+		Pos            pos  `yaml:",inline"`
 	}
 	descriptorYAML struct {
 		Key            string           `yaml:"key"`
@@ -45,25 +52,53 @@ type (
 	}
 	// extensionYAML is the tollgate block; see ExtensionKey.
 	extensionYAML struct {
-		Algorithm string  `yaml:"algorithm"`
-		Burst     integer `yaml:"burst"`
-		Calendar  bool    `yaml:"calendar"`
-		Pos       pos     `yaml:",inline"`
+		Algorithm      string      `yaml:"algorithm"`
+		Burst          integer     `yaml:"burst"`
+		Calendar       bool        `yaml:"calendar"`
+		Period         string      `yaml:"period"`
+		CountOverLimit bool        `yaml:"count_over_limit"`
+		Limits         []limitYAML `yaml:"limits"`
+		Pos            pos         `yaml:",inline"`
+	}
+	// limitYAML is one more limit of a descriptor, in its tollgate block.
+	limitYAML struct {
+		RequestsPerUnit integer `yaml:"requests_per_unit"`
+		Unit            string  `yaml:"unit"`
+		Period          string  `yaml:"period"`
+		Algorithm       string  `yaml:"algorithm"`
+		Burst           integer `yaml:"burst"`
+		Calendar        bool    `yaml:"calendar"`
+		Pos             pos     `yaml:",inline"`
 	}
 )
 
 // ExtensionKey is the key, inside a rate_limit block, of tollgate's
-// extension: another algorithm, a burst, calendar windows. For example
+// extension: another algorithm, a burst, calendar windows, any period,
+// several limits, hits counted over the limit. For example
 //
 //	rate_limit:
 //	  unit: minute
 //	  requests_per_unit: 100
-//	  tollgate: {algorithm: gcra, burst: 20}
+//	  tollgate:
+//	    algorithm: gcra
+//	    burst: 20
+//	    limits:
+//	      - {requests_per_unit: 10000, unit: day}
+//	      - {requests_per_unit: 300, period: 90s, algorithm: sliding_window}
 //
 // algorithm is token_bucket, gcra, sliding_window or fixed_window (the
 // default); burst (token_bucket and gcra only) is the most admitted at once,
 // 0 meaning requests_per_unit; calendar: true makes a fixed window of unit
-// day, week, month or year start at UTC calendar boundaries.
+// day, week, month or year start at UTC calendar boundaries; period (a Go
+// duration, "90s", "1h30m") is the window or refill period instead of the
+// unit's, which may then be left out. limits are more limits on the same
+// descriptor, each with requests_per_unit and a unit or a period, and its
+// own algorithm, burst and calendar: the descriptor is admitted only when
+// every limit admits it, and a refused one debits none. count_over_limit:
+// true counts the descriptor's hits even when they are over the limit, as
+// envoyproxy/ratelimit does, for hits reported after the fact (Envoy's
+// apply_on_stream_done); a file's top-level tollgate block may set it for
+// every descriptor of the domain.
 const ExtensionKey = "tollgate"
 
 // pos is where a mapping of the file is, for the errors compile finds.

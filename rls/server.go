@@ -162,8 +162,6 @@ func checkRequest(req *pb.RateLimitRequest) error {
 		switch {
 		case len(desc.GetEntries()) > MaxEntries:
 			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(desc.GetEntries()), MaxEntries)
-		case desc.GetIsNegativeHits():
-			return status.Errorf(codes.InvalidArgument, "descriptor %d: is_negative_hits is not supported: a denied request debits nothing, so there is nothing to give back", i)
 		case keyLen(req.GetDomain(), desc.GetEntries()) > tollgate.MaxKeyLen:
 			return status.Errorf(codes.InvalidArgument, "descriptor %d: its keys and values are more than %d bytes", i, tollgate.MaxKeyLen)
 		}

@@ -258,8 +258,6 @@ func TestBadRequests(t *testing.T) {
 		}
 		return out
 	}
-	neg := d("tenant", "x")
-	neg.IsNegativeHits = true
 	long := d()
 	for i := range 100 {
 		long.Entries = append(long.Entries, &rlv3.RateLimitDescriptor_Entry{Key: fmt.Sprint("k", i), Value: "v"})
@@ -275,7 +273,6 @@ func TestBadRequests(t *testing.T) {
 		{"too many limited descriptors", e.prefix + "api", many(tollgate.MaxAllowAll+1, func(i int) *rlv3.RateLimitDescriptor { return d("tenant", fmt.Sprint(i)) })},
 		{"too many entries", e.prefix + "api", []*rlv3.RateLimitDescriptor{long}},
 		{"huge value", e.prefix + "api", []*rlv3.RateLimitDescriptor{d("tenant", strings.Repeat("v", tollgate.MaxKeyLen))}},
-		{"negative hits", e.prefix + "api", []*rlv3.RateLimitDescriptor{neg}},
 	}
 	for _, c := range cases {
 		_, err := e.client.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: c.domain, Descriptors: c.descs})

@@ -71,3 +71,17 @@ func overrideUnit(o typev3.RateLimitUnit) (unit, bool) {
 	}
 	return unit{}, false
 }
+
+// unitOfPeriod returns the largest unit of which d is a whole number, for
+// the limit a response reports (unit and unit_multiplier); the zero unit
+// (UNKNOWN) when d is not a whole number of seconds.
+func unitOfPeriod(d time.Duration) unit {
+	for i := len(units) - 1; i >= 0; i-- {
+		if u := units[i]; u.calendar == tollgate.NoCalendar || u.name == "day" {
+			if d%u.period == 0 {
+				return u
+			}
+		}
+	}
+	return unit{}
+}

@@ -61,11 +61,12 @@ const (
 	OutcomeShadowDenied                // a shadow rule denied the call, which went on
 	OutcomePeeked                      // looked at, not debited: not a decision
 	OutcomeBlocked                     // an override of no limits blocks the caller
+	OutcomeRefunded                    // hits given back (is_negative_hits)
 	NumOutcomes
 )
 
 var outcomeNames = [NumOutcomes]string{
-	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied", "peeked", "blocked",
+	"allowed", "denied", "replayed", "fail_open", "fail_closed", "fail_local", "invalid", "error", "canceled", "skipped", "shadow_denied", "peeked", "blocked", "refunded",
 }
 
 // String returns the outcome's name, as AttrOutcome carries it.
