@@ -11,20 +11,27 @@
 // REDIS_URL (one node, a redis:// or rediss:// URL), REDIS_CLUSTER_ADDRS
 // (comma-separated seeds of a Cluster), or REDIS_SENTINEL_ADDRS
 // (comma-separated Sentinels) with REDIS_SENTINEL_MASTER (the primary's
-// name). SIGHUP reloads the configuration directory: a bad file is logged
-// with its file, line and descriptor and the previous configuration keeps
-// serving. SIGINT or SIGTERM stops gracefully. The server also serves the
+// name). The configuration directory is watched: any change to it (a file
+// written, a Kubernetes ConfigMap's symlink swapped) reloads it, as SIGHUP
+// does; a bad file is logged with its file, line and descriptor, counted in
+// the tollgate.rls.config.reloads metric, and the previous configuration
+// keeps serving. -tls-cert and -tls-key serve TLS (reloaded when the files
+// change), -tls-client-ca requires client certificates that CA signed. The
+// metrics listener also serves the loaded configuration as JSON at
+// /config. SIGINT or SIGTERM stops gracefully. The server also serves the
 // gRPC health service and reflection.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,7 +40,11 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -82,6 +93,7 @@ type config struct {
 	shadow          bool
 	shutdownTimeout time.Duration
 	metricsAddr     string
+	tls             serving.TLSFiles
 	redis           serving.Redis
 }
 
@@ -100,9 +112,12 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	fs.StringVar(&c.headerNames[2], "reset-header", rls.DefaultResetHeader, "name of the reset header")
 	fs.BoolVar(&c.shadow, "shadow-mode", false, "decide and debit as usual but always answer OK (as SHADOW_MODE)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+serving.MetricsPath+" (empty: none)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+serving.MetricsPath+", and the loaded configuration at "+configPath+" (empty: none)")
+	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate to serve TLS with (with -tls-key; reloaded when the file changes)")
+	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key of -tls-cert")
+	fs.StringVar(&c.tls.ClientCA, "tls-client-ca", "", "PEM CA that must have signed every client's certificate (mutual TLS)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls -config DIR [flags]\n\nEnvoy's rate limit service over a tollgate store. %s\nSIGHUP reloads the configuration.\n\n", serving.EnvHelp)
+		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls -config DIR [flags]\n\nEnvoy's rate limit service over a tollgate store. %s\nA change to the configuration directory, or SIGHUP, reloads it.\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -113,6 +128,8 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case c.dir == "":
 		return config{}, errors.New("-config DIR is required")
+	case c.tls.Enabled() && (c.tls.Cert == "" || c.tls.Key == ""):
+		return config{}, errors.New("-tls-cert and -tls-key go together (and -tls-client-ca needs them)")
 	}
 	switch failMode {
 	case rls.FailClosed.String(), "error":
@@ -135,20 +152,34 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hup := make(chan os.Signal, 1)
+	hup := make(chan os.Signal, 1) // SIGHUP, and the directory's changes (watch)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	return serve(ctx, cfg, lis, hup, logOut)
 }
 
+// configPath is where the metrics listener serves the loaded
+// configuration.
+const configPath = "/config"
+
 // serve serves on lis until ctx is done, reloading the configuration
-// directory whenever hup receives. It closes lis in every case.
-func serve(ctx context.Context, cfg config, lis net.Listener, hup <-chan os.Signal, logOut io.Writer) error {
+// directory whenever it changes or hup receives. It closes lis in every
+// case.
+func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal, logOut io.Writer) error {
 	logger := log.New(logOut, "", log.LstdFlags)
 	conf, err := rls.LoadDir(cfg.dir)
 	if err != nil {
 		lis.Close()
 		return err
+	}
+	var serverOpts []grpc.ServerOption
+	if cfg.tls.Enabled() {
+		tc, err := cfg.tls.Config()
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	st, closeStore, err := cfg.redis.Store(ctx, logger)
 	if err != nil {
@@ -157,24 +188,37 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup <-chan os.Sign
 	}
 	defer closeStore()
 	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout), rls.WithShadowMode(cfg.shadow)}
+	var srv *rls.Server
+	reloads := noReloads
 	if cfg.metricsAddr != "" {
-		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.metricsAddr, logger)
+		dump := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(srv.Config())
+		})
+		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.metricsAddr, logger, map[string]http.Handler{configPath: dump})
 		if err != nil {
 			lis.Close()
 			return err
 		}
 		defer stopMetrics()
 		opts = append(opts, rls.WithMeterProvider(provider))
+		if reloads, err = reloadCounter(provider); err != nil {
+			lis.Close()
+			return err
+		}
 	}
 	if cfg.headers {
 		opts = append(opts, rls.WithResponseHeaders(cfg.headerNames[0], cfg.headerNames[1], cfg.headerNames[2]))
 	}
-	srv, err := rls.NewServer(st, opts...)
-	if err != nil {
+	if srv, err = rls.NewServer(st, opts...); err != nil {
 		lis.Close()
 		return err
 	}
-	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()))
+	if err := watch(ctx, cfg.dir, hup, logger); err != nil {
+		lis.Close()
+		return fmt.Errorf("watching %s: %w", cfg.dir, err)
+	}
+	gs := grpc.NewServer(append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
 	pb.RegisterRateLimitServiceServer(gs, srv)
 	hs := health.NewServer()
 	hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
@@ -183,18 +227,33 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup <-chan os.Sign
 
 	logger.Printf("configuration %s: domains %s", cfg.dir, strings.Join(conf.Domains(), ", "))
 	logger.Printf("listening on %s", lis.Addr())
-	return serving.Serve(ctx, gs, hs, lis, cfg.shutdownTimeout, logger, hup, func() { reload(srv, cfg.dir, logger) })
+	return serving.Serve(ctx, gs, hs, lis, cfg.shutdownTimeout, logger, hup, func() { reload(ctx, srv, cfg.dir, logger, reloads) })
 }
 
 // reload swaps in the configuration directory's files if they are all
 // valid. The old configuration serves until then, and calls in flight
 // finish with the one they began with.
-func reload(srv *rls.Server, dir string, logger *log.Logger) {
+func reload(ctx context.Context, srv *rls.Server, dir string, logger *log.Logger, reloads metric.Int64Counter) {
 	next, err := rls.LoadDir(dir)
 	if err != nil {
+		reloads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", "error")))
 		logger.Printf("reload rejected, previous configuration kept: %v", err)
 		return
 	}
 	srv.SetConfig(next)
+	reloads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", "ok")))
 	logger.Printf("reloaded %s: domains %s", dir, strings.Join(next.Domains(), ", "))
+}
+
+// MetricConfigReloads counts configuration reloads, with the attribute
+// result: "ok", or "error" when a file was bad and the previous
+// configuration kept serving.
+const MetricConfigReloads = "tollgate.rls.config.reloads"
+
+// noReloads counts nothing: the command serves no metrics.
+var noReloads metric.Int64Counter = noop.Int64Counter{}
+
+func reloadCounter(mp metric.MeterProvider) (metric.Int64Counter, error) {
+	return mp.Meter("github.com/tollgate/tollgate/cmd/tollgate-rls").Int64Counter(MetricConfigReloads,
+		metric.WithUnit("{reload}"), metric.WithDescription("Configuration reloads, by result."))
 }

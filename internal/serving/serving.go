@@ -136,8 +136,9 @@ const MetricsPath = "/metrics"
 
 // ServeMetrics listens on addr and serves, on MetricsPath, the metrics
 // recorded through the returned provider in the Prometheus text format,
-// until stop is called; stop waits for the server to finish.
-func ServeMetrics(ctx context.Context, addr string, logger *log.Logger) (provider metric.MeterProvider, stop func(), err error) {
+// and the extra handlers at their paths, until stop is called; stop waits
+// for the server to finish.
+func ServeMetrics(ctx context.Context, addr string, logger *log.Logger, extra map[string]http.Handler) (provider metric.MeterProvider, stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-metrics-addr: %w", err)
@@ -153,6 +154,9 @@ func ServeMetrics(ctx context.Context, addr string, logger *log.Logger) (provide
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	mux := http.NewServeMux()
 	mux.Handle(MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -33,11 +34,19 @@ func serveAdmin(st tollgate.Store, cfg Config, logger *log.Logger) (stop func(),
 	if err != nil {
 		return nil, err
 	}
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken))}
+	if cfg.AdminTLS.Enabled() {
+		tc, err := cfg.AdminTLS.Config()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
 	lis, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
 		return nil, err
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken)))
+	srv := grpc.NewServer(opts...)
 	admin.Register(srv, lim)
 	go func() { _ = srv.Serve(lis) }()
 	logger.Printf("admin service (tollgate.admin.v1) on %s, bearer token from %s", lis.Addr(), EnvAdminToken)

@@ -18,6 +18,7 @@ package exampleserver
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -108,6 +109,10 @@ type Config struct {
 	AdminAddr string
 	// AdminToken is the bearer token admin calls must carry (EnvAdminToken).
 	AdminToken string
+	// AdminTLS, when it names a certificate, serves the admin listener over
+	// TLS, and with a client CA requires client certificates it signed
+	// (mutual TLS); the files are read again when they change.
+	AdminTLS serving.TLSFiles
 }
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
@@ -137,6 +142,9 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+MetricsPath+" (empty: none)")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "", "TCP address of a separate listener for the admin service (needs "+EnvAdminToken+"); empty: no admin service")
+	fs.StringVar(&cfg.AdminTLS.Cert, "admin-tls-cert", "", "PEM certificate the admin listener serves TLS with (with -admin-tls-key; reloaded when the file changes)")
+	fs.StringVar(&cfg.AdminTLS.Key, "admin-tls-key", "", "PEM private key of -admin-tls-cert")
+	fs.StringVar(&cfg.AdminTLS.ClientCA, "admin-tls-client-ca", "", "PEM CA that must have signed every admin client's certificate (mutual TLS)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: server [flags]\n\nAn echo gRPC server rate-limited per tenant. %s\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
@@ -159,6 +167,9 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	}
 	if cfg.Flaky < 0 || cfg.Flaky > 1 {
 		return Config{}, fmt.Errorf("-flaky %v: want a fraction from 0 to 1", cfg.Flaky)
+	}
+	if cfg.AdminTLS.Enabled() && (cfg.AdminTLS.Cert == "" || cfg.AdminTLS.Key == "") {
+		return Config{}, errors.New("-admin-tls-cert and -admin-tls-key go together (and -admin-tls-client-ca needs them)")
 	}
 	if cfg.AdminToken = getenv(EnvAdminToken); cfg.AdminAddr != "" && cfg.AdminToken == "" {
 		return Config{}, fmt.Errorf("-admin-addr needs %s: the admin service resets quotas, so it is never served without a token", EnvAdminToken)
@@ -217,7 +228,7 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 
 	var limiterOpts []interceptor.Option
 	if cfg.MetricsAddr != "" {
-		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger)
+		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger, nil)
 		if err != nil {
 			lis.Close()
 			return err
