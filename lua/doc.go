@@ -149,9 +149,9 @@
 //	                 again), the admission's now_us and the remaining it
 //	                 answered
 //
-// The reply is four integers per group, then the server time (µs):
+// The reply is five integers per group, then the server time (µs):
 //
-//	{allowed (0|1), remaining, retry_after_us, reset_after_us} × n, now_us
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt} × n, now_us
 //
 // A settlement gives back final − cost units when final is smaller (a
 // bucket no more than it could not have lost to its capacity since the
@@ -161,8 +161,11 @@
 // counts past its rate (a sliding window up to twice it). With a record,
 // the cost already settled replaces the reservation: settling again applies
 // only the difference. The answer is what a request of the reserved cost
-// would get now (allowed, retry) and the units available now (remaining,
-// reset, nothing debited). In overdraw mode a cost that fits is admitted as
+// would get now (allowed, retry), the units available now (remaining,
+// reset, nothing debited) and the units owed past empty (debt: a bucket's
+// refill to pay before it credits any, a window's count past its rate).
+// Settling at the reserved cost (final = cost) writes no state: it is how
+// the store peeks at a state's debt. In overdraw mode a cost that fits is admitted as
 // by the decide script, with its answer; one that does not is debited past
 // empty and answers allowed 0, then as a settlement does (for a cost above
 // the capacity, the capacity's wait). Each written state gets SET … PX

@@ -48,6 +48,7 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 //	              sliding_window.lua, fixed_window.lua
 //	--#give_back  the refund blocks, likewise: refund_<algorithm>.lua
 //	--#settle     the settle blocks, likewise: settle_<algorithm>.lua
+//	--#debt       the debt blocks, likewise: debt_<algorithm>.lua
 //
 // A judge block reads state (the key's string, or false when absent), now,
 // rate, period, capacity and c (the cost, 0 to only read), and sets
@@ -58,7 +59,9 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 // forfeit, debited_at, now and the limit, and sets new_state (nil to leave
 // the key, false to delete it). A settle block reads state, now, delta
 // (units to debit past empty, or, below 0, to give back), debited_at,
-// adm_remaining and the limit, and sets new_state likewise. A new script
+// adm_remaining and the limit, and sets new_state likewise. A debt block
+// reads state, now and the limit, with arith.lua's functions all defined,
+// and sets debt, the units owed past empty. A new script
 // reuses a part by naming it on a line of its driver.
 //
 // The blocks are inline code, not functions: a function costs a closure
@@ -88,6 +91,7 @@ func assemble(fsys fs.FS) (sources [len(drivers)]string, err error) {
 		"judge":     byAlgorithm("token_bucket.lua", "gcra.lua", "sliding_window.lua", "fixed_window.lua"),
 		"give_back": byAlgorithm("refund_token_bucket.lua", "refund_gcra.lua", "refund_sliding_window.lua", "refund_fixed_window.lua"),
 		"settle":    byAlgorithm("settle_token_bucket.lua", "settle_gcra.lua", "settle_sliding_window.lua", "settle_fixed_window.lua"),
+		"debt":      byAlgorithm("debt_token_bucket.lua", "debt_gcra.lua", "debt_sliding_window.lua", "debt_fixed_window.lua"),
 	}
 	for s, driver := range drivers {
 		var b strings.Builder

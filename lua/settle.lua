@@ -46,7 +46,9 @@ for i = 1, groups do
     local prev = got[groups + i] and tonumber(got[groups + i])
     if prev then adm_remaining, reserved = adm_remaining + reserved - prev, prev end
   end
-  local span = max(final, alg == 2 and rate + rate or 0) -- see arith.lua
+  -- arith.lua's functions are all defined here (span past 2^53): a debt's
+  -- products outgrow the limit's own.
+  local span = 9007199254740992
   --#arith
 
   local result -- the state to keep: a string, false to delete, nil to leave it
@@ -62,7 +64,7 @@ for i = 1, groups do
       fitted = allowed == 1
       if fitted then
         result, keep_after, delta = new_state, keep, 0
-        reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = 1, remaining, 0, reset
+        reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = 1, remaining, 0, reset, 0
       end
     end
     if not fitted then delta = cost end
@@ -91,7 +93,9 @@ for i = 1, groups do
     local new_state, keep
     --#judge
     if overdraw then a_allowed = 0 end
-    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4] = a_allowed, remaining, a_retry, reset
+    local debt = 0
+    --#debt
+    reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = a_allowed, remaining, a_retry, reset, debt
     keep_after = reset
     if alg == 3 then
       -- A fixed window's state matters until its window ends.

@@ -116,10 +116,10 @@ func TestSettleMatchesMirror(t *testing.T) {
 				}
 				where := fmt.Sprintf("step %d mode %d at %s, %s, reserved %d final %d prev %d adm %+v, state before %q",
 					step, mode, time.UnixMicro(now).UTC().Format(time.RFC3339Nano), limit, reserved, final, prev, adm, stateString(alg, s))
-				got := algo.Result{Allowed: reply[0] == 1, Remaining: reply[1], RetryAfter: reply[2], ResetAfter: reply[3]}
+				got := algo.Result{Allowed: reply[0] == 1, Remaining: reply[1], RetryAfter: reply[2], ResetAfter: reply[3], Debt: reply[4]}
 				wantReply := want
 				wantReply.TTL = 0
-				if len(reply) != 5 || got != wantReply || reply[4] != now {
+				if len(reply) != 6 || got != wantReply || reply[5] != now {
 					t.Fatalf("%s:\nscript reply %v\nmirror       %+v", where, reply, want)
 				}
 				stored, err := get.Result()

@@ -85,6 +85,9 @@ type Result struct {
 	// TTL is the PEXPIRE in milliseconds the script set on the state, or 0
 	// when it did not write it.
 	TTL int64
+	// Debt is the units owed past empty (see Debt); only settlements and
+	// overdraws report it.
+	Debt int64
 }
 
 // Func decides a request of p at time now (µs) on state s, returning the

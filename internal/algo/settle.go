@@ -93,6 +93,7 @@ func answer(alg tollgate.Algorithm, st State, now int64, p Params, w Write) Resu
 	peek.Cost = 0
 	_, now0 := For(alg)(st, now, peek)
 	r.Remaining, r.ResetAfter, r.TTL = now0.Remaining, now0.ResetAfter, 0
+	r.Debt = Debt(alg, st, now, p)
 	if w == Put {
 		r.TTL = TTL(r.ResetAfter)
 		if alg == tollgate.FixedWindow {
@@ -118,6 +119,52 @@ func Overdraw(alg tollgate.Algorithm, s State, now int64, p Params) (State, Writ
 	r := answer(alg, st, now, q, w)
 	r.Allowed = false
 	return st, w, r
+}
+
+// Debt mirrors lua's debt blocks: the units s owes past empty at now, 0
+// when it owes none. A bucket owes the units its refill must pay before
+// crediting any (a token bucket whose refill is credited from after now
+// with no token kept, a GCRA lead past the capacity); a window, what it
+// counted past its rate (a sliding window, in its estimate).
+func Debt(alg tollgate.Algorithm, s State, now int64, p Params) int64 {
+	if !s.Present {
+		return 0
+	}
+	switch alg {
+	case tollgate.TokenBucket:
+		if s.A == 0 && s.B > now {
+			return mulCeil(s.B-now, p.Rate, p.Period)
+		}
+	case tollgate.GCRA:
+		if s.A > now {
+			q, r := MulDiv(s.A-now, p.Rate, p.Period)
+			if r+min(s.B, p.Rate-1) > 0 {
+				q += ceilDiv(r+min(s.B, p.Rate-1), p.Period)
+			}
+			return max(q-p.Capacity, 0)
+		}
+	case tollgate.SlidingWindow:
+		w := now / p.Period
+		var cur, prev int64
+		switch s.A {
+		case w:
+			cur, prev = s.B, s.C
+		case w - 1:
+			prev = s.B
+		}
+		cur, prev = min(cur, 2*p.Rate), min(prev, 2*p.Rate)
+		var share int64
+		if prev > 0 {
+			share = mulCeil(prev, p.Period-(now-w*p.Period), p.Period)
+		}
+		return max(cur+share-p.Rate, 0)
+	case tollgate.FixedWindow:
+		w, kind := fixedWindow(now, p)
+		if s.A == w && s.C == kind {
+			return max(s.B-p.Rate, 0)
+		}
+	}
+	return 0
 }
 
 // windowLeft is the µs until the fixed window holding now ends.

@@ -1,0 +1,7 @@
+-- Token bucket, a debt block (lua.go): the units state owes past empty at
+-- now, as algo.Debt finds them. A bucket in debt keeps no token and credits
+-- its refill from a time after now.
+local n, t = match(state or '', '^(%d+) (%d+)$')
+if n and tonumber(n) == 0 and tonumber(t) > now then
+  debt = mulceil(tonumber(t) - now, rate, period)
+end
