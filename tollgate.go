@@ -332,6 +332,11 @@ type Decision struct {
 	// Replayed reports that a request with the same RequestID was admitted
 	// earlier: this one is allowed again without being debited.
 	Replayed bool
+	// Debt is how many units the identity owes past empty, after a
+	// settlement or an overdraw took more than it had (Store.Settle,
+	// Request.Overdraw): its Remaining is 0 until the refill has paid them.
+	// Settle and Peek report it; other answers report 0.
+	Debt int64
 	// At is the store's clock when it decided, when the answer came from
 	// the store's state (zero when it came from a cache): Settle gives a
 	// window back only while the window of At is stored.
