@@ -329,11 +329,29 @@ func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outc
 			}
 		}
 		c.decided, c.outcome = r == storecall.Decided, storecall.OutcomePeeked
+		if c.decided && c.rule.countOver && c.debt() && !c.rule.shadow {
+			// A look at hits counted over the limit, as envoyproxy/ratelimit
+			// answers it: over once the count passed the limit (Envoy's
+			// check on the request path, before apply_on_stream_done counts).
+			c.outcome = storecall.OutcomeDenied
+			return c.outcome, nil
+		}
 	}
 	if r == storecall.Canceled {
 		return storecall.OutcomeCanceled, status.FromContextError(ctx.Err()).Err()
 	}
 	return storecall.OutcomeAllowed, nil
+}
+
+// debt reports whether one of the check's limits is owed units past empty:
+// hits were counted over it.
+func (c *check) debt() bool {
+	for _, d := range c.decs {
+		if d.Debt > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // callStore makes call one store call under the server's policy (deadline,

@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/storecall"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -30,7 +31,8 @@ func (c *check) status() *pb.RateLimitResponse_DescriptorStatus {
 		st.DurationUntilReset = durationpb.New(d.ResetAfter)
 		switch {
 		case c.kind == kindEnforced && overLimit(d),
-			c.kind == kindOverdraw && !d.Allowed && !c.rule.shadow:
+			c.kind == kindOverdraw && !d.Allowed && !c.rule.shadow,
+			c.kind == kindPeek && c.outcome == storecall.OutcomeDenied:
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	}
@@ -75,6 +77,9 @@ func overLimit(d tollgate.Decision) bool { return !d.Allowed && d.RetryAfter > 0
 func (c *check) remaining(i int) int64 {
 	d, req := c.decs[i], c.reqs[i]
 	notTaken := c.kind == kindPeek && d.Allowed || c.kind == kindEnforced && !d.Allowed && !overLimit(d)
+	if c.kind == kindPeek && d.Debt > 0 {
+		return 0
+	}
 	if !notTaken {
 		return d.Remaining
 	}
