@@ -40,7 +40,10 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 			r.refreshRouting(c.err)
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", c.err)
 		}
-		out := slices.Clone(c.decisions)
+		out := c.decisions // newCall gives a call of several groups a slice of its own
+		if c.groups == 1 {
+			out = slices.Clone(out) // the call's own array, which goes back to the pool
+		}
 		calls.Put(c)
 		return out, nil
 	}
