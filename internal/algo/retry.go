@@ -6,15 +6,15 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// RetryAfterFor returns the RetryAfter (µs) that algorithm a answers a cost
-// of cost ≥ p.Cost on the state on which p was denied with retryAfter and
-// resetAfter (µs), and whether that denial alone tells it exactly; when it
-// does not, only the state does. It is exact for the same cost; for the
-// whole capacity (ResetAfter); for a fixed window, whatever the cost (the
-// end of the window); for a token bucket or GCRA, when the two costs differ
-// by a whole number of microseconds' refill from p.Cost or from the
-// capacity (the wait is ⌈x + cost·Period/Rate⌉ for an x the state fixes);
-// for a sliding window, in the cases slidingRetryAfter lists.
+// RetryAfterFor returns the RetryAfter (µs) algorithm a answers a cost of
+// cost ≥ p.Cost on the state on which p was denied with retryAfter and
+// resetAfter (µs), and whether the denial alone tells it; when it does not,
+// only the state does. It does for the same cost, for the whole capacity
+// (resetAfter), for a fixed window whatever the cost (the window's end), for
+// a token bucket or GCRA when cost differs from p.Cost or from the capacity
+// by a whole number of microseconds of refill (the wait is
+// ⌈x + cost·Period/Rate⌉ for an x the state fixes), and for a sliding window
+// in the two cases slidingRetryAfter describes.
 func RetryAfterFor(a tollgate.Algorithm, p Params, retryAfter, resetAfter, cost int64) (int64, bool) {
 	switch {
 	case cost == p.Cost:
