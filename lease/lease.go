@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/flight"
 )
 
 // Store is a tollgate.Store that admits hot identities from leases taken
@@ -48,7 +49,7 @@ type Store struct {
 	hot   hotCounter
 
 	mu      sync.RWMutex
-	entries map[entryKey]*entry
+	entries map[leaseKey]*entry
 
 	// resets counts Reset calls begun and ended, and resetting those under
 	// way: a lease asked for while a Reset of its identity may have run is
@@ -59,9 +60,9 @@ type Store struct {
 	fullUntil atomic.Int64
 }
 
-// entryKey is one identity under one Limit: a lease is spent only under
+// leaseKey is one identity under one Limit: a lease is spent only under
 // the limit it was taken with.
-type entryKey struct {
+type leaseKey struct {
 	key   string
 	limit tollgate.Limit
 }
@@ -78,10 +79,10 @@ type entry struct {
 	leasedAt atomic.Int64
 
 	mu sync.Mutex
-	// fetching is closed when the lease one caller is asking for arrives
-	// (or is refused); nil when none is being asked for. Only one caller
-	// per identity asks at a time; the others wait for its answer.
-	fetching chan struct{}
+	// fetching is the lease one caller is asking for, landed when it
+	// arrives (or is refused); nil when none is being asked for. Only one
+	// caller per identity asks at a time; the others wait for its answer.
+	fetching *flight.Flight
 	// ceiling is the largest lease to ask for next: the limit's share at
 	// first, halved (and capped at the store's Remaining) by a refusal,
 	// doubled by each grant.
@@ -116,7 +117,7 @@ func New(inner tollgate.Store, opts ...Option) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{inner: inner, cfg: cfg, epoch: cfg.clock(), entries: make(map[entryKey]*entry)}
+	s := &Store{inner: inner, cfg: cfg, epoch: cfg.clock(), entries: make(map[leaseKey]*entry)}
 	s.hot.seed = maphash.MakeSeed()
 	s.hot.n = cfg.hotN
 	s.hot.interval = int64(cfg.hotInterval)
@@ -146,7 +147,7 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if maxSize < minLease || req.Cost > maxSize {
 		return s.inner.Allow(ctx, req)
 	}
-	k := entryKey{req.Key, req.Limit}
+	k := leaseKey{req.Key, req.Limit}
 	now := s.now()
 	s.mu.RLock()
 	e := s.entries[k]
@@ -216,44 +217,29 @@ func (g *grant) decision(left, now int64) tollgate.Decision {
 	}
 }
 
-// maxWait bounds how long a request without a deadline waits for the lease
-// another request is asking for before it asks the inner store itself.
-const maxWait = 50 * time.Millisecond
-
-// waitBudget is how long a request under ctx waits for another request's
-// lease: half the time its context has left, so that it still has time to
-// be decided on the inner store, or maxWait without a deadline.
-func waitBudget(ctx context.Context) time.Duration {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return maxWait
-	}
-	return max(time.Until(deadline)/2, 0)
-}
-
 // renew runs when e's leases cannot pay for req: it waits for the lease
-// another caller is asking for, asks for one itself, or decides req on the
-// inner store. again reports that the caller should try e's leases anew.
-func (s *Store) renew(ctx context.Context, k entryKey, e *entry, req tollgate.Request, maxSize, now int64) (d tollgate.Decision, again bool, err error) {
+// another caller is asking for (within its flight.Budget), asks for one
+// itself, or decides req on the inner store. again reports that the caller
+// should try e's leases anew.
+func (s *Store) renew(ctx context.Context, k leaseKey, e *entry, req tollgate.Request, maxSize, now int64) (d tollgate.Decision, again bool, err error) {
 	e.mu.Lock()
 	if e.canPay(req.Cost, now) {
 		e.mu.Unlock()
 		return d, true, nil // renewed while this caller waited for the lock
 	}
-	if ch := e.fetching; ch != nil {
+	if f := e.fetching; f != nil {
 		e.mu.Unlock()
-		t := time.NewTimer(waitBudget(ctx))
-		defer t.Stop()
-		select {
-		case <-ch:
+		w := flight.NewWaiter(ctx)
+		landed, err := w.WaitWithin(f)
+		switch {
+		case err != nil:
+			return d, false, fmt.Errorf("lease: waiting for the lease another request is asking for: %w", err)
+		case landed:
 			return d, true, nil
-		case <-t.C:
-			// The lease is slow to come: this request is decided alone.
-			d, err = s.inner.Allow(ctx, req)
-			return d, false, err
-		case <-ctx.Done():
-			return d, false, fmt.Errorf("lease: waiting for the lease another request is asking for: %w", ctx.Err())
 		}
+		// The lease is slow to come: this request is decided alone.
+		d, err = s.inner.Allow(ctx, req)
+		return d, false, err
 	}
 	if now < e.directUntil {
 		e.mu.Unlock()
@@ -323,8 +309,8 @@ func (s *Store) prefetch(ctx context.Context, e *entry, g *grant, req tollgate.R
 // while a Reset may have run (then ld is its admission, and the rest of
 // the lease is lost). e's ceiling and direct mode follow the answer.
 func (s *Store) fetch(ctx context.Context, e *entry, req tollgate.Request, size, maxSize, now, cost int64) (g *grant, ld tollgate.Decision, err error) {
-	ch := make(chan struct{})
-	e.fetching = ch
+	f := flight.Start()
+	e.fetching = f
 	e.leasedAt.Store(now)
 	e.mu.Unlock()
 
@@ -335,7 +321,7 @@ func (s *Store) fetch(ctx context.Context, e *entry, req tollgate.Request, size,
 	e.mu.Lock()
 	defer func() {
 		e.fetching = nil
-		close(ch)
+		f.Land()
 		e.mu.Unlock()
 	}()
 	if err != nil {
@@ -403,7 +389,7 @@ func (s *Store) nextSize(e *entry, cost, maxSize, now int64) (size int64, cold b
 // did not is idle: its leases have expired, so evicting it (the one idle
 // longest) loses no unit. A full table is not scanned again until its
 // oldest entry can be idle.
-func (s *Store) enter(k entryKey, maxSize, now int64) *entry {
+func (s *Store) enter(k leaseKey, maxSize, now int64) *entry {
 	if now < s.fullUntil.Load() {
 		return nil
 	}
@@ -413,7 +399,7 @@ func (s *Store) enter(k entryKey, maxSize, now int64) *entry {
 		return e
 	}
 	if len(s.entries) >= s.cfg.maxLeases {
-		var oldest entryKey
+		var oldest leaseKey
 		at := int64(0)
 		first := true
 		for k, e := range s.entries {
@@ -434,7 +420,7 @@ func (s *Store) enter(k entryKey, maxSize, now int64) *entry {
 }
 
 // drop removes k's entry if it is still e.
-func (s *Store) drop(k entryKey, e *entry) {
+func (s *Store) drop(k leaseKey, e *entry) {
 	s.mu.Lock()
 	if s.entries[k] == e {
 		delete(s.entries, k)

@@ -399,7 +399,7 @@ func TestLeasesAreBounded(t *testing.T) {
 	}
 	s.mu.RLock()
 	n := len(s.entries)
-	_, late := s.entries[entryKey{"id-" + string(rune('A'+99)), tollgate.PerSecond(1000)}]
+	_, late := s.entries[leaseKey{"id-" + string(rune('A'+99)), tollgate.PerSecond(1000)}]
 	s.mu.RUnlock()
 	if n != 8 || late {
 		t.Errorf("%d entries, the last identity's among them: %v; want 8, the first ones", n, late)
@@ -413,7 +413,7 @@ func TestLeasesAreBounded(t *testing.T) {
 	}
 	s.mu.RLock()
 	n = len(s.entries)
-	_, newcomer := s.entries[entryKey{req.Key, req.Limit}]
+	_, newcomer := s.entries[leaseKey{req.Key, req.Limit}]
 	s.mu.RUnlock()
 	if n != 8 || !newcomer {
 		t.Errorf("%d entries, the newcomer among them: %v; want 8, true", n, newcomer)

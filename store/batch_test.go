@@ -46,7 +46,7 @@ func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // script call answered, else one.
 func decisionsIn(cmd redis.Cmder) int64 {
 	args := cmd.Args()
-	if sc, ok := cmd.(scriptCmd); ok && len(args) > 1 && (args[1] == batchSHA || args[1] == batchText) && sc.Err() == nil {
+	if sc, ok := cmd.(scriptCmd); ok && len(args) > 1 && (args[1] == batchScript.sha || args[1] == batchScript.src) && sc.Err() == nil {
 		return int64(len(sc.Val())-1) / 5
 	}
 	return 1

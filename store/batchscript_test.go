@@ -56,8 +56,8 @@ func batchScriptShares(t *testing.T, c redis.UniversalClient, nodes []*redistest
 		for _, withID := range []bool{false, true} {
 			t.Run(fmt.Sprintf("batch-script=%v/request-id=%v", on, withID), func(t *testing.T) {
 				st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
-				if st.batchScript() != (on && shares) {
-					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.batchScript())
+				if st.usesBatchScript() != (on && shares) {
+					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.usesBatchScript())
 				}
 				var calls, admitted [identities]atomic.Int64
 				before := scriptCalls()
@@ -118,7 +118,7 @@ func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, st.newCall(context.Background(), []tollgate.Request{req}, st.modeFor(id), id, st.replays.ttlMs()))
+		out = append(out, st.newCall(context.Background(), []tollgate.Request{req}, st.modeFor(id, 0)))
 	}
 	return out
 }
@@ -131,7 +131,7 @@ func TestBatchScriptFailsAsAWhole(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
 	st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
-	if !st.batchScript() {
+	if !st.usesBatchScript() {
 		t.Fatal("a store on a single node does not use the batch script")
 	}
 	batch := append(batchCalls(t, st, "", "a", "bad"), batchCalls(t, st, "id-1", "b")...)
@@ -174,7 +174,7 @@ func TestBatchScriptDecisionErrorIsItsOwn(t *testing.T) {
 		t.Errorf("the poisoned decision: error %v, want %v", batch[1].err, errBatchWrite)
 	}
 	for _, i := range []int{0, 2} {
-		if d := decisionOf(batch[i].reply); batch[i].err != nil || !d.Allowed || d.Remaining != 9 {
+		if d := batch[i].decisions[0]; batch[i].err != nil || !d.Allowed || d.Remaining != 9 {
 			t.Errorf("decision %d beside the poisoned one: %+v, %v; want admitted with 9 left", i, d, batch[i].err)
 		}
 	}
@@ -238,19 +238,19 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 		}
 		set = append(set, req)
 	}
-	batch = append(batch, st.newCall(ctx, set, modeNoID, "", 0))
+	batch = append(batch, st.newCall(ctx, set, decideMode{}))
 	st.runBatch(batch)
 	for i, c := range batch[:300] {
 		<-c.done
 		// Each identity is decided twice, 150 decisions apart.
-		if d := decisionOf(c.reply); c.err != nil || !d.Allowed || d.Remaining != int64(9-i/150) {
+		if d := c.decisions[0]; c.err != nil || !d.Allowed || d.Remaining != int64(9-i/150) {
 			t.Errorf("decision %d: %+v, %v; want admitted with %d left", i, d, c.err, 9-i/150)
 		}
 	}
 	last := batch[300]
 	<-last.done
-	if last.err != nil || len(last.reply) != 11 || last.reply[0] != 1 || last.reply[5] != 1 {
-		t.Errorf("the set of two: reply %v, %v; want both admitted", last.reply, last.err)
+	if last.err != nil || len(last.decisions) != 2 || !last.decisions[0].Allowed || !last.decisions[1].Allowed {
+		t.Errorf("the set of two: %+v, %v; want both admitted", last.decisions, last.err)
 	}
 	if !slices.Equal(h.sizes, []int{4}) {
 		t.Errorf("pipelines of %v commands, want one of 4: three batch script calls and the set's decide call", h.sizes)
@@ -294,11 +294,11 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mode := st.modeFor(d.id)
+			mode := st.modeFor(d.id, 0)
 			if d.peek {
-				mode = modePeek
+				mode = decideMode{peek: true}
 			}
-			out = append(out, st.newCall(ctx, []tollgate.Request{req}, mode, d.id, st.replays.ttlMs()))
+			out = append(out, st.newCall(ctx, []tollgate.Request{req}, mode))
 		}
 		return out
 	}
@@ -315,7 +315,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		p := algo.ParamsOf(tollgate.Request{Limit: limits[limit], Cost: cost})
 		head := []any{int64(modeNoID), 0}
 		if id != "" {
-			head = []any{st.modeFor(id), st.replays.ttlMs()}
+			head = []any{st.modeFor(id, 0).arg(), st.replays.ttlMs()}
 		}
 		return append(head, int64(limits[limit].Algorithm), p.Rate, p.Period, p.Capacity, p.Cost)
 	}
@@ -389,9 +389,9 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		<-batch[i].done
 		// allowed, remaining and replayed: the durations count from each
 		// call's own server time.
-		b := batch[i]
-		if b.err != nil || c.err != nil || b.reply[0] != c.reply[0] || b.reply[1] != c.reply[1] || b.reply[4] != c.reply[4] {
-			t.Errorf("decision %d %+v: %v, %v in the batch, %v, %v alone", i, ds[i], b.reply, b.err, c.reply, c.err)
+		b, a := batch[i].decisions[0], c.decisions[0]
+		if batch[i].err != nil || c.err != nil || b.Allowed != a.Allowed || b.Remaining != a.Remaining || b.Replayed != a.Replayed {
+			t.Errorf("decision %d %+v: %+v, %v in the batch, %+v, %v alone", i, ds[i], b, batch[i].err, a, c.err)
 		}
 	}
 }

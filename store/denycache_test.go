@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/flight"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -33,7 +34,7 @@ func newFakeDeny(size int) *fakeDeny {
 }
 
 // allow decides as Redis.Allow does around the cache, without waiting
-// (these tests are sequential: a probe always settles before the next call).
+// (these tests are sequential: a probe is always recorded before the next call).
 func (f *fakeDeny) allow(t *testing.T, req tollgate.Request) (tollgate.Decision, bool) {
 	t.Helper()
 	req, err := req.Normalized()
@@ -43,10 +44,10 @@ func (f *fakeDeny) allow(t *testing.T, req tollgate.Request) (tollgate.Decision,
 	k := f.dc.key(req.Key, req.Limit.Algorithm)
 	d, v, probe := f.dc.lookup(k, req.Limit, req.Cost, true)
 	switch v {
-	case verdictDenied:
+	case adviceDenied:
 		return d, true
-	case verdictWait:
-		t.Fatal("a sequential caller was told to wait: a probe was never settled")
+	case adviceWait:
+		t.Fatal("a sequential caller was told to wait: a probe was never recorded")
 	}
 	sent := f.dc.now()
 	d, err = f.mem.Allow(context.Background(), req)
@@ -54,7 +55,7 @@ func (f *fakeDeny) allow(t *testing.T, req tollgate.Request) (tollgate.Decision,
 		t.Fatal(err)
 	}
 	f.asked++
-	f.dc.settle(k, req.Limit, req.Cost, sent, d, true, probe)
+	f.dc.record(k, req.Limit, req.Cost, sent, d, true, probe)
 	return d, false
 }
 
@@ -181,20 +182,20 @@ func TestDenyCacheKeepsHotEntryUnderFlood(t *testing.T) {
 	l := tollgate.PerMinute(1)
 	denial := tollgate.Decision{RetryAfter: time.Minute, ResetAfter: time.Minute}
 	hot := dc.key("hot", l.Algorithm)
-	dc.settle(hot, l, 1, now, denial, true, nil)
+	dc.record(hot, l, 1, now, denial, true, nil)
 	for range 100 {
-		if _, v, _ := dc.lookup(hot, l, 1, true); v != verdictDenied {
+		if _, v, _ := dc.lookup(hot, l, 1, true); v != adviceDenied {
 			t.Fatal("the hot identity's denial is not repeated")
 		}
 	}
 	for i := range 10_000 {
 		junk := dc.key("junk-"+strconv.Itoa(i), l.Algorithm)
-		dc.settle(junk, l, 1, now, denial, true, nil)
+		dc.record(junk, l, 1, now, denial, true, nil)
 		if i%3 == 0 {
 			dc.lookup(junk, l, 1, true) // the flood's entries are used too, a little
 		}
 	}
-	if _, v, _ := dc.lookup(hot, l, 1, true); v != verdictDenied {
+	if _, v, _ := dc.lookup(hot, l, 1, true); v != adviceDenied {
 		t.Fatal("a flood of denied identities pushed the hot identity's entry out")
 	}
 	used := 0
@@ -212,8 +213,8 @@ func TestDenyCacheKeepsHotEntryUnderFlood(t *testing.T) {
 	// without pushing out a live one.
 	now += int64(time.Minute)
 	fresh := dc.key("fresh", l.Algorithm)
-	dc.settle(fresh, l, 1, now, denial, true, nil)
-	if _, v, _ := dc.lookup(fresh, l, 1, true); v != verdictDenied {
+	dc.record(fresh, l, 1, now, denial, true, nil)
+	if _, v, _ := dc.lookup(fresh, l, 1, true); v != adviceDenied {
 		t.Fatal("a new denial found no room among expired entries")
 	}
 }
@@ -228,50 +229,50 @@ func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 	dc.clock = func() int64 { return now }
 	l := tollgate.PerSecond(1)
 	k := dc.key("k", l.Algorithm)
-	dc.settle(k, l, 1, 0, tollgate.Decision{RetryAfter: time.Second}, true, nil)
+	dc.record(k, l, 1, 0, tollgate.Decision{RetryAfter: time.Second}, true, nil)
 	now = int64(time.Second)
 	_, v, probe := dc.lookup(k, l, 1, true)
-	if v != verdictProbe {
-		t.Fatalf("first caller after expiry: verdict %d, want the probe", v)
+	if v != adviceProbe {
+		t.Fatalf("first caller after expiry: advice %d, want the probe", v)
 	}
-	var waits []chan struct{}
+	var waits []*flight.Flight
 	for range 10 {
 		_, v, ch := dc.lookup(k, l, 1, true)
-		if v != verdictWait || ch == nil {
-			t.Fatalf("caller during the probe: verdict %d, want to wait", v)
+		if v != adviceWait || ch == nil {
+			t.Fatalf("caller during the probe: advice %d, want to wait", v)
 		}
 		waits = append(waits, ch)
 	}
-	dc.settle(k, l, 1, now, tollgate.Decision{RetryAfter: time.Second}, true, probe)
+	dc.record(k, l, 1, now, tollgate.Decision{RetryAfter: time.Second}, true, probe)
 	for _, ch := range waits {
 		select {
-		case <-ch:
+		case <-ch.Landed():
 		default:
-			t.Fatal("the probe settled but a waiter was not woken")
+			t.Fatal("the probe was recorded but a waiter was not woken")
 		}
 	}
-	if _, v, _ := dc.lookup(k, l, 1, true); v != verdictDenied {
-		t.Fatalf("after the probe's denial: verdict %d, want the new denial repeated", v)
+	if _, v, _ := dc.lookup(k, l, 1, true); v != adviceDenied {
+		t.Fatalf("after the probe's denial: advice %d, want the new denial repeated", v)
 	}
 	// A probe admitted with too little room for its waiters lets the next
 	// go as the new probe; a caller that spent its wait budget
-	// (probeWaitBudget) does not wait for that one too: it asks Redis itself.
+	// (flight.Budget) does not wait for that one too: it asks Redis itself.
 	now += int64(time.Second)
 	_, v, probe = dc.lookup(k, l, 1, true)
-	if v != verdictProbe {
+	if v != adviceProbe {
 		t.Fatal("no probe after the denial ran out")
 	}
 	_, _, waiter := dc.lookup(k, l, 1, true)
-	dc.settle(k, l, 1, now, tollgate.Decision{Allowed: true}, true, probe)
-	<-waiter
-	if _, v, _ := dc.lookup(k, l, 1, false); v != verdictProbe {
-		t.Fatalf("the woken caller: verdict %d, want the new probe", v)
+	dc.record(k, l, 1, now, tollgate.Decision{Allowed: true}, true, probe)
+	<-waiter.Landed()
+	if _, v, _ := dc.lookup(k, l, 1, false); v != adviceProbe {
+		t.Fatalf("the woken caller: advice %d, want the new probe", v)
 	}
-	if _, v, _ := dc.lookup(k, l, 1, true); v != verdictWait {
-		t.Fatalf("a new caller during the second probe: verdict %d, want to wait", v)
+	if _, v, _ := dc.lookup(k, l, 1, true); v != adviceWait {
+		t.Fatalf("a new caller during the second probe: advice %d, want to wait", v)
 	}
-	if _, v, _ := dc.lookup(k, l, 1, false); v != verdictAsk {
-		t.Fatalf("a caller out of wait budget, during the second probe: verdict %d, want to ask Redis", v)
+	if _, v, _ := dc.lookup(k, l, 1, false); v != adviceAsk {
+		t.Fatalf("a caller out of wait budget, during the second probe: advice %d, want to ask Redis", v)
 	}
 	probe = nil
 	for _, e := range dc.shards[k.a&dc.mask].entries {
@@ -279,33 +280,33 @@ func TestDenyCacheOneProbePerExpiry(t *testing.T) {
 			probe = e.probe
 		}
 	}
-	dc.settle(k, l, 1, now, tollgate.Decision{RetryAfter: time.Second}, true, probe)
+	dc.record(k, l, 1, now, tollgate.Decision{RetryAfter: time.Second}, true, probe)
 	// A probe that failed (ok false) only ends the probe.
 	now += int64(2 * time.Second)
 	_, v, probe = dc.lookup(k, l, 1, true)
-	if v != verdictProbe {
+	if v != adviceProbe {
 		t.Fatal("no probe after the second expiry")
 	}
-	dc.settle(k, l, 1, now, tollgate.Decision{}, false, probe)
+	dc.record(k, l, 1, now, tollgate.Decision{}, false, probe)
 	_, v, probe = dc.lookup(k, l, 1, true)
-	if v != verdictProbe {
+	if v != adviceProbe {
 		t.Fatal("after a failed probe, the next caller is not the new probe")
 	}
 	// A request under another limit ends the entry and wakes the waiters:
 	// it shares the state and may change it.
 	_, _, waiter = dc.lookup(k, l, 1, true)
 	other := tollgate.PerSecond(2)
-	if _, v, _ := dc.lookup(k, other, 1, true); v != verdictAsk {
-		t.Fatalf("a request under another limit: verdict %d, want to ask Redis", v)
+	if _, v, _ := dc.lookup(k, other, 1, true); v != adviceAsk {
+		t.Fatalf("a request under another limit: advice %d, want to ask Redis", v)
 	}
 	select {
-	case <-waiter:
+	case <-waiter.Landed():
 	default:
 		t.Fatal("the entry ended but its waiters were not woken")
 	}
-	dc.settle(k, l, 1, now, tollgate.Decision{}, false, probe) // the old probe settles late: harmless
-	if _, v, _ := dc.lookup(k, l, 1, true); v != verdictAsk {
-		t.Fatalf("after the entry ended: verdict %d, want to ask Redis", v)
+	dc.record(k, l, 1, now, tollgate.Decision{}, false, probe) // the old probe is recorded late: harmless
+	if _, v, _ := dc.lookup(k, l, 1, true); v != adviceAsk {
+		t.Fatalf("after the entry ended: advice %d, want to ask Redis", v)
 	}
 }
 
@@ -394,13 +395,13 @@ func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	l := tollgate.PerSecond(1)
 	req, _ := tollgate.Request{Key: "k", Limit: l}.Normalized()
 	k := st.deny.key(req.Key, l.Algorithm)
-	st.deny.settle(k, l, 1, st.deny.now(), tollgate.Decision{RetryAfter: 5 * time.Millisecond}, true, nil)
+	st.deny.record(k, l, 1, st.deny.now(), tollgate.Decision{RetryAfter: 5 * time.Millisecond}, true, nil)
 	time.Sleep(6 * time.Millisecond)
 	_, v, probe := st.deny.lookup(k, l, 1, true)
-	if v != verdictProbe {
+	if v != adviceProbe {
 		t.Fatal("no probe: the entry did not run out")
 	}
-	// The probe is held and never settled: the caller must wait, then leave.
+	// The probe is held and never recorded: the caller must wait, then leave.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -408,5 +409,5 @@ func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	if err == nil || ctx.Err() == nil || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("a caller waiting on a probe that never ends: %v after %s, want its deadline's error at 30ms", err, time.Since(start))
 	}
-	st.deny.settle(k, l, 1, 0, tollgate.Decision{}, false, probe)
+	st.deny.record(k, l, 1, 0, tollgate.Decision{}, false, probe)
 }

@@ -59,17 +59,27 @@ var safeTagByte = func() (t [256]bool) {
 	return t
 }()
 
+// safePartByte marks the bytes a part (see PartKey) may show as
+// themselves: those of a tag but ":", so that a part never reads as the
+// ":r:" of a request-id marker.
+var safePartByte = func() [256]bool {
+	t := safeTagByte
+	t[':'] = false
+	return t
+}()
+
 const upperHex = "0123456789ABCDEF"
 
-// escapedTagLen returns the length of identity's escaped tag, or -1 when it
-// must be hashed (empty, or escaped longer than maxVerbatimTag).
-func escapedTagLen(identity string) int {
-	if identity == "" || len(identity) > maxVerbatimTag {
+// escapedLen returns the length of s with every byte safe does not mark
+// written "%XX", or -1 when that is longer than maxVerbatimTag: s is then
+// hashed.
+func escapedLen(s string, safe *[256]bool) int {
+	if len(s) > maxVerbatimTag {
 		return -1
 	}
 	n := 0
-	for i := 0; i < len(identity); i++ {
-		if safeTagByte[identity[i]] {
+	for i := 0; i < len(s); i++ {
+		if safe[s[i]] {
 			n++
 		} else {
 			n += 3
@@ -79,6 +89,30 @@ func escapedTagLen(identity string) int {
 		return -1
 	}
 	return n
+}
+
+// appendEscaped appends s to b with every byte safe does not mark written
+// "%XX".
+func appendEscaped(b *strings.Builder, s string, safe *[256]bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if safe[c] {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(upperHex[c>>4])
+		b.WriteByte(upperHex[c&0xf])
+	}
+}
+
+// escapedTagLen returns the length of identity's escaped tag, or -1 when it
+// must be hashed (empty, or escaped longer than maxVerbatimTag).
+func escapedTagLen(identity string) int {
+	if identity == "" {
+		return -1
+	}
+	return escapedLen(identity, &safeTagByte)
 }
 
 // appendTag appends identity's tag (without braces) to b; tagLen is
@@ -93,16 +127,7 @@ func appendTag(b *strings.Builder, identity string, tagLen int) {
 		b.WriteString(identity)
 		return
 	}
-	for i := 0; i < len(identity); i++ {
-		c := identity[i]
-		if safeTagByte[c] {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(upperHex[c>>4])
-		b.WriteByte(upperHex[c&0xf])
-	}
+	appendEscaped(b, identity, &safeTagByte)
 }
 
 // appendHash appends the base64url of the first 128 bits of s's SHA-256.
@@ -191,24 +216,9 @@ const partSeparator = "\x1f"
 // names its state after all of it, so any Key keeps state of its own.
 func PartKey(identity, part string) string { return identity + partSeparator + part }
 
-// escapedPartLen returns the length of part's escaped form, or -1 when it
-// must be hashed (escaped longer than maxVerbatimTag). A part is escaped
-// like a tag, and ":" too, so that a part never reads as the ":r:" of a
-// request-id marker.
-func escapedPartLen(part string) int {
-	n := 0
-	for i := 0; i < len(part); i++ {
-		if safeTagByte[part[i]] && part[i] != ':' {
-			n++
-		} else {
-			n += 3
-		}
-	}
-	if n > maxVerbatimTag {
-		return -1
-	}
-	return n
-}
+// escapedPartLen returns the length of part's escaped form (safePartByte),
+// or -1 when it must be hashed (escaped longer than maxVerbatimTag).
+func escapedPartLen(part string) int { return escapedLen(part, &safePartByte) }
 
 // appendPart appends part escaped, or "#" and its hash when too long.
 func appendPart(b *strings.Builder, part string) {
@@ -217,16 +227,7 @@ func appendPart(b *strings.Builder, part string) {
 		appendHash(b, part)
 		return
 	}
-	for i := 0; i < len(part); i++ {
-		c := part[i]
-		if safeTagByte[c] && c != ':' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(upperHex[c>>4])
-		b.WriteByte(upperHex[c&0xf])
-	}
+	appendEscaped(b, part, &safePartByte)
 }
 
 // crc16 is the CRC-16/XMODEM Redis Cluster uses for key slots.

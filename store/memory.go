@@ -1,23 +1,15 @@
 package store
 
 import (
-	"cmp"
-	"container/heap"
 	"context"
 	"crypto/sha256"
 	"hash/maphash"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 )
-
-// DefaultMaxKeys is the bound on entries a Memory store holds unless
-// WithMaxKeys says otherwise: about a million identities and request ids.
-const DefaultMaxKeys = 1 << 20
 
 // Memory is an in-process tollgate.Store. It runs the same algorithms as the
 // Redis scripts (their Go mirror, bit for bit), keeps the same state with the
@@ -44,31 +36,13 @@ type Memory struct {
 	overrides memOverrides  // overrides_memory.go
 }
 
-// WithClock sets the clock the store reads (default time.Now), for tests and
-// simulations; it must be safe for concurrent use. Only its microseconds
-// since the Unix epoch are used.
-func WithClock(now func() time.Time) MemoryOption {
-	return memoryOption(func(m *Memory) {
-		if now != nil {
-			m.clock = now
-		}
-	})
-}
-
-// WithMaxKeys bounds how many entries (identity states and remembered
-// request ids) the store holds; n ≤ 0 means DefaultMaxKeys. When a new
-// entry would exceed the bound, the entry closest to expiry in its shard is
-// dropped first: a bucket about to be full again, a window about to end, a
-// request id about to be forgotten. Its identity then starts afresh (a full
-// bucket, an empty window; an id judged anew), so a store too small for its
-// traffic admits a little more than its limits rather than grow.
-func WithMaxKeys(n int) MemoryOption {
-	return memoryOption(func(m *Memory) {
-		if n > 0 {
-			m.maxKeys = n
-		}
-	})
-}
+const (
+	maxShards    = 64
+	minShardKeys = 1024
+	// maxRawIdentity is the longest Key kept verbatim; longer ones are
+	// kept as their SHA-256, so that memory per entry stays small.
+	maxRawIdentity = sha256.Size * 2
+)
 
 // NewMemory returns an empty in-process store.
 func NewMemory(opts ...MemoryOption) *Memory {
@@ -87,7 +61,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	m.shards = make([]memShard, n)
 	for i := range m.shards {
 		sh := &m.shards[i]
-		sh.entries = make(map[entryKey]*entry)
+		sh.entries = make(map[memKey]*entry)
 		sh.limit = m.maxKeys / n
 		if i < m.maxKeys%n {
 			sh.limit++
@@ -96,18 +70,6 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	return m
 }
 
-const (
-	maxShards    = 64
-	minShardKeys = 1024
-	// sweepBudget bounds the expired entries one decision reclaims per
-	// shard it sweeps: enough to keep up (a decision adds at most two
-	// entries), small enough to keep each decision short.
-	sweepBudget = 16
-	// maxRawIdentity is the longest Key kept verbatim; longer ones are
-	// kept as their SHA-256, so that memory per entry stays small.
-	maxRawIdentity = sha256.Size * 2
-)
-
 // Allow makes one decision. It returns an error wrapping
 // tollgate.ErrInvalidRequest for an invalid request, ctx's error if ctx is
 // already done, and no other.
@@ -115,70 +77,82 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	if err := ctx.Err(); err != nil {
 		return tollgate.Decision{}, err
 	}
-	req, err := req.Normalized()
+	req, err := req.Normalized() // not begin: its copies of req cost a decision about 5%
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	if req.RequestID == "" || m.replays.max == 0 {
+		return m.decideOne(req), nil
+	}
+	var set [1]member
+	m.decide([]tollgate.Request{req}, set[:], req.ReplayTTL)
+	return set[0].d, nil
+}
+
+// decideOne is decide for one request without markers, without the
+// bookkeeping of a set, which costs a single decision about a sixth more
+// (BenchmarkMemoryAllow, keys=1).
+func (m *Memory) decideOne(req tollgate.Request) tollgate.Decision {
+	now := m.clock().UnixMicro()
+	decide, p := algo.For(req.Limit.Algorithm), algo.ParamsOf(req)
+	sh, _, k := m.locate(req)
+	sh.mu.Lock()
+	sh.reclaim(now)
+	st, r := decide(sh.state(k, now), now, p)
+	if r.Allowed {
+		sh.put(k, st, now, r.TTL)
+	}
+	sh.mu.Unlock()
+	m.sweep(sh, now)
+	return decisionOf(r)
+}
+
+// AllowAll decides reqs all or nothing (see tollgate.Store): the shards of
+// every request are locked, in order, for the whole decision.
+func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	reqs, err := normalizeAll(reqs)
+	if err != nil {
+		return nil, err
+	}
+	set := make([]member, len(reqs))
+	m.decide(reqs, set, setReplayTTL(reqs))
+	out := make([]tollgate.Decision, len(reqs))
+	for i := range set {
+		out[i] = set[i].d
+	}
+	return out, nil
+}
+
+// Peek reports what Allow would answer for req now, without a debit and
+// without recording its RequestID.
+func (m *Memory) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	req, err := begin(ctx, req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
 	now := m.clock().UnixMicro()
-	decide := algo.For(req.Limit.Algorithm)
-	p := algo.ParamsOf(req)
-	sh, stateKey := m.locate(req)
+	sh, _, k := m.locate(req)
 	sh.mu.Lock()
-	sh.reclaim(now)
-	d := m.decide(sh, stateKey, req.RequestID, m.replays.ttlMsFor(req.ReplayTTL)*1000, decide, p, now)
+	_, r := algo.For(req.Limit.Algorithm)(sh.state(k, now), now, algo.ParamsOf(req))
 	sh.mu.Unlock()
-
-	// Also sweep one other shard, in turn, so that expired entries are
-	// reclaimed even in shards no decision lands on any more.
-	if len(m.shards) > 1 {
-		o := &m.shards[m.next.Add(1)%uint64(len(m.shards))]
-		if o != sh && o.mu.TryLock() {
-			o.reclaim(now)
-			o.mu.Unlock()
-		}
-	}
-	return d, nil
+	return decisionOf(r), nil
 }
 
-// decide is main.lua: request-id replay, then the algorithm, then the
-// writes of an admission, the marker living markerTTL µs. sh is locked.
-func (m *Memory) decide(sh *memShard, stateKey entryKey, requestID string, markerTTL int64, decide algo.Func, p algo.Params, now int64) tollgate.Decision {
-	var markerKey entryKey
-	useMarker := m.replays.max > 0 && requestID != ""
-	if useMarker {
-		markerKey = stateKey
-		markerKey.requestID = requestID
-		if e := sh.live(markerKey, now); e != nil && e.replays < m.replays.max {
-			e.replays++
-			peek := p
-			peek.Cost = 0
-			_, r := decide(sh.state(stateKey, now), now, peek)
-			return tollgate.Decision{
-				Allowed:    true,
-				Remaining:  r.Remaining,
-				ResetAfter: micros(r.ResetAfter),
-				Replayed:   true,
-			}
-		}
+// Reset forgets req's Key under req's algorithm: a full bucket or an empty
+// window again. Request ids it admitted are still remembered.
+func (m *Memory) Reset(ctx context.Context, req tollgate.Request) error {
+	req, err := begin(ctx, req)
+	if err != nil {
+		return err
 	}
-
-	st, r := decide(sh.state(stateKey, now), now, p)
-	if r.Allowed {
-		e := sh.upsert(stateKey, now)
-		e.state = st
-		sh.setExpiry(e, now+r.TTL*1000)
-		if useMarker {
-			mk := sh.upsert(markerKey, now)
-			mk.replays = 0
-			sh.setExpiry(mk, now+markerTTL)
-		}
-	}
-	return tollgate.Decision{
-		Allowed:    r.Allowed,
-		Remaining:  r.Remaining,
-		RetryAfter: micros(r.RetryAfter),
-		ResetAfter: micros(r.ResetAfter),
-	}
+	sh, _, k := m.locate(req)
+	sh.mu.Lock()
+	sh.remove(k)
+	sh.mu.Unlock()
+	return nil
 }
 
 // Len returns the number of entries held: identity states and remembered
@@ -194,287 +168,192 @@ func (m *Memory) Len() int {
 	return n
 }
 
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-// entryKey names an entry, as a Redis key names a key: the state of an
-// identity under an algorithm, or with a requestID, the marker of that id
-// for that identity and algorithm.
-type entryKey struct {
-	algorithm tollgate.Algorithm
-	hashed    bool   // identity is the SHA-256 of a long Key
-	identity  string // Request.Key, or its SHA-256
-	requestID string // "" for a state
-}
-
-// entry is one identity's state under one algorithm, or one request-id
-// marker.
-type entry struct {
-	key entryKey
-	// state is an algorithm's state: absent from the instant the entry
-	// expires, as its Redis key would be.
-	state algo.State
-	// replays is a marker's count of replays used.
-	replays int64
-	// expires (µs) is when the entry is gone: the state's expiry, or the
-	// marker's.
-	expires int64
-	index   int // in memShard.byExpiry
-}
-
-// memShard is a part of the store under one lock. Entries are in a map by
-// name and in a min-heap by expiry: the heap's top is both the next entry to
-// reclaim and the one to evict at the bound.
-type memShard struct {
-	mu       sync.Mutex
-	entries  map[entryKey]*entry
-	byExpiry expiryHeap
-	limit    int
-	_        [64]byte // keeps neighbouring shards' locks off one cache line
-}
-
-// reclaim drops up to sweepBudget entries that expired at or before now.
-func (sh *memShard) reclaim(now int64) {
-	for i := 0; i < sweepBudget && len(sh.byExpiry) > 0 && sh.byExpiry[0].expires <= now; i++ {
-		delete(sh.entries, heap.Pop(&sh.byExpiry).(*entry).key)
-	}
-}
-
-// live returns the entry named k unless it is absent or expired.
-func (sh *memShard) live(k entryKey, now int64) *entry {
-	e := sh.entries[k]
-	if e == nil || e.expires <= now {
-		return nil
-	}
-	return e
-}
-
-// state returns the algorithm state named k as Redis would read it at now:
-// absent once expired.
-func (sh *memShard) state(k entryKey, now int64) algo.State {
-	if e := sh.live(k, now); e != nil {
-		return e.state
-	}
-	return algo.State{}
-}
-
-// upsert returns the entry named k, creating it empty (dropping the entry
-// closest to expiry if the shard is full) when it is absent or expired.
-func (sh *memShard) upsert(k entryKey, now int64) *entry {
-	if e := sh.entries[k]; e != nil {
-		if e.expires <= now {
-			*e = entry{key: k, index: e.index, expires: e.expires}
-		}
-		return e
-	}
-	if len(sh.entries) >= sh.limit {
-		delete(sh.entries, heap.Pop(&sh.byExpiry).(*entry).key)
-	}
-	e := &entry{key: k, expires: now}
-	sh.entries[k] = e
-	heap.Push(&sh.byExpiry, e)
-	return e
-}
-
-// setExpiry moves e to its place in the heap for a new expiry.
-func (sh *memShard) setExpiry(e *entry, expires int64) {
-	e.expires = expires
-	heap.Fix(&sh.byExpiry, e.index)
-}
-
-// expiryHeap is a container/heap of entries, soonest expiry on top.
-type expiryHeap []*entry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *expiryHeap) Push(x any) {
-	e := x.(*entry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
-}
-
-// locate returns the shard and the state entry's name for a normalized
-// request.
-func (m *Memory) locate(req tollgate.Request) (*memShard, entryKey) {
-	identity, hashed := req.Key, false
-	if len(identity) > maxRawIdentity {
-		sum := sha256.Sum256([]byte(identity))
-		identity, hashed = string(sum[:]), true
-	}
-	k := entryKey{algorithm: req.Limit.Algorithm, hashed: hashed, identity: identity}
-	return &m.shards[maphash.String(m.seed, req.Key)%uint64(len(m.shards))], k
-}
-
-// AllowAll decides reqs all or nothing (see tollgate.Store): the shards of
-// every request are locked, in order, for the whole decision.
-func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+// begin returns req normalized, or ctx's error when ctx is done.
+func begin(ctx context.Context, req tollgate.Request) (tollgate.Request, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return req, err
 	}
-	reqs, err := normalizeAll(reqs)
-	if err != nil {
-		return nil, err
-	}
+	return req.Normalized()
+}
+
+// member is one request of a set being decided (an AllowAll set, or the
+// one request of an Allow): where its state lives, the state its judgment
+// leaves, and its answer.
+type member struct {
+	sh     *memShard
+	shard  int // sh's index in Memory.shards
+	state  memKey
+	alg    algo.Func
+	p      algo.Params
+	marker *entry // its request id's live marker, when the set replays
+	after  algo.State
+	ttl    int64 // ms: how long after now the state matters
+	d      tollgate.Decision
+}
+
+// decide is main.lua for reqs (normalized, one request id or none), with
+// set[i] for reqs[i]: request-id replay, then each algorithm in order, then
+// the writes of an admission, every marker living replayTTL (a ReplayTTL;
+// 0 for the store's). The set's shards are locked for the whole decision.
+func (m *Memory) decide(reqs []tollgate.Request, set []member, replayTTL time.Duration) {
 	now := m.clock().UnixMicro()
-	shards := make([]*memShard, len(reqs))
-	keys := make([]entryKey, len(reqs))
 	for i, req := range reqs {
-		shards[i], keys[i] = m.locate(req)
+		set[i].sh, set[i].shard, set[i].state = m.locate(req)
+		set[i].alg, set[i].p = algo.For(req.Limit.Algorithm), algo.ParamsOf(req)
 	}
-	unlock := m.lockShards(shards)
-	defer unlock()
-	for _, sh := range shards {
-		sh.reclaim(now)
+	m.lock(set)
+	for i := range set {
+		set[i].sh.reclaim(now)
 	}
-
-	out := make([]tollgate.Decision, len(reqs))
 	requestID := reqs[0].RequestID
-	markerTTL := m.replays.ttlMsFor(setReplayTTL(reqs)) * 1000
-	useMarker := m.replays.max > 0 && requestID != ""
-	markers := make([]entryKey, len(reqs))
-	if useMarker {
-		replay := true
-		for i := range reqs {
-			markers[i] = keys[i]
-			markers[i].requestID = requestID
-			if e := shards[i].live(markers[i], now); e == nil || e.replays >= m.replays.max {
-				replay = false
-			}
+	withID := m.replays.max > 0 && requestID != ""
+	switch {
+	case withID && m.replay(set, requestID, now):
+	case judge(set, now):
+		var markerTTL int64
+		if withID {
+			markerTTL = m.replays.ttlMsFor(replayTTL) * 1000
 		}
-		if replay {
-			// Requests on one state share its marker, counted once.
-			counted := make(map[entryKey]bool, len(reqs))
-			for i, req := range reqs {
-				if !counted[markers[i]] {
-					counted[markers[i]] = true
-					shards[i].live(markers[i], now).replays++
-				}
-				p := algo.ParamsOf(req)
-				p.Cost = 0
-				_, r := algo.For(req.Limit.Algorithm)(shards[i].state(keys[i], now), now, p)
-				out[i] = tollgate.Decision{Allowed: true, Remaining: r.Remaining, ResetAfter: micros(r.ResetAfter), Replayed: true}
+		for i := range set {
+			set[i].sh.put(set[i].state, set[i].after, now, set[i].ttl)
+			if withID {
+				set[i].sh.mark(set[i].state.marker(requestID), now, markerTTL)
 			}
-			return out, nil
 		}
 	}
+	m.unlock(set)
+	m.sweep(set[0].sh, now)
+}
 
-	// Judge in order on working copies, so that two requests on one state
-	// see each other's debits.
-	work := make(map[entryKey]algo.State, len(reqs))
-	states := make([]algo.State, len(reqs))
-	results := make([]algo.Result, len(reqs))
+// sweep reclaims expired entries of one other shard than sh, in turn, so
+// that they are reclaimed even in shards no decision lands on any more.
+func (m *Memory) sweep(sh *memShard, now int64) {
+	if len(m.shards) > 1 {
+		o := &m.shards[m.next.Add(1)%uint64(len(m.shards))]
+		if o != sh && o.mu.TryLock() {
+			o.reclaim(now)
+			o.mu.Unlock()
+		}
+	}
+}
+
+// replay answers the set as a replay when every member's marker for
+// requestID holds an admission with replays left, counting one replay on
+// each marker (members on one state share it), and reports whether it did.
+// A replay debits nothing: each member answers its state as it is.
+func (m *Memory) replay(set []member, requestID string, now int64) bool {
+	for i := range set {
+		e := set[i].sh.live(set[i].state.marker(requestID), now)
+		if e == nil || e.replays >= m.replays.max {
+			return false
+		}
+		set[i].marker = e
+	}
+	for i := range set {
+		if earlier(set, i) < 0 {
+			set[i].marker.replays++
+		}
+		p := set[i].p
+		p.Cost = 0
+		_, r := set[i].alg(set[i].sh.state(set[i].state, now), now, p)
+		set[i].d = replayOf(r)
+	}
+	return true
+}
+
+// judge runs each member's algorithm, in order, on the state the members
+// before it on the same state left, so that they see each other's debits,
+// and reports whether every one admitted; when one did not, every member
+// answers a denial.
+func judge(set []member, now int64) bool {
 	all := true
-	for i, req := range reqs {
-		st, ok := work[keys[i]]
-		if !ok {
-			st = shards[i].state(keys[i], now)
+	for i := range set {
+		var st algo.State
+		if j := earlier(set, i); j >= 0 {
+			st = set[j].after
+		} else {
+			st = set[i].sh.state(set[i].state, now)
 		}
-		st, r := algo.For(req.Limit.Algorithm)(st, now, algo.ParamsOf(req))
-		work[keys[i]], states[i], results[i] = st, st, r
+		var r algo.Result
+		set[i].after, r = set[i].alg(st, now, set[i].p)
+		set[i].ttl, set[i].d = r.TTL, decisionOf(r)
 		all = all && r.Allowed
-		out[i] = tollgate.Decision{
-			Allowed:    r.Allowed,
-			Remaining:  r.Remaining,
-			RetryAfter: micros(r.RetryAfter),
-			ResetAfter: micros(r.ResetAfter),
-		}
 	}
 	if !all {
-		for i := range out {
-			out[i].Allowed = false
-		}
-		return out, nil
-	}
-	for i := range reqs {
-		sh := shards[i]
-		e := sh.upsert(keys[i], now)
-		e.state = states[i]
-		sh.setExpiry(e, now+results[i].TTL*1000)
-		if useMarker {
-			mk := sh.upsert(markers[i], now)
-			mk.replays = 0
-			sh.setExpiry(mk, now+markerTTL)
+		for i := range set {
+			set[i].d.Allowed = false
 		}
 	}
-	return out, nil
+	return all
 }
 
-// lockShards locks each distinct shard of m once, in the order of m.shards
-// so that concurrent calls cannot deadlock, and returns the function that
-// unlocks them.
-func (m *Memory) lockShards(shards []*memShard) func() {
-	distinct := slices.Clone(shards)
-	slices.SortFunc(distinct, func(a, b *memShard) int { return cmp.Compare(m.shardIndex(a), m.shardIndex(b)) })
-	distinct = slices.Compact(distinct)
-	for _, sh := range distinct {
-		sh.mu.Lock()
-	}
-	return func() {
-		for _, sh := range distinct {
-			sh.mu.Unlock()
-		}
-	}
-}
-
-// shardIndex returns sh's index in m.shards.
-func (m *Memory) shardIndex(sh *memShard) int {
-	for i := range m.shards {
-		if &m.shards[i] == sh {
-			return i
+// earlier returns the last member before set[i] on the same state, or -1.
+func earlier(set []member, i int) int {
+	for j := i - 1; j >= 0; j-- {
+		if set[j].state == set[i].state {
+			return j
 		}
 	}
 	return -1
 }
 
-// Peek reports what Allow would answer for req now, without a debit and
-// without recording its RequestID.
-func (m *Memory) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return tollgate.Decision{}, err
-	}
-	req, err := req.Normalized()
-	if err != nil {
-		return tollgate.Decision{}, err
-	}
-	now := m.clock().UnixMicro()
-	sh, k := m.locate(req)
-	sh.mu.Lock()
-	_, r := algo.For(req.Limit.Algorithm)(sh.state(k, now), now, algo.ParamsOf(req))
-	sh.mu.Unlock()
+// decisionOf is the Decision of an algorithm's result r.
+func decisionOf(r algo.Result) tollgate.Decision {
 	return tollgate.Decision{
 		Allowed:    r.Allowed,
 		Remaining:  r.Remaining,
 		RetryAfter: micros(r.RetryAfter),
 		ResetAfter: micros(r.ResetAfter),
-	}, nil
+	}
 }
 
-// Reset forgets req's Key under req's algorithm: a full bucket or an empty
-// window again. Request ids it admitted are still remembered.
-func (m *Memory) Reset(ctx context.Context, req tollgate.Request) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// replayOf is the Decision replaying an admission on the state r read with
+// cost 0: admitted, not debited again, with that state's Remaining and
+// ResetAfter.
+func replayOf(r algo.Result) tollgate.Decision {
+	return tollgate.Decision{Allowed: true, Remaining: r.Remaining, ResetAfter: micros(r.ResetAfter), Replayed: true}
+}
+
+// locate returns the shard of a normalized request, its index and the name
+// of its state entry.
+func (m *Memory) locate(req tollgate.Request) (*memShard, int, memKey) {
+	identity, hashed := req.Key, false
+	if len(identity) > maxRawIdentity {
+		sum := sha256.Sum256([]byte(identity))
+		identity, hashed = string(sum[:]), true
 	}
-	req, err := req.Normalized()
-	if err != nil {
-		return err
+	k := memKey{algorithm: req.Limit.Algorithm, hashed: hashed, identity: identity}
+	i := int(maphash.String(m.seed, req.Key) % uint64(len(m.shards)))
+	return &m.shards[i], i, k
+}
+
+// lock locks each distinct shard of set once, in the order of m.shards, so
+// that concurrent sets cannot deadlock.
+func (m *Memory) lock(set []member) {
+	for last := -1; ; {
+		next := -1
+		for i := range set {
+			if s := set[i].shard; s > last && (next < 0 || s < next) {
+				next = s
+			}
+		}
+		if next < 0 {
+			return
+		}
+		m.shards[next].mu.Lock()
+		last = next
 	}
-	sh, k := m.locate(req)
-	sh.mu.Lock()
-	if e := sh.entries[k]; e != nil {
-		heap.Remove(&sh.byExpiry, e.index)
-		delete(sh.entries, k)
+}
+
+// unlock unlocks what lock locked.
+func (m *Memory) unlock(set []member) {
+	for i := range set {
+		first := true
+		for j := range i {
+			first = first && set[j].shard != set[i].shard
+		}
+		if first {
+			set[i].sh.mu.Unlock()
+		}
 	}
-	sh.mu.Unlock()
-	return nil
 }

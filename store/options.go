@@ -1,6 +1,8 @@
 package store
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -20,6 +22,33 @@ const (
 	// backoff and short enough that reused ids cannot pile up quota.
 	DefaultReplayTTL = 2 * time.Minute
 )
+
+// DefaultPrefix starts every key the Redis store writes, unless WithPrefix
+// says otherwise.
+const DefaultPrefix = "tollgate:"
+
+// Batching defaults (see WithBatching).
+const (
+	// DefaultBatchSize is the most decisions one pipeline carries.
+	DefaultBatchSize = 128
+	// DefaultMaxPipelines is how many round trips one store keeps in flight
+	// at once: two, so that Redis runs one batch of scripts while the next
+	// is being written and the previous one's replies read.
+	DefaultMaxPipelines = 2
+)
+
+// DefaultDenyCacheSize is how many denials a Redis store remembers unless
+// WithDenyCache says otherwise: about 4096 × 140 bytes of memory.
+const DefaultDenyCacheSize = 4096
+
+// MaxDenyCacheTTL is the longest a denial is repeated from memory, however
+// long Redis said to wait: a key deleted by hand, or a Redis that lost its
+// data, is noticed within it.
+const MaxDenyCacheTTL = 10 * time.Second
+
+// DefaultMaxKeys is the bound on entries a Memory store holds unless
+// WithMaxKeys says otherwise: about a million identities and request ids.
+const DefaultMaxKeys = 1 << 20
 
 // RedisOption configures a Redis store (NewRedis).
 type RedisOption interface{ applyRedis(*Redis) }
@@ -42,6 +71,127 @@ func (o redisOption) applyRedis(r *Redis) { o(r) }
 type memoryOption func(*Memory)
 
 func (o memoryOption) applyMemory(m *Memory) { o(m) }
+
+type replayOption func(*replays)
+
+func (o replayOption) applyRedis(r *Redis)   { o(&r.replays) }
+func (o replayOption) applyMemory(m *Memory) { o(&m.replays) }
+
+// WithMaxReplays sets how many times a request admitted with a RequestID is
+// replayed (allowed again without a debit) for later requests carrying the
+// same id (default DefaultMaxReplays). One admission thus buys at most 1+n
+// calls with that id within the replay TTL. 0 turns request ids off: each
+// request is judged and debited on its own. Negative values count as 0.
+func WithMaxReplays(n int) Option {
+	return replayOption(func(p *replays) { p.max = int64(max(n, 0)) })
+}
+
+// WithReplayTTL sets how long after an admission its RequestID keeps
+// replaying (default DefaultReplayTTL). It is used in whole milliseconds,
+// rounded up, and at least 1ms. It should cover the caller's whole retry
+// window: a retry arriving later is judged, and debited, afresh.
+func WithReplayTTL(d time.Duration) Option {
+	return replayOption(func(p *replays) { p.ttl = d })
+}
+
+// WithPrefix sets the string every key starts with (default DefaultPrefix),
+// to share one Redis between applications or environments. The prefix must
+// not contain "{" or "}": the hash tag that keeps a decision's keys on one
+// Cluster slot must be the first braces in every key. WithPrefix panics if
+// it does.
+func WithPrefix(prefix string) RedisOption {
+	if strings.ContainsAny(prefix, "{}") {
+		panic(fmt.Sprintf("tollgate: store.WithPrefix(%q): the prefix must not contain braces, which would move the Cluster hash tag", prefix))
+	}
+	return redisOption(func(r *Redis) { r.prefix = prefix })
+}
+
+// WithBatching sets how concurrent decisions share round trips. A decision
+// that finds a free round trip (fewer than maxPipelines in flight) and
+// nobody waiting goes to Redis at once, alone, as it would without
+// batching; the others wait, and as soon as a round trip ends, everything
+// waiting, up to maxBatch decisions, goes in the next one as a single
+// pipeline of EVALSHA. So a lone caller never waits for a batch to fill,
+// and under load one write, one read and one Redis wake-up serve many
+// decisions. On a ClusterClient each primary has round trips of its own, so
+// a primary that is slow or unreachable holds up only the decisions whose
+// keys it serves.
+//
+// The defaults are DefaultBatchSize and DefaultMaxPipelines. maxBatch or
+// maxPipelines below 1 turns batching off: every decision is its own
+// round trip (Script.Run), as go-redis's AutoPipeliner needs when the store
+// is given one as its client.
+func WithBatching(maxBatch, maxPipelines int) RedisOption {
+	return redisOption(func(r *Redis) {
+		if maxBatch < 1 || maxPipelines < 1 {
+			r.batch = nil
+			return
+		}
+		r.batch = &batcher{maxBatch: maxBatch, maxPipelines: maxPipelines}
+	})
+}
+
+// WithBatchScript sets whether a batch of concurrent decisions (see
+// WithBatching) goes to Redis as one batch script call (on, the default)
+// or as a pipeline of one decide call each (off). One call reads the clock
+// once and runs one script for the whole batch, which costs Redis much less
+// per decision; each decision is still judged, written and answered on its
+// own, in order, as its own call would be. It applies only to a
+// *redis.Client (a single node, or Sentinel through NewFailoverClient): the
+// keys of a ClusterClient's or a Ring's decisions may live on different
+// nodes or slots, which one script call cannot declare together, so there
+// each decision keeps its own call.
+func WithBatchScript(on bool) RedisOption {
+	return redisOption(func(r *Redis) { r.noBatchScript = !on })
+}
+
+// WithDenyCache sets how many denials the store remembers in process
+// (rounded up to a multiple of denyWays; default DefaultDenyCacheSize); 0
+// turns the cache off.
+//
+// While a denial Redis gave is in force, the store answers requests with the
+// same Key and Limit and at least the same Cost from memory, with the
+// RetryAfter and ResetAfter Redis would give for their Cost less the time
+// since, or sends them to Redis when those cannot be known exactly. It never
+// denies what Redis would admit; requests with a RequestID always go to
+// Redis. Remaining is the remembered denial's. A denial is remembered at
+// most MaxDenyCacheTTL, and when one runs out a single request asks Redis
+// for the identity while the others wait for its answer. docs/store.md has
+// the reasoning.
+func WithDenyCache(size int) RedisOption {
+	return redisOption(func(r *Redis) {
+		r.deny = nil
+		if size > 0 {
+			r.deny = newDenyCache(size)
+		}
+	})
+}
+
+// WithClock sets the clock the store reads (default time.Now), for tests and
+// simulations; it must be safe for concurrent use. Only its microseconds
+// since the Unix epoch are used.
+func WithClock(now func() time.Time) MemoryOption {
+	return memoryOption(func(m *Memory) {
+		if now != nil {
+			m.clock = now
+		}
+	})
+}
+
+// WithMaxKeys bounds how many entries (identity states and remembered
+// request ids) the store holds; n ≤ 0 means DefaultMaxKeys. When a new
+// entry would exceed the bound, the entry closest to expiry in its shard is
+// dropped first: a bucket about to be full again, a window about to end, a
+// request id about to be forgotten. Its identity then starts afresh (a full
+// bucket, an empty window; an id judged anew), so a store too small for its
+// traffic admits a little more than its limits rather than grow.
+func WithMaxKeys(n int) MemoryOption {
+	return memoryOption(func(m *Memory) {
+		if n > 0 {
+			m.maxKeys = n
+		}
+	})
+}
 
 // replays is the request-id configuration both stores share.
 type replays struct {
@@ -87,25 +237,3 @@ func setReplayTTL(reqs []tollgate.Request) time.Duration {
 
 // wholeMs is d in whole milliseconds, rounded up, at least one.
 func wholeMs(d time.Duration) int64 { return max(int64((d+time.Millisecond-1)/time.Millisecond), 1) }
-
-type replayOption func(*replays)
-
-func (o replayOption) applyRedis(r *Redis)   { o(&r.replays) }
-func (o replayOption) applyMemory(m *Memory) { o(&m.replays) }
-
-// WithMaxReplays sets how many times a request admitted with a RequestID is
-// replayed (allowed again without a debit) for later requests carrying the
-// same id (default DefaultMaxReplays). One admission thus buys at most 1+n
-// calls with that id within the replay TTL. 0 turns request ids off: each
-// request is judged and debited on its own. Negative values count as 0.
-func WithMaxReplays(n int) Option {
-	return replayOption(func(p *replays) { p.max = int64(max(n, 0)) })
-}
-
-// WithReplayTTL sets how long after an admission its RequestID keeps
-// replaying (default DefaultReplayTTL). It is used in whole milliseconds,
-// rounded up, and at least 1ms. It should cover the caller's whole retry
-// window: a retry arriving later is judged, and debited, afresh.
-func WithReplayTTL(d time.Duration) Option {
-	return replayOption(func(p *replays) { p.ttl = d })
-}

@@ -4,17 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 )
-
-// DefaultPrefix starts every key the Redis store writes, unless WithPrefix
-// says otherwise.
-const DefaultPrefix = "tollgate:"
 
 // Redis is a tollgate.Store that makes every decision with one Lua script on
 // Redis (package lua): the refill, the check and the debit run on the Redis
@@ -72,18 +66,6 @@ type Redis struct {
 	deny *denyCache
 }
 
-// WithPrefix sets the string every key starts with (default DefaultPrefix),
-// to share one Redis between applications or environments. The prefix must
-// not contain "{" or "}": the hash tag that keeps a decision's keys on one
-// Cluster slot must be the first braces in every key. WithPrefix panics if
-// it does.
-func WithPrefix(prefix string) RedisOption {
-	if strings.ContainsAny(prefix, "{}") {
-		panic(fmt.Sprintf("tollgate: store.WithPrefix(%q): the prefix must not contain braces, which would move the Cluster hash tag", prefix))
-	}
-	return redisOption(func(r *Redis) { r.prefix = prefix })
-}
-
 // NewRedis returns a store deciding on c with the given options. c is used as
 // it is: its retry settings do not apply to the store's script calls, which
 // are never re-sent (see Redis). Concurrent decisions share round trips
@@ -132,9 +114,9 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	mode := r.modeFor(req.RequestID)
+	mode := r.modeFor(req.RequestID, req.ReplayTTL)
 	var tk ticket
-	if mode == modeNoID { // a request id may replay an admission: only Redis knows
+	if !mode.markers() { // a request id may replay an admission: only Redis knows
 		var denied bool
 		var d tollgate.Decision
 		if d, denied, tk, err = r.deny.consult(ctx, req); denied || err != nil {
@@ -142,17 +124,17 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		}
 	}
 	d, err := r.decide(ctx, req, mode)
-	tk.settle(d, err == nil)
+	tk.record(d, err == nil)
 	return d, r.wrap(req, err)
 }
 
 // decide sends req (normalized) in mode as one decide script call.
-func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode int64) (tollgate.Decision, error) {
-	c := r.newCall(ctx, []tollgate.Request{req}, mode, req.RequestID, r.replays.ttlMsFor(req.ReplayTTL))
+func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode decideMode) (tollgate.Decision, error) {
+	c := r.newCall(ctx, []tollgate.Request{req}, mode)
 	if err := r.send(ctx, c); err != nil {
 		return tollgate.Decision{}, err // c is abandoned to its runner
 	}
-	d, err := decisionOf(c.reply), c.err
+	d, err := c.decisions[0], c.err
 	calls.Put(c)
 	if err != nil {
 		r.refreshRouting(err)
@@ -188,33 +170,37 @@ func (r *Redis) refreshRouting(err error) {
 	r.cluster.ReloadState(context.Background())
 }
 
-// modeFor is the decide mode (ARGV[1]) of a decision carrying requestID:
-// the store's max replays, or modeNoID without an id or with ids off.
-func (r *Redis) modeFor(requestID string) int64 {
-	if requestID == "" {
-		return modeNoID
+// Peek reports what Allow would answer for req now, without a debit and
+// without reading or recording its RequestID: one decide script call in
+// its read-only mode, which writes nothing.
+func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	req, err := req.Normalized()
+	if err != nil {
+		return tollgate.Decision{}, err
 	}
-	return r.replays.max
+	d, err := r.decide(ctx, req, decideMode{peek: true})
+	if err != nil {
+		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: peek: %w", err)
+	}
+	return d, nil
 }
 
-// errBadReply means a script answered something other than lua/doc.go
-// says (five integers per group and the time; a batch: each decision's
-// compact answer and the time): the scripts on the server are not the ones
-// this package was built with.
-var errBadReply = errors.New("script reply is not what lua/doc.go says the script answers")
-
-// decisionOf turns a script's {allowed, remaining, retry_after_us,
-// reset_after_us, replayed}, the first five integers of v, into a Decision;
-// the zero Decision when v is shorter (a failed call).
-func decisionOf(v []int64) tollgate.Decision {
-	if len(v) < 5 {
-		return tollgate.Decision{}
+// Reset forgets req's Key under req's algorithm (a DEL of its state key):
+// a full bucket or an empty window again. Request ids it admitted are still
+// remembered. This store's deny cache forgets the identity too; another
+// store's remembered denial of it runs out on its own (at most
+// MaxDenyCacheTTL).
+func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
+	req, err := req.Normalized()
+	if err != nil {
+		return err
 	}
-	return tollgate.Decision{
-		Allowed:    v[0] == 1,
-		Remaining:  v[1],
-		RetryAfter: time.Duration(v[2]) * time.Microsecond,
-		ResetAfter: time.Duration(v[3]) * time.Microsecond,
-		Replayed:   v[4] == 1,
+	if r.deny != nil {
+		defer r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm))
 	}
+	k := decisionKeys(r.prefix, req.Limit.Algorithm, req.Key, "")[0]
+	if err := r.client.Del(ctx, k).Err(); err != nil {
+		return fmt.Errorf("tollgate: redis store: reset: %w", err)
+	}
+	return nil
 }

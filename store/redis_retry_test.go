@@ -95,7 +95,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 			t.Fatal(err)
 		}
 	}
-	if st.batchScript() { // and the batch script, which carries a batch here
+	if st.usesBatchScript() { // and the batch script, which carries a batch here
 		for _, srv := range tc.servers {
 			if err := srv.Client(t).ScriptLoad(ctx, lua.Source(lua.Batch)).Err(); err != nil {
 				t.Fatal(err)
@@ -176,11 +176,11 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, st.newCall(ctx, []tollgate.Request{req}, modeNoID, "", 0))
+		batch = append(batch, st.newCall(ctx, []tollgate.Request{req}, decideMode{}))
 	}
 	runs = asleep(func() { st.runBatch(batch) })
 	want := int64(9) // one decide call each; one batch script call for all where the store sends one
-	if st.batchScript() {
+	if st.usesBatchScript() {
 		want = 1
 	}
 	if runs != want {

@@ -73,3 +73,56 @@ func TestParamsOfCalendar(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterFor drives every algorithm to random states and checks,
+// for each denial there, that every cost RetryAfterFor claims to know from
+// the denial alone gets exactly the RetryAfter the algorithm gives it, and
+// that it knows enough of them for the check to mean something.
+func TestRetryAfterFor(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
+		decide := For(a)
+		known, checked := 0, 0
+		for range 2_000 {
+			p := Params{Rate: 1 + rng.Int64N(12), Period: 1 + rng.Int64N(50_000)}
+			p.Capacity = p.Rate
+			if a == tollgate.TokenBucket || a == tollgate.GCRA {
+				p.Capacity = 1 + rng.Int64N(16)
+			}
+			var s State
+			now := rng.Int64N(1 << 40)
+			for range rng.IntN(20) {
+				now += rng.Int64N(p.Period)
+				q := p
+				q.Cost = 1 + rng.Int64N(p.Capacity)
+				s, _ = decide(s, now, q)
+			}
+			for c0 := int64(1); c0 <= p.Capacity; c0++ {
+				denied := p
+				denied.Cost = c0
+				if _, r := decide(s, now, denied); !r.Allowed {
+					for c := c0; c <= p.Capacity; c++ {
+						q := p
+						q.Cost = c
+						_, want := decide(s, now, q)
+						got, ok := RetryAfterFor(a, denied, r.RetryAfter, r.ResetAfter, c)
+						checked++
+						if !ok {
+							continue
+						}
+						known++
+						if got != want.RetryAfter {
+							t.Fatalf("%s %+v on %+v at %d, denied cost %d (retry %d, reset %d): cost %d waits %d, RetryAfterFor says %d",
+								a, p, s, now, c0, r.RetryAfter, r.ResetAfter, c, want.RetryAfter, got)
+						}
+					}
+					break
+				}
+			}
+		}
+		t.Logf("%s: %d of %d larger costs known from the denial", a, known, checked)
+		if known < checked/4 {
+			t.Errorf("%s: RetryAfterFor knew %d of %d costs: the check proves little", a, known, checked)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
+)
+
+// decideMode is how a decide call judges its groups: a peek, or a decision
+// with or without a request id.
+type decideMode struct {
+	peek bool // judge only: no debit, no marker read or written
+	// replays > 0: the groups carry the markers of requestID, an admission
+	// replays at most replays times and its markers live ttlMs.
+	replays, ttlMs int64
+	requestID      string
+}
+
+// ARGV[1] of a decide call (lua/doc.go) without a request id, and of a
+// peek; with markers it is the replays.
+const (
+	modeNoID = 0
+	modePeek = -1
+)
+
+// modeFor is the mode of a decision carrying requestID, whose ReplayTTL is
+// replayTTL: with markers when it has an id and request ids are on.
+func (r *Redis) modeFor(requestID string, replayTTL time.Duration) decideMode {
+	if requestID == "" || r.replays.max == 0 {
+		return decideMode{}
+	}
+	return decideMode{replays: r.replays.max, ttlMs: r.replays.ttlMsFor(replayTTL), requestID: requestID}
+}
+
+// markers reports whether the call reads and writes request-id markers.
+func (m decideMode) markers() bool { return !m.peek && m.replays > 0 }
+
+// header is how many ARGV come before the groups': the mode, and the
+// markers' TTL when there are markers.
+func (m decideMode) header() int {
+	if m.markers() {
+		return 2
+	}
+	return 1
+}
+
+// arg is the mode as ARGV[1] carries it.
+func (m decideMode) arg() int64 {
+	switch {
+	case m.peek:
+		return modePeek
+	case m.markers():
+		return m.replays
+	}
+	return modeNoID
+}
+
+const (
+	maxHeader = 2 // mode, replay TTL
+	groupArgs = 5 // algorithm, rate, period, capacity, cost
+)
+
+// call is one decide script call on its way to Redis: the script's KEYS and
+// ARGV, laid out so that handing them to go-redis (as pointers, which box
+// without allocating) costs nothing beyond the call itself, and the answer.
+// A call of one group (a single decision) uses the arrays in the call; a
+// call of several groups allocates its slices.
+type call struct {
+	groups int
+	mode   decideMode
+	keys   []string // the groups' state keys, then their markers
+	argv   []int64  // mode, replay TTL (with markers), then groupArgs per group
+	args   []any    // EVALSHA sha numkeys KEYS... ARGV...
+	// deadline is the caller's context deadline; zero for none.
+	deadline time.Time
+
+	// Written by whoever runs the call, then signalled on done.
+	decisions []tollgate.Decision // one per group, valid when err is nil
+	now       int64               // the server time of the reply, µs
+	err       error
+	done      chan struct{} // capacity 1, so the runner never blocks on a caller that left
+
+	keyBuf      [2]string
+	argvBuf     [maxHeader + groupArgs]int64
+	argBuf      [3 + 2 + maxHeader + groupArgs]any
+	decisionBuf [1]tollgate.Decision
+}
+
+// calls recycles calls whose caller read the answer. A call abandoned by
+// its caller (context done while it was in flight) is left to the garbage
+// collector: its runner may still write to it.
+var calls = sync.Pool{New: func() any {
+	return &call{done: make(chan struct{}, 1)}
+}}
+
+// newCall takes a call from the pool and fills it in under ctx for reqs
+// (normalized, one slot's worth; see AllowAll) in mode.
+func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decideMode) *call {
+	c := calls.Get().(*call)
+	n := len(reqs)
+	nkeys, header := n, mode.header()
+	if mode.markers() {
+		nkeys = 2 * n
+	}
+	nargv := header + groupArgs*n
+	c.groups, c.mode = n, mode
+	if n == 1 {
+		c.keys, c.argv, c.args, c.decisions = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+nargv], c.decisionBuf[:]
+	} else {
+		c.keys, c.argv, c.args, c.decisions = make([]string, nkeys), make([]int64, nargv), make([]any, 3+nkeys+nargv), make([]tollgate.Decision, n)
+	}
+	c.argv[0] = mode.arg()
+	id := ""
+	if mode.markers() {
+		c.argv[1], id = mode.ttlMs, mode.requestID
+	}
+	for i, req := range reqs {
+		var k [2]string
+		fillDecisionKeys(&k, r.prefix, req.Limit.Algorithm, req.Key, id)
+		c.keys[i] = k[0]
+		if mode.markers() {
+			c.keys[n+i] = k[1]
+		}
+		p := algo.ParamsOf(req)
+		g := c.argv[header+groupArgs*i:]
+		g[0], g[1], g[2], g[3], g[4] = int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost
+	}
+	c.args[2] = int64(nkeys)
+	for i := range c.keys {
+		c.args[3+i] = &c.keys[i]
+	}
+	for i := range c.argv {
+		c.args[3+nkeys+i] = &c.argv[i]
+	}
+	c.deadline, _ = ctx.Deadline()
+	c.now, c.err = 0, nil
+	return c
+}
+
+// debited reports whether the call, answered without an error, debited its
+// groups: it admitted them and did not replay an earlier admission.
+func (c *call) debited() bool { return c.decisions[0].Allowed && !c.decisions[0].Replayed }

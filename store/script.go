@@ -1,0 +1,127 @@
+package store
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/lua"
+)
+
+// script is one of package lua's scripts as the store calls it. A call's
+// arguments are EVALSHA sha numkeys KEYS... ARGV...; its first two places
+// are filled in when it is sent.
+type script struct {
+	sha, src any // EVALSHA's and EVAL's second argument, boxed once
+	// newCmd returns the command carrying a call's arguments: it reads the
+	// script's reply, and says whether go-redis may re-send it.
+	newCmd func(ctx context.Context, args ...any) redis.Cmder
+}
+
+// The scripts the store calls (lua/doc.go has what each takes and answers).
+var (
+	decideScript = newScript(lua.Decide, sentOnce)
+	batchScript  = newScript(lua.Batch, sentOnce)
+	// A refund claims a nonce key before it gives anything back, so a copy
+	// that runs twice gives back once: it may be re-sent.
+	refundScript = newScript(lua.Refund, resendable)
+)
+
+func newScript(s lua.Script, newCmd func(context.Context, ...any) redis.Cmder) *script {
+	return &script{sha: lua.Hash(s), src: lua.Source(s), newCmd: newCmd}
+}
+
+// Script-call arguments that never change, boxed once: converting a string
+// to an interface value allocates.
+var (
+	evalshaArg any = "evalsha"
+	evalArg    any = "eval"
+)
+
+// scriptCmd is a script call that go-redis must send at most once. go-redis
+// re-sends a command whose reply did not arrive (a read timeout, a
+// connection closed under it: MaxRetries, and a ClusterClient's
+// MaxRedirects), and Redis may have run the first copy, so a re-sent
+// decision could be debited twice. A command whose NoRetry is true is never
+// re-sent once written, alone or in a pipeline, by any go-redis client;
+// redirects (MOVED, ASK), which mean it did not run, are still followed.
+type scriptCmd struct{ *redis.IntSliceCmd }
+
+// NoRetry reports that the command must not be re-sent.
+func (scriptCmd) NoRetry() bool { return true }
+
+// sentOnce is the command of a script answering integers that must run at
+// most once per call: a scriptCmd.
+func sentOnce(ctx context.Context, args ...any) redis.Cmder {
+	return scriptCmd{redis.NewIntSliceCmd(ctx, args...)}
+}
+
+// resendable is the command of an idempotent script, which go-redis
+// re-sends like any command.
+func resendable(ctx context.Context, args ...any) redis.Cmder { return redis.NewCmd(ctx, args...) }
+
+// command returns a call of s on args as EVALSHA, or as EVAL with the
+// script's source (which also loads it on the node that runs it) when eval
+// is set.
+func (s *script) command(ctx context.Context, args []any, eval bool) redis.Cmder {
+	if eval {
+		args[0], args[1] = evalArg, s.src
+	} else {
+		args[0], args[1] = evalshaArg, s.sha
+	}
+	cmd := s.newCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3) // KEYS[1]: the Cluster slot, without parsing numkeys
+	return cmd
+}
+
+// isNoScript reports a reply saying the server does not have the script:
+// after a restart, a failover, SCRIPT FLUSH, or on a Cluster node that never
+// ran it.
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// runScript sends one call of s alone under ctx: EVALSHA, then EVAL once on
+// NOSCRIPT, as go-redis's Script.Run does. The command returned holds the
+// reply.
+func runScript(ctx context.Context, c redis.UniversalClient, s *script, args []any) redis.Cmder {
+	cmd := s.command(ctx, args, false)
+	if err := c.Process(ctx, cmd); isNoScript(err) {
+		cmd = s.command(ctx, args, true)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// scriptCall is one call in a pipeline of script calls: the script, its
+// arguments, and once run, the command holding the reply.
+type scriptCall struct {
+	script *script
+	args   []any
+	cmd    redis.Cmder
+}
+
+// runScripts sends calls as one pipeline under ctx, then the calls answered
+// NOSCRIPT as a second pipeline of EVAL, so that each script is loaded on
+// exactly the nodes that lacked it. Every call's cmd holds its reply.
+func runScripts(ctx context.Context, c redis.UniversalClient, calls []scriptCall) {
+	pipe := c.Pipeline()
+	for i := range calls {
+		calls[i].cmd = calls[i].script.command(ctx, calls[i].args, false)
+		_ = pipe.Process(ctx, calls[i].cmd)
+	}
+	_, _ = pipe.Exec(ctx) // every command carries its own error
+	var again redis.Pipeliner
+	for i := range calls {
+		if isNoScript(calls[i].cmd.Err()) {
+			if again == nil {
+				again = c.Pipeline()
+			}
+			calls[i].cmd = calls[i].script.command(ctx, calls[i].args, true)
+			_ = again.Process(ctx, calls[i].cmd)
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+}
