@@ -365,6 +365,28 @@ type Store interface {
 	// Reset forgets the state of req's Key under req's Limit.Algorithm: the
 	// identity is back to a full bucket or an empty window.
 	Reset(ctx context.Context, req Request) error
+	// Settle makes cost, 0 to MaxRate, the final cost of req, a request
+	// the store admitted with admitted, its Decision. A smaller cost gives
+	// the difference back, never creating quota that was not debited: a
+	// bucket never above its capacity (less any refill it could have lost
+	// to it since), a window only while the window debited is stored. A
+	// larger one debits the rest even past empty: the identity is in debt,
+	// with Remaining 0, until the refill has paid it back. The Decision
+	// says whether a request of req.Cost would be admitted now (and when,
+	// RetryAfter, if not), and the units available now.
+	//
+	// With a RequestID a settlement is idempotent for the store's replay
+	// TTL: settling the id again applies only the difference from the cost
+	// it was last settled at. Without one, a settle whose reply is lost is
+	// an error and may have been applied once; the store never applies it
+	// twice, and the caller must not resend it. The store cannot tell
+	// whether req was really admitted: settling a denied request debits
+	// what it was never given.
+	Settle(ctx context.Context, req Request, admitted Decision, cost int64) (Decision, error)
+	// SettleAll settles a set AllowAll admitted, reqs[i] with admitted[i]
+	// at costs[i], as Settle does, in one step where the set was decided in
+	// one.
+	SettleAll(ctx context.Context, reqs []Request, admitted []Decision, costs []int64) ([]Decision, error)
 }
 
 // MaxAllowAll is the most requests one Store.AllowAll call decides.

@@ -103,7 +103,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	}
 	l.slotTimeout = c.slotTimeout
 	l.ov.st, _ = st.(tollgate.OverrideStore)
-	l.ov.refresh, l.ov.calls = c.overrideRefresh, l.calls
+	l.ov.refresh, l.ov.timeout = c.overrideRefresh, c.storeTimeout
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}

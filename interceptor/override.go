@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // DefaultOverrideRefresh is how often a Limiter asks its store whether an
@@ -64,7 +63,7 @@ func (l *Limiter) SetOverride(ctx context.Context, rule string, who Caller, limi
 	if err := l.ov.st.SetOverride(ctx, rule, o, ttl); err != nil {
 		return storeError(rule, err)
 	}
-	l.ov.invalidate()
+	l.ov.reload(ctx, l.book.Load().rules)
 	return nil
 }
 
@@ -79,7 +78,7 @@ func (l *Limiter) DeleteOverride(ctx context.Context, rule string, who Caller) e
 	if err := l.ov.st.DeleteOverride(ctx, rule, key); err != nil {
 		return storeError(rule, err)
 	}
-	l.ov.invalidate()
+	l.ov.reload(ctx, l.book.Load().rules)
 	return nil
 }
 
@@ -157,14 +156,15 @@ func storeError(rule string, err error) error {
 type overrides struct {
 	st      tollgate.OverrideStore // nil when the store keeps none
 	refresh time.Duration
-	calls   *storecall.Policy
+	timeout time.Duration // of each read
 
 	// checked is when the version was last asked (UnixNano); refreshing
 	// is held by the one call asking.
 	checked    atomic.Int64
 	refreshing atomic.Bool
-	// none: the store holds no override at all, so lookups are skipped.
-	none atomic.Bool
+	// none: the store holds no override at all, so lookups are skipped;
+	// loaded: they were read once.
+	none, loaded atomic.Bool
 
 	mu      sync.RWMutex
 	version int64
@@ -186,9 +186,18 @@ func (o *overrides) reset() {
 	o.invalidate()
 }
 
-// invalidate makes the next lookup ask the store: this replica changed an
-// override and sees it at once.
+// invalidate makes the next lookup ask the store.
 func (o *overrides) invalidate() { o.checked.Store(0) }
+
+// reload reads the overrides now: this replica changed one and applies it
+// at once.
+func (o *overrides) reload(ctx context.Context, rules []*rule) {
+	for !o.refreshing.CompareAndSwap(false, true) {
+		time.Sleep(time.Millisecond) // a background read is under way
+	}
+	o.load(ctx, time.Now(), rules)
+	o.refreshing.Store(false)
+}
 
 // lookup returns the override of key under rule, if one is in force;
 // rules are the rules in force, whose overrides a refresh reads.
@@ -198,8 +207,18 @@ func (o *overrides) lookup(ctx context.Context, rules []*rule, rule, key string)
 	}
 	now := time.Now()
 	if now.UnixNano()-o.checked.Load() >= int64(o.refresh) && o.refreshing.CompareAndSwap(false, true) {
-		o.load(ctx, now, rules)
-		o.refreshing.Store(false)
+		if o.loaded.Load() {
+			// Asked in the background: no call waits on the store for it.
+			go func() {
+				o.load(context.Background(), now, rules)
+				o.refreshing.Store(false)
+			}()
+		} else {
+			// Nothing read yet: this call waits, so that a replica does not
+			// start by admitting a blocked caller.
+			o.load(ctx, now, rules)
+			o.refreshing.Store(false)
+		}
 	}
 	if o.none.Load() {
 		return cachedOverride{}, false
@@ -218,12 +237,12 @@ func (o *overrides) lookup(ctx context.Context, rules []*rule, rule, key string)
 // try.
 func (o *overrides) load(ctx context.Context, now time.Time, rules []*rule) {
 	o.checked.Store(now.UnixNano())
-	ctx = context.WithoutCancel(ctx)
-	var v int64
-	if _, _, err := o.calls.Do(ctx, func(ctx context.Context) (err error) {
-		v, err = o.st.OverridesVersion(ctx)
-		return err
-	}); err != nil {
+	// Its own deadline, and not the breaker's business: a background read
+	// must not open the breaker for the calls' decisions.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
+	defer cancel()
+	v, err := o.st.OverridesVersion(ctx)
+	if err != nil {
 		return
 	}
 	o.mu.RLock()
@@ -235,11 +254,8 @@ func (o *overrides) load(ctx context.Context, now time.Time, rules []*rule) {
 	byRule := make(map[string]map[string]cachedOverride)
 	n := 0
 	for _, r := range rules {
-		var os []tollgate.Override
-		if _, _, err := o.calls.Do(ctx, func(ctx context.Context) (err error) {
-			os, err = o.st.Overrides(ctx, r.Name)
-			return err
-		}); err != nil {
+		os, err := o.st.Overrides(ctx, r.Name)
+		if err != nil {
 			return
 		}
 		for _, ov := range os {
@@ -254,4 +270,5 @@ func (o *overrides) load(ctx context.Context, now time.Time, rules []*rule) {
 	o.version, o.byRule = v, byRule
 	o.mu.Unlock()
 	o.none.Store(n == 0)
+	o.loaded.Store(true)
 }

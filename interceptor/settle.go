@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -198,26 +197,16 @@ func (l *Limiter) applySettle(ctx context.Context, s *settlement, cost int64) er
 }
 
 func (l *Limiter) callSettle(ctx context.Context, s *settlement, cost int64) error {
-	st, ok := s.st.(storeSettler)
-	if !ok {
-		return errors.New("interceptor: the store cannot settle")
-	}
 	if len(s.reqs) == 1 {
-		_, err := st.Settle(ctx, s.reqs[0], s.decs[0], cost)
+		_, err := s.st.Settle(ctx, s.reqs[0], s.decs[0], cost)
 		return err
 	}
 	costs := make([]int64, len(s.reqs))
 	for i := range costs {
 		costs[i] = cost
 	}
-	_, err := st.SettleAll(ctx, s.reqs, s.decs, costs)
+	_, err := s.st.SettleAll(ctx, s.reqs, s.decs, costs)
 	return err
-}
-
-// storeSettler is the settling part of tollgate.Store.
-type storeSettler interface {
-	Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error)
-	SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error)
 }
 
 // newSettleID returns a request id for the settlement of a call that came

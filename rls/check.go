@@ -298,13 +298,7 @@ func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outc
 	case kindRefund:
 		r, err = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
 			// Nobody kept the admission: the zero Decisions say so.
-			st, ok := s.store.(interface {
-				SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error)
-			})
-			if !ok {
-				return fmt.Errorf("rls: the store cannot give hits back")
-			}
-			c.decs, err = st.SettleAll(ctx, c.reqs, make([]tollgate.Decision, len(c.reqs)), make([]int64, len(c.reqs)))
+			c.decs, err = s.store.SettleAll(ctx, c.reqs, make([]tollgate.Decision, len(c.reqs)), make([]int64, len(c.reqs)))
 			return err
 		})
 		if r == storecall.Decided {

@@ -29,6 +29,9 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	if err != nil {
 		return nil, err
 	}
+	if reqs[0].Overdraw {
+		return r.overdraw(ctx, reqs)
+	}
 	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
 	parts := r.partition(reqs)
 	if len(parts) == 1 {

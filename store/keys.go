@@ -160,6 +160,37 @@ func decisionKeys(prefix string, alg tollgate.Algorithm, identity, requestID str
 // in the decision's call, and returning how many keys it wrote. The names
 // share one backing string: one allocation for both, on every decision.
 func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, identity, requestID string) int {
+	return fillKeys(dst, prefix, algorithmCode[alg], identity, requestID)
+}
+
+// Codes of the keys that are not an algorithm's state, on an identity's
+// tag beside its states: its in-flight slots and its overrides.
+const (
+	slotsCode    = "if"
+	overrideCode = "ov"
+)
+
+// keyOf returns the key named code of identity: prefix{tag}/part:code, as
+// a state key is named.
+func keyOf(prefix, code, identity string) string {
+	var k [2]string
+	fillKeys(&k, prefix, code, identity, "")
+	return k[0]
+}
+
+// recordKey returns the key of requestID's settle record of the state
+// named stateKey: on its tag, beside its request-id marker.
+func recordKey(stateKey, requestID string) string {
+	var b strings.Builder
+	b.Grow(len(stateKey) + 3 + encodedHashLen)
+	b.WriteString(stateKey)
+	b.WriteString(":s:")
+	appendHash(&b, requestID)
+	return b.String()
+}
+
+// fillKeys is fillDecisionKeys for the key named code.
+func fillKeys(dst *[2]string, prefix, code, identity, requestID string) int {
 	head, part, hasPart := strings.Cut(identity, partSeparator)
 	escapedLen := escapedTagLen(head)
 	tagLen := escapedLen
@@ -173,7 +204,6 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 			partLen = 2 + encodedHashLen
 		}
 	}
-	code := algorithmCode[alg]
 	baseLen := len(prefix) + 1 + tagLen + 1 + partLen + 1 + len(code) // prefix{tag}/part:code
 	n := baseLen
 	if requestID != "" {

@@ -81,6 +81,13 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
+	if req.Overdraw {
+		d, err := m.AllowAll(ctx, []tollgate.Request{req})
+		if err != nil {
+			return tollgate.Decision{}, err
+		}
+		return d[0], nil
+	}
 	if req.RequestID == "" || m.replays.max == 0 {
 		return m.decideOne(req), nil
 	}
@@ -104,7 +111,7 @@ func (m *Memory) decideOne(req tollgate.Request) tollgate.Decision {
 	}
 	sh.mu.Unlock()
 	m.sweep(sh, now)
-	return decisionOf(r)
+	return decisionOf(r, now)
 }
 
 // AllowAll decides reqs all or nothing (see tollgate.Store): the shards of
@@ -118,7 +125,11 @@ func (m *Memory) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 		return nil, err
 	}
 	set := make([]member, len(reqs))
-	m.decide(reqs, set, setReplayTTL(reqs))
+	if reqs[0].Overdraw {
+		m.overdraw(reqs, set)
+	} else {
+		m.decide(reqs, set, setReplayTTL(reqs))
+	}
 	out := make([]tollgate.Decision, len(reqs))
 	for i := range set {
 		out[i] = set[i].d
@@ -135,10 +146,14 @@ func (m *Memory) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	}
 	now := m.clock().UnixMicro()
 	sh, _, k := m.locate(req)
+	p := algo.ParamsOf(req)
 	sh.mu.Lock()
-	_, r := algo.For(req.Limit.Algorithm)(sh.state(k, now), now, algo.ParamsOf(req))
+	st := sh.state(k, now)
+	_, r := algo.For(req.Limit.Algorithm)(st, now, p)
 	sh.mu.Unlock()
-	return decisionOf(r), nil
+	d := decisionOf(r, now)
+	d.Debt = algo.Debt(req.Limit.Algorithm, st, now, p)
+	return d, nil
 }
 
 // Reset forgets req's Key under req's algorithm: a full bucket or an empty
@@ -244,19 +259,19 @@ func (m *Memory) sweep(sh *memShard, now int64) {
 func (m *Memory) replay(set []member, requestID string, now int64) bool {
 	for i := range set {
 		e := set[i].sh.live(set[i].state.marker(requestID), now)
-		if e == nil || e.replays >= m.replays.max {
+		if e == nil || e.count >= m.replays.max {
 			return false
 		}
 		set[i].marker = e
 	}
 	for i := range set {
 		if earlier(set, i) < 0 {
-			set[i].marker.replays++
+			set[i].marker.count++
 		}
 		p := set[i].p
 		p.Cost = 0
 		_, r := set[i].alg(set[i].sh.state(set[i].state, now), now, p)
-		set[i].d = replayOf(r)
+		set[i].d = replayOf(r, now)
 	}
 	return true
 }
@@ -276,7 +291,7 @@ func judge(set []member, now int64) bool {
 		}
 		var r algo.Result
 		set[i].after, r = set[i].alg(st, now, set[i].p)
-		set[i].ttl, set[i].d = r.TTL, decisionOf(r)
+		set[i].ttl, set[i].d = r.TTL, decisionOf(r, now)
 		all = all && r.Allowed
 	}
 	if !all {
@@ -297,21 +312,23 @@ func earlier(set []member, i int) int {
 	return -1
 }
 
-// decisionOf is the Decision of an algorithm's result r.
-func decisionOf(r algo.Result) tollgate.Decision {
+// decisionOf is the Decision of an algorithm's result r at now (µs).
+func decisionOf(r algo.Result, now int64) tollgate.Decision {
 	return tollgate.Decision{
 		Allowed:    r.Allowed,
 		Remaining:  r.Remaining,
 		RetryAfter: micros(r.RetryAfter),
 		ResetAfter: micros(r.ResetAfter),
+		Debt:       r.Debt,
+		At:         time.UnixMicro(now),
 	}
 }
 
 // replayOf is the Decision replaying an admission on the state r read with
 // cost 0: admitted, not debited again, with that state's Remaining and
 // ResetAfter.
-func replayOf(r algo.Result) tollgate.Decision {
-	return tollgate.Decision{Allowed: true, Remaining: r.Remaining, ResetAfter: micros(r.ResetAfter), Replayed: true}
+func replayOf(r algo.Result, now int64) tollgate.Decision {
+	return tollgate.Decision{Allowed: true, Remaining: r.Remaining, ResetAfter: micros(r.ResetAfter), Replayed: true, At: time.UnixMicro(now)}
 }
 
 // locate returns the shard of a normalized request, its index and the name

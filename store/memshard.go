@@ -21,11 +21,20 @@ type memKey struct {
 	hashed    bool   // identity is the SHA-256 of a long Key
 	identity  string // Request.Key, or its SHA-256
 	requestID string // "" for a state
+	// record: with requestID, the settle record of that id, not its marker.
+	record bool
 }
 
 // marker names the marker of requestID for the state k names.
 func (k memKey) marker(requestID string) memKey {
 	k.requestID = requestID
+	return k
+}
+
+// settleRecord names the record of requestID's settlements of the state k
+// names.
+func (k memKey) settleRecord(requestID string) memKey {
+	k.requestID, k.record = requestID, true
 	return k
 }
 
@@ -36,8 +45,9 @@ type entry struct {
 	// state is an algorithm's state: absent from the instant the entry
 	// expires, as its Redis key would be.
 	state algo.State
-	// replays is a marker's count of replays used.
-	replays int64
+	// count is a marker's replays used, or a settle record's final cost:
+	// the cost its request id was last settled at.
+	count int64
 	// expires (µs) is when the entry is gone: the state's expiry, or the
 	// marker's.
 	expires int64
@@ -110,7 +120,7 @@ func (sh *memShard) put(k memKey, st algo.State, now, ttl int64) {
 // now.
 func (sh *memShard) mark(k memKey, now, ttl int64) {
 	e := sh.upsert(k, now)
-	e.replays = 0
+	e.count = 0
 	sh.setExpiry(e, now+ttl)
 }
 

@@ -114,6 +114,13 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
+	if req.Overdraw {
+		ds, err := r.overdraw(ctx, []tollgate.Request{req})
+		if err != nil {
+			return tollgate.Decision{}, err
+		}
+		return ds[0], nil
+	}
 	mode := r.modeFor(req.RequestID, req.ReplayTTL)
 	var tk ticket
 	if !mode.markers() { // a request id may replay an admission: only Redis knows
@@ -172,13 +179,21 @@ func (r *Redis) refreshRouting(err error) {
 
 // Peek reports what Allow would answer for req now, without a debit and
 // without reading or recording its RequestID: one decide script call in
-// its read-only mode, which writes nothing.
+// its read-only mode, which writes nothing. A denial also reports the
+// identity's Debt, which takes a settle script call at the reserved cost
+// (which writes nothing either).
 func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
 	req, err := req.Normalized()
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
 	d, err := r.decide(ctx, req, decideMode{peek: true})
+	if err == nil && !d.Allowed {
+		var s []tollgate.Decision
+		if s, err = r.settle(ctx, []tollgate.Request{req}, []tollgate.Decision{{}}, []int64{req.Cost}, false); err == nil {
+			d.Debt = s[0].Debt
+		}
+	}
 	if err != nil {
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: peek: %w", err)
 	}

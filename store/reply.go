@@ -63,10 +63,11 @@ func (c *call) read(cmd redis.Cmder) {
 		c.err = err
 		return
 	}
+	c.now = v[len(v)-1]
 	for i := range c.decisions {
 		c.decisions[i] = groupReply(v[groupReplyLen*i:]).decision()
+		c.decisions[i].At = time.UnixMicro(c.now)
 	}
-	c.now = v[len(v)-1]
 }
 
 // read gives each call of s its own answer from cmd's reply, a batch
@@ -103,6 +104,7 @@ func (s *shared) read(cmd redis.Cmder) {
 			c.err = err
 		} else {
 			c.now = v[len(v)-1]
+			c.decisions[0].At = time.UnixMicro(c.now)
 		}
 	}
 }

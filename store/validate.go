@@ -26,5 +26,40 @@ func normalizeAll(reqs []tollgate.Request) ([]tollgate.Request, error) {
 		}
 		out[i] = n
 	}
+	if err := checkOverdraw(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkOverdraw is normalizeAll's check of Overdraw: every request of a set or none has it.
+func checkOverdraw(reqs []tollgate.Request) error {
+	for i, req := range reqs {
+		if req.Overdraw != reqs[0].Overdraw {
+			return fmt.Errorf("%w: AllowAll request %d has Overdraw %t, request 0 %t: a set is overdrawn whole or not at all", tollgate.ErrInvalidRequest, i, req.Overdraw, reqs[0].Overdraw)
+		}
+	}
+	return nil
+}
+
+// normalizeSettle checks a set for SettleAll (a set of one for Settle) and
+// returns a normalized copy. Every error wraps tollgate.ErrInvalidRequest.
+func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Request, error) {
+	switch {
+	case len(reqs) == 0:
+		return nil, fmt.Errorf("%w: SettleAll needs at least one request", tollgate.ErrInvalidRequest)
+	case len(reqs) > tollgate.MaxAllowAll:
+		return nil, fmt.Errorf("%w: SettleAll takes at most %d requests, got %d", tollgate.ErrInvalidRequest, tollgate.MaxAllowAll, len(reqs))
+	case len(admitted) != len(reqs) || len(costs) != len(reqs):
+		return nil, fmt.Errorf("%w: SettleAll takes one admission and one cost per request: %d requests, %d admissions, %d costs", tollgate.ErrInvalidRequest, len(reqs), len(admitted), len(costs))
+	}
+	out := make([]tollgate.Request, len(reqs))
+	for i, req := range reqs {
+		n, err := tollgate.ValidateSettle(req, costs[i])
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		out[i] = n
+	}
 	return out, nil
 }

@@ -1,0 +1,95 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Settle settles req on the inner store: a lease's units were debited
+// there, so the difference is given back or debited there too (see
+// tollgate.Store). A decision admitted from a lease has no store time; the
+// inner store counts it as made now.
+func (s *Store) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
+	return s.inner.Settle(ctx, req, admitted, cost)
+}
+
+// SettleAll settles a set on the inner store (see tollgate.Store).
+func (s *Store) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+	return s.inner.SettleAll(ctx, reqs, admitted, costs)
+}
+
+// errNoSlots and errNoOverrides are the errors of an inner store that
+// does not keep slots or overrides.
+var (
+	errNoSlots     = errors.New("lease: the inner store does not bound calls in flight (tollgate.SlotStore)")
+	errNoOverrides = errors.New("lease: the inner store does not keep overrides (tollgate.OverrideStore)")
+)
+
+// AcquireSlot, RenewSlot, ReleaseSlot and SlotsInUse are the inner store's
+// (tollgate.SlotStore): slots are never leased.
+func (s *Store) AcquireSlot(ctx context.Context, sl tollgate.Slot) (tollgate.SlotDecision, error) {
+	if in, ok := s.inner.(tollgate.SlotStore); ok {
+		return in.AcquireSlot(ctx, sl)
+	}
+	return tollgate.SlotDecision{}, errNoSlots
+}
+
+// RenewSlot is the inner store's.
+func (s *Store) RenewSlot(ctx context.Context, sl tollgate.Slot) (bool, error) {
+	if in, ok := s.inner.(tollgate.SlotStore); ok {
+		return in.RenewSlot(ctx, sl)
+	}
+	return false, errNoSlots
+}
+
+// ReleaseSlot is the inner store's.
+func (s *Store) ReleaseSlot(ctx context.Context, sl tollgate.Slot) error {
+	if in, ok := s.inner.(tollgate.SlotStore); ok {
+		return in.ReleaseSlot(ctx, sl)
+	}
+	return errNoSlots
+}
+
+// SlotsInUse is the inner store's.
+func (s *Store) SlotsInUse(ctx context.Context, key string) (int64, error) {
+	if in, ok := s.inner.(tollgate.SlotStore); ok {
+		return in.SlotsInUse(ctx, key)
+	}
+	return 0, errNoSlots
+}
+
+// SetOverride, DeleteOverride, Overrides and OverridesVersion are the
+// inner store's (tollgate.OverrideStore).
+func (s *Store) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+	if in, ok := s.inner.(tollgate.OverrideStore); ok {
+		return in.SetOverride(ctx, group, o, ttl)
+	}
+	return errNoOverrides
+}
+
+// DeleteOverride is the inner store's.
+func (s *Store) DeleteOverride(ctx context.Context, group, key string) error {
+	if in, ok := s.inner.(tollgate.OverrideStore); ok {
+		return in.DeleteOverride(ctx, group, key)
+	}
+	return errNoOverrides
+}
+
+// Overrides is the inner store's.
+func (s *Store) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+	if in, ok := s.inner.(tollgate.OverrideStore); ok {
+		return in.Overrides(ctx, group)
+	}
+	return nil, errNoOverrides
+}
+
+// OverridesVersion is the inner store's.
+func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
+	if in, ok := s.inner.(tollgate.OverrideStore); ok {
+		return in.OverridesVersion(ctx)
+	}
+	return 0, errNoOverrides
+}

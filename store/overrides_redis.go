@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+)
+
+// Overrides on Redis (tollgate.OverrideStore). An override of key in group
+// is
+//
+//	<prefix>{<key's tag>}:ov:<hash of group>   its limits, with the override's TTL
+//
+// on the identity's own slot; each group has an index, a hash of every key
+// it overrides to the same limits, and one version counts every change:
+//
+//	<prefix>{!ov!<hash of group>}:index
+//	<prefix>{!ov}:version
+//
+// A tag never starts with "!" (an identity's "!" is escaped), so no
+// identity names these. The index and the version are configuration, kept
+// without a TTL; a field whose override expired is dropped when the group
+// is listed. A change writes the override, then the index, then the
+// version, so a replica that sees the new version finds the change.
+
+// SetOverride stores o in group for ttl (0: until deleted).
+func (r *Redis) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+	if err := checkOverride(ctx, o, ttl); err != nil {
+		return err
+	}
+	enc := encodeLimits(o.Limits)
+	pipe := r.client.Pipeline()
+	pipe.Set(ctx, r.overrideKey(group, o.Key), enc, ttl)
+	pipe.HSet(ctx, r.overrideIndex(group), o.Key, enc)
+	pipe.Incr(ctx, r.overrideVersion())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("tollgate: redis store: set override: %w", err)
+	}
+	return nil
+}
+
+// DeleteOverride removes key's override from group.
+func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	pipe := r.client.Pipeline()
+	pipe.Del(ctx, r.overrideKey(group, key))
+	pipe.HDel(ctx, r.overrideIndex(group), key)
+	pipe.Incr(ctx, r.overrideVersion())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("tollgate: redis store: delete override: %w", err)
+	}
+	return nil
+}
+
+// Overrides returns group's overrides in force: the index's keys whose
+// override has not expired, each with the time it has left.
+func (r *Redis) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+	index := r.overrideIndex(group)
+	fields, err := r.client.HGetAll(ctx, index).Result()
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: redis store: overrides: %w", err)
+	}
+	keys := make([]string, 0, len(fields))
+	pttls := make([]*redis.DurationCmd, 0, len(fields))
+	pipe := r.client.Pipeline()
+	for k := range fields {
+		keys = append(keys, k)
+		pttls = append(pttls, pipe.PTTL(ctx, r.overrideKey(group, k)))
+	}
+	if len(keys) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("tollgate: redis store: overrides: %w", err)
+		}
+	}
+	now := time.Now()
+	var out []tollgate.Override
+	var gone []string
+	for i, k := range keys {
+		left := pttls[i].Val()
+		if left == -2 { // the override expired: its key is gone
+			gone = append(gone, k)
+			continue
+		}
+		limits, err := decodeLimits(fields[k])
+		if err != nil {
+			return nil, fmt.Errorf("tollgate: redis store: overrides: %s: %w", index, err)
+		}
+		o := tollgate.Override{Key: k, Limits: limits}
+		if left > 0 {
+			o.Expires = now.Add(left)
+		}
+		out = append(out, o)
+	}
+	if len(gone) > 0 {
+		// Best effort: a field left behind is dropped at the next listing.
+		_ = r.client.HDel(ctx, index, gone...).Err()
+	}
+	return out, nil
+}
+
+// OverridesVersion returns the count of override changes.
+func (r *Redis) OverridesVersion(ctx context.Context) (int64, error) {
+	v, err := r.client.Get(ctx, r.overrideVersion()).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("tollgate: redis store: overrides version: %w", err)
+	}
+	return v, nil
+}
+
+func (r *Redis) overrideKey(group, key string) string {
+	var b strings.Builder
+	b.WriteString(overrideCode + ":")
+	appendHash(&b, group)
+	return keyOf(r.prefix, b.String(), key)
+}
+
+func (r *Redis) overrideIndex(group string) string {
+	var b strings.Builder
+	b.WriteString(r.prefix + "{!ov!")
+	appendHash(&b, group)
+	b.WriteString("}:index")
+	return b.String()
+}
+
+func (r *Redis) overrideVersion() string { return r.prefix + "{!ov}:version" }
+
+// encodeLimits writes limits as "algorithm rate period-µs burst calendar"
+// for each, separated by commas; "" for none.
+func encodeLimits(limits []tollgate.Limit) string {
+	parts := make([]string, len(limits))
+	for i, l := range limits {
+		parts[i] = fmt.Sprintf("%d %d %d %d %d", l.Algorithm, l.Rate, l.Period.Microseconds(), l.Burst, l.Calendar)
+	}
+	return strings.Join(parts, ",")
+}
+
+// decodeLimits reads what encodeLimits wrote.
+func decodeLimits(s string) ([]tollgate.Limit, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []tollgate.Limit
+	for _, part := range strings.Split(s, ",") {
+		f := strings.Fields(part)
+		if len(f) != 5 {
+			return nil, fmt.Errorf("an override's limits %q are not what the store writes", s)
+		}
+		var n [5]int64
+		for i, x := range f {
+			v, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("an override's limits %q are not what the store writes", s)
+			}
+			n[i] = v
+		}
+		out = append(out, tollgate.Limit{Algorithm: tollgate.Algorithm(n[0]), Rate: n[1], Period: time.Duration(n[2]) * time.Microsecond, Burst: n[3], Calendar: tollgate.Calendar(n[4])})
+	}
+	return out, nil
+}

@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/lua"
+)
+
+// The settle script may not run twice for one call: without a record, a
+// copy run twice would apply its settlement twice.
+var settleScript = newScript(lua.Settle, sentOnce)
+
+// Settle modes (ARGV[1] of the settle script, lua/doc.go).
+const (
+	settleNoRecord = 0
+	settleRecord   = 1
+	settleOverdraw = 2
+	// settleArgs is how many ARGV each group takes.
+	settleArgs = 8
+	// settleReplyLen is how many integers the script answers per group:
+	// allowed, remaining, retry, reset, debt.
+	settleReplyLen = 5
+)
+
+// Settle makes cost the final cost of req, admitted with admitted (see
+// tollgate.Store), with one settle script call. With a RequestID the script
+// keeps a record of the cost settled, for the store's replay TTL, so that
+// settling the id again applies only the difference.
+func (r *Redis) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
+	ds, err := r.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Decision{admitted}, []int64{cost})
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// SettleAll settles a set, each request at its own cost (see
+// tollgate.Store): one settle script call on a single node, one per
+// Cluster slot on a ClusterClient.
+func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+	reqs, err := normalizeSettle(reqs, admitted, costs)
+	if err != nil {
+		return nil, err
+	}
+	for i, req := range reqs {
+		if (req.RequestID == "") != (reqs[0].RequestID == "") {
+			return nil, fmt.Errorf("%w: SettleAll request %d: the requests of a set all carry a request id or none do", tollgate.ErrInvalidRequest, i)
+		}
+	}
+	out, err := r.settle(ctx, reqs, admitted, costs, false)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: redis store: settle: %w", err)
+	}
+	return out, nil
+}
+
+// overdraw debits reqs (normalized, all Overdraw) whether or not they fit,
+// with the settle script in its overdraw mode.
+func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	costs := make([]int64, len(reqs))
+	for i, req := range reqs {
+		costs[i] = req.Cost
+	}
+	out, err := r.settle(ctx, reqs, make([]tollgate.Decision, len(reqs)), costs, true)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: redis store: overdraw: %w", err)
+	}
+	return out, nil
+}
+
+// settle sends reqs to the settle script, one call per part (see
+// partition), in one pipeline.
+func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, overdraw bool) ([]tollgate.Decision, error) {
+	mode := int64(settleNoRecord)
+	switch {
+	case overdraw:
+		mode = settleOverdraw
+	case reqs[0].RequestID != "":
+		mode = settleRecord
+	}
+	parts := r.partition(reqs)
+	sc := make([]scriptCall, len(parts))
+	for j, part := range parts {
+		nkeys := len(part)
+		if mode == settleRecord {
+			nkeys *= 2
+		}
+		args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
+		args[2] = nkeys
+		keys := make([]string, 0, nkeys)
+		for _, i := range part {
+			keys = append(keys, decisionKeys(r.prefix, reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
+		}
+		if mode == settleRecord {
+			for k, i := range part {
+				keys = append(keys, recordKey(keys[k], reqs[i].RequestID))
+			}
+		}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		ttl := int64(0)
+		if mode == settleRecord {
+			ttl = r.replays.ttlMs()
+		}
+		args = append(args, mode, ttl)
+		for _, i := range part {
+			p := algo.ParamsOf(reqs[i])
+			final, at := costs[i], int64(0)
+			if !admitted[i].At.IsZero() {
+				at = admitted[i].At.UnixMicro()
+			}
+			args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].Remaining)
+		}
+		sc[j] = scriptCall{script: settleScript, args: args}
+	}
+	runScripts(ctx, r.client, sc)
+	out := make([]tollgate.Decision, len(reqs))
+	for j, part := range parts {
+		v, err := sc[j].cmd.(scriptCmd).Result()
+		if err == nil && len(v) != settleReplyLen*len(part)+1 {
+			err = errBadReply
+		}
+		if err != nil {
+			r.refreshRouting(err)
+			return nil, err
+		}
+		now := time.UnixMicro(v[len(v)-1])
+		for k, i := range part {
+			g := v[settleReplyLen*k:]
+			out[i] = tollgate.Decision{
+				Allowed: g[0] == 1, Remaining: g[1], RetryAfter: micros(g[2]), ResetAfter: micros(g[3]), Debt: g[4], At: now,
+			}
+		}
+	}
+	if r.deny != nil {
+		for _, req := range reqs {
+			r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm)) // the state changed
+		}
+	}
+	return out, nil
+}
