@@ -58,6 +58,9 @@ func Run(t *testing.T, h Harness) {
 	t.Run("key isolation", s.keyIsolation)
 	t.Run("empty key", s.emptyKey)
 	s.runAllowAll(t)
+	t.Run("settle", s.runSettle)
+	t.Run("slots", s.runSlots)
+	t.Run("overrides", s.runOverrides)
 	for _, alg := range algorithms {
 		t.Run("concurrency/"+alg.String(), func(t *testing.T) { s.concurrency(t, alg) })
 		t.Run("concurrent replays/"+alg.String(), func(t *testing.T) { s.concurrentReplays(t, alg) })

@@ -1,0 +1,298 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// runSettle checks Store.Settle and SettleAll, and Request.Overdraw: giving
+// back, debt, idempotency per request id, windows given back only while
+// stored, and the validation of settlements.
+func (s *suite) runSettle(t *testing.T) {
+	t.Run("settle gives back", s.settleGivesBack)
+	t.Run("settle past empty", s.settleDebt)
+	t.Run("settle once per request id", s.settleIdempotent)
+	t.Run("settle a set", s.settleAll)
+	t.Run("settle validation", s.settleValidation)
+	t.Run("overdraw", s.overdraw)
+}
+
+// admitted admits req and returns its Decision.
+func (s *suite) admitted(t *testing.T, req tollgate.Request) tollgate.Decision {
+	t.Helper()
+	d, err := s.h.Store.Allow(context.Background(), req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Allow(%+v) = %+v, %v; want admitted", req, d, err)
+	}
+	return d
+}
+
+func (s *suite) settle(t *testing.T, req tollgate.Request, adm tollgate.Decision, cost int64) tollgate.Decision {
+	t.Helper()
+	d, err := s.h.Store.Settle(context.Background(), req, adm, cost)
+	if err != nil {
+		t.Fatalf("Settle(%+v, %d): %v", req, cost, err)
+	}
+	return d
+}
+
+// available is what a cost-1 Peek says req's identity has now, and its
+// Debt.
+func (s *suite) available(t *testing.T, req tollgate.Request) (int64, int64) {
+	t.Helper()
+	req.Cost, req.RequestID = 1, ""
+	d := s.peek(t, req)
+	if d.Allowed {
+		return d.Remaining + 1, d.Debt
+	}
+	return d.Remaining, d.Debt
+}
+
+// settleGivesBack: a call reserving 5 of 10 and costing 2 leaves 8, on
+// every algorithm; settling at the reservation changes nothing.
+func (s *suite) settleGivesBack(t *testing.T) {
+	for _, alg := range algorithms {
+		req := tollgate.Request{Key: s.key(t) + "/" + alg.String(), Limit: quota(alg, 10), Cost: 5}
+		adm := s.admitted(t, req)
+		if d := s.settle(t, req, adm, 5); !d.Allowed || d.Remaining != 5 || d.Debt != 0 {
+			t.Fatalf("%s: settled at the reservation: %+v; want 5 available, no debt", alg, d)
+		}
+		d := s.settle(t, req, adm, 2)
+		if !d.Allowed || d.Remaining != 8 || d.Debt != 0 {
+			t.Fatalf("%s: settled at 2 of 5: %+v; want 8 available", alg, d)
+		}
+		if got, _ := s.available(t, req); got != 8 {
+			t.Fatalf("%s: Peek after the settlement: %d available, want 8", alg, got)
+		}
+		if d.At.IsZero() {
+			t.Fatalf("%s: a settlement's Decision has no At", alg)
+		}
+	}
+}
+
+// settleDebt: a call reserving 1 of 10 and costing 15 leaves the identity 5
+// units in debt: denied, 0 remaining, Debt 5, on every algorithm.
+func (s *suite) settleDebt(t *testing.T) {
+	for _, alg := range algorithms {
+		req := tollgate.Request{Key: s.key(t) + "/" + alg.String(), Limit: quota(alg, 10), Cost: 1}
+		adm := s.admitted(t, req)
+		d := s.settle(t, req, adm, 15)
+		if d.Allowed || d.Remaining != 0 || d.Debt != 5 || d.RetryAfter <= 0 {
+			t.Fatalf("%s: settled at 15 of 10: %+v; want denied, 0 remaining, 5 owed and a wait", alg, d)
+		}
+		if got, debt := s.available(t, req); got != 0 || debt != 5 {
+			t.Fatalf("%s: Peek in debt: %d available, %d owed; want 0 and 5", alg, got, debt)
+		}
+		if d, err := s.h.Store.Allow(context.Background(), req); err != nil || d.Allowed {
+			t.Fatalf("%s: a call while in debt: %+v, %v; want denied", alg, d, err)
+		}
+	}
+}
+
+// settleIdempotent: settling one request id again applies only the
+// difference from its last settlement.
+func (s *suite) settleIdempotent(t *testing.T) {
+	for _, alg := range algorithms {
+		req := tollgate.Request{Key: s.key(t) + "/" + alg.String(), Limit: quota(alg, 20), Cost: 10, RequestID: "call-1"}
+		adm := s.admitted(t, req)
+		for range 3 {
+			if d := s.settle(t, req, adm, 4); d.Remaining != 16 {
+				t.Fatalf("%s: settled (again) at 4 of 10: %+v; want 16 available once", alg, d)
+			}
+		}
+		if d := s.settle(t, req, adm, 7); d.Remaining != 13 {
+			t.Fatalf("%s: settled again at 7: %+v; want 13 (only the difference from 4)", alg, d)
+		}
+		if d := s.settle(t, req, adm, 25); d.Remaining != 0 || d.Debt != 5 {
+			t.Fatalf("%s: settled again at 25: %+v; want 5 owed", alg, d)
+		}
+	}
+}
+
+// settleAll: a set AllowAll admitted is settled each request at its own
+// cost.
+func (s *suite) settleAll(t *testing.T) {
+	key := s.key(t)
+	reqs := []tollgate.Request{
+		{Key: key + "/a", Limit: quota(tollgate.TokenBucket, 10), Cost: 4},
+		{Key: key + "/b", Limit: quota(tollgate.FixedWindow, 10), Cost: 4},
+	}
+	ds := s.allowAll(t, reqs...)
+	out, err := s.h.Store.SettleAll(context.Background(), reqs, ds, []int64{3, 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Remaining != 7 || out[1].Remaining != 1 {
+		t.Fatalf("SettleAll at 3 and 9 of 4 each: %+v; want 7 and 1 available", out)
+	}
+}
+
+// settleValidation: a negative or oversized cost, mismatched lengths, an
+// overdrawn request or an invalid one is refused with ErrInvalidRequest and
+// settles nothing.
+func (s *suite) settleValidation(t *testing.T) {
+	ctx := context.Background()
+	req := tollgate.Request{Key: s.key(t), Limit: quota(tollgate.TokenBucket, 10), Cost: 5}
+	adm := s.admitted(t, req)
+	for name, call := range map[string]func() error{
+		"negative cost": func() error { _, err := s.h.Store.Settle(ctx, req, adm, -1); return err },
+		"cost above MaxRate": func() error {
+			_, err := s.h.Store.Settle(ctx, req, adm, tollgate.MaxRate+1)
+			return err
+		},
+		"no limit": func() error {
+			bad := req
+			bad.Limit = tollgate.Limit{}
+			_, err := s.h.Store.Settle(ctx, bad, adm, 1)
+			return err
+		},
+		"overdrawn": func() error {
+			bad := req
+			bad.Overdraw = true
+			_, err := s.h.Store.Settle(ctx, bad, adm, 1)
+			return err
+		},
+		"lengths": func() error {
+			_, err := s.h.Store.SettleAll(ctx, []tollgate.Request{req, req}, []tollgate.Decision{adm}, []int64{1, 1})
+			return err
+		},
+		"empty": func() error { _, err := s.h.Store.SettleAll(ctx, nil, nil, nil); return err },
+	} {
+		if err := call(); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: %v, want an error wrapping ErrInvalidRequest", name, err)
+		}
+	}
+	if got, _ := s.available(t, req); got != 5 {
+		t.Fatalf("after refused settlements: %d available, want 5", got)
+	}
+}
+
+// overdraw: a request debited whether or not it fits reports whether it
+// did, and leaves the identity in debt when it did not.
+func (s *suite) overdraw(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range algorithms {
+		req := tollgate.Request{Key: s.key(t) + "/" + alg.String(), Limit: quota(alg, 10), Cost: 6, Overdraw: true}
+		d, err := s.h.Store.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Remaining != 4 {
+			t.Fatalf("%s: overdraw of 6 that fits: %+v, %v; want admitted, 4 left", alg, d, err)
+		}
+		req.Cost = 25 // more than the capacity: counted all the same
+		d, err = s.h.Store.Allow(ctx, req)
+		owed := int64(21)
+		if alg == tollgate.SlidingWindow {
+			owed = 10 // a sliding window counts at most twice its rate
+		}
+		if err != nil || d.Allowed || d.Remaining != 0 || d.Debt != owed {
+			t.Fatalf("%s: overdraw of 25 on 4 left: %+v, %v; want not fitted, %d owed", alg, d, err, owed)
+		}
+		if ds, err := s.h.Store.AllowAll(ctx, []tollgate.Request{req, {Key: req.Key + "/x", Limit: req.Limit, Cost: 1}}); err == nil {
+			t.Fatalf("%s: AllowAll mixing overdrawn requests and others: %+v, want ErrInvalidRequest", alg, ds)
+		}
+	}
+}
+
+// runSlots checks a SlotStore's in-flight slots.
+func (s *suite) runSlots(t *testing.T) {
+	ss, ok := s.h.Store.(tollgate.SlotStore)
+	if !ok {
+		t.Skipf("%T is not a tollgate.SlotStore", s.h.Store)
+	}
+	ctx := context.Background()
+	key := s.key(t)
+	ttl := 4 * s.unit
+	slot := func(id string) tollgate.Slot { return tollgate.Slot{Key: key, Max: 2, ID: id, TTL: ttl} }
+	for i, id := range []string{"a", "b"} {
+		d, err := ss.AcquireSlot(ctx, slot(id))
+		if err != nil || !d.Allowed || d.InUse != int64(i+1) || d.Reused {
+			t.Fatalf("slot %s: %+v, %v; want taken, %d in use", id, d, err, i+1)
+		}
+	}
+	d, err := ss.AcquireSlot(ctx, slot("c"))
+	if err != nil || d.Allowed || d.InUse != 2 || d.RetryAfter <= 0 || d.RetryAfter > ttl {
+		t.Fatalf("a third slot of 2: %+v, %v; want denied with a wait up to the TTL", d, err)
+	}
+	if d, err := ss.AcquireSlot(ctx, slot("a")); err != nil || !d.Allowed || !d.Reused || d.InUse != 2 {
+		t.Fatalf("slot a again: %+v, %v; want it reused", d, err)
+	}
+	if err := ss.ReleaseSlot(ctx, slot("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.ReleaseSlot(ctx, slot("a")); err != nil {
+		t.Fatalf("releasing a slot not held: %v, want nil", err)
+	}
+	if n, err := ss.SlotsInUse(ctx, key); err != nil || n != 1 {
+		t.Fatalf("SlotsInUse after a release: %d, %v; want 1", n, err)
+	}
+	if ok, err := ss.RenewSlot(ctx, slot("a")); err != nil || ok {
+		t.Fatalf("renewing a released slot: %v, %v; want false", ok, err)
+	}
+	// Slot b expires by itself.
+	s.h.Advance(ttl + s.unit)
+	if n, err := ss.SlotsInUse(ctx, key); err != nil || n != 0 {
+		t.Fatalf("SlotsInUse after the TTL: %d, %v; want 0", n, err)
+	}
+	if err := tollgate.ValidateSlot(tollgate.Slot{Key: key, Max: 0, ID: "x", TTL: time.Second}); !errors.Is(err, tollgate.ErrInvalidRequest) {
+		t.Fatalf("Max 0: %v, want ErrInvalidRequest", err)
+	}
+	if _, err := ss.AcquireSlot(ctx, tollgate.Slot{Key: key, Max: 1, ID: "x"}); !errors.Is(err, tollgate.ErrInvalidRequest) {
+		t.Fatalf("a slot without a TTL: %v, want ErrInvalidRequest", err)
+	}
+}
+
+// runOverrides checks an OverrideStore.
+func (s *suite) runOverrides(t *testing.T) {
+	os, ok := s.h.Store.(tollgate.OverrideStore)
+	if !ok {
+		t.Skipf("%T is not a tollgate.OverrideStore", s.h.Store)
+	}
+	ctx := context.Background()
+	group := s.key(t)
+	v0, err := os.OverridesVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := []tollgate.Limit{tollgate.PerMinute(5), tollgate.Daily(100)}
+	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "a", Limits: limits}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "b"}, 4*s.unit); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := os.OverridesVersion(ctx); err != nil || v == v0 {
+		t.Fatalf("version after two overrides: %d, %v; want it changed from %d", v, err, v0)
+	}
+	list, err := os.Overrides(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list, func(x, y tollgate.Override) int { return len(y.Limits) - len(x.Limits) })
+	if len(list) != 2 || list[0].Key != "a" || !slices.Equal(list[0].Limits, limits) || !list[0].Expires.IsZero() ||
+		list[1].Key != "b" || len(list[1].Limits) != 0 || list[1].Expires.IsZero() {
+		t.Fatalf("Overrides = %+v; want a with its limits forever and b blocked for a while", list)
+	}
+	if other, err := os.Overrides(ctx, group+"/other"); err != nil || len(other) != 0 {
+		t.Fatalf("another group's overrides: %+v, %v; want none", other, err)
+	}
+	s.h.Advance(4*s.unit + s.unit)
+	if list, err := os.Overrides(ctx, group); err != nil || len(list) != 1 || list[0].Key != "a" {
+		t.Fatalf("after b's TTL: %+v, %v; want a alone", list, err)
+	}
+	if err := os.DeleteOverride(ctx, group, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := os.Overrides(ctx, group); err != nil || len(list) != 0 {
+		t.Fatalf("after deleting a: %+v, %v; want none", list, err)
+	}
+	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "c", Limits: []tollgate.Limit{{Rate: -1}}}, 0); !errors.Is(err, tollgate.ErrInvalidRequest) {
+		t.Fatalf("an invalid limit: %v, want ErrInvalidRequest", err)
+	}
+	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "c"}, -time.Second); !errors.Is(err, tollgate.ErrInvalidRequest) {
+		t.Fatalf("a negative TTL: %v, want ErrInvalidRequest", err)
+	}
+}
