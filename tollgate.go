@@ -366,8 +366,10 @@ type Store interface {
 	// identity is back to a full bucket or an empty window.
 	Reset(ctx context.Context, req Request) error
 	// Settle makes cost, 0 to MaxRate, the final cost of req, a request
-	// the store admitted with admitted, its Decision. A smaller cost gives
-	// the difference back, never creating quota that was not debited: a
+	// the store admitted with admitted, its Decision (its At and
+	// ResetAfter are read; a zero Decision means an admission nobody kept:
+	// as if now, from an empty bucket). A smaller cost gives the
+	// difference back, never creating quota that was not debited: a
 	// bucket never above its capacity (less any refill it could have lost
 	// to it since), a window only while the window debited is stored. A
 	// larger one debits the rest even past empty: the identity is in debt,
@@ -393,10 +395,18 @@ type Store interface {
 const MaxAllowAll = 64
 
 // ValidateSettle reports whether cost can settle req (Store.Settle): req
-// must be a valid request, cost at least 0 and at most MaxRate. It returns
-// req normalized. Every error wraps ErrInvalidRequest.
+// must be a valid request that is not Overdraw, cost at least 0 and at most
+// MaxRate. req's Cost, what was debited, may exceed its capacity (up to
+// MaxRate): a refund of hits counted past the limit gives back more than
+// the capacity. It returns req normalized. Every error wraps
+// ErrInvalidRequest.
 func ValidateSettle(req Request, cost int64) (Request, error) {
+	if req.Overdraw {
+		return req, invalid("an Overdraw request debits its cost whole: there is nothing to settle")
+	}
+	req.Overdraw = true // the range of an overdrawn cost, 1..MaxRate
 	req, err := req.Normalized()
+	req.Overdraw = false
 	if err != nil {
 		return req, err
 	}
@@ -405,8 +415,6 @@ func ValidateSettle(req Request, cost int64) (Request, error) {
 		return req, invalid("a final cost must be >= 0, got %d", cost)
 	case cost > MaxRate:
 		return req, invalid("a final cost must be at most MaxRate (10^12), got %d", cost)
-	case req.Overdraw:
-		return req, invalid("an Overdraw request debits its cost whole: there is nothing to settle")
 	}
 	return req, nil
 }

@@ -146,16 +146,16 @@
 //	ARGV[3+8(i-1)..] group i: algorithm, rate, period, capacity, cost (the
 //	                 reservation; in overdraw, the cost to debit, up to
 //	                 10^12), final cost (0 to 10^12; in overdraw, the cost
-//	                 again), the admission's now_us and the remaining it
-//	                 answered
+//	                 again), the admission's now_us (0: unknown, as if now
+//	                 from an empty bucket) and its reset_after_us
 //
 // The reply is five integers per group, then the server time (µs):
 //
 //	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt} × n, now_us
 //
 // A settlement gives back final − cost units when final is smaller (a
-// bucket no more than it could not have lost to its capacity since the
-// admission, a window only while the window of now_us is the stored one)
+// bucket no more than the refill it cannot have lost to its capacity since
+// the admission, which left it reset_after_us from full; a window only while the window of now_us is the stored one)
 // and debits the rest past empty when it is larger: a bucket's refill is
 // then credited from a time after now (at most 2^50 µs after), a window
 // counts past its rate (a sliding window up to twice it). With a record,
@@ -165,8 +165,8 @@
 // reset, nothing debited) and the units owed past empty (debt: a bucket's
 // refill to pay before it credits any, a window's count past its rate).
 // Settling at the reserved cost (final = cost) writes no state: it is how
-// the store peeks at a state's debt. In overdraw mode a cost that fits is admitted as
-// by the decide script, with its answer; one that does not is debited past
+// the store peeks at a state's debt. In overdraw mode a cost that fits is
+// admitted as by the decide script, with its answer; one that does not is debited past
 // empty and answers allowed 0, then as a settlement does (for a cost above
 // the capacity, the capacity's wait). Each written state gets SET … PX
 // (a fixed window's until its window ends), an idle one DEL; each record

@@ -59,10 +59,10 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 // forfeit, debited_at, now and the limit, and sets new_state (nil to leave
 // the key, false to delete it). A settle block reads state, now, delta
 // (units to debit past empty, or, below 0, to give back), debited_at,
-// adm_remaining and the limit, and sets new_state likewise. A debt block
-// reads state, now and the limit, with arith.lua's functions all defined,
-// and sets debt, the units owed past empty. A new script
-// reuses a part by naming it on a line of its driver.
+// adm_reset and the limit, and sets new_state likewise. A debt block reads
+// state, now and the limit, with arith.lua's functions all defined, and
+// sets debt, the units owed past empty. A new script reuses a part by
+// naming it on a line of its driver.
 //
 // The blocks are inline code, not functions: a function costs a closure
 // per script call and a call per decision, which made a decide call 5 to

@@ -32,24 +32,37 @@ for i = 1, groups do
   local cost = tonumber(ARGV[o + 5])          -- the request's cost: what was reserved, or what to overdraw
   local final = tonumber(ARGV[o + 6])         -- the final cost
   local debited_at = tonumber(ARGV[o + 7])    -- when the reservation was debited (us)
-  local adm_remaining = tonumber(ARGV[o + 8]) -- what it left
-  if debited_at == 0 then
-    -- An admission nobody kept (a refund of hits): as if debited now,
-    -- leaving nothing.
-    debited_at, adm_remaining = now, 0
-  end
+  local adm_reset = tonumber(ARGV[o + 8])     -- how far from full it left a bucket (us)
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
-  local reserved = cost
-  if with_record then
-    -- Settled before: only the difference from that settlement applies.
-    local prev = got[groups + i] and tonumber(got[groups + i])
-    if prev then adm_remaining, reserved = adm_remaining + reserved - prev, prev end
-  end
   -- arith.lua's functions are all defined here (span past 2^53): a debt's
   -- products outgrow the limit's own.
   local span = 9007199254740992
   --#arith
+  local bucket = alg <= 1 -- a token bucket or GCRA: adm_reset matters
+  if debited_at == 0 then
+    -- An admission nobody kept (a refund of hits): as if debited now from
+    -- an empty bucket.
+    debited_at = now
+    if bucket then adm_reset = mulceil(capacity, period, rate) end
+  end
+  local reserved = cost
+  if with_record then
+    -- Settled before: only the difference from that settlement applies,
+    -- as if the admission had debited it: its bucket that much further
+    -- from full, or nearer (rounded nearer; algo's debtTime).
+    local prev = got[groups + i] and tonumber(got[groups + i])
+    if prev then
+      local d = prev - reserved
+      if d ~= 0 and bucket then
+        local u = d > 0 and d or -d
+        local dt = MAX_DEBT
+        if u * period / rate <= 1.5 * MAX_DEBT then dt = min(mulceil(u, period, rate), MAX_DEBT) end
+        if d > 0 then adm_reset = adm_reset + dt - 1 else adm_reset = adm_reset - dt end
+      end
+      reserved = prev
+    end
+  end
 
   local result -- the state to keep: a string, false to delete, nil to leave it
   local fitted, keep_after

@@ -27,28 +27,25 @@ if delta > 0 then
   end
   new_state = format('%d %d', t, f)
 elseif st then
+  -- Giving back g units of lead, or h us when they take longer (h as in
+  -- settle_token_bucket.lua); never before now.
   local g = -delta
-  local e = max(now - debited_at, 0)
-  if e == 0 then
-    g = min(g, max(capacity - adm_remaining, 0)) -- no refill since: nothing lost
-  elseif e >= (mulceil and mulceil(capacity, period, rate) or ceil(capacity * period / rate)) then
-    g = 0
-  else
-    local u = mulceil and mulceil(e, rate, period) or ceil(e * rate / period)
-    g = min(g, max(capacity - adm_remaining - u - 1, 0))
-  end
-  if g > 0 and g * period / rate > 1.000001 * max(st - now, 0) then
-    new_state = false -- back before now: idle (estimated first, as above)
-  elseif g > 0 then
-    local q, r
-    if muldiv then
-      q, r = muldiv(g, period, rate)
-    else
-      q = floor(g * period / rate)
-      r = g * period - q * rate
+  local h = adm_reset - max(now - debited_at, 0)
+  if h > 0 then
+    t, f = st - h, sf
+    if g * period / rate <= 1.000001 * h then
+      local q, r
+      if muldiv then
+        q, r = muldiv(g, period, rate)
+      else
+        q = floor(g * period / rate)
+        r = g * period - q * rate
+      end
+      if q < h or (q == h and r == 0) then
+        t, f = st - q, sf - r
+        if f < 0 then t, f = t - 1, f + rate end
+      end
     end
-    t, f = st - q, sf - r
-    if f < 0 then t, f = t - 1, f + rate end
     if t < now or (t == now and f == 0) then new_state = false else new_state = format('%d %d', t, f) end
   end
 end

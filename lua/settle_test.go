@@ -53,12 +53,14 @@ func TestSettleMatchesMirror(t *testing.T) {
 				}
 				reserved := max(diffCost(rng, limit), 1)
 				p := algo.ParamsOf(tollgate.Request{Limit: limit, Cost: reserved})
-				adm := algo.Admission{Reserved: reserved, At: now - rng.Int64N(2*max(p.Period, 1)+1), Remaining: rng.Int64N(p.Capacity + 1)}
+				adm := algo.Admission{Reserved: reserved, At: now - rng.Int64N(2*max(p.Period, 1)+1), Reset: rng.Int64N(2*max(p.Period, 1) + 1)}
 				switch rng.IntN(8) {
 				case 0:
 					adm.At = 0 // unknown: a refund of hits
 				case 1:
 					adm.At = now // settled at once
+				case 2:
+					adm.Reset = algo.MaxDebtTime // admitted in debt
 				}
 				final := settleCost(rng, reserved)
 				mode := rng.IntN(3) // 0 settle, 1 with a record, 2 overdraw
@@ -98,7 +100,7 @@ func TestSettleMatchesMirror(t *testing.T) {
 				if mode == 1 {
 					keys = append(keys, record)
 				}
-				argv := []any{mode, 120000, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, final, adm.At, adm.Remaining, now / 1e6, now % 1e6}
+				argv := []any{mode, 120000, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, final, adm.At, adm.Reset, now / 1e6, now % 1e6}
 				if mode == 2 {
 					argv[6] = final
 				}

@@ -1,8 +1,9 @@
 -- Token bucket, a settle block (lua.go): the Go mirror is algo.Settle's
 -- debit and giveBack. state is "n t" (token_bucket.lua); delta > 0 debits
 -- delta units past empty, delta < 0 gives back -delta units of the debit
--- made at debited_at that left adm_remaining. Past empty, no token is kept:
--- refill is credited from t, after now, once the debt is paid.
+-- made at debited_at that left the bucket adm_reset us from full. Past
+-- empty, no token is kept: refill is credited from t, after now, once the
+-- debt is paid.
 local tokens, ts = capacity, now
 if state then
   local n, t = match(state, '^(%d+) (%d+)$')
@@ -31,31 +32,30 @@ if delta > 0 then
     new_state = format('%d %d', 0, min(credited + owed, now + MAX_DEBT))
   end
 elseif state then
-  -- Giving back g units: no more than the bucket could not have lost to
-  -- its capacity since the debit (algo's givable).
+  -- Giving back g units, or h us of refill when they take longer: h, the
+  -- time the admission left the bucket from full less the time since, is
+  -- how long it cannot have lost refill to its capacity (algo's headroom).
+  -- In debt, the debt shrinks by the time g units take, rounded down.
+  -- (Estimated in doubles first, so that no exact product is formed out
+  -- of range.)
   local g = -delta
-  local e = max(now - debited_at, 0)
-  if e == 0 then
-    g = min(g, max(capacity - adm_remaining, 0)) -- no refill since: nothing lost
-  elseif e >= (mulceil and mulceil(capacity, period, rate) or ceil(capacity * period / rate)) then
-    g = 0
-  else
-    local u = mulceil and mulceil(e, rate, period) or ceil(e * rate / period)
-    g = min(g, max(capacity - adm_remaining - u - 1, 0))
-  end
-  if g > 0 then
-    local full = mulceil and mulceil(capacity, period, rate) or ceil(capacity * period / rate)
-    if ts > now and g * period / rate > 1.000001 * (ts - now + full) then
-      -- Far more than the debt and a full refill: a full bucket (estimated
-      -- first, so that no exact product is formed out of range).
-      new_state = false
+  local h = adm_reset - max(now - debited_at, 0)
+  if h > 0 then
+    local n2, t2 = tokens, ts
+    if g * period / rate > 1.000001 * h then
+      t2 = ts - h
     elseif ts > now then
-      -- In debt: the debt shrinks by the time g units take, rounded down.
-      new_state = format('%d %d', tokens, ts - (mulfloor and mulfloor(g, period, rate) or floor(g * period / rate)))
-    elseif tokens + g < capacity then
-      new_state = format('%d %d', tokens + g, ts)
+      t2 = ts - min(mulfloor and mulfloor(g, period, rate) or floor(g * period / rate), h)
+    elseif (mulceil and mulceil(g, period, rate) or ceil(g * period / rate)) <= h then
+      n2 = tokens + g
     else
-      new_state = false
+      t2 = ts - h
+    end
+    if n2 >= capacity or (t2 <= now and now - t2 >= (mulceil and mulceil(capacity - n2, period, rate)
+        or ceil((capacity - n2) * period / rate))) then
+      new_state = false -- full
+    else
+      new_state = format('%d %d', n2, t2)
     end
   end
 end

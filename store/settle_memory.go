@@ -105,10 +105,11 @@ func (m *Memory) write(mb *member, st algo.State, w algo.Write, now, ttl int64) 
 }
 
 // admissionOf is the admission req's Settle changes: what admitted
-// debited, when, and what it left. A zero admitted (a refund nobody kept
-// the admission of) counts as debited now with nothing left.
+// debited, when, and how far from full it left the bucket. A zero admitted
+// (a refund nobody kept the admission of) counts as debited now from an
+// empty bucket.
 func admissionOf(req tollgate.Request, admitted tollgate.Decision) algo.Admission {
-	adm := algo.Admission{Reserved: req.Cost, Remaining: admitted.Remaining, Settled: -1}
+	adm := algo.Admission{Reserved: req.Cost, Reset: admitted.ResetAfter.Microseconds(), Settled: -1}
 	if !admitted.At.IsZero() {
 		adm.At = admitted.At.UnixMicro()
 	}

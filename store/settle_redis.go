@@ -114,7 +114,7 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []
 			if !admitted[i].At.IsZero() {
 				at = admitted[i].At.UnixMicro()
 			}
-			args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].Remaining)
+			args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].ResetAfter.Microseconds())
 		}
 		sc[j] = scriptCall{script: settleScript, args: args}
 	}

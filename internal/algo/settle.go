@@ -39,15 +39,16 @@ func debtTime(units, period, rate int64) int64 {
 }
 
 // Admission is the debit a settlement changes: Reserved units debited at At
-// (µs, the store's clock), which left Remaining. At 0 means unknown (a
-// refund of hits whose admission nobody kept): the units count as debited
-// at now with nothing left, so that a bucket gets them back up to its
-// capacity and a window in the current window. Settled, when not negative,
-// is the final cost an earlier settlement of the same request made: only
-// the difference from it applies.
+// (µs, the store's clock), after which the bucket was Reset µs from full
+// (the admission's ResetAfter; windows do not read it). At 0 means unknown
+// (a refund of hits whose admission nobody kept): the units count as
+// debited at now from an empty bucket, so that a bucket gets them back up
+// to its capacity and a window in the current window. Settled, when not
+// negative, is the final cost an earlier settlement of the same request
+// made: only the difference from it applies.
 type Admission struct {
-	Reserved, At, Remaining int64
-	Settled                 int64
+	Reserved, At, Reset int64
+	Settled             int64
 }
 
 // Settle mirrors lua/settle.lua: it makes final the cost of adm, a debit of
@@ -55,18 +56,29 @@ type Admission struct {
 // later request asks, for the answer). A smaller final cost gives the
 // difference back, never creating quota: a bucket not above its capacity,
 // less the refill it could have lost had it been debited final units
-// instead (see givable); a window only while the window of adm.At is
+// instead (see headroom); a window only while the window of adm.At is
 // stored. A larger one debits the rest past empty: a bucket's refill is
 // then credited from a time after now (its debt, at most maxDebtTime), a
 // window counts past its rate (a sliding window at most one rate past it).
 // It returns the new state, what to do with it, and its answer (see
 // answer).
 func Settle(alg tollgate.Algorithm, s State, now int64, p Params, adm Admission, final int64) (State, Write, Result) {
+	bucket := alg == tollgate.TokenBucket || alg == tollgate.GCRA // adm.Reset matters
 	if adm.At == 0 {
-		adm.At, adm.Remaining = now, 0
+		adm.At = now
+		if bucket {
+			adm.Reset = mulCeil(p.Capacity, p.Period, p.Rate)
+		}
 	}
 	if adm.Settled >= 0 {
-		adm.Remaining, adm.Reserved = adm.Remaining+adm.Reserved-adm.Settled, adm.Settled
+		// As if the admission had debited Settled: its bucket that much
+		// further from full, or nearer (rounded nearer).
+		if d := adm.Settled - adm.Reserved; bucket && d > 0 {
+			adm.Reset += debtTime(d, p.Period, p.Rate) - 1
+		} else if bucket && d < 0 {
+			adm.Reset -= debtTime(-d, p.Period, p.Rate)
+		}
+		adm.Reserved = adm.Settled
 	}
 	var st State
 	var w Write
@@ -236,37 +248,46 @@ func giveBack(alg tollgate.Algorithm, s State, now int64, p Params, adm Admissio
 	}
 	switch alg {
 	case tollgate.TokenBucket:
-		if g = givable(now, p, adm, g); g == 0 {
+		h := headroom(now, adm)
+		if h <= 0 {
 			return s, Keep
 		}
-		if s.B > now {
-			// In debt: the debt shrinks by the time g units take, rounded
-			// down; far more than the debt and a full refill is a full
-			// bucket (estimated in doubles first, as the script does, so
-			// that no exact product is formed out of range).
-			if beyond(g, p, s.B-now+mulCeil(p.Capacity, p.Period, p.Rate)) {
-				return State{}, Delete
-			}
-			return State{Present: true, A: s.A, B: s.B - mulFloor(g, p.Period, p.Rate)}, Put
+		// g units, or h µs of refill when g take longer (estimated in
+		// doubles first, as the script does, so that no exact product is
+		// formed out of range). In debt, the debt shrinks by the time g
+		// units take, rounded down.
+		var st State
+		switch {
+		case beyond(g, p, h):
+			st = State{Present: true, A: s.A, B: s.B - h}
+		case s.B > now:
+			st = State{Present: true, A: s.A, B: s.B - min(mulFloor(g, p.Period, p.Rate), h)}
+		case mulCeil(g, p.Period, p.Rate) <= h:
+			st = State{Present: true, A: s.A + g, B: s.B}
+		default:
+			st = State{Present: true, A: s.A, B: s.B - h}
 		}
-		if n := s.A + g; n < p.Capacity {
-			return State{Present: true, A: n, B: s.B}, Put
+		if st.A >= p.Capacity || st.B <= now && now-st.B >= mulCeil(p.Capacity-st.A, p.Period, p.Rate) {
+			return State{}, Delete // full
 		}
-		return State{}, Delete
+		return st, Put
 	case tollgate.GCRA:
-		if g = givable(now, p, adm, g); g == 0 {
+		h := headroom(now, adm)
+		if h <= 0 {
 			return s, Keep
 		}
-		if beyond(g, p, s.A-now) {
-			return State{}, Delete // back before now: idle
-		}
-		q, r := MulDiv(g, p.Period, p.Rate)
-		t, f := s.A-q, min(s.B, p.Rate-1)-r
-		if f < 0 {
-			t, f = t-1, f+p.Rate
+		// g units of lead back, or h µs when g take longer.
+		t, f := s.A-h, min(s.B, p.Rate-1)
+		if !beyond(g, p, h) {
+			if q, r := MulDiv(g, p.Period, p.Rate); q < h || q == h && r == 0 {
+				t, f = s.A-q, f-r
+				if f < 0 {
+					t, f = t-1, f+p.Rate
+				}
+			}
 		}
 		if t < now || t == now && f == 0 {
-			return State{}, Delete
+			return State{}, Delete // back before now: idle
 		}
 		return State{Present: true, A: t, B: f}, Put
 	case tollgate.SlidingWindow:
@@ -293,23 +314,13 @@ func beyond(g int64, p Params, lead int64) bool {
 	return float64(g)*float64(p.Period)/float64(p.Rate) > 1.000001*float64(max(lead, 0))
 }
 
-// givable is how many of g units of adm a bucket gives back at now. Had
-// the debit been g units smaller, the bucket might have reached its
-// capacity since and lost refill to it; what it can have lost is at most
-// what the debit left plus g plus the refill since (U, rounded up) and the
-// fraction of a unit a capped bucket drops, less the capacity. So
-// Capacity − Remaining − U − 1 units come back, at most g: all of g while
-// the bucket stays far from full.
-func givable(now int64, p Params, adm Admission, g int64) int64 {
-	e := max(now-adm.At, 0)
-	switch {
-	case e == 0:
-		return min(g, max(p.Capacity-adm.Remaining, 0)) // no refill since: nothing lost
-	case e >= mulCeil(p.Capacity, p.Period, p.Rate):
-		return 0 // the refill since fills the bucket: it may have lost all of g
-	}
-	u := mulCeil(e, p.Rate, p.Period)
-	return min(g, max(p.Capacity-adm.Remaining-u-1, 0))
+// headroom is how long, in µs of refill, a bucket can be given back at now
+// for adm: the time the admission left it from full, less the time since.
+// Other calls since only took from it, so for that long it cannot have
+// reached its capacity and lost refill to it; given more, it might have.
+// (The admission's time to full is rounded up, by under 1µs.)
+func headroom(now int64, adm Admission) int64 {
+	return adm.Reset - max(now-adm.At, 0)
 }
 
 // bucketLevel is a token bucket's whole tokens at now and the µs its refill

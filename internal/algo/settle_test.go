@@ -20,7 +20,7 @@ func TestSettleDebtIsRepaidExactly(t *testing.T) {
 		if !r.Allowed || r.Remaining != 9 {
 			t.Fatalf("%s: first call %+v", alg, r)
 		}
-		s, w, r := Settle(alg, s, now, p, Admission{Reserved: 1, At: now, Remaining: r.Remaining, Settled: -1}, 50)
+		s, w, r := Settle(alg, s, now, p, Admission{Reserved: 1, At: now, Reset: r.ResetAfter, Settled: -1}, 50)
 		if w != Put || r.Allowed || r.Remaining != 0 || r.RetryAfter != 4_100_000 {
 			t.Fatalf("%s: settled at 50: %v %+v, want denied, 0 left, retry 4.1s", alg, w, r)
 		}
@@ -61,7 +61,7 @@ func TestSettleGivesBackNoMoreThanTheFinalDebit(t *testing.T) {
 			continue
 		}
 		a = a2
-		adm := Admission{Reserved: reserved, At: now, Remaining: ra.Remaining, Settled: -1}
+		adm := Admission{Reserved: reserved, At: now, Reset: ra.ResetAfter, Settled: -1}
 		q.Cost = final
 		if final > 0 {
 			b, _ = For(alg)(b, now, q)
@@ -101,12 +101,34 @@ func TestSettleGivesBackExactlyFarFromFull(t *testing.T) {
 		now := int64(1_700_000_000) * sec
 		s, _ := For(alg)(State{}, now, p)
 		s, r := For(alg)(s, now, p) // 0 left
-		s, _, got := Settle(alg, s, now+sec, p, Admission{Reserved: 500, At: now, Remaining: r.Remaining, Settled: -1}, 100)
+		s, _, got := Settle(alg, s, now+sec, p, Admission{Reserved: 500, At: now, Reset: r.ResetAfter, Settled: -1}, 100)
 		// 400 back, plus 16 of refill in the second since.
 		if got.Remaining != 416 {
 			t.Fatalf("%s: %d left after giving 400 back, want 416", alg, got.Remaining)
 		}
 		_ = s
+	}
+}
+
+// A call on a full bucket that costs nothing in the end leaves it full,
+// however long it ran: what it took it gives back, though the bucket
+// refilled meanwhile (SettleFailures on a success); and settling the same
+// request again at its reservation takes it again.
+func TestSettleGivesBackAfterTime(t *testing.T) {
+	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
+		p := Params{Rate: 5, Period: 900 * sec, Capacity: 5, Cost: 1}
+		now := int64(1_700_000_000) * sec
+		s, r := For(alg)(State{}, now, p)
+		for _, ran := range []int64{1, 100_000, 170 * sec} {
+			got, w, res := Settle(alg, s, now+ran, p, Admission{Reserved: 1, At: now, Reset: r.ResetAfter, Settled: -1}, 0)
+			if w != Delete || res.Remaining != 5 {
+				t.Fatalf("%s: a call of %dµs given back: %v %+v, want a full bucket", alg, ran, w, res)
+			}
+			_, w, res = Settle(alg, got, now+ran, p, Admission{Reserved: 1, At: now, Reset: r.ResetAfter, Settled: 0}, 1)
+			if w != Put || res.Remaining != 4 {
+				t.Fatalf("%s: settled again at 1: %v %+v, want 4 left", alg, w, res)
+			}
+		}
 	}
 }
 
@@ -117,7 +139,7 @@ func TestSettleWindows(t *testing.T) {
 	p := Params{Rate: 10, Period: 60 * sec, Capacity: 10, Cost: 5}
 	for _, alg := range []tollgate.Algorithm{tollgate.FixedWindow, tollgate.SlidingWindow} {
 		s, r := For(alg)(State{}, start+sec, p)
-		adm := Admission{Reserved: 5, At: start + sec, Remaining: r.Remaining, Settled: -1}
+		adm := Admission{Reserved: 5, At: start + sec, Reset: r.ResetAfter, Settled: -1}
 		if _, _, got := Settle(alg, s, start+2*sec, p, adm, 1); got.Remaining != 9 {
 			t.Errorf("%s: %d left after settling 5 at 1, want 9", alg, got.Remaining)
 		}

@@ -15,6 +15,7 @@ import (
 // stored, and the validation of settlements.
 func (s *suite) runSettle(t *testing.T) {
 	t.Run("settle gives back", s.settleGivesBack)
+	t.Run("settle later", s.settleLater)
 	t.Run("settle past empty", s.settleDebt)
 	t.Run("settle once per request id", s.settleIdempotent)
 	t.Run("settle a set", s.settleAll)
@@ -75,6 +76,20 @@ func (s *suite) settleGivesBack(t *testing.T) {
 	}
 }
 
+// settleLater: a call settled at 0 a while after its admission gives its
+// whole reservation back, on every algorithm: the bucket it left full is
+// full again.
+func (s *suite) settleLater(t *testing.T) {
+	for _, alg := range algorithms {
+		req := tollgate.Request{Key: s.key(t) + "/" + alg.String(), Limit: quota(alg, 10), Cost: 3}
+		adm := s.admitted(t, req)
+		s.h.Advance(s.unit)
+		if d := s.settle(t, req, adm, 0); d.Remaining != 10 {
+			t.Fatalf("%s: settled at 0 after a while: %+v; want all 10 back", alg, d)
+		}
+	}
+}
+
 // settleDebt: a call reserving 1 of 10 and costing 15 leaves the identity 5
 // units in debt: denied, 0 remaining, Debt 5, on every algorithm.
 func (s *suite) settleDebt(t *testing.T) {
@@ -123,12 +138,12 @@ func (s *suite) settleAll(t *testing.T) {
 		{Key: key + "/b", Limit: quota(tollgate.FixedWindow, 10), Cost: 4},
 	}
 	ds := s.allowAll(t, reqs...)
-	out, err := s.h.Store.SettleAll(context.Background(), reqs, ds, []int64{3, 9})
+	out, err := s.h.Store.SettleAll(context.Background(), reqs, ds, []int64{1, 9})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Remaining != 7 || out[1].Remaining != 1 {
-		t.Fatalf("SettleAll at 3 and 9 of 4 each: %+v; want 7 and 1 available", out)
+	if out[0].Remaining != 9 || out[1].Remaining != 1 {
+		t.Fatalf("SettleAll at 1 and 9 of 4 each: %+v; want 9 and 1 available", out)
 	}
 }
 
