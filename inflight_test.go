@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +22,7 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
 )
 
 // inFlightRule bounds one tenant's calls of every method to max at once.
@@ -248,4 +250,54 @@ func TestInFlightBesideARate(t *testing.T) {
 			t.Errorf("a call refused by its rate holds a slot: %+v", q)
 		}
 	})
+}
+
+// A slot whose release fails (the store does not answer when the call
+// ends) is not leaked: the call's own answer is unchanged, the slot is
+// held until it expires, and another call is admitted then.
+func TestInFlightFailedReleaseExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	o := srv.Options()
+	o.ContextTimeoutEnabled = true
+	rc := redis.NewClient(o)
+	t.Cleanup(func() { _ = rc.Close() })
+	const ttl = 1500 * time.Millisecond
+	r := inFlightRule(t, 1, ttl)
+	l := limiter(t, store.NewRedis(rc), interceptor.WithRules(r), interceptor.WithStoreTimeout(100*time.Millisecond))
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	c := serve(t, l, &echo.Server{Before: func(context.Context, string) error {
+		select {
+		case entered <- struct{}{}:
+			<-release
+		default: // the later calls
+		}
+		return nil
+	}}, nil)
+	done := make(chan error, 1)
+	taken := time.Now() // the slot is taken after this
+	go func() { _, _, err := say(tenant("a"), c); done <- err }()
+	<-entered
+	srv.Pause(t, 700*time.Millisecond)
+	close(release) // the call ends while the store is paused: its release fails
+	if err := <-done; err != nil {
+		t.Fatalf("the call whose release failed: %v, want its own answer", err)
+	}
+	srv.AwaitAnswer(t, 5*time.Second)
+	_, _, err := say(tenant("a"), c)
+	wantCode(t, err, codes.ResourceExhausted, "in-flight")
+	for {
+		_, _, err := say(tenant("a"), c)
+		if err == nil {
+			break
+		}
+		wantCode(t, err, codes.ResourceExhausted, "in-flight")
+		if time.Since(taken) > ttl+time.Second {
+			t.Fatalf("still refused %s after the slot was taken; it should expire %s after", time.Since(taken), ttl)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if held := time.Since(taken); held < ttl-200*time.Millisecond {
+		t.Errorf("admitted %s after the slot was taken: it was freed before it expired (%s)", held, ttl)
+	}
 }
