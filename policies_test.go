@@ -166,6 +166,46 @@ func TestTwoRulesAllOrNothing(t *testing.T) {
 	})
 }
 
+// One burst across slots: the per-tenant rule (50 an hour) and the global
+// rule (30 an hour) of TestTwoRulesAllOrNothing, 100 calls of one tenant
+// sent at once, each once. Exactly 30 are admitted and the tenant is left
+// exactly 20, in each of 10 runs: on a Cluster the store decides first the
+// rule nearer its limit (the global one), so a tenant debit never stands
+// for a call the global rule denies.
+func TestBurstAcrossSlotsExact(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		for run := range 10 {
+			id := redistest.KeyPrefix(t) + strconv.Itoa(run)
+			perTenant := interceptor.Rule{Name: "per-tenant " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerHour(50)}
+			global := interceptor.Rule{Name: "global " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limit: tollgate.PerHour(30)}
+			l := limiter(t, st, interceptor.WithRules(perTenant, global))
+			c := serve(t, l, &echo.Server{}, nil)
+			var admitted atomic.Int64
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for range 100 {
+				wg.Go(func() {
+					<-start
+					_, _, err := say(tenant("a"), c)
+					switch status.Code(err) {
+					case codes.OK:
+						admitted.Add(1)
+					case codes.ResourceExhausted:
+					default:
+						t.Errorf("call: %v", err)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			tenantLeft := peekOne(t, l, perTenant.Name, interceptor.Caller{Value: "a"}, time.Hour).Available
+			if admitted.Load() != 30 || tenantLeft != 20 {
+				t.Fatalf("run %d: %d of 100 admitted, the tenant left %d; want exactly 30 and 20", run+1, admitted.Load(), tenantLeft)
+			}
+		}
+	})
+}
+
 // Two limits on one tenant, 5 a second and 20 an hour: 64 concurrent
 // callers get exactly 20 admissions over the seconds the first limit
 // needs, and a call the hourly limit denies does not debit the per-second

@@ -16,14 +16,15 @@ import (
 //
 // On a single node or through Sentinel the whole set is one script call,
 // atomic like a single decision. On a ClusterClient the set is split by
-// Cluster slot (the keys of one call must share one), one call per slot,
-// sent at once; when one slot denies, the debits of the slots that
-// admitted are given back by a refund script before AllowAll returns (see
-// docs/store.md for the window in which that debit may deny a concurrent
-// caller). On any other client (a Ring) the set is split by hash tag, as
-// the client shards by it. An error from Redis leaves the set's outcome
-// unknown for the slots whose reply was lost; the debits known are given
-// back.
+// Cluster slot (the keys of one call must share one), one call per slot:
+// first the part most likely to deny (the fewest calls left as this store
+// last saw them; see levels), then, when it admits, the others at once.
+// When one of those denies, the debits of the slots that admitted are
+// given back by a refund script before AllowAll returns (see docs/store.md
+// for the window in which that debit may deny a concurrent caller). On any
+// other client (a Ring) the set is split by hash tag, as the client shards
+// by it. An error from Redis leaves the set's outcome unknown for the
+// slots whose reply was lost; the debits known are given back.
 func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
 	reqs, err := normalizeAll(reqs)
 	if err != nil {
@@ -66,17 +67,53 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		// The denial ran out meanwhile: decide the set after all.
 	}
 
-	// One call per part, all at once; each goes through its primary's
-	// round trips like any decision.
+	// The part most likely to deny first, alone; the others only when it
+	// admits, all at once, each through its primary's round trips like
+	// any decision. When it denies, the others are judged without a debit
+	// (for their answers): nothing is debited to be given back.
 	sent := int64(0)
 	if r.deny != nil {
 		sent = r.deny.now()
 	}
-	cs, errs := r.sendParts(ctx, reqs, parts, mode)
+	first := r.levels.riskiest(reqs, parts)
+	cs, errs := make([]*call, len(parts)), make([]error, len(parts))
+	c0, e0 := r.sendParts(ctx, reqs, parts[first:first+1], mode)
+	cs[first], errs[first] = c0[0], e0[0]
+	if e0[0] != nil {
+		return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", e0[0])
+	}
+	denied := !cs[first].decisions[0].Allowed
+	restMode := mode
+	if denied {
+		restMode = decideMode{peek: true}
+	}
+	rest := make([][]int, 0, len(parts)-1)
+	for j, part := range parts {
+		if j != first {
+			rest = append(rest, part)
+		}
+	}
+	crest, erest := r.sendParts(ctx, reqs, rest, restMode)
+	for j, k := 0, 0; j < len(parts); j++ {
+		if j != first {
+			cs[j], errs[j] = crest[k], erest[k]
+			k++
+		}
+	}
+	for j, part := range parts {
+		if errs[j] == nil {
+			for k, i := range part {
+				r.levels.note(reqs[i], cs[j].decisions[k])
+			}
+		}
+	}
 	if !mode.markers() {
 		r.rememberDenials(reqs, cs, errs, parts, sent)
 	}
 	out, all, failed := answers(cs, errs, parts, len(reqs))
+	if denied {
+		return deniedSet(out), nil // a look that failed only leaves its answers out
+	}
 	if all {
 		return out, nil
 	}

@@ -64,6 +64,8 @@ type Redis struct {
 	// deny repeats recent denials without a round trip; nil when off (see
 	// WithDenyCache).
 	deny *denyCache
+	// levels orders the parts of a set spread over slots (see AllowAll).
+	levels *levels
 }
 
 // NewRedis returns a store deciding on c with the given options. c is used as
@@ -78,6 +80,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 		replays: defaultReplays(),
 		batch:   &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
 		deny:    newDenyCache(DefaultDenyCacheSize),
+		levels:  newLevels(),
 	}
 	for _, o := range opts {
 		o.applyRedis(r)

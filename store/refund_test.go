@@ -218,7 +218,7 @@ func acrossSlotsExact(t *testing.T, denyCacheSize int) {
 	}
 	slices.Sort(deniedTook)
 	q := func(p float64) time.Duration { return deniedTook[int(p*float64(len(deniedTook)-1))] }
-	t.Logf("64 callers across 3 slots: 40 of 40 admitted; %d of the %d {y, z} sets sent before the 40th admission were denied while y had a unit left; %d denied {y, x} sets, each holding y's debit at most its duration: p50 %v, p99 %v, max %v",
+	t.Logf("64 callers across 3 slots: 40 of 40 admitted; %d of the %d {y, z} sets sent before the 40th admission were denied while y had a unit left; %d denied {y, x} sets (any that debited y held it at most its duration): p50 %v, p99 %v, max %v",
 		wrong, yzCalls.Load(), len(deniedTook), q(0.5), q(0.99), q(1))
 }
 
