@@ -128,8 +128,8 @@ func peekOne(t *testing.T, l *interceptor.Limiter, rule string, who interceptor.
 // debited neither rule).
 //
 // On a Cluster the two rules' keys are on different slots: the store
-// decides each slot apart and gives back the debits of a denied set; the
-// counts are exact there too.
+// decides the riskiest slot first and gives back the debits of a denied
+// set; the counts are exact there too.
 func TestTwoRulesAllOrNothing(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		id := redistest.KeyPrefix(t)
