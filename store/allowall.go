@@ -149,7 +149,7 @@ func (r *Redis) partition(reqs []tollgate.Request) [][]int {
 	var parts [][]int
 	index := make(map[string]int, len(reqs))
 	for i, req := range reqs {
-		k := decisionKeys(r.prefix, req.Limit.Algorithm, req.Key, "")[0]
+		k := decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
 		part := hashTag(k)
 		if r.cluster != nil {
 			part = strconv.Itoa(slot(k))

@@ -199,7 +199,8 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 // runBatch sends batch as one pipeline and signals every call. On a
 // *redis.Client the single decisions among the calls travel as batch
 // script calls of up to maxShared decisions (see WithBatchScript and
-// shared); every other call is a decide call of its own.
+// shared), on a ClusterClient in the grouped layout likewise for each
+// slot; every other call is a decide call of its own.
 //
 // The pipeline outlives any one caller's context: it runs until the latest
 // deadline among its calls, or with none (the client's timeouts bound it)
@@ -210,7 +211,7 @@ func (r *Redis) runBatch(batch []*call) {
 	var shares []*shared
 	own := batch // the calls sent as decide calls of their own
 	if r.usesBatchScript() {
-		shares, own = shareCalls(batch)
+		shares, own = shareCalls(batch, r.cluster != nil)
 	}
 	sc := make([]scriptCall, 0, len(own)+len(shares))
 	for _, c := range own {
@@ -232,11 +233,12 @@ func (r *Redis) runBatch(batch []*call) {
 }
 
 // usesBatchScript reports whether the store sends a batch's single
-// decisions as one batch script call: only to a *redis.Client, whose
-// commands all go to one server, and unless WithBatchScript turned it off.
+// decisions as batch script calls, unless WithBatchScript turned it off: to
+// a *redis.Client, whose commands all go to one server, one call; to a
+// ClusterClient in the grouped layout (WithClusterGroups), one per slot.
 func (r *Redis) usesBatchScript() bool {
 	_, single := r.client.(*redis.Client)
-	return single && !r.noBatchScript
+	return !r.noBatchScript && (single || r.cluster != nil && r.groupPrefixes != nil)
 }
 
 // batchContext returns the context a pipeline runs under: no caller's

@@ -25,8 +25,9 @@ type shared struct {
 
 // shareCalls splits batch into batch script calls of the single decisions
 // (one group each; at most maxShared per call, and only when there are at
-// least two) and the calls sent on their own.
-func shareCalls(batch []*call) ([]*shared, []*call) {
+// least two) and the calls sent on their own. With bySlot (a Cluster) only
+// decisions on one slot share a call.
+func shareCalls(batch []*call, bySlot bool) ([]*shared, []*call) {
 	var singles, own []*call
 	for _, c := range batch {
 		if c.groups == 1 {
@@ -38,7 +39,24 @@ func shareCalls(batch []*call) ([]*shared, []*call) {
 	if len(singles) < 2 {
 		return nil, batch
 	}
+	if !bySlot {
+		return share(singles, nil, own)
+	}
 	var out []*shared
+	bySlotCalls := make(map[int][]*call)
+	for _, c := range singles {
+		k := slot(c.keys[0])
+		bySlotCalls[k] = append(bySlotCalls[k], c)
+	}
+	for _, cs := range bySlotCalls {
+		out, own = share(cs, out, own)
+	}
+	return out, own
+}
+
+// share appends to out the batch script calls of singles, decisions of one
+// slot, and to own the one left alone.
+func share(singles []*call, out []*shared, own []*call) ([]*shared, []*call) {
 	for len(singles) > 0 {
 		n := min(len(singles), maxShared)
 		if n == 1 {

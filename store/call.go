@@ -119,7 +119,7 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 	}
 	for i, req := range reqs {
 		var k [2]string
-		fillDecisionKeys(&k, r.prefix, req.Limit.Algorithm, req.Key, id)
+		fillDecisionKeys(&k, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, id)
 		c.keys[i] = k[0]
 		if mode.markers() {
 			c.keys[n+i] = k[1]

@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"strconv"
 	"strings"
 
 	"github.com/tollgate/tollgate"
@@ -293,3 +294,56 @@ func hashTag(key string) string {
 
 // slot is the Cluster slot of key.
 func slot(key string) int { return int(crc16(hashTag(key)) % 16384) }
+
+// The grouped layout (WithClusterGroups): an identity's keys are its keys
+// of the default layout behind a group's hash tag,
+//
+//	<prefix>{!<i>}{<tag>}/<part>:<code>
+//
+// Redis Cluster hashes the first braces only, so every key of group k is on
+// one slot; the rest of the name is the default layout's, so the state of
+// one identity is still a key of its own. Group k's tag is "!<i>" with the
+// least i that puts it on a slot in the k-th of n equal ranges of the slot
+// space. No default-layout tag starts with "!" (it is neither a safe
+// tag byte nor the hashed-tag marker), and the overrides' own tags start
+// "!ov": the layouts never share a key.
+
+// groupPrefixes returns each of n groups' prefix, prefix and its tag in
+// braces; nil when n is 0.
+func groupPrefixes(prefix string, n int) []string {
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i, left := 0, n; left > 0; i++ {
+		tag := "!" + strconv.Itoa(i)
+		if k := int(crc16(tag)%16384) * n / 16384; out[k] == "" {
+			out[k], left = prefix+"{"+tag+"}", left-1
+		}
+	}
+	return out
+}
+
+// groupOf is the group, of n, of identity's keys: FNV-1a of the bytes before
+// its first part separator (see PartKey), so the parts of one identity share
+// its group, modulo n.
+func groupOf(identity string, n int) int {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(identity); i++ {
+		c := identity[i]
+		if c == partSeparator[0] {
+			break
+		}
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return int(h % uint64(n))
+}
+
+// keyPrefix is what identity's keys start with: the store's prefix, or in
+// the grouped layout its group's prefix.
+func (r *Redis) keyPrefix(identity string) string {
+	if r.groupPrefixes == nil {
+		return r.prefix
+	}
+	return r.groupPrefixes[groupOf(identity, len(r.groupPrefixes))]
+}

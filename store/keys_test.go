@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -192,5 +195,62 @@ func BenchmarkDecisionKeys(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		decisionKeys("tollgate:", tollgate.GCRA, "api:tenant-7:user-42", "0123456789abcdef")
+	}
+}
+
+// The grouped layout: n tags, one in each n-th of the slot space, chosen
+// the same way by every process; an identity's keys, its parts' included,
+// all behind its group's tag and then named as in the default layout; and
+// no grouped key is a default-layout key.
+func TestGroupedLayout(t *testing.T) {
+	for _, n := range []int{1, 3, 6, 48, 16384} {
+		ps := groupPrefixes("p:", n)
+		if len(ps) != n {
+			t.Fatalf("%d groups: %d prefixes", n, len(ps))
+		}
+		seen := map[int]bool{}
+		for k, p := range ps {
+			s := slot(p + "x")
+			if s < k*16384/n || s >= (k+1)*16384/n || seen[s] {
+				t.Fatalf("%d groups: group %d (%s) on slot %d, outside its range or shared", n, k, p, s)
+			}
+			seen[s] = true
+		}
+		if again := groupPrefixes("p:", n); !slices.Equal(again, ps) {
+			t.Fatalf("%d groups: the tags differ between two computations", n)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used: the keys are named without Redis
+	defer c.Close()
+	grouped := NewRedis(c, WithPrefix("p:"), WithClusterGroups(6))
+	plain := NewRedis(c, WithPrefix("p:"))
+	for _, id := range []string{"tenant-a", "", "{x}", "!1", strings.Repeat("long", 40), PartKey("tenant-a", "hour")} {
+		gk := decisionKeys(grouped.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
+		pk := decisionKeys(plain.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
+		prefix := grouped.groupPrefixes[groupOf(id, 6)]
+		for i := range gk {
+			if gk[i] != prefix+strings.TrimPrefix(pk[i], "p:") {
+				t.Errorf("%q: grouped key %q, want %q and the default key's name", id, gk[i], prefix)
+			}
+			if slot(gk[i]) != slot(prefix) {
+				t.Errorf("%q: grouped key %q off its group's slot", id, gk[i])
+			}
+			if hashTag(pk[i])[0] == '!' {
+				t.Errorf("%q: a default-layout key %q has a group's tag", id, pk[i])
+			}
+		}
+	}
+	if groupOf(PartKey("tenant-a", "hour"), 6) != groupOf("tenant-a", 6) {
+		t.Error("an identity's part is in another group")
+	}
+	// Identities spread over the groups.
+	count := make([]int, 6)
+	for i := range 6000 {
+		count[groupOf("user-"+strconv.Itoa(i), 6)]++
+	}
+	for k, c := range count {
+		if c < 800 || c > 1200 {
+			t.Errorf("group %d holds %d of 6000 identities", k, c)
+		}
 	}
 }

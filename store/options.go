@@ -106,6 +106,28 @@ func WithPrefix(prefix string) RedisOption {
 	return redisOption(func(r *Redis) { r.prefix = prefix })
 }
 
+// MaxClusterGroups is the most hash-tag groups WithClusterGroups takes: one
+// per Cluster slot.
+const MaxClusterGroups = 16384
+
+// WithClusterGroups turns on the grouped key layout: every identity's keys
+// go under one of n hash tags, chosen by a hash of the identity, instead of
+// a tag of its own. Identities of one group share a Cluster slot, so on a
+// ClusterClient concurrent decisions of one group share one batch script
+// call, as every decision does on a single node; a Cluster then moves
+// whole groups when it rebalances. The n tags are spread evenly over the
+// slot space (tag k is on a slot in its n-th of it), so the default
+// assignment of slots to primaries gives each primary n / primaries of
+// them. Every replica sharing the state must use the same n: changing n,
+// or turning the layout on or off, moves every identity to a key it never
+// had (its state starts afresh, full buckets and empty windows). n of 0,
+// the default, keeps each identity on a tag of its own (see Redis); n
+// above MaxClusterGroups counts as MaxClusterGroups. docs/deployment.md
+// says how to choose n.
+func WithClusterGroups(n int) RedisOption {
+	return redisOption(func(r *Redis) { r.groupCount = min(max(n, 0), MaxClusterGroups) })
+}
+
 // WithBatching sets how concurrent decisions share round trips. A decision
 // that finds a free round trip (fewer than maxPipelines in flight) and
 // nobody waiting goes to Redis at once, alone, as it would without

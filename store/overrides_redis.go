@@ -123,7 +123,7 @@ func (r *Redis) overrideKey(group, key string) string {
 	var b strings.Builder
 	b.WriteString(overrideCode + ":")
 	appendHash(&b, group)
-	return keyOf(r.prefix, b.String(), key)
+	return keyOf(r.keyPrefix(key), b.String(), key)
 }
 
 func (r *Redis) overrideIndex(group string) string {

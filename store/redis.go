@@ -66,6 +66,10 @@ type Redis struct {
 	deny *denyCache
 	// levels orders the parts of a set spread over slots (see AllowAll).
 	levels *levels
+	// groupCount is WithClusterGroups' n; groupPrefixes, when it is above
+	// 0, is each group's prefix: the store's and the group's hash tag.
+	groupCount    int
+	groupPrefixes []string
 }
 
 // NewRedis returns a store deciding on c with the given options. c is used as
@@ -87,6 +91,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	}
 	r.deadlineSafe = honoursDeadlines(c)
 	r.cluster, _ = c.(*redis.ClusterClient)
+	r.groupPrefixes = groupPrefixes(r.prefix, r.groupCount)
 	return r
 }
 
@@ -216,7 +221,7 @@ func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
 	if r.deny != nil {
 		defer r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm))
 	}
-	k := decisionKeys(r.prefix, req.Limit.Algorithm, req.Key, "")[0]
+	k := decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
 	if err := r.client.Del(ctx, k).Err(); err != nil {
 		return fmt.Errorf("tollgate: redis store: reset: %w", err)
 	}

@@ -89,6 +89,21 @@ func TestRedisConformance(t *testing.T) {
 	})
 }
 
+// TestRedisConformanceGrouped runs the suite on the grouped key layout
+// (WithClusterGroups), where a Cluster shares batch script calls between
+// the identities of a group.
+func TestRedisConformanceGrouped(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		storetest.Run(t, storetest.Harness{
+			Store:      NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithClusterGroups(6)),
+			Advance:    time.Sleep,
+			Slack:      realClockSlack,
+			MaxReplays: DefaultMaxReplays,
+		})
+	})
+}
+
 func TestRedisQuotaThenDenial(t *testing.T) {
 	st := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	ctx := context.Background()

@@ -93,7 +93,7 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []
 		args[2] = nkeys
 		keys := make([]string, 0, nkeys)
 		for _, i := range part {
-			keys = append(keys, decisionKeys(r.prefix, reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
+			keys = append(keys, decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
 		}
 		if mode == settleRecord {
 			for k, i := range part {

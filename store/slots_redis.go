@@ -71,7 +71,7 @@ func (r *Redis) slotCall(ctx context.Context, s tollgate.Slot, op string) ([]int
 	} else if len(s.Key) > tollgate.MaxKeyLen {
 		return nil, fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(s.Key), tollgate.MaxKeyLen)
 	}
-	args := []any{nil, nil, 1, keyOf(r.prefix, slotsCode, s.Key), op, s.Max, s.ID, s.TTL.Microseconds()}
+	args := []any{nil, nil, 1, keyOf(r.keyPrefix(s.Key), slotsCode, s.Key), op, s.Max, s.ID, s.TTL.Microseconds()}
 	v, err := runScript(ctx, r.client, slotScript, args).(scriptCmd).Result()
 	if err != nil {
 		r.refreshRouting(err)
