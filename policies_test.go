@@ -38,8 +38,19 @@ func redisClusterStore(t *testing.T) tollgate.Store {
 	return store.NewRedis(c)
 }
 
+// groupedClusterStore is redisClusterStore in the grouped key layout
+// (store.WithClusterGroups), where decisions of one group share batch
+// script calls.
+func groupedClusterStore(t *testing.T) tollgate.Store {
+	o := redistest.SharedCluster(t).Options()
+	o.ContextTimeoutEnabled = true
+	c := redis.NewClusterClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return store.NewRedis(c, store.WithClusterGroups(6))
+}
+
 // onEveryStore runs test on the Memory store, a single Redis node and a
-// Redis Cluster.
+// Redis Cluster in the default and the grouped key layouts.
 func onEveryStore(t *testing.T, test func(t *testing.T, st tollgate.Store)) {
 	for _, s := range []struct {
 		name string
@@ -48,6 +59,7 @@ func onEveryStore(t *testing.T, test func(t *testing.T, st tollgate.Store)) {
 		{"memory", func(*testing.T) tollgate.Store { return store.NewMemory() }},
 		{"single", redisStore},
 		{"cluster", redisClusterStore},
+		{"cluster-grouped", groupedClusterStore},
 	} {
 		t.Run(s.name, func(t *testing.T) { test(t, s.new(t)) })
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,24 +235,24 @@ func sum(v []int64, ids []int) (over, under int64) {
 // clusterStore returns a client of cl whose store deadlines reach the
 // socket (closed when the test ends), and a store on it under a prefix of
 // the test's own.
-func clusterStore(t *testing.T, cl *redistest.Cluster) (*redis.ClusterClient, *Redis, string) {
+func clusterStore(t *testing.T, cl *redistest.Cluster, opts ...RedisOption) (*redis.ClusterClient, *Redis, string) {
 	o := cl.Options()
 	o.ContextTimeoutEnabled = true
 	cc := redis.NewClusterClient(o)
 	t.Cleanup(func() { _ = cc.Close() })
 	prefix := redistest.KeyPrefix(t)
-	return cc, NewRedis(cc, WithPrefix(prefix)), prefix
+	return cc, NewRedis(cc, append([]RedisOption{WithPrefix(prefix)}, opts...)...), prefix
 }
 
 // identitiesOnPrimaries returns 24 identities and, for each, the address of
 // the primary serving its state key under prefix.
-func identitiesOnPrimaries(t *testing.T, cc *redis.ClusterClient, prefix string) (ids, primaryOf []string) {
+func identitiesOnPrimaries(t *testing.T, cc *redis.ClusterClient, st *Redis) (ids, primaryOf []string) {
 	t.Helper()
 	ids = make([]string, 24)
 	primaryOf = make([]string, len(ids))
 	for i := range ids {
 		ids[i] = fmt.Sprintf("tenant-%d", i)
-		m, err := cc.MasterForKey(context.Background(), decisionKeys(prefix, failoverLimit.Algorithm, ids[i], "")[0])
+		m, err := cc.MasterForKey(context.Background(), decisionKeys(st.keyPrefix(ids[i]), failoverLimit.Algorithm, ids[i], "")[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,8 +287,8 @@ func splitByPrimary(t *testing.T, primaryOf []string, addr string) (affected, su
 // 1s, so that only a stall that long could fail an awake primary's.
 func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 	cl := redistest.NewClusterTimeout(t, 0, 15*time.Second) // private: a primary is put to sleep
-	cc, st, prefix := clusterStore(t, cl)
-	ids, primaryOf := identitiesOnPrimaries(t, cc, prefix)
+	cc, st, _ := clusterStore(t, cl)
+	ids, primaryOf := identitiesOnPrimaries(t, cc, st)
 	victim := cl.Node(primaryOf[0])
 	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
 
@@ -320,19 +322,24 @@ func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 //
 // go test -v -run ClusterFailoverUnderLoad ./store prints the figures.
 func TestClusterFailoverUnderLoad(t *testing.T) {
+	t.Run("default", func(t *testing.T) { clusterFailover(t) })
+	t.Run("grouped", func(t *testing.T) { clusterFailover(t, WithClusterGroups(6)) })
+}
+
+func clusterFailover(t *testing.T, opts ...RedisOption) {
 	cl := redistest.NewClusterTimeout(t, 1, time.Second)
 	redistest.LetDialProbesEnd(t) // a client of the killed primary may have started one
-	cc, st, prefix := clusterStore(t, cl)
+	cc, st, _ := clusterStore(t, cl, opts...)
 	ctx := context.Background()
 
-	ids, primaryOf := identitiesOnPrimaries(t, cc, prefix)
+	ids, primaryOf := identitiesOnPrimaries(t, cc, st)
 	victim := cl.Node(primaryOf[0])
 	replica := cl.ReplicaOf(t, victim)
 	// The replica receives the stream only once it has acknowledged its
 	// sync (REPLCONF ACK, about once a second); wait for that, so that the
 	// lost writes measured are the failover's, not the sync's.
 	vc := victim.Client(t).Conn()
-	synced := decisionKeys(prefix, failoverLimit.Algorithm, ids[0], "")[0] + ":synced"
+	synced := decisionKeys(st.keyPrefix(ids[0]), failoverLimit.Algorithm, ids[0], "")[0] + ":synced"
 	if err := vc.Set(ctx, synced, 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -513,5 +520,117 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	}
 	if n := replica.ErrorCount(t, "NOSCRIPT"); n == 0 {
 		t.Error("the new primary never answered NOSCRIPT: the script reload was not exercised")
+	}
+}
+
+// TestClusterReshardUnderLoad moves slots 0 to 900 from the first primary
+// to the second with redis-cli --cluster reshard while 8 callers decide on
+// 24 identities, 8 of them on the slots that move (with 2000 idle
+// identities' states moving beside them), in the default layout
+// and in the grouped one (WithClusterGroups(3): group 0's tag is on slot
+// 900, so a whole group moves while its identities share batch script
+// calls). No identity is over-admitted; a decision that fails during the
+// move (its outcome unknown to its caller) debits at most its cost; and
+// every moved identity is served from its new primary afterwards.
+//
+// go test -v -run ClusterReshardUnderLoad ./store prints the figures.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	for _, layout := range []struct {
+		name string
+		opts []RedisOption
+	}{{"default", nil}, {"grouped", []RedisOption{WithClusterGroups(3)}}} {
+		t.Run(layout.name, func(t *testing.T) {
+			cl := redistest.NewCluster(t, 0)
+			o := cl.Options()
+			o.ContextTimeoutEnabled = true
+			cc := redis.NewClusterClient(o)
+			t.Cleanup(func() { _ = cc.Close() })
+			st := NewRedis(cc, append([]RedisOption{WithPrefix(redistest.KeyPrefix(t))}, layout.opts...)...)
+			const moved = 901 // slots 0..900 move
+			var ids []string
+			var moving []int
+			for i := 0; len(ids) < 24; i++ {
+				id := fmt.Sprintf("tenant-%d", i)
+				on := slot(decisionKeys(st.keyPrefix(id), failoverLimit.Algorithm, id, "")[0]) < moved
+				if on && len(moving) < 8 || !on && len(ids)-len(moving) < 16 {
+					if on {
+						moving = append(moving, len(ids))
+					}
+					ids = append(ids, id)
+				}
+			}
+			ctx := context.Background()
+			// 2000 more identities with state on the slots that move, so
+			// that the move takes a while (redis-cli migrates 10 keys at a
+			// time) and decisions meet a slot half moved.
+			var idle []string
+			for i := 0; len(idle) < 2000; i++ {
+				id := fmt.Sprintf("idle-%d", i)
+				if slot(decisionKeys(st.keyPrefix(id), failoverLimit.Algorithm, id, "")[0]) < moved {
+					idle = append(idle, id)
+				}
+			}
+			var fill sync.WaitGroup
+			for g := range 16 {
+				fill.Go(func() {
+					for i := g; i < len(idle); i += 16 {
+						if _, err := st.Allow(ctx, tollgate.Request{Key: idle[i], Limit: failoverLimit}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			fill.Wait()
+			nodeID := func(s *redistest.Server) string {
+				id, err := s.Client(t).Do(ctx, "CLUSTER", "MYID").Text()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			from, to := nodeID(cl.Nodes[0]), nodeID(cl.Nodes[1])
+
+			load := startFailoverLoad(st, ids, failoverCallTimeout)
+			time.Sleep(300 * time.Millisecond)
+			began := time.Now()
+			out, err := exec.Command("redis-cli", "--cluster", "reshard", cl.Nodes[0].Addr(),
+				"--cluster-from", from, "--cluster-to", to, "--cluster-slots", strconv.Itoa(moved), "--cluster-yes").CombinedOutput()
+			if err != nil {
+				load.finish()
+				t.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
+			}
+			ended := time.Now()
+			load.awaitServed(t, ended, moving, 10*time.Second)
+			time.Sleep(300 * time.Millisecond)
+			load.finish()
+
+			if owner, err := cc.MasterForKey(ctx, decisionKeys(st.keyPrefix(ids[moving[0]]), failoverLimit.Algorithm, ids[moving[0]], "")[0]); err != nil || owner.Options().Addr != cl.Nodes[1].Addr() {
+				t.Fatalf("after the reshard identity %q is served by %v (%v), want %s", ids[moving[0]], owner, err, cl.Nodes[1].Addr())
+			}
+			r := load.report()
+			lost := load.lostWrites(t)
+			over, under := sum(lost, moving)
+			overOthers, underOthers := sum(lost, func() (all []int) {
+				for i := range ids {
+					if !slices.Contains(moving, i) {
+						all = append(all, i)
+					}
+				}
+				return all
+			}())
+			t.Logf("%d decisions (%.0f/s) on %d identities (%d on the %d slots moved in %s), %d errors (%d on the moved identities): %v",
+				r.decisions, r.rate(), len(ids), len(moving), moved, ended.Sub(began).Round(time.Millisecond), r.errors, r.errorsAmong(moving), r.kinds)
+			t.Logf("moved identities: %d units over-admitted, %d debited but never reported admitted; the others: %d and %d",
+				over, under, overOthers, underOthers)
+			if over != 0 || overOthers != 0 {
+				t.Errorf("over-admission across the reshard: %v", lost)
+			}
+			for i, l := range lost {
+				if -l > int64(r.errorsOn[i]) {
+					t.Errorf("identity %q: %d units debited but never reported, beyond its %d failed decisions", ids[i], -l, r.errorsOn[i])
+				}
+			}
+		})
 	}
 }

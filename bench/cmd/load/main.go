@@ -19,6 +19,7 @@
 //	go run ./cmd/load -quick          # about 30 seconds
 //	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
 //	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
+//	go run ./cmd/load -sections cluster -callers 64   # a 3-primary Cluster: default and grouped layouts beside redis_rate
 package main
 
 import (
@@ -53,7 +54,7 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory,markers,lease", "comma-separated sections to run")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own)")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
@@ -158,6 +159,13 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	}
 	if cfg.sections["grpc"] {
 		r, err := m.grpcSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if cfg.sections["cluster"] {
+		r, err := m.clusterSection(ctx)
 		if err != nil {
 			return err
 		}

@@ -37,6 +37,30 @@ type measurer struct {
 	cfg   config
 	opts  *redis.Options
 	admin *redis.Client
+	// nodes, when set, are the servers a cell's Redis figures are summed
+	// over (a Cluster's primaries); otherwise admin's alone.
+	nodes []*redis.Client
+}
+
+// servers is what a cell's Redis figures are read from.
+func (m *measurer) servers() []*redis.Client {
+	if m.nodes != nil {
+		return m.nodes
+	}
+	return []*redis.Client{m.admin}
+}
+
+// serverCPU is the CPU time of every server measured, summed.
+func (m *measurer) serverCPU(ctx context.Context) (time.Duration, error) {
+	var sum time.Duration
+	for _, c := range m.servers() {
+		d, err := bench.ServerCPU(ctx, c)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
 }
 
 // subject is one limiter under test, built afresh (own client, own key
@@ -159,10 +183,12 @@ type sample struct {
 // measures it: latency, throughput, and what Redis and this process spent,
 // read around the run alone (CONFIG RESETSTAT first).
 func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) error) (*sample, error) {
-	if err := m.admin.ConfigResetStat(ctx).Err(); err != nil {
-		return nil, err
+	for _, c := range m.servers() {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			return nil, err
+		}
 	}
-	redisBefore, err := bench.ServerCPU(ctx, m.admin)
+	redisBefore, err := m.serverCPU(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +225,7 @@ func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) e
 	wg.Wait()
 	elapsed := time.Since(start)
 	clientCPU := bench.ProcessCPU() - clientBefore
-	redisAfter, err := bench.ServerCPU(ctx, m.admin)
+	redisAfter, err := m.serverCPU(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -211,11 +237,15 @@ func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) e
 		fmt.Fprintf(os.Stderr, "load: %d of %d operations failed, first: %v\n", s.errors, s.errors+s.ops, firstErr.Load())
 	}
 	s.perSec = float64(s.ops) / elapsed.Seconds()
-	stats, err := bench.CommandStats(ctx, m.admin)
-	if err != nil {
-		return nil, err
+	var scripts bench.CommandStat
+	for _, c := range m.servers() {
+		stats, err := bench.CommandStats(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		sc := bench.ScriptCalls(stats)
+		scripts.Calls, scripts.Usec = scripts.Calls+sc.Calls, scripts.Usec+sc.Usec
 	}
-	scripts := bench.ScriptCalls(stats)
 	if scripts.Calls > 0 {
 		s.usPerScript = float64(scripts.Usec) / float64(scripts.Calls)
 	}
