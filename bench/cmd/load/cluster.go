@@ -17,9 +17,9 @@ import (
 // clusterPrimaries is the size of the cluster section's Cluster.
 const clusterPrimaries = 3
 
-// clusterGroups is the WithClusterGroups n of the grouped rows: two hash
-// tags per primary.
-const clusterGroups = 2 * clusterPrimaries
+// clusterGroups are the WithClusterGroups n of the grouped rows: one and
+// two hash tags per primary; -variants adds four and sixteen.
+var clusterGroups = []int{clusterPrimaries, 2 * clusterPrimaries}
 
 // clusterSection measures decisions on a 3-primary Cluster it starts (its
 // own redis-servers, whatever -redis says): redis_rate, tollgate in its
@@ -53,9 +53,9 @@ func (m *measurer) clusterSection(ctx context.Context) ([]row, error) {
 			return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
 		}}
 	}
-	groups := []int{clusterGroups}
+	groups := clusterGroups
 	if m.cfg.variants {
-		groups = []int{clusterPrimaries, clusterGroups, 4 * clusterPrimaries, 16 * clusterPrimaries}
+		groups = append(groups, 4*clusterPrimaries, 16*clusterPrimaries)
 	}
 	for _, alg := range []tollgate.Algorithm{tollgate.GCRA, tollgate.TokenBucket} {
 		for _, id := range []bool{false, true} {
@@ -68,8 +68,8 @@ func (m *measurer) clusterSection(ctx context.Context) ([]row, error) {
 				subjects = append(subjects, tg("tollgate "+alg.String()+" grouped ("+strconv.Itoa(n)+" tags)"+suffix, alg, id, store.WithClusterGroups(n)))
 			}
 			if m.cfg.variants {
-				subjects = append(subjects, tg("tollgate "+alg.String()+" grouped ("+strconv.Itoa(clusterGroups)+" tags), one round trip at a time"+suffix,
-					alg, id, store.WithClusterGroups(clusterGroups), store.WithBatching(store.DefaultBatchSize, 1)))
+				subjects = append(subjects, tg("tollgate "+alg.String()+" grouped ("+strconv.Itoa(clusterPrimaries)+" tags), one round trip at a time"+suffix,
+					alg, id, store.WithClusterGroups(clusterPrimaries), store.WithBatching(store.DefaultBatchSize, 1)))
 			}
 		}
 	}

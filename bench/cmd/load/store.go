@@ -282,6 +282,7 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 	run func(s subject) (*sample, error)) ([]row, error) {
 	samples := make([][]*sample, len(subjects))
 	ratios := make([][]float64, len(subjects))
+	cpuRatios := make([][]float64, len(subjects))
 	for rep := range m.cfg.reps {
 		order := make([]int, len(subjects))
 		for i := range order {
@@ -301,15 +302,18 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 			fmt.Fprintf(os.Stderr, "load: %s %s %d callers rep %d, %s: %.0f/s, Redis CPU %.2f µs/op, %.3f scripts/op\n",
 				section, keys, callers, rep+1, subjects[i].name, s.perSec, s.redisCPU, s.scriptsPerOp)
 		}
-		var ref float64
+		var ref, refCPU float64
 		for i, s := range subjects {
 			if s.reference {
-				ref = repSamples[i].perSec
+				ref, refCPU = repSamples[i].perSec, repSamples[i].redisCPU
 			}
 		}
 		for i := range subjects {
 			if ref > 0 {
 				ratios[i] = append(ratios[i], repSamples[i].perSec/ref)
+			}
+			if refCPU > 0 && repSamples[i].redisCPU > 0 {
+				cpuRatios[i] = append(cpuRatios[i], repSamples[i].redisCPU/refCPU)
 			}
 		}
 	}
@@ -332,6 +336,9 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 		if !s.reference {
 			r.ratio = median(ratios[i])
 			r.ratioRef = refName(subjects)
+			if len(cpuRatios[i]) > 0 {
+				r.cpuRatio = median(cpuRatios[i])
+			}
 		}
 		rows = append(rows, r)
 	}

@@ -27,8 +27,10 @@ type row struct {
 	// script calls per decision or call.
 	usPerScript, scriptsPerOp float64
 	// redisCPU and clientCPU are CPU microseconds per operation of the
-	// Redis server and of the measuring process.
+	// Redis server and of the measuring process; cpuRatio is redisCPU over
+	// the reference's in the same repetitions (0 when there is none).
 	redisCPU, clientCPU float64
+	cpuRatio            float64
 	// bytesPerID is used_memory growth per identity; keyBytes the MEMORY
 	// USAGE of one identity's state.
 	bytesPerID, keyBytes float64
@@ -46,7 +48,7 @@ func (r row) cells() []string {
 	return []string{r.section, dash(r.keys), count(r.callers), r.subject, rate(r.perSec),
 		latency(r.p50), latency(r.p99), ratio,
 		decimal(r.usPerScript, 2), decimal(r.scriptsPerOp, 3),
-		decimal(r.redisCPU, 1), decimal(r.clientCPU, 1),
+		redisCPU(r.redisCPU, r.cpuRatio), decimal(r.clientCPU, 1),
 		decimal(r.bytesPerID, 0), decimal(r.keyBytes, 0)}
 }
 
@@ -69,6 +71,15 @@ func writeTable(w io.Writer, rows []row, markdown bool) error {
 		fmt.Fprintln(tw, strings.Join(r.cells(), "\t")+"\t")
 	}
 	return tw.Flush()
+}
+
+// redisCPU formats Redis CPU per operation, with its ratio to the
+// reference's when there is one.
+func redisCPU(us, ratio float64) string {
+	if ratio > 0 && us > 0 {
+		return fmt.Sprintf("%.1f (%.2f×)", us, ratio)
+	}
+	return decimal(us, 1)
 }
 
 func dash(s string) string {
