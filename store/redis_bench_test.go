@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,4 +107,42 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 			b.ReportMetric((cpu()-cpu0)*1e6/float64(i), "redis-cpu-µs/op")
 		})
 	}
+}
+
+// BenchmarkClusterSetAcrossSlots measures, one caller at a time on the
+// shared Cluster, what deciding the riskiest part first costs in latency:
+// an AllowAll of two identities on two slots (two round trips in a row)
+// beside one Allow (one round trip) and two Allows sent at once (how every
+// part of a set used to be decided).
+func BenchmarkClusterSetAcrossSlots(b *testing.B) {
+	c := redistest.SharedCluster(b).Client(b)
+	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(b)))
+	ctx := context.Background()
+	limit := tollgate.PerSecond(1_000_000)
+	tenant := tollgate.Request{Key: "tenant-a", Limit: limit}
+	global := tollgate.Request{Key: "global", Limit: limit}
+	if slot(decisionKeys(st.keyPrefix(tenant.Key), 0, tenant.Key, "")[0]) == slot(decisionKeys(st.keyPrefix(global.Key), 0, global.Key, "")[0]) {
+		b.Fatal("the two identities share a slot")
+	}
+	run := func(b *testing.B, op func() error) {
+		for b.Loop() {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("one Allow", func(b *testing.B) {
+		run(b, func() error { _, err := st.Allow(ctx, tenant); return err })
+	})
+	b.Run("two Allows at once", func(b *testing.B) {
+		run(b, func() error {
+			errs := make(chan error, 1)
+			go func() { _, err := st.Allow(ctx, global); errs <- err }()
+			_, err := st.Allow(ctx, tenant)
+			return errors.Join(err, <-errs)
+		})
+	})
+	b.Run("AllowAll of two slots", func(b *testing.B) {
+		run(b, func() error { _, err := st.AllowAll(ctx, []tollgate.Request{tenant, global}); return err })
+	})
 }
