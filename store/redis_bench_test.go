@@ -50,9 +50,11 @@ func BenchmarkRedisAllow(b *testing.B) {
 // BenchmarkRedisLimitsPerCall compares, in one run on a private node, the
 // Redis time of a call under one limit (Allow of a plain key) with a call
 // under two limits of one identity (AllowAll of two PartKeys, one script
-// call), over 1000 identities: redis-µs/call is INFO commandstats' usec
-// per EVALSHA (the script's own time), redis-cpu-µs/op the main thread's
-// CPU per call, its network reads and writes included.
+// call), a settled call (its decision and its settlement) and an in-flight
+// slot taken and given back, over 1000 identities: redis-µs/call is INFO
+// commandstats' usec per EVALSHA (the script's own time), redis-µs/op the
+// scripts' time per operation, redis-cpu-µs/op the main thread's CPU per
+// operation, its network reads and writes included.
 func BenchmarkRedisLimitsPerCall(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
@@ -69,9 +71,9 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 	cpu := func() float64 {
 		return number("cpu", "used_cpu_user_main_thread") + number("cpu", "used_cpu_sys_main_thread")
 	}
-	usecPerCall := func() float64 {
+	evalsha := func(field string) float64 {
 		for _, kv := range strings.Split(srv.Info(b, "commandstats", "cmdstat_evalsha"), ",") {
-			if k, v, _ := strings.Cut(kv, "="); k == "usec_per_call" {
+			if k, v, _ := strings.Cut(kv, "="); k == field {
 				f, _ := strconv.ParseFloat(v, 64)
 				return f
 			}
@@ -90,6 +92,25 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 			_, err := st.AllowAll(ctx, []tollgate.Request{{Key: PartKey(id, "s"), Limit: limit}, {Key: PartKey(id, "h"), Limit: other}})
 			return err
 		}},
+		{"settled", func(id string) error {
+			// As the interceptor settles: a reservation of 500, a final
+			// cost of 300, under a request id made for the settlement.
+			req := tollgate.Request{Key: id, Limit: limit, Cost: 500}
+			d, err := st.Allow(ctx, req)
+			if err != nil {
+				return err
+			}
+			req.RequestID = "settle-" + id + "-" + strconv.FormatInt(d.At.UnixNano(), 36)
+			_, err = st.Settle(ctx, req, d, 300)
+			return err
+		}},
+		{"slot-acquire-release", func(id string) error {
+			s := tollgate.Slot{Key: id, Max: 20, ID: "call-" + id, TTL: 30 * time.Second}
+			if _, err := st.AcquireSlot(ctx, s); err != nil {
+				return err
+			}
+			return st.ReleaseSlot(ctx, s)
+		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			if err := c.ConfigResetStat(ctx).Err(); err != nil {
@@ -103,7 +124,8 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 				}
 				i++
 			}
-			b.ReportMetric(usecPerCall(), "redis-µs/call")
+			b.ReportMetric(evalsha("usec_per_call"), "redis-µs/call")
+			b.ReportMetric(evalsha("usec")/float64(i), "redis-µs/op")
 			b.ReportMetric((cpu()-cpu0)*1e6/float64(i), "redis-cpu-µs/op")
 		})
 	}
