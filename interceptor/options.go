@@ -134,7 +134,7 @@ func WithShadow() Option {
 // Envoy's rate limit filter does unless asked: built, copied, encoded and
 // decoded on every admitted call, they cost it 21 allocations across client
 // and server and cut a limited server's calls per second by 15–20%
-// (docs/performance-interceptor.md). An admitted retry that was not debited
+// (docs/performance.md#grpc). An admitted retry that was not debited
 // again carries x-ratelimit-replayed either way.
 func WithAdmittedTrailers() Option {
 	return func(c *config) { c.admittedTrailers = true }

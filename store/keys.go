@@ -9,7 +9,7 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Redis key names; the layout is documented on Redis and in docs/store.md. The keys of a
+// Redis key names; the layout is documented on Redis and in docs/redis.md#keys. The keys of a
 // decision share one hash tag, hence one Cluster slot, and the algorithm is
 // in every name, so an identity's keys for two algorithms never meet.
 //

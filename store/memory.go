@@ -206,7 +206,7 @@ type member struct {
 	d      tollgate.Decision
 }
 
-// decide is main.lua for reqs (normalized, one request id or none), with
+// decide is lua/decide.lua for reqs (normalized, one request id or none), with
 // set[i] for reqs[i]: request-id replay, then each algorithm in order, then
 // the writes of an admission, every marker living replayTTL (a ReplayTTL;
 // 0 for the store's). The set's shards are locked for the whole decision.

@@ -15,7 +15,7 @@
 // the table shows medians, with each tollgate/redis_rate ratio computed
 // within a repetition.
 //
-//	go run ./cmd/load                 # the README's table, a few minutes
+//	go run ./cmd/load                 # docs/performance.md's tables, a few minutes
 //	go run ./cmd/load -quick          # about 30 seconds
 //	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
 //	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
