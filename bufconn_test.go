@@ -52,14 +52,17 @@ func redisStore(t *testing.T) tollgate.Store {
 	return store.NewRedis(c)
 }
 
-// clusterStore returns a Redis store on the shared 3-primary Cluster, with a
-// client that honours context deadlines too.
-func clusterStore(t *testing.T) tollgate.Store {
+// clusterStore returns a Redis store with opts on the shared 3-primary
+// Cluster, with a client that honours context deadlines too. The root
+// tests run on it in the default key layout and in the grouped one
+// (store.WithClusterGroups), where decisions of one group share batch
+// script calls.
+func clusterStore(t *testing.T, opts ...store.RedisOption) tollgate.Store {
 	o := redistest.SharedCluster(t).Options()
 	o.ContextTimeoutEnabled = true
 	c := redis.NewClusterClient(o)
 	t.Cleanup(func() { _ = c.Close() })
-	return store.NewRedis(c)
+	return store.NewRedis(c, opts...)
 }
 
 // rule limits Say per tenant; the rule name is unique per test and run, so
@@ -127,7 +130,7 @@ func wantCode(t *testing.T, err error, code codes.Code, msg string) *status.Stat
 // Tenant a exhausts its quota through two replicas hammering Redis at once;
 // tenant b is unaffected. Exact counts, on a single node and on a Cluster.
 func TestPerTenantQuotasAcrossReplicas(t *testing.T) {
-	for name, newStore := range map[string]func(*testing.T) tollgate.Store{"single": redisStore, "cluster": clusterStore} {
+	for name, newStore := range map[string]func(*testing.T) tollgate.Store{"single": redisStore, "cluster": func(t *testing.T) tollgate.Store { return clusterStore(t) }} {
 		t.Run(name, func(t *testing.T) {
 			r := rule(t, tollgate.PerHour(50))
 			// Two replicas, each with its own Redis client: one quota.

@@ -28,27 +28,6 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
-// redisClusterStore returns a Redis store on the shared 3-primary Cluster,
-// with a client that honours context deadlines.
-func redisClusterStore(t *testing.T) tollgate.Store {
-	o := redistest.SharedCluster(t).Options()
-	o.ContextTimeoutEnabled = true
-	c := redis.NewClusterClient(o)
-	t.Cleanup(func() { _ = c.Close() })
-	return store.NewRedis(c)
-}
-
-// groupedClusterStore is redisClusterStore in the grouped key layout
-// (store.WithClusterGroups), where decisions of one group share batch
-// script calls.
-func groupedClusterStore(t *testing.T) tollgate.Store {
-	o := redistest.SharedCluster(t).Options()
-	o.ContextTimeoutEnabled = true
-	c := redis.NewClusterClient(o)
-	t.Cleanup(func() { _ = c.Close() })
-	return store.NewRedis(c, store.WithClusterGroups(6))
-}
-
 // onEveryStore runs test on the Memory store, a single Redis node and a
 // Redis Cluster in the default and the grouped key layouts.
 func onEveryStore(t *testing.T, test func(t *testing.T, st tollgate.Store)) {
@@ -58,8 +37,8 @@ func onEveryStore(t *testing.T, test func(t *testing.T, st tollgate.Store)) {
 	}{
 		{"memory", func(*testing.T) tollgate.Store { return store.NewMemory() }},
 		{"single", redisStore},
-		{"cluster", redisClusterStore},
-		{"cluster-grouped", groupedClusterStore},
+		{"cluster", func(t *testing.T) tollgate.Store { return clusterStore(t) }},
+		{"cluster-grouped", func(t *testing.T) tollgate.Store { return clusterStore(t, store.WithClusterGroups(6)) }},
 	} {
 		t.Run(s.name, func(t *testing.T) { test(t, s.new(t)) })
 	}

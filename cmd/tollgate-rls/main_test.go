@@ -108,24 +108,7 @@ func testReload(t *testing.T, env map[string]string) {
 	}
 	assertReflection(t, callCtx, cc)
 
-	ask := func(tenant string) (*pb.RateLimitResponse, error) {
-		return client.ShouldRateLimit(callCtx, &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{
-			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}},
-		}})
-	}
-	admitted := func(tenant string, n int) int {
-		count := 0
-		for range n {
-			resp, err := ask(tenant)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.OverallCode == pb.RateLimitResponse_OK {
-				count++
-			}
-		}
-		return count
-	}
+	ask, admitted := tenantCalls(t, callCtx, client, domain)
 	if n := admitted("a", 5); n != 3 {
 		t.Fatalf("before reload: %d of 5 admitted, want 3", n)
 	}
@@ -285,4 +268,30 @@ func TestFailModeFlag(t *testing.T) {
 			t.Errorf("-fail-mode %q: %v, %v; want %v", args, c.failMode, err, want)
 		}
 	}
+}
+
+// tenantCalls returns ask, which asks client for one call of tenant in
+// domain under ctx, and admitted, which counts how many of n such calls are
+// OK (failing the test on an error).
+func tenantCalls(t *testing.T, ctx context.Context, client pb.RateLimitServiceClient, domain string) (
+	ask func(tenant string) (*pb.RateLimitResponse, error), admitted func(tenant string, n int) int) {
+	ask = func(tenant string) (*pb.RateLimitResponse, error) {
+		return client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}},
+		}})
+	}
+	admitted = func(tenant string, n int) int {
+		count := 0
+		for range n {
+			resp, err := ask(tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.OverallCode == pb.RateLimitResponse_OK {
+				count++
+			}
+		}
+		return count
+	}
+	return ask, admitted
 }

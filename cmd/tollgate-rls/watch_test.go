@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -68,24 +67,7 @@ func TestConfigMapSwapUnderLoad(t *testing.T) {
 	client := pb.NewRateLimitServiceClient(cc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ask := func(tenant string) (*pb.RateLimitResponse, error) {
-		return client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{
-			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}},
-		}})
-	}
-	admitted := func(tenant string, n int) int {
-		count := 0
-		for range n {
-			resp, err := ask(tenant)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.OverallCode == pb.RateLimitResponse_OK {
-				count++
-			}
-		}
-		return count
-	}
+	ask, admitted := tenantCalls(t, ctx, client, domain)
 	if n := admitted("a", 5); n != 3 {
 		t.Fatalf("before the update: %d of 5 admitted, want 3", n)
 	}

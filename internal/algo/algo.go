@@ -232,19 +232,25 @@ func GCRA(s State, now int64, p Params) (State, Result) {
 	return s, r
 }
 
-// SlidingWindow mirrors lua/sliding_window.lua.
-func SlidingWindow(s State, now int64, p Params) (State, Result) {
-	w := now / p.Period
-	elapsed := now - w*p.Period
-	var curN, prevN int64
+// slidingCounts is the window holding now and the counts s keeps for it and
+// for the window before, as stored (0 for a window s does not hold).
+func slidingCounts(s State, now int64, p Params) (w, cur, prev int64) {
+	w = now / p.Period
 	if s.Present {
 		switch s.A {
 		case w:
-			curN, prevN = s.B, s.C
+			cur, prev = s.B, s.C
 		case w - 1:
-			prevN = s.B
+			prev = s.B
 		}
 	}
+	return w, cur, prev
+}
+
+// SlidingWindow mirrors lua/sliding_window.lua.
+func SlidingWindow(s State, now int64, p Params) (State, Result) {
+	w, curN, prevN := slidingCounts(s, now, p)
+	elapsed := now - w*p.Period
 	prevStored := prevN
 	curN, prevN = min(curN, 2*p.Rate), min(prevN, 2*p.Rate)
 	var share int64

@@ -156,14 +156,7 @@ func Debt(alg tollgate.Algorithm, s State, now int64, p Params) int64 {
 			return max(q-p.Capacity, 0)
 		}
 	case tollgate.SlidingWindow:
-		w := now / p.Period
-		var cur, prev int64
-		switch s.A {
-		case w:
-			cur, prev = s.B, s.C
-		case w - 1:
-			prev = s.B
-		}
+		w, cur, prev := slidingCounts(s, now, p)
 		cur, prev = min(cur, 2*p.Rate), min(prev, 2*p.Rate)
 		var share int64
 		if prev > 0 {
@@ -220,16 +213,7 @@ func debit(alg tollgate.Algorithm, s State, now int64, p Params, d int64) (State
 		}
 		return State{Present: true, A: t, B: f}, Put
 	case tollgate.SlidingWindow:
-		w := now / p.Period
-		var cur, prev int64
-		if s.Present {
-			switch s.A {
-			case w:
-				cur, prev = s.B, s.C
-			case w - 1:
-				prev = s.B
-			}
-		}
+		w, cur, prev := slidingCounts(s, now, p)
 		return State{Present: true, A: w, B: min(cur+d, 2*p.Rate), C: prev}, Put
 	}
 	// FixedWindow
