@@ -8,13 +8,12 @@ package docscheck
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/tollgate/tollgate/internal/gosrc"
 )
 
 // API is the exported surface of a module, by package name: the package's
@@ -30,38 +29,12 @@ type API struct {
 // exported API. Packages named main are left out: nothing can name them.
 func Load(root string) (*API, error) {
 	api := &API{names: map[string]map[string]bool{}, members: map[string]map[string]bool{}}
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return err
+	_, files, err := gosrc.Parse(root)
+	for _, f := range files {
+		if f.AST.Name.Name != "main" {
+			api.add(f.AST.Name.Name, f.AST)
 		}
-		if path != root {
-			name := d.Name()
-			if name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
-				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
-				return filepath.SkipDir // another module
-			}
-		}
-		files, err := filepath.Glob(filepath.Join(path, "*.go"))
-		if err != nil {
-			return err
-		}
-		for _, file := range files {
-			if strings.HasSuffix(file, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
-			if err != nil {
-				return err
-			}
-			if f.Name.Name != "main" {
-				api.add(f.Name.Name, f)
-			}
-		}
-		return nil
-	})
+	}
 	return api, err
 }
 
