@@ -72,8 +72,11 @@ type RedisStats struct {
 	// its replication offset or the request id's marker): not debited
 	// again.
 	Replicated int64
-	// Journal is how many admissions the journal holds now.
-	Journal int
+	// Journal is how many admissions the journal holds now, and
+	// JournalBytes the memory it holds for them (its slice's capacity;
+	// the identities and request ids are the callers' strings, shared).
+	Journal      int
+	JournalBytes int64
 }
 
 // Stats returns what the store did about failovers so far.
@@ -81,7 +84,7 @@ func (r *Redis) Stats() RedisStats {
 	s := RedisStats{NoScript: r.hooks.noScript.Load()}
 	if w := r.failover; w != nil {
 		s.PrimaryChanges, s.Replayed, s.ReplayedUnits = w.changes.Load(), w.replayed.Load(), w.replayedUnits.Load()
-		s.Replicated, s.Journal = w.replicated.Load(), w.j.len()
+		s.Replicated, s.Journal, s.JournalBytes = w.replicated.Load(), w.j.len(), w.j.bytes()
 	}
 	return s
 }
@@ -196,6 +199,8 @@ type watcher struct {
 	infos  map[string]replInfo
 	listed map[string]bool
 	acked  map[string]uint64
+	// connects is the count of new connections' reads last used.
+	connects uint64
 
 	off   atomic.Bool   // set once closed: admissions are no longer kept
 	epoch atomic.Uint64 // primary changes seen (journalEpoch)
@@ -210,6 +215,9 @@ type nodeView struct {
 	// then has none, one may be taking over, and nothing is forgotten
 	// until the window ends.
 	replicated bool
+	// superseded holds the replication ids this node had before: a read
+	// showing one comes from an old primary, which is ignored.
+	superseded map[string]bool
 	// probes are recent reads: every admission up to seq was in the
 	// primary's replication stream up to offset. Oldest first.
 	probes []probe
@@ -300,6 +308,7 @@ func (w *watcher) tick() {
 	ctx, cancel := context.WithTimeout(context.Background(), journalProbeTimeout)
 	defer cancel()
 	seq := w.j.lastSeq()
+	connect, connects := w.r.hooks.lastConnect()
 	infos, listed, err := w.read(ctx)
 	if errors.Is(err, redis.ErrClosed) {
 		// The client was closed: nothing can be replayed through it.
@@ -313,6 +322,16 @@ func (w *watcher) tick() {
 		return
 	}
 	w.observe(seq, infos, listed)
+	if w.r.cluster == nil && connects != w.connects && connect.master {
+		// A new connection's read, which a read through the pool (an
+		// older connection) may not show yet.
+		w.connects = connects
+		one := map[string]replInfo{"": connect}
+		w.observe(seq, one, listed)
+		if inf, ok := one[""]; ok {
+			infos[""] = inf
+		}
+	}
 	w.replay(ctx)
 	acked := w.acked
 	clear(acked)
@@ -369,6 +388,11 @@ func (w *watcher) observe(seq uint64, infos map[string]replInfo, listed map[stri
 	for node, inf := range infos {
 		v := w.views[node]
 		switch {
+		case v != nil && v.superseded[inf.replid]:
+			// An old primary still answering (a connection opened before
+			// the switch): it is not where the store writes.
+			delete(infos, node)
+			continue
 		case v == nil:
 			v = &nodeView{replid: inf.replid}
 			w.views[node] = v
@@ -378,6 +402,10 @@ func (w *watcher) observe(seq uint64, infos map[string]replInfo, listed map[stri
 			w.changes.Add(1)
 			w.epoch.Add(1)
 			w.j.mark(node, v.safeSeq(inf), seq)
+			if v.superseded == nil {
+				v.superseded = map[string]bool{}
+			}
+			v.superseded[v.replid] = true
 			v.replid, v.probes, v.replicated = inf.replid, nil, false
 		}
 		v.probes = append(v.probes, probe{seq: seq, offset: inf.offset})

@@ -3,6 +3,7 @@ package store
 import (
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/tollgate/tollgate"
 )
@@ -191,4 +192,12 @@ func (j *journal) clear() {
 	j.mu.Lock()
 	j.entries, j.head = nil, 0
 	j.mu.Unlock()
+}
+
+// bytes is the memory the journal's slice holds, at its capacity: Key and
+// RequestID are the callers' strings, shared, not copied.
+func (j *journal) bytes() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return int64(cap(j.entries)) * int64(unsafe.Sizeof(admission{}))
 }

@@ -23,6 +23,12 @@ type clientHooks struct {
 
 	mu       sync.Mutex
 	connects chan struct{} // closed and replaced at each new connection
+	// connectInfo is INFO replication read on the latest new connection
+	// of a *redis.Client (whose connections all go to one server), and
+	// connectCount counts them: a connection to a new primary shows it at
+	// once, where a read through the pool may still get an old one.
+	connectInfo  replInfo
+	connectCount uint64
 }
 
 // hooked holds each client's hooks, by a weak pointer to the client, so that
@@ -54,12 +60,12 @@ func hooksFor(c redis.UniversalClient) *clientHooks {
 	switch c := c.(type) {
 	case *redis.Client:
 		o := c.Options()
-		o.OnConnect = h.onConnect(o.OnConnect)
+		o.OnConnect = h.onConnect(o.OnConnect, true)
 	case *redis.ClusterClient:
 		// Copied into each node's options when the node is first seen,
 		// as a promoted replica is after a failover.
 		o := c.Options()
-		o.OnConnect = h.onConnect(o.OnConnect)
+		o.OnConnect = h.onConnect(o.OnConnect, false)
 	}
 	c.AddHook(noScriptCounter{&h.noScript})
 	return h
@@ -69,25 +75,38 @@ func hooksFor(c redis.UniversalClient) *clientHooks {
 // then loads the scripts and signals the new connection. It never fails a
 // connection for its own sake: a server that refuses SCRIPT (an ACL) still
 // gets each script with EVAL on its first NOSCRIPT.
-func (h *clientHooks) onConnect(next func(context.Context, *redis.Conn) error) func(context.Context, *redis.Conn) error {
+func (h *clientHooks) onConnect(next func(context.Context, *redis.Conn) error, replication bool) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
 		if next != nil {
 			if err := next(ctx, cn); err != nil {
 				return err
 			}
 		}
-		loadScripts(ctx, cn)
-		h.signal()
+		inf, ok := loadScripts(ctx, cn, replication)
+		h.signal(inf, ok)
 		return nil
 	}
 }
 
-// signal wakes everyone waiting on the current connects channel.
-func (h *clientHooks) signal() {
+// signal wakes everyone waiting on the current connects channel, after
+// recording inf when ok.
+func (h *clientHooks) signal(inf replInfo, ok bool) {
 	h.mu.Lock()
+	if ok {
+		h.connectInfo = inf
+		h.connectCount++
+	}
 	close(h.connects)
 	h.connects = make(chan struct{})
 	h.mu.Unlock()
+}
+
+// lastConnect returns the replication read on the latest new connection
+// and how many were read so far.
+func (h *clientHooks) lastConnect() (replInfo, uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.connectInfo, h.connectCount
 }
 
 // connected returns a channel closed at the next new connection.
@@ -102,17 +121,29 @@ var allScripts = [...]lua.Script{lua.Decide, lua.Batch, lua.Settle, lua.Refund, 
 
 // loadScripts makes sure cn's server has every script: one SCRIPT EXISTS,
 // then a SCRIPT LOAD of each one missing (none on a server that already
-// ran them, one round trip more on a server that never did).
-func loadScripts(ctx context.Context, cn *redis.Conn) {
+// ran them, one round trip more on a server that never did). With
+// replication it also reads INFO replication, in the same round trip, and
+// returns it (ok when read).
+func loadScripts(ctx context.Context, cn *redis.Conn, replication bool) (inf replInfo, ok bool) {
 	shas := make([]string, len(allScripts))
 	for i, s := range allScripts {
 		shas[i] = lua.Hash(s)
 	}
-	have, err := cn.ScriptExists(ctx, shas...).Result()
-	if err != nil || len(have) != len(shas) {
-		return
-	}
 	pipe := cn.Pipeline()
+	exists := pipe.ScriptExists(ctx, shas...)
+	var info *redis.StringCmd
+	if replication {
+		info = pipe.Info(ctx, "replication")
+	}
+	_, _ = pipe.Exec(ctx)
+	if info != nil && info.Err() == nil {
+		inf, ok = parseReplication(info.Val()), true
+	}
+	have, err := exists.Result()
+	if err != nil || len(have) != len(shas) {
+		return inf, ok
+	}
+	pipe = cn.Pipeline()
 	for i, ok := range have {
 		if !ok {
 			pipe.ScriptLoad(ctx, lua.Source(allScripts[i]))
@@ -121,6 +152,7 @@ func loadScripts(ctx context.Context, cn *redis.Conn) {
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx)
 	}
+	return inf, ok
 }
 
 // noScriptCounter is a go-redis hook counting NOSCRIPT replies, alone or in
