@@ -25,7 +25,7 @@ type watcher struct {
 	j *journal
 
 	mu      sync.Mutex
-	running bool
+	running atomic.Bool
 	closed  bool
 	stop    chan struct{}
 	nudged  chan struct{} // capacity 1
@@ -78,13 +78,20 @@ type replInfo struct {
 	replicas        int   // connected_slaves
 }
 
+// ensureRunning starts the goroutine unless it runs: an admission reads
+// one atomic flag. The goroutine clears the flag before it looks at the
+// journal a last time, and an admission adds its entry before it reads the
+// flag, so one of them sees the other.
 func (w *watcher) ensureRunning() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.running || w.closed {
+	if w.running.Load() {
 		return
 	}
-	w.running = true
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running.Load() || w.closed {
+		return
+	}
+	w.running.Store(true)
 	w.wg.Add(1)
 	go w.run()
 }
@@ -126,11 +133,15 @@ func (w *watcher) run() {
 		w.tick()
 		w.mu.Lock()
 		if w.closed || w.j.len() == 0 {
-			if w.closed {
+			closed := w.closed
+			if closed {
 				w.j.clear()
 			}
-			w.running = false
+			w.running.Store(false)
 			w.mu.Unlock()
+			if !closed && w.j.len() > 0 {
+				w.ensureRunning() // an admission came in meanwhile
+			}
 			return
 		}
 		w.mu.Unlock()
