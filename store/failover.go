@@ -153,6 +153,11 @@ func (r *Redis) tagKey(req tollgate.Request) string {
 	return decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
 }
 
+// maxReadOnlyRetries is how many times a decision answered READONLY is
+// sent again: each READONLY closes one connection to the demoted primary,
+// and the pool may hold a few.
+const maxReadOnlyRetries = 3
+
 // leftDemoted reports whether err says the server that answered is no
 // longer a primary (READONLY): go-redis has closed that connection, the
 // script wrote nothing (no write succeeds on a replica), and the call can

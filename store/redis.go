@@ -149,7 +149,10 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	}
 	epoch := r.journalEpoch() // failover.go
 	d, err := r.decide(ctx, req, mode)
-	if r.leftDemoted(err) { // failover.go: READONLY wrote nothing; go on against the new primary
+	for range maxReadOnlyRetries { // failover.go: READONLY wrote nothing; go on against the new primary
+		if !r.leftDemoted(err) {
+			break
+		}
 		d, err = r.decide(ctx, req, mode)
 	}
 	if err == nil {
