@@ -1,11 +1,13 @@
 package store
 
 import (
+	"context"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // TestJournalAddAllocations bounds what recording an admission costs a
@@ -70,5 +72,53 @@ func TestParseReplication(t *testing.T) {
 	}
 	if got := parseReplication("role:master\r\nconnected_slaves:0\r\nmaster_repl_offset:42\r\n"); got.acked != 42 {
 		t.Errorf("without replicas acked = %d, want the offset 42", got.acked)
+	}
+}
+
+// TestJournalGoroutineEnds checks that the journal's goroutine owns up to
+// its owner: on a primary without replicas every admission is acknowledged
+// at the first read, the journal empties and the goroutine ends by itself;
+// with a replica that stops acknowledging, admissions stay, and Close stops
+// the goroutine and empties the journal.
+func TestJournalGoroutineEnds(t *testing.T) {
+	ctx := context.Background()
+	req := tollgate.Request{Key: "idle", Limit: tollgate.PerSecond(1000)}
+
+	st := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	for range 10 {
+		if _, err := st.Allow(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return !st.failover.running.Load() })
+	if n := st.Stats().Journal; n != 0 {
+		t.Errorf("the goroutine ended with %d admissions in the journal", n)
+	}
+
+	primary := redistest.Start(t)
+	replica := redistest.Replica(t, primary)
+	awaitAcknowledged(t, primary, "synced")
+	st = NewRedis(primary.Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	replica.Freeze(t)
+	defer replica.Thaw(t)
+	for range 10 {
+		if _, err := st.Allow(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * journalProbeEvery)
+	if n := st.Stats().Journal; n != 10 {
+		t.Fatalf("with the replica frozen the journal holds %d admissions, want 10", n)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := st.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if st.failover.running.Load() || st.Stats().Journal != 0 {
+		t.Errorf("after Close: running %v, %d admissions", st.failover.running.Load(), st.Stats().Journal)
+	}
+	if _, err := st.Allow(ctx, req); err != nil || st.Stats().Journal != 0 {
+		t.Errorf("a decision after Close: %v, journal %d; want decided, not journaled", err, st.Stats().Journal)
 	}
 }

@@ -263,7 +263,9 @@ func (w *watcher) observe(seq uint64, infos map[string]replInfo, listed map[stri
 		v.probes = append(v.probes, probe{seq: seq, offset: inf.offset})
 	}
 	for node, v := range w.views {
-		if listed[node] {
+		if listed[node] || len(listed) == 0 {
+			// Listed, or no list at all: the slot map could not be read
+			// (the Cluster down), which says nothing of any primary.
 			continue
 		}
 		// A primary the Cluster no longer counts: its slots went to a
