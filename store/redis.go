@@ -82,7 +82,11 @@ type Redis struct {
 // it is: its retry settings do not apply to the store's script calls, which
 // are never re-sent (see Redis). Concurrent decisions share round trips
 // (WithBatching) and recent denials are repeated from memory (WithDenyCache)
-// unless those options turn them off.
+// unless those options turn them off. NewRedis chains an OnConnect into c's
+// options that loads the scripts on each new connection, so create the
+// store before c is used by other goroutines; and it keeps recent
+// admissions to debit them again after a failover (WithJournal), with a
+// goroutine that Close stops.
 func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{
 		client:  c,
