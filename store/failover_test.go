@@ -230,6 +230,9 @@ func TestFailoverDemotedPrimaryLeftAtOnce(t *testing.T) {
 	if n := r.kinds["READONLY"]; n > ledgerCallers {
 		t.Errorf("%d READONLY errors reached callers, more than the %d decisions in flight", n, ledgerCallers)
 	}
+	if s.PrimaryChanges == 0 {
+		t.Fatal("the store never saw its primary change: the test proves nothing")
+	}
 	if forgotten != 0 {
 		t.Errorf("%d units admitted that the store no longer counts", forgotten)
 	}
@@ -297,6 +300,9 @@ func TestFailoverSentinelOrdered(t *testing.T) {
 	if oldWrites == 0 {
 		t.Fatal("the old primary wrote nothing after the promotion: the test proves nothing")
 	}
+	if s.PrimaryChanges == 0 {
+		t.Fatal("the store never saw its primary change: the test proves nothing")
+	}
 	if forgotten != 0 {
 		t.Errorf("%d units admitted that the store no longer counts", forgotten)
 	}
@@ -342,6 +348,9 @@ func TestFailoverSentinelLagging(t *testing.T) {
 		named.Sub(killed).Round(time.Millisecond), served.Sub(named).Round(time.Millisecond))
 	t.Logf("%d units admitted: %d forgotten, %d counted twice (%.1f%%); journal: %d primary changes, %d admissions replayed (%d units), %d shown replicated",
 		admitted, forgotten, twice, 100*float64(twice)/float64(admitted), s.PrimaryChanges, s.Replayed, s.ReplayedUnits, s.Replicated)
+	if s.PrimaryChanges == 0 {
+		t.Fatal("the store never saw its primary change: the test proves nothing")
+	}
 	if forgotten != 0 {
 		t.Errorf("%d units admitted that the store no longer counts", forgotten)
 	}
@@ -407,6 +416,9 @@ func TestFailoverClusterLagging(t *testing.T) {
 		promoted.Sub(killed).Round(time.Millisecond), served.Sub(promoted).Round(time.Millisecond))
 	t.Logf("%d units admitted: %d forgotten, %d counted twice (%.1f%%); journal: %d primary changes, %d admissions replayed (%d units), %d shown replicated; NOSCRIPT on the promoted replica: %d",
 		admitted, forgotten, twice, 100*float64(twice)/float64(admitted), s.PrimaryChanges, s.Replayed, s.ReplayedUnits, s.Replicated, replica.ErrorCount(t, "NOSCRIPT"))
+	if s.PrimaryChanges == 0 {
+		t.Fatal("the store never saw its primary change: the test proves nothing")
+	}
 	if forgotten != 0 {
 		t.Errorf("%d units admitted that the store no longer counts", forgotten)
 	}
