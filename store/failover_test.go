@@ -432,3 +432,39 @@ func TestFailoverClusterLagging(t *testing.T) {
 		t.Errorf("the promoted replica answered NOSCRIPT %d times, want at most 1", n)
 	}
 }
+
+// TestFailoverReplicaAnswersReadOnly decides through a store pointed at a
+// replica, from 32 goroutines so that decisions share batch script calls:
+// every decision fails with READONLY, the error on which go-redis closes the
+// connection, never with the batch script's per-decision write error, and
+// nothing is written.
+func TestFailoverReplicaAnswersReadOnly(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.Replica(t, primary)
+	st := NewRedis(replica.Client(t), WithPrefix(redistest.KeyPrefix(t)), WithJournal(0))
+	var mu sync.Mutex
+	kinds := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 20 {
+				_, err := st.Allow(context.Background(), tollgate.Request{Key: fmt.Sprintf("k%d-%d", g, i), Limit: ledgerLimit})
+				kind := "none"
+				if err != nil {
+					kind = errorKind(err)
+				}
+				mu.Lock()
+				kinds[kind]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if kinds["READONLY"] != 32*20 {
+		t.Errorf("outcomes %v, want READONLY for all %d decisions", kinds, 32*20)
+	}
+	if n, err := replica.Client(t).DBSize(context.Background()).Result(); err != nil || n != 0 {
+		t.Errorf("the replica holds %d keys (%v), want 0", n, err)
+	}
+	t.Logf("outcomes %v; the replica answered READONLY %d times", kinds, replica.ErrorCount(t, "READONLY"))
+}
