@@ -139,7 +139,9 @@ for d = 1, n do
   elseif replay then
     -- INCR keeps the marker's TTL, set when the id was admitted.
     local v = pcall_('INCR', marker)
-    if type(v) == 'table' then
+    if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) == 'READONLY ' then
+      return v -- a demoted primary, as below
+    elseif type(v) == 'table' then
       allowed = -2
     else
       allowed, retry, written[marker] = 1, 0, v
@@ -149,7 +151,12 @@ for d = 1, n do
     -- that a marker never stands for a debit that was not made. Once the
     -- state is written the decision is admitted, whatever its marker's fate.
     local v = pcall_('SET', key, new_state, 'PX', ceil(keep / 1000) + 1)
-    if type(v) == 'table' and v.err then
+    if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) == 'READONLY ' then
+      -- A demoted primary: no write of this call can have succeeded. The
+      -- whole call fails with READONLY, on which the client drops the
+      -- connection and the store goes on against the new primary.
+      return v
+    elseif type(v) == 'table' and v.err then
       allowed = -2
     else
       written[key] = new_state

@@ -103,7 +103,8 @@
 // decisions, whose profile has no max_replays (an integer ≥ -1), whose
 // decision names no profile of the call, or whose KEYS are not those of
 // its decisions, answers an error reply ("ERR tollgate batch: …") and
-// writes nothing. The script loops over its decisions, so the store sends
+// writes nothing. On a replica (a demoted primary) the first refused write
+// ends the call with its READONLY error reply: nothing was written. The script loops over its decisions, so the store sends
 // at most 128 per call.
 //
 // # Refund

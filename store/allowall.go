@@ -34,6 +34,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return r.overdraw(ctx, reqs)
 	}
 	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
+	epoch := r.journalEpoch() // failover.go
 	parts := r.partition(reqs)
 	if len(parts) == 1 {
 		c := r.newCall(ctx, reqs, mode)
@@ -49,6 +50,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 			out = slices.Clone(out) // the call's own array, which goes back to the pool
 		}
 		calls.Put(c)
+		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
 		return out, nil
 	}
 
@@ -115,6 +117,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return deniedSet(out), nil // a look that failed only leaves its answers out
 	}
 	if all {
+		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
 		return out, nil
 	}
 	// Give back what the parts that admitted debited.

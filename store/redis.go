@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,13 +71,22 @@ type Redis struct {
 	// 0, is each group's prefix: the store's and the group's hash tag.
 	groupCount    int
 	groupPrefixes []string
+	// Failover handling (failover.go): the client's hooks, the journal's
+	// window (WithJournal) and its watcher, nil when off.
+	hooks         *clientHooks
+	journalWindow time.Duration
+	failover      *watcher
 }
 
 // NewRedis returns a store deciding on c with the given options. c is used as
 // it is: its retry settings do not apply to the store's script calls, which
 // are never re-sent (see Redis). Concurrent decisions share round trips
 // (WithBatching) and recent denials are repeated from memory (WithDenyCache)
-// unless those options turn them off.
+// unless those options turn them off. NewRedis chains an OnConnect into c's
+// options that loads the scripts on each new connection, so create the
+// store before c is used by other goroutines; and it keeps recent
+// admissions to debit them again after a failover (WithJournal), with a
+// goroutine that Close stops.
 func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{
 		client:  c,
@@ -85,6 +95,8 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 		batch:   &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
 		deny:    newDenyCache(DefaultDenyCacheSize),
 		levels:  newLevels(),
+
+		journalWindow: DefaultJournalWindow,
 	}
 	for _, o := range opts {
 		o.applyRedis(r)
@@ -92,6 +104,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	r.deadlineSafe = honoursDeadlines(c)
 	r.cluster, _ = c.(*redis.ClusterClient)
 	r.groupPrefixes = groupPrefixes(r.prefix, r.groupCount)
+	r.startJournal() // failover.go
 	return r
 }
 
@@ -138,7 +151,17 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 			return d, r.wrap(req, err)
 		}
 	}
+	epoch := r.journalEpoch() // failover.go
 	d, err := r.decide(ctx, req, mode)
+	for range maxReadOnlyRetries { // failover.go: READONLY wrote nothing; go on against the new primary
+		if !r.leftDemoted(err) {
+			break
+		}
+		d, err = r.decide(ctx, req, mode)
+	}
+	if err == nil {
+		r.journalAdmission(ctx, req, d, epoch) // failover.go
+	}
 	tk.record(d, err == nil)
 	return d, r.wrap(req, err)
 }

@@ -191,7 +191,9 @@ func commandStats(t *testing.T, srv *redistest.Server, cmd string) (calls, faile
 func TestRedisFirstCallAfterScriptFlush(t *testing.T) {
 	srv := redistest.Start(t) // private: the command counts must be this test's alone
 	c := srv.Client(t)
-	st := NewRedis(c)
+	// No journal: its reads of INFO could open a connection, which loads
+	// the scripts again after the flush.
+	st := NewRedis(c, WithJournal(0))
 	ctx := context.Background()
 	req := tollgate.Request{Key: "k", Limit: quotaLimit(tollgate.GCRA, 10)}
 	if _, err := st.Allow(ctx, req); err != nil {
@@ -215,6 +217,9 @@ func TestRedisFirstCallAfterScriptFlush(t *testing.T) {
 	}
 	if evalCalls2-evalCalls != 1 {
 		t.Errorf("EVAL ran %d times, want 1 (the fallback after NOSCRIPT)", evalCalls2-evalCalls)
+	}
+	if n := st.Stats().NoScript; n != 1 {
+		t.Errorf("Stats().NoScript = %d, want 1", n)
 	}
 	// The fallback loaded the script: the next call is an EVALSHA alone.
 	if _, err := st.Allow(ctx, req); err != nil {

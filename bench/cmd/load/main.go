@@ -54,7 +54,7 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own)")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; journal, not run by default, a replica of its own)")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
@@ -173,6 +173,14 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	}
 	if cfg.sections["lease"] {
 		r, n, err := m.leaseSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+		notes = append(notes, n...)
+	}
+	if cfg.sections["journal"] {
+		r, n, err := m.journalSection(ctx)
 		if err != nil {
 			return err
 		}
