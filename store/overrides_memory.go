@@ -35,6 +35,7 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 	if ttl > 0 {
 		expires = now + ttl.Microseconds()
 	}
+	defer m.watchers.notify()
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
@@ -55,9 +56,10 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 // DeleteOverride removes key's override from group (see
 // tollgate.OverrideStore).
 func (m *Memory) DeleteOverride(ctx context.Context, group, key string) error {
-	if err := ctx.Err(); err != nil {
+	if err := checkOverrideKey(ctx, key); err != nil {
 		return err
 	}
+	defer m.watchers.notify()
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
@@ -118,14 +120,11 @@ func (mo *memOverrides) sweep(g map[string]memOverride, now int64) {
 // checkOverride validates what SetOverride is given. Every error wraps
 // tollgate.ErrInvalidRequest, but ctx's.
 func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	if err := checkOverrideKey(ctx, o.Key); err != nil {
 		return err
 	}
 	if ttl < 0 {
 		return fmt.Errorf("%w: an override's ttl must be >= 0, got %s", tollgate.ErrInvalidRequest, ttl)
-	}
-	if len(o.Key) > tollgate.MaxKeyLen {
-		return fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(o.Key), tollgate.MaxKeyLen)
 	}
 	if len(o.Limits) > tollgate.MaxAllowAll {
 		return fmt.Errorf("%w: an override has at most %d limits, got %d", tollgate.ErrInvalidRequest, tollgate.MaxAllowAll, len(o.Limits))
@@ -134,6 +133,17 @@ func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) 
 		if err := l.Validate(); err != nil {
 			return fmt.Errorf("limit %d: %w", i, err)
 		}
+	}
+	return nil
+}
+
+// checkOverrideKey validates the key an override is set or deleted for.
+func checkOverrideKey(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(key) > tollgate.MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(key), tollgate.MaxKeyLen)
 	}
 	return nil
 }

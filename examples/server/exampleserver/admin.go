@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
@@ -23,17 +22,12 @@ import (
 // requires in the "authorization" metadata ("Bearer TOKEN").
 const EnvAdminToken = "TOLLGATE_ADMIN_TOKEN"
 
-// serveAdmin serves the admin service for st's quotas on a listener of its
-// own at cfg.AdminAddr, behind a bearer-token check, and returns the
-// function that stops it. Its Limiter has the serving Limiter's rule and
-// store, hence the same keys: what one peeks or resets, the other decides
-// with. (Only FailLocal's per-replica state, private to each Limiter, is
-// out of its reach.)
-func serveAdmin(st tollgate.Store, cfg Config, logger *log.Logger) (stop func(), err error) {
-	lim, err := interceptor.New(st, interceptor.WithRules(tenantRule(cfg)), interceptor.WithStoreTimeout(cfg.StoreTimeout))
-	if err != nil {
-		return nil, err
-	}
+// serveAdmin serves the admin service of the serving Limiter lim on a
+// listener of its own at cfg.AdminAddr, behind a bearer-token check, and
+// returns the function that stops it. An override set through it applies
+// to this server's next call, and to every other replica's within its
+// watch's round trip.
+func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger) (stop func(), err error) {
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken))}
 	if cfg.AdminTLS.Enabled() {
 		tc, err := cfg.AdminTLS.Config()

@@ -237,14 +237,16 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 		limiterOpts = append(limiterOpts, interceptor.WithMeterProvider(provider))
 	}
 
-	srv, hs, err := NewServer(st, cfg, limiterOpts...)
+	lim, err := NewLimiter(st, cfg, limiterOpts...)
 	if err != nil {
 		lis.Close()
 		return err
 	}
+	defer lim.Close(context.Background())
+	srv, hs := NewServerFor(lim, cfg)
 	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
 	if cfg.AdminAddr != "" {
-		stopAdmin, err := serveAdmin(st, cfg, logger)
+		stopAdmin, err := serveAdmin(lim, cfg, logger)
 		if err != nil {
 			lis.Close()
 			return err
@@ -259,13 +261,26 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 // NewServer builds the gRPC server with its interceptor chain around st and
 // registers the echo, health and server reflection services; the health
 // server reports SERVING for the whole server and for the echo service.
-// Options in opts are added to the limiter's own.
+// Options in opts are added to the limiter's own. Its Limiter is never
+// closed: on a Redis store, use NewLimiter and NewServerFor, and close it.
 func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
-	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
-		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
+	lim, err := NewLimiter(st, cfg, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
+	srv, hs := NewServerFor(lim, cfg)
+	return srv, hs, nil
+}
+
+// NewLimiter returns the server's Limiter on st, with the options in opts
+// added to its own. Close it when the server stops.
+func NewLimiter(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*interceptor.Limiter, error) {
+	return interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
+		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
+}
+
+// NewServerFor is NewServer around a Limiter of NewLimiter.
+func NewServerFor(lim *interceptor.Limiter, cfg Config) (*grpc.Server, *health.Server) {
 	limited := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 		return c.Service != healthpb.Health_ServiceDesc.ServiceName
 	})
@@ -287,7 +302,7 @@ func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc
 	// Reflection lets grpcurl and clients in other languages find the
 	// service, and the error details of a denial, without a .proto at hand.
 	reflection.Register(srv)
-	return srv, hs, nil
+	return srv, hs
 }
 
 // flaky returns the echo hook that fails the fraction p of first attempts.
