@@ -12,9 +12,11 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// DefaultOverrideRefresh is how often a Limiter asks its store whether an
-// override changed, unless WithOverrideRefresh says otherwise: an override
-// set through one replica applies on every other within about this long.
+// DefaultOverrideRefresh is how old a Limiter's view of the overrides may
+// be when a call is decided, unless WithOverrideRefresh says otherwise. A
+// store that announces changes (tollgate.OverrideWatcher) makes them apply
+// within a round trip; the refresh bounds the delay when an announcement is
+// lost.
 const DefaultOverrideRefresh = time.Second
 
 // Override replaces a rule's limits for one caller, or blocks it, on every
