@@ -70,6 +70,9 @@ type Redis struct {
 	// 0, is each group's prefix: the store's and the group's hash tag.
 	groupCount    int
 	groupPrefixes []string
+	// persistence is the one check that Redis persists long limits
+	// (persistence.go).
+	persistence persistence
 }
 
 // NewRedis returns a store deciding on c with the given options. c is used as
@@ -86,6 +89,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 		deny:    newDenyCache(DefaultDenyCacheSize),
 		levels:  newLevels(),
 	}
+	r.persistence.done = make(chan struct{})
 	for _, o := range opts {
 		o.applyRedis(r)
 	}
@@ -122,6 +126,7 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
+	r.notePersistence(req.Limit)
 	if req.Overdraw {
 		ds, err := r.overdraw(ctx, []tollgate.Request{req})
 		if err != nil {
