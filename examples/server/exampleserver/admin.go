@@ -6,6 +6,7 @@ import (
 	"log"
 	"net"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -15,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
@@ -27,10 +29,11 @@ const EnvAdminToken = "TOLLGATE_ADMIN_TOKEN"
 // returns the function that stops it. An override set through it applies
 // to this server's next call, and to every other replica's within its
 // watch's round trip.
-func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger) (stop func(), err error) {
+// A rotation of its TLS files is logged and counted in mp.
+func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger, mp metric.MeterProvider) (stop func(), err error) {
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken))}
 	if cfg.AdminTLS.Enabled() {
-		tc, err := cfg.AdminTLS.Config()
+		tc, err := cfg.AdminTLS.Config(serving.ReloadReporter(logger, mp, "admin"))
 		if err != nil {
 			return nil, err
 		}
@@ -43,7 +46,7 @@ func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger) (stop 
 	srv := grpc.NewServer(opts...)
 	admin.Register(srv, lim)
 	go func() { _ = srv.Serve(lis) }()
-	logger.Printf("admin service (tollgate.admin.v1) on %s, bearer token from %s", lis.Addr(), EnvAdminToken)
+	logger.Printf("admin service (tollgate.admin.v1) on %s (%s), bearer token from %s", lis.Addr(), cfg.AdminTLS.Mode(), EnvAdminToken)
 	return srv.Stop, nil
 }
 
