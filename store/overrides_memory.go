@@ -131,7 +131,7 @@ func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) 
 	}
 	for i, l := range o.Limits {
 		if err := l.Validate(); err != nil {
-			return fmt.Errorf("limit %d: %w", i, err)
+			return fmt.Errorf("limits[%d]: %w", i, err)
 		}
 	}
 	return nil
