@@ -240,6 +240,9 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 	if err != nil {
 		return nil, fail("%w", err)
 	}
+	if r.Settle != nil && limits == nil && choose.fn == nil {
+		return nil, fail("Settle needs a rate limit to settle (Limit, Limits, LimitFunc or LimitsFunc): MaxInFlight's slots are not settled")
+	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	c.call.inFlight = flight
 	if r.FailMode == FailLocal {

@@ -56,7 +56,7 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 // DeleteOverride removes key's override from group (see
 // tollgate.OverrideStore).
 func (m *Memory) DeleteOverride(ctx context.Context, group, key string) error {
-	if err := checkOverrideKey(ctx, key); err != nil {
+	if err := checkKey(ctx, key); err != nil {
 		return err
 	}
 	defer m.watchers.notify()
@@ -120,7 +120,7 @@ func (mo *memOverrides) sweep(g map[string]memOverride, now int64) {
 // checkOverride validates what SetOverride is given. Every error wraps
 // tollgate.ErrInvalidRequest, but ctx's.
 func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) error {
-	if err := checkOverrideKey(ctx, o.Key); err != nil {
+	if err := checkKey(ctx, o.Key); err != nil {
 		return err
 	}
 	if ttl < 0 {
@@ -133,17 +133,6 @@ func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) 
 		if err := l.Validate(); err != nil {
 			return fmt.Errorf("limits[%d]: %w", i, err)
 		}
-	}
-	return nil
-}
-
-// checkOverrideKey validates the key an override is set or deleted for.
-func checkOverrideKey(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if len(key) > tollgate.MaxKeyLen {
-		return fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(key), tollgate.MaxKeyLen)
 	}
 	return nil
 }

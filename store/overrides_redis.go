@@ -77,7 +77,7 @@ func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
 
 // DeleteOverride removes key's override from group.
 func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
-	if err := checkOverrideKey(ctx, key); err != nil {
+	if err := checkKey(ctx, key); err != nil {
 		return err
 	}
 	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
