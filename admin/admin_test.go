@@ -59,7 +59,10 @@ func TestAdmin(t *testing.T) {
 				Limit:        tollgate.PerHour(2),
 				Shadow:       true,
 			}
-			l, err := interceptor.New(newStore(t), interceptor.WithRules(perTenant, perUser))
+			// A generous store deadline: these tests run beside others under
+			// the race detector, and a slow first round trip must not turn
+			// into a fail-open.
+			l, err := interceptor.New(newStore(t), interceptor.WithRules(perTenant, perUser), interceptor.WithStoreTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +145,7 @@ func TestAdminOverrides(t *testing.T) {
 				Key:   keyfunc.Metadata("x-tenant"),
 				Limit: tollgate.PerHour(1),
 			}
-			l, err := interceptor.New(newStore(t), interceptor.WithRules(r))
+			l, err := interceptor.New(newStore(t), interceptor.WithRules(r), interceptor.WithStoreTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
