@@ -87,6 +87,7 @@ func limiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *inter
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }
 

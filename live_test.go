@@ -126,7 +126,7 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		wantCode(t, err, codes.ResourceExhausted, "exceeded")
 
 		// A block, and the list.
-		if err := admin.SetOverride(ctx, r.Name, interceptor.Caller{Value: "b"}, nil, 0); err != nil {
+		if err := admin.Block(ctx, r.Name, interceptor.Caller{Value: "b"}, 0); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, refresh+time.Second, func() bool {
@@ -140,6 +140,9 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		got := map[string]int{}
 		for _, o := range list {
 			got[o.Caller.Value] = len(o.Limits)
+			if o.Blocked != (len(o.Limits) == 0) {
+				t.Errorf("override %+v: Blocked is not set exactly when there are no limits", o)
+			}
 		}
 		if len(list) != 2 || got["a"] != 1 || got["b"] != 0 {
 			t.Fatalf("Overrides = %+v, want a raised and b blocked", list)
@@ -177,7 +180,8 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 			{"bad limit", r.Name, interceptor.Caller{Value: "c"}, []tollgate.Limit{{Rate: -1, Period: time.Second}}, 0, codes.InvalidArgument},
 			{"negative ttl", r.Name, interceptor.Caller{Value: "c"}, []tollgate.Limit{window(1)}, -time.Second, codes.InvalidArgument},
 			{"no caller", r.Name, interceptor.Caller{}, []tollgate.Limit{window(1)}, 0, codes.InvalidArgument},
-			{"anonymous without ShareMissing", r.Name, interceptor.Caller{Anonymous: true}, nil, 0, codes.InvalidArgument},
+			{"anonymous without ShareMissing", r.Name, interceptor.Caller{Anonymous: true}, []tollgate.Limit{window(1)}, 0, codes.InvalidArgument},
+			{"no limits", r.Name, interceptor.Caller{Value: "c"}, nil, 0, codes.InvalidArgument},
 		} {
 			err := admin.SetOverride(ctx, bad.rule, bad.who, bad.limits, bad.ttl)
 			if status.Code(err) != bad.code {

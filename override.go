@@ -34,3 +34,18 @@ type OverrideStore interface {
 	// them again.
 	OverridesVersion(ctx context.Context) (int64, error)
 }
+
+// OverrideWatcher is an OverrideStore that says when its overrides may have
+// changed, through any of its users, so that a limiter reads them at once
+// rather than at its next refresh. Store Redis says it with Redis pub/sub,
+// Memory in process. A watch may miss a change (a lost connection): a
+// limiter still asks OverridesVersion within its refresh delay.
+type OverrideWatcher interface {
+	OverrideStore
+	// WatchOverrides calls changed soon after an override of any group is
+	// set or deleted, and whenever a change may have been missed (the
+	// watch reconnected), until stop is called. changed is called one call
+	// at a time and should return quickly. stop ends the watch and returns
+	// once changed is no longer running and nothing the watch started is.
+	WatchOverrides(changed func()) (stop func())
+}

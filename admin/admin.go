@@ -1,8 +1,9 @@
 // Package admin serves tollgate.admin.v1 (admin/v1/admin.proto) over an
 // interceptor.Limiter: support staff read a caller's remaining quota under
 // a rule (GetQuota), give it back (ResetQuota), list the rules (ListRules)
-// and change a caller's limits on every replica at once (SetOverride,
-// DeleteOverride, ListOverrides), with any gRPC client, grpcurl included.
+// and change a caller's limits or block it on every replica at once
+// (SetOverride, Block, DeleteOverride, ListOverrides), with any gRPC
+// client, grpcurl included.
 //
 // The service is off unless registered. It changes rate-limit state, so
 // serve it on a listener of its own, behind an authorization interceptor,
@@ -16,6 +17,8 @@ package admin
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -58,6 +61,10 @@ func (s *server) GetQuota(ctx context.Context, req *adminv1.GetQuotaRequest) (*a
 	}
 	resp := &adminv1.GetQuotaResponse{}
 	for _, q := range qs {
+		if q.Blocked {
+			resp.Quotas = append(resp.Quotas, &adminv1.Quota{Blocked: true, Cost: q.Cost, ExpiresIn: expiresIn(q.Expires)})
+			continue
+		}
 		resp.Quotas = append(resp.Quotas, &adminv1.Quota{
 			Limit:      q.Limit.String(),
 			Algorithm:  q.Limit.Algorithm.String(),
@@ -70,6 +77,8 @@ func (s *server) GetQuota(ctx context.Context, req *adminv1.GetQuotaRequest) (*a
 			Allowed:    q.Decision.Allowed,
 			RetryAfter: durationpb.New(q.Decision.RetryAfter),
 			ResetAfter: durationpb.New(q.Decision.ResetAfter),
+			Override:   q.Override,
+			ExpiresIn:  expiresIn(q.Expires),
 		})
 	}
 	return resp, nil
@@ -124,13 +133,25 @@ func (s *server) SetOverride(ctx context.Context, req *adminv1.SetOverrideReques
 	limits := make([]tollgate.Limit, len(req.GetLimits()))
 	for i, l := range req.GetLimits() {
 		if limits[i], err = limitOf(l); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "limit %d: %v", i, err)
+			return nil, status.Errorf(codes.InvalidArgument, "override of rule %q: limits[%d]: %v", req.GetRule(), i, err)
 		}
 	}
 	if err := s.l.SetOverride(ctx, req.GetRule(), who, limits, req.GetTtl().AsDuration()); err != nil {
 		return nil, err
 	}
 	return &adminv1.SetOverrideResponse{}, nil
+}
+
+// Block refuses the caller's calls under the rule.
+func (s *server) Block(ctx context.Context, req *adminv1.BlockRequest) (*adminv1.BlockResponse, error) {
+	who, err := caller(req.GetCaller())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.l.Block(ctx, req.GetRule(), who, req.GetTtl().AsDuration()); err != nil {
+		return nil, err
+	}
+	return &adminv1.BlockResponse{}, nil
 }
 
 // DeleteOverride ends the caller's override of the rule.
@@ -153,7 +174,7 @@ func (s *server) ListOverrides(ctx context.Context, req *adminv1.ListOverridesRe
 	}
 	resp := &adminv1.ListOverridesResponse{}
 	for _, o := range os {
-		out := &adminv1.Override{Caller: &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: o.Caller.Value}}}
+		out := &adminv1.Override{Caller: &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: o.Caller.Value}}, Blocked: o.Blocked, ExpiresIn: expiresIn(o.Expires)}
 		if o.Caller.Anonymous {
 			out.Caller.Identity = &adminv1.Caller_Anonymous{Anonymous: true}
 		}
@@ -161,12 +182,32 @@ func (s *server) ListOverrides(ctx context.Context, req *adminv1.ListOverridesRe
 			out.Limits = append(out.Limits, limitProto(l))
 			out.Described = append(out.Described, l.String())
 		}
-		if !o.Expires.IsZero() {
-			out.ExpiresIn = durationpb.New(max(time.Until(o.Expires), 0))
-		}
 		resp.Overrides = append(resp.Overrides, out)
 	}
 	return resp, nil
+}
+
+// expiresIn is the time left until t, unset for a zero t (never).
+func expiresIn(t time.Time) *durationpb.Duration {
+	if t.IsZero() {
+		return nil
+	}
+	return durationpb.New(max(time.Until(t), 0))
+}
+
+// algorithms and calendars are the names a Limit message may carry.
+var (
+	algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
+	calendars  = []tollgate.Calendar{tollgate.Day, tollgate.Week, tollgate.Month, tollgate.Year}
+)
+
+// names lists the String of each value, for an error.
+func names[T fmt.Stringer](values []T) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = strconv.Quote(v.String())
+	}
+	return strings.Join(s, ", ")
 }
 
 // limitOf translates a Limit message; the limit itself is validated by
@@ -174,23 +215,23 @@ func (s *server) ListOverrides(ctx context.Context, req *adminv1.ListOverridesRe
 func limitOf(l *adminv1.Limit) (tollgate.Limit, error) {
 	out := tollgate.Limit{Rate: l.GetRate(), Period: l.GetPeriod().AsDuration(), Burst: l.GetBurst()}
 	found := false
-	for _, a := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
+	for _, a := range algorithms {
 		if l.GetAlgorithm() == a.String() || l.GetAlgorithm() == "" && a == tollgate.TokenBucket {
 			out.Algorithm, found = a, true
 		}
 	}
 	if !found {
-		return out, fmt.Errorf("unknown algorithm %q", l.GetAlgorithm())
+		return out, fmt.Errorf("unknown algorithm %q: want one of %s (empty means %q)", l.GetAlgorithm(), names(algorithms), tollgate.TokenBucket)
 	}
 	if c := l.GetCalendar(); c != "" {
 		found = false
-		for _, k := range []tollgate.Calendar{tollgate.Day, tollgate.Week, tollgate.Month, tollgate.Year} {
+		for _, k := range calendars {
 			if c == k.String() {
 				out.Calendar, found = k, true
 			}
 		}
 		if !found {
-			return out, fmt.Errorf("unknown calendar %q", c)
+			return out, fmt.Errorf("unknown calendar %q: want one of %s, or empty for a window of the period", c, names(calendars))
 		}
 	}
 	return out, nil

@@ -59,10 +59,14 @@ func TestAdmin(t *testing.T) {
 				Limit:        tollgate.PerHour(2),
 				Shadow:       true,
 			}
-			l, err := interceptor.New(newStore(t), interceptor.WithRules(perTenant, perUser))
+			// A generous store deadline: these tests run beside others under
+			// the race detector, and a slow first round trip must not turn
+			// into a fail-open.
+			l, err := interceptor.New(newStore(t), interceptor.WithRules(perTenant, perUser), interceptor.WithStoreTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, &echo.Server{}) },
 				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
 			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { admin.Register(s, l) }, nil))
@@ -141,10 +145,11 @@ func TestAdminOverrides(t *testing.T) {
 				Key:   keyfunc.Metadata("x-tenant"),
 				Limit: tollgate.PerHour(1),
 			}
-			l, err := interceptor.New(newStore(t), interceptor.WithRules(r))
+			l, err := interceptor.New(newStore(t), interceptor.WithRules(r), interceptor.WithStoreTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, &echo.Server{}) },
 				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
 			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { admin.Register(s, l) }, nil))
@@ -155,7 +160,7 @@ func TestAdminOverrides(t *testing.T) {
 				Limits: []*adminv1.Limit{{Rate: 3, Period: durationpb.New(time.Hour)}}, Ttl: durationpb.New(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := a.SetOverride(ctx, &adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("abuser")}); err != nil {
+			if _, err := a.Block(ctx, &adminv1.BlockRequest{Rule: r.Name, Caller: value("abuser")}); err != nil {
 				t.Fatal(err)
 			}
 			vip := metadata.AppendToOutgoingContext(ctx, "x-tenant", "vip")
@@ -185,6 +190,25 @@ func TestAdminOverrides(t *testing.T) {
 			if len(got) != 2 || got["vip"] != "token_bucket 3/1h0m0s burst 3" || got["abuser"] != "" {
 				t.Fatalf("ListOverrides = %v", list)
 			}
+			for _, o := range list.GetOverrides() {
+				if o.GetBlocked() != (o.GetCaller().GetValue() == "abuser") {
+					t.Errorf("ListOverrides: %v, want only abuser blocked", o)
+				}
+			}
+			q, err := a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: r.Name, Caller: value("abuser")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(q.GetQuotas()) != 1 || !q.GetQuotas()[0].GetBlocked() || q.GetQuotas()[0].GetAllowed() {
+				t.Fatalf("GetQuota of a blocked caller = %v, want one quota, blocked, not allowed", q)
+			}
+			q, err = a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: r.Name, Caller: value("vip")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vq := q.GetQuotas(); len(vq) != 1 || !vq[0].GetOverride() || vq[0].GetRate() != 3 || vq[0].GetAvailable() != 0 || vq[0].GetExpiresIn() == nil {
+				t.Fatalf("GetQuota of vip after 3 calls = %v, want its override of 3 an hour, none available", q)
+			}
 			if _, err := a.DeleteOverride(ctx, &adminv1.DeleteOverrideRequest{Rule: r.Name, Caller: value("abuser")}); err != nil {
 				t.Fatal(err)
 			}
@@ -196,6 +220,7 @@ func TestAdminOverrides(t *testing.T) {
 				code codes.Code
 			}{
 				{&adminv1.SetOverrideRequest{Rule: "nope", Caller: value("x")}, codes.NotFound},
+				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x")}, codes.InvalidArgument}, // no limits
 				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Limits: []*adminv1.Limit{{Algorithm: "leaky", Rate: 1, Period: durationpb.New(time.Second)}}}, codes.InvalidArgument},
 				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Limits: []*adminv1.Limit{{Rate: 0, Period: durationpb.New(time.Second)}}}, codes.InvalidArgument},
 				{&adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Ttl: durationpb.New(-time.Second)}, codes.InvalidArgument},
@@ -204,6 +229,16 @@ func TestAdminOverrides(t *testing.T) {
 				if _, err := a.SetOverride(ctx, bad.req); status.Code(err) != bad.code {
 					t.Errorf("SetOverride(%v) = %v, want %s", bad.req, err, bad.code)
 				}
+			}
+			_, err = a.SetOverride(ctx, &adminv1.SetOverrideRequest{Rule: r.Name, Caller: value("x"), Limits: []*adminv1.Limit{{Algorithm: "leaky", Rate: 1, Period: durationpb.New(time.Second)}}})
+			if msg := status.Convert(err).Message(); !strings.Contains(msg, r.Name) || !strings.Contains(msg, `"sliding_window"`) {
+				t.Errorf("unknown algorithm: %q, want the rule and the valid names", msg)
+			}
+			if _, err := a.Block(ctx, &adminv1.BlockRequest{Rule: r.Name, Caller: value("x"), Ttl: durationpb.New(-time.Second)}); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("Block with a negative ttl = %v, want InvalidArgument", err)
+			}
+			if list, err := a.ListOverrides(ctx, &adminv1.ListOverridesRequest{Rule: r.Name}); err != nil || len(list.GetOverrides()) != 1 {
+				t.Errorf("ListOverrides after the refused changes = %v, %v; want vip's alone", list, err)
 			}
 		})
 	}

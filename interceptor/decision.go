@@ -38,6 +38,9 @@ type check struct {
 	refused, waits bool
 	// slot is the in-flight slot of a rule with MaxInFlight; nil without.
 	slot *slotCheck
+	// overridesErr: the overrides could not be confirmed fresh, so the
+	// check is decided by its rule's FailMode (run).
+	overridesErr error
 	// reqBuf and decBuf hold reqs and decs for a single limit, so that the
 	// common call allocates neither (BenchmarkUnaryAdmit).
 	reqBuf [1]tollgate.Request

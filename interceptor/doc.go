@@ -28,7 +28,11 @@
 // store that keeps failing.
 //
 // Limiter.Peek and Limiter.Reset read and restore a caller's quota under a
-// rule; package admin serves them as a gRPC service.
+// rule; Limiter.SetOverride and Limiter.Block change one caller's limits on
+// every replica sharing the store, within a round trip when the store
+// announces changes and never later than WithOverrideRefresh; package admin
+// serves them as a gRPC service. Limiter.Close stops the watch of the
+// store's overrides.
 //
 // Every decision is one child span named "ratelimit <rule>" and one count
 // in the tollgate.decisions metric; see WithTracerProvider and

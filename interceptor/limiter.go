@@ -102,8 +102,6 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	l.slotTimeout = c.slotTimeout
-	l.ov.st, _ = st.(tollgate.OverrideStore)
-	l.ov.refresh, l.ov.timeout = c.overrideRefresh, c.storeTimeout
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}
@@ -112,6 +110,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.book.Store(book)
+	l.ov.init(st, calls, c.overrideRefresh, c.storeTimeout, func() []*rule { return l.book.Load().rules })
 	return l, nil
 }
 

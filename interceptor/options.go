@@ -155,10 +155,11 @@ func WithSlotTimeout(d time.Duration) Option {
 	return func(c *config) { c.slotTimeout = d }
 }
 
-// WithOverrideRefresh sets how often the Limiter asks its store whether an
-// override changed (default DefaultOverrideRefresh): an override set
-// through another replica applies here within about d. One call in each d
-// waits for that question, one short round trip.
+// WithOverrideRefresh sets how old the Limiter's view of the overrides may
+// be when a call is decided (default DefaultOverrideRefresh). A call that
+// finds it older waits for the store's version, one short round trip shared
+// by the calls waiting, within the store deadline; if the store cannot say,
+// the rule's FailMode decides. Changes the store announces apply sooner.
 func WithOverrideRefresh(d time.Duration) Option {
 	return func(c *config) { c.overrideRefresh = d }
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -56,6 +57,15 @@ type Quota struct {
 	// call would get one.
 	InFlight           bool
 	InUse, MaxInFlight int64
+	// Blocked reports that the caller is blocked under the rule
+	// (Limiter.Block): Limit is zero, Decision.Allowed false, and no
+	// other Quota of the rule's call limits is reported.
+	Blocked bool
+	// Override reports that Limit is an override's (Limiter.SetOverride),
+	// with its own state, in force for the caller instead of the rule's.
+	Override bool
+	// Expires is when the block or override ends; zero for never.
+	Expires time.Time
 }
 
 // ErrUnknownRule is matched (errors.Is) by the error Peek and Reset return
@@ -76,15 +86,22 @@ func (e unknownRuleError) GRPCStatus() *status.Status { return status.New(codes.
 // Is reports that the error is ErrUnknownRule.
 func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRule }
 
-// Peek returns the state of every limit of the named rule for who, without
-// debiting anything or recording a request id, and the slots it holds
-// under the rule's in-flight limit. An unknown rule is a codes.NotFound
-// status naming it; an identity the key function cannot find is
-// codes.InvalidArgument; a store failure is codes.Unavailable.
+// Peek returns the state of every limit in force for who under the named
+// rule, without debiting anything or recording a request id: an override's
+// limits instead of the rule's (Quota.Override), a block as one Quota with
+// Blocked set, and the slots it holds under the rule's in-flight limit. An
+// unknown rule is a codes.NotFound status naming it; an identity the key
+// function cannot find is codes.InvalidArgument; a store failure is
+// codes.Unavailable.
 func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, error) {
 	var out []Quota
-	err := l.eachLimit(ctx, rule, who, func(p *plan, req tollgate.Request) error {
-		if req.Limit == (tollgate.Limit{}) {
+	err := l.eachLimit(ctx, rule, who, func(p *plan, it limitItem) error {
+		req := it.req
+		switch {
+		case it.blocked:
+			out = append(out, Quota{Blocked: true, Cost: max(p.rule.Cost, 1), Expires: it.expires})
+			return nil
+		case req.Limit == (tollgate.Limit{}):
 			inUse, err := l.store.(tollgate.SlotStore).SlotsInUse(ctx, req.Key)
 			if err != nil {
 				return err
@@ -101,7 +118,7 @@ func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, e
 		if err != nil {
 			return err
 		}
-		q := Quota{Limit: req.Limit, PerMessage: p.scope == scopeMessage, Cost: req.Cost, Decision: dec, Available: dec.Remaining}
+		q := Quota{Limit: req.Limit, PerMessage: p.scope == scopeMessage, Cost: req.Cost, Decision: dec, Available: dec.Remaining, Override: it.override, Expires: it.expires}
 		if dec.Allowed {
 			q.Available += req.Cost
 		}
@@ -111,12 +128,14 @@ func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, e
 	return out, err
 }
 
-// Reset forgets the state of every limit of the named rule for who, in the
-// shared store and in the local store of FailLocal: the identity is back to
-// full buckets and empty windows. Errors are those of Peek.
+// Reset forgets the state of every limit in force for who under the named
+// rule (an override's, when one is), in the shared store and in the local
+// store of FailLocal: the identity is back to full buckets and empty
+// windows. A block stays. Errors are those of Peek.
 func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
-	return l.eachLimit(ctx, rule, who, func(_ *plan, req tollgate.Request) error {
-		if req.Limit == (tollgate.Limit{}) {
+	return l.eachLimit(ctx, rule, who, func(_ *plan, it limitItem) error {
+		req := it.req
+		if it.blocked || req.Limit == (tollgate.Limit{}) {
 			return nil // slots belong to calls still running
 		}
 		if err := l.local.Reset(ctx, req); err != nil {
@@ -138,10 +157,20 @@ func (l *Limiter) Rules() []Rule {
 	return out
 }
 
-// eachLimit calls f with the request of every limit of rule for who, in
-// the rule's order, the message limit last; for an in-flight limit, a
-// request of the identity's key with no Limit.
-func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, tollgate.Request) error) error {
+// limitItem is one limit eachLimit visits: its request (no Limit for an
+// in-flight limit), or a block.
+type limitItem struct {
+	req      tollgate.Request
+	blocked  bool      // the caller is blocked: req is empty
+	override bool      // req's limit is an override's
+	expires  time.Time // of the block or override
+}
+
+// eachLimit calls f with every limit in force for who under rule, in the
+// rule's order (an override's limits, or its block, in place of the call
+// limits), the message limit last; for an in-flight limit, a request of the
+// identity's key with no Limit.
+func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, limitItem) error) error {
 	r := l.book.Load().byName[rule]
 	if r == nil {
 		return unknownRuleError(rule)
@@ -154,25 +183,39 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 		if p == nil {
 			continue
 		}
-		var res result
-		limits, ok := p.limitsFor(ctx, value, &res)
-		if !ok {
-			return res.err
-		}
 		key := p.key(value, anonymous)
+		ov, overridden, err := l.overrideOf(ctx, p, key)
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "rate limit %q: the store cannot answer: %v", r.Name, err)
+		}
+		var items []limitItem
+		limits := p.limits
+		switch {
+		case overridden && len(ov.limits) == 0:
+			items = append(items, limitItem{blocked: true, expires: ov.expires})
+			limits = nil
+		case overridden:
+			limits = p.overrideLimits(ov.limits)
+		default:
+			var res result
+			var ok bool
+			if limits, ok = p.limitsFor(ctx, value, &res); !ok {
+				return res.err
+			}
+		}
 		cost := int64(1)
 		if p.priced {
 			cost = max(r.Cost, 1)
 		}
-		reqs := make([]tollgate.Request, 0, len(limits)+1)
 		for _, lp := range limits {
-			reqs = append(reqs, tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())})
+			req := tollgate.Request{Key: lp.key(key), Limit: lp.limit, Cost: min(cost, lp.limit.Capacity())}
+			items = append(items, limitItem{req: req, override: overridden, expires: ov.expires})
 		}
 		if p.inFlight != nil {
-			reqs = append(reqs, tollgate.Request{Key: key}) // the in-flight limit: no Limit
+			items = append(items, limitItem{req: tollgate.Request{Key: key}}) // the in-flight limit: no Limit
 		}
-		for _, req := range reqs {
-			if err := f(p, req); err != nil {
+		for _, it := range items {
+			if err := f(p, it); err != nil {
 				if errors.Is(err, tollgate.ErrInvalidRequest) {
 					return status.Errorf(codes.InvalidArgument, "rate limit %q: %v", r.Name, err)
 				}

@@ -29,7 +29,9 @@ func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 		}
 		requestID = id
 	}
-	if ov, found := l.overrideOf(c.ctx, p, key); found {
+	ov, found, err := l.overrideOf(c.ctx, p, key)
+	c.overridesErr = err
+	if found {
 		if len(ov.limits) == 0 {
 			until := "until it is deleted"
 			if !ov.expires.IsZero() {

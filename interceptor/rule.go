@@ -240,6 +240,9 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 	if err != nil {
 		return nil, fail("%w", err)
 	}
+	if r.Settle != nil && limits == nil && choose.fn == nil {
+		return nil, fail("Settle needs a rate limit to settle (Limit, Limits, LimitFunc or LimitsFunc): MaxInFlight's slots are not settled")
+	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	c.call.inFlight = flight
 	if r.FailMode == FailLocal {
@@ -318,6 +321,9 @@ func (r *Rule) limitSource(cost int64, inFlight bool) ([]tollgate.Limit, limitCh
 	if len(ways) == 0 && inFlight {
 		return nil, limitChooser{}, nil // an in-flight limit alone
 	}
+	if len(ways) == 0 {
+		return nil, limitChooser{}, errors.New("no limit: set one of Limit, Limits, LimitFunc or LimitsFunc, or MaxInFlight")
+	}
 	if err := checkLimit(r.Limit, cost); err != nil {
 		return nil, limitChooser{}, fmt.Errorf("Limit: %w", err)
 	}
@@ -337,11 +343,25 @@ func distinctLimits(limits []tollgate.Limit) error {
 	return nil
 }
 
-// checkLimit validates l and that a request of cost fits it.
+// checkLimit validates l and that a request of cost fits it. The error
+// still wraps tollgate.ErrInvalidRequest but does not say "invalid
+// request": it is a configuration's.
 func checkLimit(l tollgate.Limit, cost int64) error {
 	_, err := tollgate.Request{Limit: l, Cost: cost}.Normalized()
-	return err
+	if err != nil {
+		return configError{err}
+	}
+	return nil
 }
+
+// configError is a validation error of a configured limit.
+type configError struct{ err error }
+
+func (e configError) Error() string {
+	return strings.TrimPrefix(e.err.Error(), tollgate.ErrInvalidRequest.Error()+": ")
+}
+
+func (e configError) Unwrap() error { return e.err }
 
 // localLimit is the FailLocal cap for limit: explicit when given, else
 // limit with Rate and Burst divided by replicas, rounded up.

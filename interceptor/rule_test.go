@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
 )
 
 // nopStore fails every decision; New never calls it. Methods other than
@@ -126,7 +127,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"duplicate", []Option{WithRules(ok, testRule("r", "/x.Y/Z"))}, nopStore{}, `rule "r": the name is used by an earlier rule`},
 		{"nil key", []Option{WithRules(with(func(r *Rule) { r.Key = nil }))}, nopStore{}, `rule "r": Key is nil`},
 		{"bad limit", []Option{WithRules(with(func(r *Rule) { r.Limit = tollgate.Limit{Rate: 0, Period: time.Second} }))}, nopStore{}, `rule "r": Limit:`},
-		{"cost above capacity", []Option{WithRules(with(func(r *Rule) { r.Cost = 11 }))}, nopStore{}, `rule "r": Limit: tollgate: invalid request: cost 11 exceeds the capacity 10`},
+		{"cost above capacity", []Option{WithRules(with(func(r *Rule) { r.Cost = 11 }))}, nopStore{}, `rule "r": Limit: cost 11 exceeds the capacity 10`},
+		{"settle in-flight only", []Option{WithRules(with(func(r *Rule) {
+			r.Limit, r.MaxInFlight = tollgate.Limit{}, 2
+			r.Settle = SettleReported
+		}))}, store.NewMemory(), `rule "r": Settle needs a rate limit to settle`},
+		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limit = tollgate.Limit{} }))}, nopStore{}, `rule "r": no limit: set one of Limit, Limits, LimitFunc or LimitsFunc, or MaxInFlight`},
 		{"negative cost", []Option{WithRules(with(func(r *Rule) { r.Cost = -1 }))}, nopStore{}, `rule "r": Cost must be >= 0`},
 		{"no slash", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"a.B/C"} }))}, nopStore{}, `rule "r": method "a.B/C" is not of the form`},
 		{"no method", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"/a.B/"} }))}, nopStore{}, "is not of the form"},

@@ -163,8 +163,8 @@ func (l *Limiter) settleOne(ctx context.Context, s *settlement, cost int64) {
 	if cost < 0 || cost > tollgate.MaxRate {
 		sp.SetStatus(otelcodes.Error, "the final cost is out of range")
 		l.recordSettle(sctx, s.p, s.reserved, cost, settleInvalid)
-		l.log.Error("rate limit settle: the rule's Settle returned a final cost out of range; the reservation stands",
-			"rule", s.p.rule.Name, "cost", cost)
+		l.log.Error("rate limit settle: the final cost (the rule's Settle, or the handler's ReportCost total under SettleReported) is out of range; the reservation stands",
+			"rule", s.p.rule.Name, "cost", cost, "min", 0, "max", tollgate.MaxRate)
 		return
 	}
 	// Every settlement carries a request id, the call's own or one made

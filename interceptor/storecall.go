@@ -25,6 +25,14 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 	if len(checks) == 0 {
 		return
 	}
+	for _, c := range checks {
+		if c.overridesErr != nil {
+			// Decided on overrides no fresher than the refresh delay: the
+			// store could not say, so the fail policy decides.
+			l.failSet(ctx, checks, c.overridesErr)
+			return
+		}
+	}
 	call, ok := l.calls.Begin(ctx)
 	if !ok {
 		l.failSet(ctx, checks, storecall.ErrBreakerOpen)

@@ -45,6 +45,7 @@ func newLimiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *in
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
 	return l
 }
 

@@ -93,3 +93,13 @@ func (s *Store) OverridesVersion(ctx context.Context) (int64, error) {
 	}
 	return 0, errNoOverrides
 }
+
+// WatchOverrides is the inner store's watch (tollgate.OverrideWatcher);
+// over an inner store without one it watches nothing, and a limiter finds
+// changes by their version.
+func (s *Store) WatchOverrides(changed func()) (stop func()) {
+	if in, ok := s.inner.(tollgate.OverrideWatcher); ok {
+		return in.WatchOverrides(changed)
+	}
+	return func() {}
+}

@@ -49,6 +49,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = lim.Close(context.Background()) })
 		cc := grpctest.Serve(t, func(s *grpc.Server) {
 			pb.RegisterRateLimitServiceServer(s, srv)
 			echo.Register(s, &echo.Server{})

@@ -30,6 +30,9 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	if err != nil {
 		return nil, err
 	}
+	for _, req := range reqs {
+		r.notePersistence(req.Limit)
+	}
 	if reqs[0].Overdraw {
 		return r.overdraw(ctx, reqs)
 	}

@@ -2,8 +2,11 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
 )
@@ -187,6 +190,19 @@ func WithDenyCache(size int) RedisOption {
 			r.deny = newDenyCache(size)
 		}
 	})
+}
+
+// WithLogger sets where the Redis store logs what an operator must act on,
+// such as a Redis that does not persist long limits (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) RedisOption {
+	return redisOption(func(r *Redis) { r.persistence.log = l })
+}
+
+// WithMeterProvider sets where the Redis store exports its gauges, such as
+// MetricUnpersisted (default otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) RedisOption {
+	return redisOption(func(r *Redis) { r.persistence.meter = mp })
 }
 
 // WithClock sets the clock the store reads (default time.Now), for tests and

@@ -35,6 +35,7 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 	if ttl > 0 {
 		expires = now + ttl.Microseconds()
 	}
+	defer m.watchers.notify()
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
@@ -55,9 +56,10 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 // DeleteOverride removes key's override from group (see
 // tollgate.OverrideStore).
 func (m *Memory) DeleteOverride(ctx context.Context, group, key string) error {
-	if err := ctx.Err(); err != nil {
+	if err := checkKey(ctx, key); err != nil {
 		return err
 	}
+	defer m.watchers.notify()
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
@@ -118,21 +120,18 @@ func (mo *memOverrides) sweep(g map[string]memOverride, now int64) {
 // checkOverride validates what SetOverride is given. Every error wraps
 // tollgate.ErrInvalidRequest, but ctx's.
 func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	if err := checkKey(ctx, o.Key); err != nil {
 		return err
 	}
 	if ttl < 0 {
 		return fmt.Errorf("%w: an override's ttl must be >= 0, got %s", tollgate.ErrInvalidRequest, ttl)
-	}
-	if len(o.Key) > tollgate.MaxKeyLen {
-		return fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(o.Key), tollgate.MaxKeyLen)
 	}
 	if len(o.Limits) > tollgate.MaxAllowAll {
 		return fmt.Errorf("%w: an override has at most %d limits, got %d", tollgate.ErrInvalidRequest, tollgate.MaxAllowAll, len(o.Limits))
 	}
 	for i, l := range o.Limits {
 		if err := l.Validate(); err != nil {
-			return fmt.Errorf("limit %d: %w", i, err)
+			return fmt.Errorf("limits[%d]: %w", i, err)
 		}
 	}
 	return nil

@@ -27,8 +27,9 @@ import (
 // A tag never starts with "!" (an identity's "!" is escaped), so no
 // identity names these. The index and the version are configuration, kept
 // without a TTL; a field whose override expired is dropped when the group
-// is listed. A change writes the override, then the index, then the
-// version, so a replica that sees the new version finds the change.
+// is listed. A change writes the override and the index, then the version,
+// then announces it (change), so a replica that sees the new version finds
+// the change.
 
 // SetOverride stores o in group for ttl (0: until deleted).
 func (r *Redis) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
@@ -36,26 +37,56 @@ func (r *Redis) SetOverride(ctx context.Context, group string, o tollgate.Overri
 		return err
 	}
 	enc := encodeLimits(o.Limits)
-	pipe := r.client.Pipeline()
-	pipe.Set(ctx, r.overrideKey(group, o.Key), enc, ttl)
-	pipe.HSet(ctx, r.overrideIndex(group), o.Key, enc)
-	pipe.Incr(ctx, r.overrideVersion())
-	if _, err := pipe.Exec(ctx); err != nil {
+	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
+			pipe.Set(ctx, r.overrideKey(group, o.Key), enc, ttl)
+			pipe.HSet(ctx, r.overrideIndex(group), o.Key, enc)
+		})
+	})
+	if err != nil {
 		return fmt.Errorf("tollgate: redis store: set override: %w", err)
 	}
 	return nil
 }
 
-// DeleteOverride removes key's override from group.
-func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
-	if err := ctx.Err(); err != nil {
+// change writes an override with write, then the new version, then the
+// message to the store's watchers, in that order: a replica that hears the
+// message reads the new version, and one that reads the new version finds
+// the override. One pipeline keeps that order on one node; a Cluster's
+// pipeline sends each node's commands at once, so there each step waits for
+// the one before.
+func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
+	if r.cluster == nil {
+		pipe := r.client.Pipeline()
+		write(pipe)
+		pipe.Incr(ctx, r.overrideVersion())
+		pipe.Publish(ctx, r.overrideChannel(), "1")
+		_, err := pipe.Exec(ctx)
 		return err
 	}
 	pipe := r.client.Pipeline()
-	pipe.Del(ctx, r.overrideKey(group, key))
-	pipe.HDel(ctx, r.overrideIndex(group), key)
-	pipe.Incr(ctx, r.overrideVersion())
+	write(pipe)
 	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	if err := r.client.Incr(ctx, r.overrideVersion()).Err(); err != nil {
+		return err
+	}
+	return r.client.Publish(ctx, r.overrideChannel(), "1").Err()
+}
+
+// DeleteOverride removes key's override from group.
+func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
+	if err := checkKey(ctx, key); err != nil {
+		return err
+	}
+	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
+			pipe.Del(ctx, r.overrideKey(group, key))
+			pipe.HDel(ctx, r.overrideIndex(group), key)
+		})
+	})
+	if err != nil {
 		return fmt.Errorf("tollgate: redis store: delete override: %w", err)
 	}
 	return nil
@@ -64,6 +95,11 @@ func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
 // Overrides returns group's overrides in force: the index's keys whose
 // override has not expired, each with the time it has left.
 func (r *Redis) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+	return bounded(r, ctx, func(ctx context.Context) ([]tollgate.Override, error) { return r.overrides(ctx, group) })
+}
+
+// overrides is Overrides, unbounded.
+func (r *Redis) overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
 	index := r.overrideIndex(group)
 	fields, err := r.client.HGetAll(ctx, index).Result()
 	if err != nil {
@@ -109,7 +145,9 @@ func (r *Redis) Overrides(ctx context.Context, group string) ([]tollgate.Overrid
 
 // OverridesVersion returns the count of override changes.
 func (r *Redis) OverridesVersion(ctx context.Context) (int64, error) {
-	v, err := r.client.Get(ctx, r.overrideVersion()).Int64()
+	v, err := bounded(r, ctx, func(ctx context.Context) (int64, error) {
+		return r.client.Get(ctx, r.overrideVersion()).Int64()
+	})
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}

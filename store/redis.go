@@ -76,6 +76,9 @@ type Redis struct {
 	hooks         *clientHooks
 	journalWindow time.Duration
 	failover      *watcher
+	// persistence is the one check that Redis persists long limits
+	// (persistence.go).
+	persistence persistence
 }
 
 // NewRedis returns a store deciding on c with the given options. c is used as
@@ -98,6 +101,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 
 		journalWindow: DefaultJournalWindow,
 	}
+	r.persistence.done = make(chan struct{})
 	for _, o := range opts {
 		o.applyRedis(r)
 	}
@@ -135,6 +139,7 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
+	r.notePersistence(req.Limit)
 	if req.Overdraw {
 		ds, err := r.overdraw(ctx, []tollgate.Request{req})
 		if err != nil {

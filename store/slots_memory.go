@@ -109,7 +109,7 @@ func (m *Memory) RenewSlot(ctx context.Context, s tollgate.Slot) (bool, error) {
 
 // ReleaseSlot frees s.ID's slot (see tollgate.SlotStore).
 func (m *Memory) ReleaseSlot(ctx context.Context, s tollgate.Slot) error {
-	if err := ctx.Err(); err != nil {
+	if err := checkKey(ctx, s.Key); err != nil {
 		return err
 	}
 	if err := tollgate.ValidateRequestID(s.ID); err != nil {
@@ -129,7 +129,7 @@ func (m *Memory) ReleaseSlot(ctx context.Context, s tollgate.Slot) error {
 
 // SlotsInUse reports how many slots of key are held now.
 func (m *Memory) SlotsInUse(ctx context.Context, key string) (int64, error) {
-	if err := ctx.Err(); err != nil {
+	if err := checkKey(ctx, key); err != nil {
 		return 0, err
 	}
 	now := m.clock().UnixMicro()

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/tollgate/tollgate"
@@ -62,4 +63,17 @@ func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Decision, cost
 		out[i] = n
 	}
 	return out, nil
+}
+
+// checkKey validates a key a store call names without a Request: ctx's
+// error, or one wrapping tollgate.ErrInvalidRequest for a key longer than
+// tollgate.MaxKeyLen, as the Redis store refuses it.
+func checkKey(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(key) > tollgate.MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(key), tollgate.MaxKeyLen)
+	}
+	return nil
 }

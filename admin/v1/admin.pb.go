@@ -392,7 +392,15 @@ type Quota struct {
 	// When not allowed: the wait until cost units are available.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,10,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// The wait until the caller's quota is full again.
-	ResetAfter    *durationpb.Duration `protobuf:"bytes,11,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	ResetAfter *durationpb.Duration `protobuf:"bytes,11,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	// The caller is blocked under the rule (Block): no limit is set and
+	// allowed is false.
+	Blocked bool `protobuf:"varint,12,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	// The limit is an override's (SetOverride), in force instead of the
+	// rule's, with its own state.
+	Override bool `protobuf:"varint,13,opt,name=override,proto3" json:"override,omitempty"`
+	// Time left until the block or override ends; unset for never.
+	ExpiresIn     *durationpb.Duration `protobuf:"bytes,14,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +508,27 @@ func (x *Quota) GetRetryAfter() *durationpb.Duration {
 func (x *Quota) GetResetAfter() *durationpb.Duration {
 	if x != nil {
 		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *Quota) GetBlocked() bool {
+	if x != nil {
+		return x.Blocked
+	}
+	return false
+}
+
+func (x *Quota) GetOverride() bool {
+	if x != nil {
+		return x.Override
+	}
+	return false
+}
+
+func (x *Quota) GetExpiresIn() *durationpb.Duration {
+	if x != nil {
+		return x.ExpiresIn
 	}
 	return nil
 }
@@ -923,7 +952,7 @@ type SetOverrideRequest struct {
 	// The rule's name.
 	Rule   string  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
 	Caller *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
-	// The caller's limits; none blocks it.
+	// The caller's limits: at least one (Block blocks a caller).
 	Limits []*Limit `protobuf:"bytes,3,rep,name=limits,proto3" json:"limits,omitempty"`
 	// How long the override lasts; unset or zero: until deleted.
 	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -1159,17 +1188,19 @@ func (x *ListOverridesRequest) GetRule() string {
 	return ""
 }
 
-// Override is one caller's override of a rule's limits.
+// Override is one caller's override of a rule's limits, or its block.
 type Override struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The caller: its key function's value, or anonymous.
 	Caller *Caller `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
-	// The limits, as given (none: blocked).
+	// The limits, as given; none when blocked.
 	Limits []*Limit `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty"`
 	// The limits, described ("token_bucket 10/1s burst 10").
 	Described []string `protobuf:"bytes,3,rep,name=described,proto3" json:"described,omitempty"`
 	// Time left until the override ends; unset for never.
-	ExpiresIn     *durationpb.Duration `protobuf:"bytes,4,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	ExpiresIn *durationpb.Duration `protobuf:"bytes,4,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	// The caller is blocked (Block): its calls are refused.
+	Blocked       bool `protobuf:"varint,5,opt,name=blocked,proto3" json:"blocked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1232,6 +1263,111 @@ func (x *Override) GetExpiresIn() *durationpb.Duration {
 	return nil
 }
 
+func (x *Override) GetBlocked() bool {
+	if x != nil {
+		return x.Blocked
+	}
+	return false
+}
+
+type BlockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name.
+	Rule   string  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Caller *Caller `protobuf:"bytes,2,opt,name=caller,proto3" json:"caller,omitempty"`
+	// How long the block lasts; unset or zero: until deleted.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockRequest) Reset() {
+	*x = BlockRequest{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockRequest) ProtoMessage() {}
+
+func (x *BlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockRequest.ProtoReflect.Descriptor instead.
+func (*BlockRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BlockRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *BlockRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
+func (x *BlockRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type BlockResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockResponse) Reset() {
+	*x = BlockResponse{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockResponse) ProtoMessage() {}
+
+func (x *BlockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockResponse.ProtoReflect.Descriptor instead.
+func (*BlockResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
 type ListOverridesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Overrides     []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
@@ -1241,7 +1377,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1389,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1402,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1302,7 +1438,7 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +
 	"\x0fGetQuotaRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
-	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\x83\x03\n" +
+	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\xf3\x03\n" +
 	"\x05Quota\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x12\n" +
@@ -1318,7 +1454,11 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12:\n" +
 	"\vreset_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"resetAfter\"D\n" +
+	"resetAfter\x12\x18\n" +
+	"\ablocked\x18\f \x01(\bR\ablocked\x12\x1a\n" +
+	"\boverride\x18\r \x01(\bR\boverride\x128\n" +
+	"\n" +
+	"expires_in\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"D\n" +
 	"\x10GetQuotaResponse\x120\n" +
 	"\x06quotas\x18\x01 \x03(\v2\x18.tollgate.admin.v1.QuotaR\x06quotas\"Z\n" +
 	"\x11ResetQuotaRequest\x12\x12\n" +
@@ -1356,15 +1496,21 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\x18\n" +
 	"\x16DeleteOverrideResponse\"*\n" +
 	"\x14ListOverridesRequest\x12\x12\n" +
-	"\x04rule\x18\x01 \x01(\tR\x04rule\"\xc7\x01\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\"\xe1\x01\n" +
 	"\bOverride\x121\n" +
 	"\x06caller\x18\x01 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\x120\n" +
 	"\x06limits\x18\x02 \x03(\v2\x18.tollgate.admin.v1.LimitR\x06limits\x12\x1c\n" +
 	"\tdescribed\x18\x03 \x03(\tR\tdescribed\x128\n" +
 	"\n" +
-	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"R\n" +
+	"expires_in\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x18\n" +
+	"\ablocked\x18\x05 \x01(\bR\ablocked\"\x82\x01\n" +
+	"\fBlockRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
+	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x0f\n" +
+	"\rBlockResponse\"R\n" +
 	"\x15ListOverridesResponse\x129\n" +
-	"\toverrides\x18\x01 \x03(\v2\x1b.tollgate.admin.v1.OverrideR\toverrides2\xb8\x04\n" +
+	"\toverrides\x18\x01 \x03(\v2\x1b.tollgate.admin.v1.OverrideR\toverrides2\x84\x05\n" +
 	"\x05Admin\x12S\n" +
 	"\bGetQuota\x12\".tollgate.admin.v1.GetQuotaRequest\x1a#.tollgate.admin.v1.GetQuotaResponse\x12Y\n" +
 	"\n" +
@@ -1372,7 +1518,8 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\tListRules\x12#.tollgate.admin.v1.ListRulesRequest\x1a$.tollgate.admin.v1.ListRulesResponse\x12\\\n" +
 	"\vSetOverride\x12%.tollgate.admin.v1.SetOverrideRequest\x1a&.tollgate.admin.v1.SetOverrideResponse\x12e\n" +
 	"\x0eDeleteOverride\x12(.tollgate.admin.v1.DeleteOverrideRequest\x1a).tollgate.admin.v1.DeleteOverrideResponse\x12b\n" +
-	"\rListOverrides\x12'.tollgate.admin.v1.ListOverridesRequest\x1a(.tollgate.admin.v1.ListOverridesResponseB/Z-github.com/tollgate/tollgate/admin/v1;adminv1b\x06proto3"
+	"\rListOverrides\x12'.tollgate.admin.v1.ListOverridesRequest\x1a(.tollgate.admin.v1.ListOverridesResponse\x12J\n" +
+	"\x05Block\x12\x1f.tollgate.admin.v1.BlockRequest\x1a .tollgate.admin.v1.BlockResponseB/Z-github.com/tollgate/tollgate/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_tollgate_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1386,7 +1533,7 @@ func file_tollgate_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tollgate_admin_v1_admin_proto_rawDescData
 }
 
-var file_tollgate_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tollgate_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_tollgate_admin_v1_admin_proto_goTypes = []any{
 	(*Caller)(nil),                 // 0: tollgate.admin.v1.Caller
 	(*JoinParts)(nil),              // 1: tollgate.admin.v1.JoinParts
@@ -1407,48 +1554,55 @@ var file_tollgate_admin_v1_admin_proto_goTypes = []any{
 	(*DeleteOverrideResponse)(nil), // 16: tollgate.admin.v1.DeleteOverrideResponse
 	(*ListOverridesRequest)(nil),   // 17: tollgate.admin.v1.ListOverridesRequest
 	(*Override)(nil),               // 18: tollgate.admin.v1.Override
-	(*ListOverridesResponse)(nil),  // 19: tollgate.admin.v1.ListOverridesResponse
-	nil,                            // 20: tollgate.admin.v1.Metadata.EntriesEntry
-	(*durationpb.Duration)(nil),    // 21: google.protobuf.Duration
+	(*BlockRequest)(nil),           // 19: tollgate.admin.v1.BlockRequest
+	(*BlockResponse)(nil),          // 20: tollgate.admin.v1.BlockResponse
+	(*ListOverridesResponse)(nil),  // 21: tollgate.admin.v1.ListOverridesResponse
+	nil,                            // 22: tollgate.admin.v1.Metadata.EntriesEntry
+	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
 }
 var file_tollgate_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: tollgate.admin.v1.Caller.join:type_name -> tollgate.admin.v1.JoinParts
 	2,  // 1: tollgate.admin.v1.Caller.first_of:type_name -> tollgate.admin.v1.FirstOfPart
 	3,  // 2: tollgate.admin.v1.Caller.metadata:type_name -> tollgate.admin.v1.Metadata
-	20, // 3: tollgate.admin.v1.Metadata.entries:type_name -> tollgate.admin.v1.Metadata.EntriesEntry
+	22, // 3: tollgate.admin.v1.Metadata.entries:type_name -> tollgate.admin.v1.Metadata.EntriesEntry
 	0,  // 4: tollgate.admin.v1.GetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
-	21, // 5: tollgate.admin.v1.Quota.period:type_name -> google.protobuf.Duration
-	21, // 6: tollgate.admin.v1.Quota.retry_after:type_name -> google.protobuf.Duration
-	21, // 7: tollgate.admin.v1.Quota.reset_after:type_name -> google.protobuf.Duration
-	5,  // 8: tollgate.admin.v1.GetQuotaResponse.quotas:type_name -> tollgate.admin.v1.Quota
-	0,  // 9: tollgate.admin.v1.ResetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
-	10, // 10: tollgate.admin.v1.ListRulesResponse.rules:type_name -> tollgate.admin.v1.Rule
-	21, // 11: tollgate.admin.v1.Limit.period:type_name -> google.protobuf.Duration
-	0,  // 12: tollgate.admin.v1.SetOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
-	12, // 13: tollgate.admin.v1.SetOverrideRequest.limits:type_name -> tollgate.admin.v1.Limit
-	21, // 14: tollgate.admin.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	0,  // 15: tollgate.admin.v1.DeleteOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
-	0,  // 16: tollgate.admin.v1.Override.caller:type_name -> tollgate.admin.v1.Caller
-	12, // 17: tollgate.admin.v1.Override.limits:type_name -> tollgate.admin.v1.Limit
-	21, // 18: tollgate.admin.v1.Override.expires_in:type_name -> google.protobuf.Duration
-	18, // 19: tollgate.admin.v1.ListOverridesResponse.overrides:type_name -> tollgate.admin.v1.Override
-	4,  // 20: tollgate.admin.v1.Admin.GetQuota:input_type -> tollgate.admin.v1.GetQuotaRequest
-	7,  // 21: tollgate.admin.v1.Admin.ResetQuota:input_type -> tollgate.admin.v1.ResetQuotaRequest
-	9,  // 22: tollgate.admin.v1.Admin.ListRules:input_type -> tollgate.admin.v1.ListRulesRequest
-	13, // 23: tollgate.admin.v1.Admin.SetOverride:input_type -> tollgate.admin.v1.SetOverrideRequest
-	15, // 24: tollgate.admin.v1.Admin.DeleteOverride:input_type -> tollgate.admin.v1.DeleteOverrideRequest
-	17, // 25: tollgate.admin.v1.Admin.ListOverrides:input_type -> tollgate.admin.v1.ListOverridesRequest
-	6,  // 26: tollgate.admin.v1.Admin.GetQuota:output_type -> tollgate.admin.v1.GetQuotaResponse
-	8,  // 27: tollgate.admin.v1.Admin.ResetQuota:output_type -> tollgate.admin.v1.ResetQuotaResponse
-	11, // 28: tollgate.admin.v1.Admin.ListRules:output_type -> tollgate.admin.v1.ListRulesResponse
-	14, // 29: tollgate.admin.v1.Admin.SetOverride:output_type -> tollgate.admin.v1.SetOverrideResponse
-	16, // 30: tollgate.admin.v1.Admin.DeleteOverride:output_type -> tollgate.admin.v1.DeleteOverrideResponse
-	19, // 31: tollgate.admin.v1.Admin.ListOverrides:output_type -> tollgate.admin.v1.ListOverridesResponse
-	26, // [26:32] is the sub-list for method output_type
-	20, // [20:26] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	23, // 5: tollgate.admin.v1.Quota.period:type_name -> google.protobuf.Duration
+	23, // 6: tollgate.admin.v1.Quota.retry_after:type_name -> google.protobuf.Duration
+	23, // 7: tollgate.admin.v1.Quota.reset_after:type_name -> google.protobuf.Duration
+	23, // 8: tollgate.admin.v1.Quota.expires_in:type_name -> google.protobuf.Duration
+	5,  // 9: tollgate.admin.v1.GetQuotaResponse.quotas:type_name -> tollgate.admin.v1.Quota
+	0,  // 10: tollgate.admin.v1.ResetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
+	10, // 11: tollgate.admin.v1.ListRulesResponse.rules:type_name -> tollgate.admin.v1.Rule
+	23, // 12: tollgate.admin.v1.Limit.period:type_name -> google.protobuf.Duration
+	0,  // 13: tollgate.admin.v1.SetOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
+	12, // 14: tollgate.admin.v1.SetOverrideRequest.limits:type_name -> tollgate.admin.v1.Limit
+	23, // 15: tollgate.admin.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	0,  // 16: tollgate.admin.v1.DeleteOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
+	0,  // 17: tollgate.admin.v1.Override.caller:type_name -> tollgate.admin.v1.Caller
+	12, // 18: tollgate.admin.v1.Override.limits:type_name -> tollgate.admin.v1.Limit
+	23, // 19: tollgate.admin.v1.Override.expires_in:type_name -> google.protobuf.Duration
+	0,  // 20: tollgate.admin.v1.BlockRequest.caller:type_name -> tollgate.admin.v1.Caller
+	23, // 21: tollgate.admin.v1.BlockRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 22: tollgate.admin.v1.ListOverridesResponse.overrides:type_name -> tollgate.admin.v1.Override
+	4,  // 23: tollgate.admin.v1.Admin.GetQuota:input_type -> tollgate.admin.v1.GetQuotaRequest
+	7,  // 24: tollgate.admin.v1.Admin.ResetQuota:input_type -> tollgate.admin.v1.ResetQuotaRequest
+	9,  // 25: tollgate.admin.v1.Admin.ListRules:input_type -> tollgate.admin.v1.ListRulesRequest
+	13, // 26: tollgate.admin.v1.Admin.SetOverride:input_type -> tollgate.admin.v1.SetOverrideRequest
+	15, // 27: tollgate.admin.v1.Admin.DeleteOverride:input_type -> tollgate.admin.v1.DeleteOverrideRequest
+	17, // 28: tollgate.admin.v1.Admin.ListOverrides:input_type -> tollgate.admin.v1.ListOverridesRequest
+	19, // 29: tollgate.admin.v1.Admin.Block:input_type -> tollgate.admin.v1.BlockRequest
+	6,  // 30: tollgate.admin.v1.Admin.GetQuota:output_type -> tollgate.admin.v1.GetQuotaResponse
+	8,  // 31: tollgate.admin.v1.Admin.ResetQuota:output_type -> tollgate.admin.v1.ResetQuotaResponse
+	11, // 32: tollgate.admin.v1.Admin.ListRules:output_type -> tollgate.admin.v1.ListRulesResponse
+	14, // 33: tollgate.admin.v1.Admin.SetOverride:output_type -> tollgate.admin.v1.SetOverrideResponse
+	16, // 34: tollgate.admin.v1.Admin.DeleteOverride:output_type -> tollgate.admin.v1.DeleteOverrideResponse
+	21, // 35: tollgate.admin.v1.Admin.ListOverrides:output_type -> tollgate.admin.v1.ListOverridesResponse
+	20, // 36: tollgate.admin.v1.Admin.Block:output_type -> tollgate.admin.v1.BlockResponse
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_admin_v1_admin_proto_init() }
@@ -1469,7 +1623,7 @@ func file_tollgate_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_admin_v1_admin_proto_rawDesc), len(file_tollgate_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	Admin_SetOverride_FullMethodName    = "/tollgate.admin.v1.Admin/SetOverride"
 	Admin_DeleteOverride_FullMethodName = "/tollgate.admin.v1.Admin/DeleteOverride"
 	Admin_ListOverrides_FullMethodName  = "/tollgate.admin.v1.Admin/ListOverrides"
+	Admin_Block_FullMethodName          = "/tollgate.admin.v1.Admin/Block"
 )
 
 // AdminClient is the client API for Admin service.
@@ -46,14 +47,19 @@ type AdminClient interface {
 	// ListRules returns the Limiter's rules, in the order they were given.
 	ListRules(ctx context.Context, in *ListRulesRequest, opts ...grpc.CallOption) (*ListRulesResponse, error)
 	// SetOverride replaces a rule's limits for one caller, on every replica
-	// that shares the store, optionally for a while; no limits blocks the
-	// caller (its calls are refused with PERMISSION_DENIED). An unknown rule
-	// is NOT_FOUND; a bad limit, ttl or caller INVALID_ARGUMENT.
+	// that shares the store, optionally for a while. An unknown rule is
+	// NOT_FOUND; no limits (Block blocks), a bad limit, ttl or caller
+	// INVALID_ARGUMENT.
 	SetOverride(ctx context.Context, in *SetOverrideRequest, opts ...grpc.CallOption) (*SetOverrideResponse, error)
-	// DeleteOverride ends a caller's override: the rule's limits apply again.
+	// DeleteOverride ends a caller's override or block: the rule's limits
+	// apply again.
 	DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error)
-	// ListOverrides returns the overrides of a rule in force.
+	// ListOverrides returns the overrides and blocks of a rule in force.
 	ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error)
+	// Block refuses one caller's calls under a rule with PERMISSION_DENIED,
+	// on every replica that shares the store, optionally for a while; it
+	// replaces any override of the caller. Errors are SetOverride's.
+	Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockResponse, error)
 }
 
 type adminClient struct {
@@ -124,6 +130,16 @@ func (c *adminClient) ListOverrides(ctx context.Context, in *ListOverridesReques
 	return out, nil
 }
 
+func (c *adminClient) Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BlockResponse)
+	err := c.cc.Invoke(ctx, Admin_Block_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -139,14 +155,19 @@ type AdminServer interface {
 	// ListRules returns the Limiter's rules, in the order they were given.
 	ListRules(context.Context, *ListRulesRequest) (*ListRulesResponse, error)
 	// SetOverride replaces a rule's limits for one caller, on every replica
-	// that shares the store, optionally for a while; no limits blocks the
-	// caller (its calls are refused with PERMISSION_DENIED). An unknown rule
-	// is NOT_FOUND; a bad limit, ttl or caller INVALID_ARGUMENT.
+	// that shares the store, optionally for a while. An unknown rule is
+	// NOT_FOUND; no limits (Block blocks), a bad limit, ttl or caller
+	// INVALID_ARGUMENT.
 	SetOverride(context.Context, *SetOverrideRequest) (*SetOverrideResponse, error)
-	// DeleteOverride ends a caller's override: the rule's limits apply again.
+	// DeleteOverride ends a caller's override or block: the rule's limits
+	// apply again.
 	DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error)
-	// ListOverrides returns the overrides of a rule in force.
+	// ListOverrides returns the overrides and blocks of a rule in force.
 	ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error)
+	// Block refuses one caller's calls under a rule with PERMISSION_DENIED,
+	// on every replica that shares the store, optionally for a while; it
+	// replaces any override of the caller. Errors are SetOverride's.
+	Block(context.Context, *BlockRequest) (*BlockResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -174,6 +195,9 @@ func (UnimplementedAdminServer) DeleteOverride(context.Context, *DeleteOverrideR
 }
 func (UnimplementedAdminServer) ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOverrides not implemented")
+}
+func (UnimplementedAdminServer) Block(context.Context, *BlockRequest) (*BlockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Block not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -304,6 +328,24 @@ func _Admin_ListOverrides_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Block_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Block(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Block_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Block(ctx, req.(*BlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -334,6 +376,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOverrides",
 			Handler:    _Admin_ListOverrides_Handler,
+		},
+		{
+			MethodName: "Block",
+			Handler:    _Admin_Block_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

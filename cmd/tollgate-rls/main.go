@@ -172,15 +172,6 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 		lis.Close()
 		return err
 	}
-	var serverOpts []grpc.ServerOption
-	if cfg.tls.Enabled() {
-		tc, err := cfg.tls.Config()
-		if err != nil {
-			lis.Close()
-			return err
-		}
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
-	}
 	st, closeStore, err := cfg.redis.Store(ctx, logger)
 	if err != nil {
 		lis.Close()
@@ -190,6 +181,7 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout), rls.WithShadowMode(cfg.shadow)}
 	var srv *rls.Server
 	reloads := noReloads
+	var meters metric.MeterProvider // the metrics listener's; nil: otel's global one
 	if cfg.metricsAddr != "" {
 		dump := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -201,11 +193,21 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 			return err
 		}
 		defer stopMetrics()
+		meters = provider
 		opts = append(opts, rls.WithMeterProvider(provider))
 		if reloads, err = reloadCounter(provider); err != nil {
 			lis.Close()
 			return err
 		}
+	}
+	var serverOpts []grpc.ServerOption
+	if cfg.tls.Enabled() {
+		tc, err := cfg.tls.Config(serving.ReloadReporter(logger, meters, "rls"))
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	if cfg.headers {
 		opts = append(opts, rls.WithResponseHeaders(cfg.headerNames[0], cfg.headerNames[1], cfg.headerNames[2]))
@@ -225,8 +227,12 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 
-	logger.Printf("configuration %s: domains %s", cfg.dir, strings.Join(conf.Domains(), ", "))
-	logger.Printf("listening on %s", lis.Addr())
+	if len(conf.Domains()) == 0 {
+		logger.Printf("warning: configuration %s holds no domain (no .yaml file with a domain): every request is answered OK, unlimited", cfg.dir)
+	} else {
+		logger.Printf("configuration %s: domains %s", cfg.dir, strings.Join(conf.Domains(), ", "))
+	}
+	logger.Printf("listening on %s (%s)", lis.Addr(), cfg.tls.Mode())
 	return serving.Serve(ctx, gs, hs, lis, cfg.shutdownTimeout, logger, hup, func() { reload(ctx, srv, cfg.dir, logger, reloads) })
 }
 

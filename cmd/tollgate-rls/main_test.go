@@ -295,3 +295,19 @@ func tenantCalls(t *testing.T, ctx context.Context, client pb.RateLimitServiceCl
 	}
 	return ask, admitted
 }
+
+// An empty configuration directory starts, with a warning that nothing is
+// limited; the "listening on" line says how the listener serves.
+func TestEmptyConfigWarns(t *testing.T) {
+	_, logs, _ := startCommand(t, nil, "-config", t.TempDir(), "-addr", "127.0.0.1:0")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "listening on") {
+		if time.Now().After(deadline) {
+			t.Fatalf("not listening:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "holds no domain") || !strings.Contains(logs.String(), "(plaintext)") {
+		t.Fatalf("log:\n%s\nwant a warning of no domain and the listener's mode", logs.String())
+	}
+}

@@ -1,14 +1,25 @@
 package serving
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
+
+// MetricTLSReloads counts the reloads of a listener's rotated TLS files,
+// by listener and result ("ok", or "error" when the rotated files were
+// refused and the last good ones still serve).
+const MetricTLSReloads = "tollgate.tls.reloads"
 
 // TLSFiles names a listener's certificate and key and, for mutual TLS, the
 // certificate authority that must have signed every client's certificate.
@@ -21,18 +32,55 @@ type TLSFiles struct {
 // Enabled reports whether f names a certificate.
 func (f TLSFiles) Enabled() bool { return f.Cert != "" || f.Key != "" || f.ClientCA != "" }
 
+// Mode says how a listener with f serves: "plaintext", "TLS" or "mutual
+// TLS", for its "listening on" line.
+func (f TLSFiles) Mode() string {
+	switch {
+	case !f.Enabled():
+		return "plaintext"
+	case f.ClientCA != "":
+		return "mutual TLS"
+	}
+	return "TLS"
+}
+
+// ReloadReporter returns what Config calls after each reload of rotated
+// files: it logs the outcome on logger and counts it in MetricTLSReloads
+// of mp (nil: otel's global provider) for the named listener.
+func ReloadReporter(logger *log.Logger, mp metric.MeterProvider, listener string) func(error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	counter, _ := mp.Meter("github.com/tollgate/tollgate/serving").Int64Counter(MetricTLSReloads,
+		metric.WithDescription("Reloads of a listener's rotated TLS files, by result (error: refused, the last good files still serve)"))
+	return func(err error) {
+		result := "ok"
+		if err != nil {
+			result = "error"
+			logger.Printf("%s listener: the rotated TLS files are refused; the previous ones still serve: %v", listener, err)
+		} else {
+			logger.Printf("%s listener: serving the rotated TLS files", listener)
+		}
+		if counter != nil {
+			counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("listener", listener), attribute.String("result", result)))
+		}
+	}
+}
+
 // Config returns the server TLS configuration of f. The files are read now
 // (an error names the bad one) and again whenever one of them changes on
 // disk, as a rotated Kubernetes secret does, at the next handshake: a
 // rotated certificate is served without a restart, and a bad rotation
 // keeps the last good files serving. With ClientCA, a client without a
-// certificate that CA signed is refused during the handshake.
-func (f TLSFiles) Config() (*tls.Config, error) {
+// certificate that CA signed is refused during the handshake. reloaded,
+// when not nil, is told the outcome of every reload after the first read
+// (ReloadReporter).
+func (f TLSFiles) Config(reloaded func(error)) (*tls.Config, error) {
 	switch {
 	case f.Cert == "" || f.Key == "":
 		return nil, errors.New("TLS needs both a certificate and a key")
 	}
-	r := &tlsFiles{files: f}
+	r := &tlsFiles{files: f, reloaded: reloaded}
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -52,7 +100,8 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 // tlsFiles holds the last good contents of a TLSFiles and when its files
 // were read.
 type tlsFiles struct {
-	files TLSFiles
+	files    TLSFiles
+	reloaded func(error) // nil: nobody is told
 
 	mu      sync.Mutex
 	cert    tls.Certificate
@@ -80,8 +129,14 @@ func (r *tlsFiles) current() (tls.Certificate, *x509.CertPool) {
 		r.checked = time.Now()
 		if stamps := r.stampsNow(); !equalStamps(stamps, r.stamps) {
 			// A bad rotation (a half-written file, a key that does not
-			// match) keeps the last good files serving.
-			_ = r.loadLocked()
+			// match) keeps the last good files serving, and is told.
+			err := r.loadLocked()
+			if err != nil {
+				r.stamps = stamps // told once per change, not per handshake
+			}
+			if r.reloaded != nil {
+				r.reloaded(err)
+			}
 		}
 	}
 	return r.cert, r.pool

@@ -6,16 +6,17 @@ import (
 	"log"
 	"net"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
@@ -23,20 +24,16 @@ import (
 // requires in the "authorization" metadata ("Bearer TOKEN").
 const EnvAdminToken = "TOLLGATE_ADMIN_TOKEN"
 
-// serveAdmin serves the admin service for st's quotas on a listener of its
-// own at cfg.AdminAddr, behind a bearer-token check, and returns the
-// function that stops it. Its Limiter has the serving Limiter's rule and
-// store, hence the same keys: what one peeks or resets, the other decides
-// with. (Only FailLocal's per-replica state, private to each Limiter, is
-// out of its reach.)
-func serveAdmin(st tollgate.Store, cfg Config, logger *log.Logger) (stop func(), err error) {
-	lim, err := interceptor.New(st, interceptor.WithRules(tenantRule(cfg)), interceptor.WithStoreTimeout(cfg.StoreTimeout))
-	if err != nil {
-		return nil, err
-	}
+// serveAdmin serves the admin service of the serving Limiter lim on a
+// listener of its own at cfg.AdminAddr, behind a bearer-token check, and
+// returns the function that stops it. An override set through it applies
+// to this server's next call, and to every other replica's within its
+// watch's round trip.
+// A rotation of its TLS files is logged and counted in mp.
+func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger, mp metric.MeterProvider) (stop func(), err error) {
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken))}
 	if cfg.AdminTLS.Enabled() {
-		tc, err := cfg.AdminTLS.Config()
+		tc, err := cfg.AdminTLS.Config(serving.ReloadReporter(logger, mp, "admin"))
 		if err != nil {
 			return nil, err
 		}
@@ -49,7 +46,7 @@ func serveAdmin(st tollgate.Store, cfg Config, logger *log.Logger) (stop func(),
 	srv := grpc.NewServer(opts...)
 	admin.Register(srv, lim)
 	go func() { _ = srv.Serve(lis) }()
-	logger.Printf("admin service (tollgate.admin.v1) on %s, bearer token from %s", lis.Addr(), EnvAdminToken)
+	logger.Printf("admin service (tollgate.admin.v1) on %s (%s), bearer token from %s", lis.Addr(), cfg.AdminTLS.Mode(), EnvAdminToken)
 	return srv.Stop, nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -165,8 +166,14 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	if err := cfg.Limit.Validate(); err != nil {
 		return Config{}, fmt.Errorf("-rate, -period, -burst: %w", err)
 	}
+	if cfg.Limit.Burst != 0 && (cfg.Limit.Algorithm == tollgate.FixedWindow || cfg.Limit.Algorithm == tollgate.SlidingWindow) {
+		return Config{}, fmt.Errorf("-burst %d: %s has no burst (it admits -rate per -period); -burst applies to token_bucket and gcra", cfg.Limit.Burst, cfg.Limit.Algorithm)
+	}
 	if cfg.Flaky < 0 || cfg.Flaky > 1 {
 		return Config{}, fmt.Errorf("-flaky %v: want a fraction from 0 to 1", cfg.Flaky)
+	}
+	if cfg.AdminTLS.Enabled() && cfg.AdminAddr == "" {
+		return Config{}, errors.New("-admin-tls-cert, -admin-tls-key and -admin-tls-client-ca configure the admin listener: set -admin-addr too")
 	}
 	if cfg.AdminTLS.Enabled() && (cfg.AdminTLS.Cert == "" || cfg.AdminTLS.Key == "") {
 		return Config{}, errors.New("-admin-tls-cert and -admin-tls-key go together (and -admin-tls-client-ca needs them)")
@@ -227,31 +234,35 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	defer closeStore()
 
 	var limiterOpts []interceptor.Option
+	var provider metric.MeterProvider // nil: otel's global one
 	if cfg.MetricsAddr != "" {
-		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger, nil)
+		mp, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger, nil)
 		if err != nil {
 			lis.Close()
 			return err
 		}
 		defer stopMetrics()
+		provider = mp
 		limiterOpts = append(limiterOpts, interceptor.WithMeterProvider(provider))
 	}
 
-	srv, hs, err := NewServer(st, cfg, limiterOpts...)
+	lim, err := NewLimiter(st, cfg, limiterOpts...)
 	if err != nil {
 		lis.Close()
 		return err
 	}
+	defer lim.Close(context.Background())
+	srv, hs := NewServerFor(lim, cfg)
 	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
 	if cfg.AdminAddr != "" {
-		stopAdmin, err := serveAdmin(st, cfg, logger)
+		stopAdmin, err := serveAdmin(lim, cfg, logger, provider)
 		if err != nil {
 			lis.Close()
 			return err
 		}
 		defer stopAdmin()
 	}
-	logger.Printf("listening on %s", lis.Addr())
+	logger.Printf("listening on %s (plaintext)", lis.Addr())
 
 	return serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
 }
@@ -259,13 +270,26 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 // NewServer builds the gRPC server with its interceptor chain around st and
 // registers the echo, health and server reflection services; the health
 // server reports SERVING for the whole server and for the echo service.
-// Options in opts are added to the limiter's own.
+// Options in opts are added to the limiter's own. Its Limiter is never
+// closed: on a Redis store, use NewLimiter and NewServerFor, and close it.
 func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
-	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
-		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
+	lim, err := NewLimiter(st, cfg, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
+	srv, hs := NewServerFor(lim, cfg)
+	return srv, hs, nil
+}
+
+// NewLimiter returns the server's Limiter on st, with the options in opts
+// added to its own. Close it when the server stops.
+func NewLimiter(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*interceptor.Limiter, error) {
+	return interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
+		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
+}
+
+// NewServerFor is NewServer around a Limiter of NewLimiter.
+func NewServerFor(lim *interceptor.Limiter, cfg Config) (*grpc.Server, *health.Server) {
 	limited := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 		return c.Service != healthpb.Health_ServiceDesc.ServiceName
 	})
@@ -287,7 +311,7 @@ func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc
 	// Reflection lets grpcurl and clients in other languages find the
 	// service, and the error details of a denial, without a .proto at hand.
 	reflection.Register(srv)
-	return srv, hs, nil
+	return srv, hs
 }
 
 // flaky returns the echo hook that fails the fraction p of first attempts.

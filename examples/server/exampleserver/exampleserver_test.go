@@ -87,6 +87,9 @@ func TestParseFlags(t *testing.T) {
 		{"-period", "0s"},
 		{"-flaky", "1.5"},
 		{"stray"},
+		{"-algorithm", "fixed_window", "-burst", "5"},
+		{"-algorithm", "sliding_window", "-burst", "5"},
+		{"-admin-tls-cert", "c.pem", "-admin-tls-key", "k.pem"}, // no -admin-addr
 	} {
 		if _, err := exampleserver.ParseFlags(bad, noEnv, io.Discard); err == nil {
 			t.Errorf("ParseFlags(%q) accepted", bad)

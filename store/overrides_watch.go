@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Watching overrides (tollgate.OverrideWatcher). Every change of an
+// override publishes on
+//
+//	<prefix>{!ov}:changed
+//
+// in the same pipeline that writes it, after the version. A subscriber
+// reads the overrides again when a message arrives, and when its
+// subscription is (re)established, since messages published while it was
+// away are lost. On a Cluster, PUBLISH reaches every node over the cluster
+// bus, so the subscriber's node (the channel's slot's primary, as go-redis
+// picks it) hears changes published through any node; on Sentinel the
+// subscription follows the primary after a failover, and what was published
+// in between is covered by the resubscription.
+
+// watchPing is how long a subscription may stay silent before the watcher
+// pings it, so that a dead connection is noticed and replaced.
+const watchPing = 30 * time.Second
+
+// watchBackoff bounds the pause between tries to subscribe while Redis
+// cannot be reached.
+const (
+	watchBackoffMin = 50 * time.Millisecond
+	watchBackoffMax = 2 * time.Second
+)
+
+func (r *Redis) overrideChannel() string { return r.prefix + "{!ov}:changed" }
+
+// WatchOverrides subscribes to the store's override changes on a goroutine
+// of its own, which stop ends (see tollgate.OverrideWatcher).
+func (r *Redis) WatchOverrides(changed func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := r.client.Subscribe(ctx) // no channel yet: nothing is dialled here
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watch(ctx, ps, r.overrideChannel(), changed)
+	}()
+	return func() {
+		cancel()
+		_ = ps.Close() // ends a Receive blocked on the connection
+		<-done
+	}
+}
+
+// watch runs the subscription to channel on ps until ctx ends, calling
+// changed for every message and every (re)subscription.
+func watch(ctx context.Context, ps *redis.PubSub, channel string, changed func()) {
+	backoff := watchBackoffMin
+	// Subscribe records the channel even when it cannot reach Redis; every
+	// Receive then reconnects and subscribes again.
+	_ = ps.Subscribe(ctx, channel)
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, watchPing)
+		if ctx.Err() != nil {
+			return
+		}
+		var ne net.Error
+		switch {
+		case err != nil && errors.As(err, &ne) && ne.Timeout():
+			_ = ps.Ping(ctx) // a dead connection fails the next Receive
+		case err != nil:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, watchBackoffMax)
+		default:
+			backoff = watchBackoffMin
+			switch msg.(type) {
+			case *redis.Subscription, *redis.Message:
+				changed()
+			}
+		}
+	}
+}
+
+// memWatchers are the watches of a Memory store's overrides: each is
+// called, in the goroutine that made the change, after it is made.
+type memWatchers struct {
+	mu    sync.Mutex // held while calling them: stop waits for a call under way
+	next  int
+	funcs map[int]func()
+}
+
+// WatchOverrides calls changed after every change of the store's overrides,
+// in the goroutine that made it, until stop (see tollgate.OverrideWatcher).
+// It starts no goroutine.
+func (m *Memory) WatchOverrides(changed func()) (stop func()) {
+	w := &m.watchers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.funcs == nil {
+		w.funcs = make(map[int]func())
+	}
+	id := w.next
+	w.next++
+	w.funcs[id] = changed
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.funcs, id)
+	}
+}
+
+// notify calls every watch of the store's overrides.
+func (w *memWatchers) notify() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.funcs {
+		f()
+	}
+}
+
+// bounded runs f under ctx and returns at ctx's end at the latest, whatever
+// the client's options: when the client does not give up a command at its
+// context's end (ContextTimeoutEnabled unset), f runs on a goroutine of its
+// own, which ends at the client's ReadTimeout, and the caller leaves at
+// ctx's deadline.
+func bounded[T any](r *Redis, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	if _, ok := ctx.Deadline(); r.deadlineSafe || !ok {
+		return f(ctx)
+	}
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- answer{v, err}
+	}()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// awaitCount waits until n reaches want, failing after d.
+func awaitCount(t *testing.T, n *atomic.Int64, want int64, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for n.Load() < want {
+		if time.Since(start) > d {
+			t.Fatalf("count %d after %s, want %d", n.Load(), d, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// A change through one client is announced to a watch on another within
+// 100ms, on a single node, a Cluster (the watch on whichever node go-redis
+// picks, the change published through any) and Sentinel; a watch whose
+// subscription is killed subscribes again and says so; stop ends it.
+func TestRedisWatchOverrides(t *testing.T) {
+	sentinel := func(t *testing.T) redis.UniversalClient {
+		s := redistest.Sentinel(t, redistest.Start(t))
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{s.Addr()}})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	for name, newClients := range map[string]func(t *testing.T) (redis.UniversalClient, redis.UniversalClient){
+		"single": func(t *testing.T) (redis.UniversalClient, redis.UniversalClient) {
+			s := redistest.Single(t)
+			return s.Client(t), s.Client(t)
+		},
+		"cluster": func(t *testing.T) (redis.UniversalClient, redis.UniversalClient) {
+			c := redistest.SharedCluster(t)
+			return c.Client(t), c.Client(t)
+		},
+		"sentinel": func(t *testing.T) (redis.UniversalClient, redis.UniversalClient) {
+			c := sentinel(t)
+			return c, c
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ca, cb := newClients(t)
+			prefix := redistest.KeyPrefix(t)
+			a, b := NewRedis(ca, WithPrefix(prefix)), NewRedis(cb, WithPrefix(prefix))
+			var heard atomic.Int64
+			stop := b.WatchOverrides(func() { heard.Add(1) })
+			defer stop()
+			awaitCount(t, &heard, 1, 5*time.Second) // the subscription
+			ctx := context.Background()
+			var took []time.Duration
+			for i := range int64(3) {
+				if err := a.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(1 + i)}}, 0); err != nil {
+					t.Fatal(err)
+				}
+				d := awaitCount(t, &heard, 2+i, time.Second)
+				if d > 100*time.Millisecond {
+					t.Errorf("change %d announced after %s, want within 100ms", i, d)
+				}
+				took = append(took, d)
+			}
+			t.Logf("announced after SetOverride returned: %v", took)
+			if err := a.DeleteOverride(ctx, "g", "k"); err != nil {
+				t.Fatal(err)
+			}
+			awaitCount(t, &heard, 5, time.Second)
+		})
+	}
+	t.Run("resubscribes", func(t *testing.T) {
+		srv := redistest.Start(t)
+		st := NewRedis(srv.Client(t))
+		var heard atomic.Int64
+		stop := st.WatchOverrides(func() { heard.Add(1) })
+		defer stop()
+		awaitCount(t, &heard, 1, 5*time.Second)
+		if err := srv.Client(t).Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+			t.Fatal(err)
+		}
+		awaitCount(t, &heard, 2, 5*time.Second) // a change may have been missed
+	})
+}
+
+// A Memory store's watch is called after each change, in the goroutine
+// that made it; stop ends it.
+func TestMemoryWatchOverrides(t *testing.T) {
+	m := NewMemory()
+	var heard atomic.Int64
+	stop := m.WatchOverrides(func() { heard.Add(1) })
+	ctx := context.Background()
+	if err := m.SetOverride(ctx, "g", tollgate.Override{Key: "k"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DeleteOverride(ctx, "g", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if heard.Load() != 2 {
+		t.Fatalf("heard %d changes, want 2", heard.Load())
+	}
+	stop()
+	if err := m.SetOverride(ctx, "g", tollgate.Override{Key: "k"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if heard.Load() != 2 {
+		t.Fatalf("heard %d changes after stop, want 2", heard.Load())
+	}
+}
+
+// The override calls return at their context's deadline on a hung Redis,
+// even with a client that does not give up a command at its context's end.
+func TestRedisOverridesBoundedByDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	o := srv.Options()
+	o.ReadTimeout = 2 * time.Second // ContextTimeoutEnabled unset: only this ends a hung read
+	c := redis.NewClient(o)
+	defer c.Close()
+	st := NewRedis(c)
+	ctx := context.Background()
+	if err := st.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(1)}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t, 3*time.Second)
+	const deadline = 50 * time.Millisecond
+	for name, call := range map[string]func(context.Context) error{
+		"version":   func(ctx context.Context) error { _, err := st.OverridesVersion(ctx); return err },
+		"overrides": func(ctx context.Context) error { _, err := st.Overrides(ctx, "g"); return err },
+		"set": func(ctx context.Context) error {
+			return st.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(2)}}, 0)
+		},
+		"delete": func(ctx context.Context) error { return st.DeleteOverride(ctx, "g", "k") },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		err := call(ctx)
+		cancel()
+		if elapsed := time.Since(start); elapsed > deadline+100*time.Millisecond {
+			t.Errorf("%s took %s on a hung Redis, deadline %s", name, elapsed, deadline)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s on a hung Redis: %v, want the deadline", name, err)
+		}
+	}
+	srv.AwaitAnswer(t, 10*time.Second)
+	time.Sleep(o.ReadTimeout) // the abandoned commands end
+}
+
+// DeleteOverride refuses a key longer than MaxKeyLen on both stores, as
+// SetOverride does, and writes nothing.
+func TestDeleteOverrideRefusesOversizedKey(t *testing.T) {
+	key := strings.Repeat("k", tollgate.MaxKeyLen+1)
+	srv := redistest.Single(t)
+	prefix := redistest.KeyPrefix(t)
+	r := NewRedis(srv.Client(t), WithPrefix(prefix))
+	for name, st := range map[string]tollgate.OverrideStore{"memory": NewMemory(), "redis": r} {
+		ctx := context.Background()
+		before, err := st.OverridesVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteOverride(ctx, "g", key); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: DeleteOverride of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
+		}
+		if after, _ := st.OverridesVersion(ctx); after != before {
+			t.Errorf("%s: the version moved from %d to %d on a refused delete", name, before, after)
+		}
+	}
+}
+
+// ReleaseSlot and SlotsInUse refuse a key longer than MaxKeyLen on both
+// stores alike.
+func TestSlotCallsRefuseOversizedKey(t *testing.T) {
+	key := strings.Repeat("k", tollgate.MaxKeyLen+1)
+	r := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	for name, st := range map[string]tollgate.SlotStore{"memory": NewMemory(), "redis": r} {
+		ctx := context.Background()
+		if _, err := st.SlotsInUse(ctx, key); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: SlotsInUse of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
+		}
+		if err := st.ReleaseSlot(ctx, tollgate.Slot{Key: key, Max: 1, ID: "id", TTL: time.Second}); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: ReleaseSlot of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
+		}
+	}
+}
