@@ -34,6 +34,7 @@ type Memory struct {
 	next      atomic.Uint64 // the shard the next decision sweeps
 	slots     memSlots      // in-flight slots (slots_memory.go)
 	overrides memOverrides  // overrides_memory.go
+	shares    memShares     // share_memory.go
 }
 
 const (
