@@ -302,5 +302,5 @@ func (st *quotaStream) ttl(b *streamBucket) time.Duration {
 	if interval <= 0 {
 		interval = st.q.opts.reportInterval
 	}
-	return max(time.Second, (time.Duration(st.q.opts.reports)*interval+time.Second-1).Truncate(time.Second))
+	return max(time.Second, (time.Duration(st.q.opts.reports)*interval + time.Second - 1).Truncate(time.Second))
 }
