@@ -1,0 +1,318 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/store"
+)
+
+// ErrNoAssignment is wrapped by the error of a decision on a bucket the
+// Client holds no valid assignment for: none arrived yet, it expired, or
+// the stream is down. The rule's FailMode applies.
+var ErrNoAssignment = errors.New("rlqs: no valid quota assignment")
+
+// Defaults of the options.
+const (
+	// DefaultReportInterval is how often the Client reports usage.
+	DefaultReportInterval = time.Second
+	// DefaultIdleReports is how many reports in a row a bucket goes
+	// without a decision before the Client forgets it.
+	DefaultIdleReports = 30
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	interval time.Duration
+	idle     int
+	bucketID BucketIDFunc
+	clock    func() time.Time
+}
+
+// WithReportInterval sets how often usage is reported (default
+// DefaultReportInterval, at least 10ms).
+func WithReportInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
+
+// WithBucketID sets how a store key becomes a BucketId (default
+// RuleBucketID).
+func WithBucketID(f BucketIDFunc) Option { return func(o *options) { o.bucketID = f } }
+
+// WithIdleReports sets how many reports a bucket goes without a decision
+// before it is forgotten and no longer reported (default
+// DefaultIdleReports).
+func WithIdleReports(n int) Option { return func(o *options) { o.idle = n } }
+
+// WithClock sets the clock assignments expire by and the local buckets
+// refill by (default time.Now).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
+
+// Client is a tollgate.Store deciding from RLQS assignments (see the
+// package doc). It is safe for concurrent use; Close stops its stream.
+type Client struct {
+	rlqs   rlqspb.RateLimitQuotaServiceClient
+	domain string
+	opts   options
+	// local decides the token-bucket assignments, under the keys of the
+	// requests, with the assignment's limit.
+	local *store.Memory
+
+	mu      sync.RWMutex
+	buckets map[string]*bucket // by store key
+	keys    map[string]string  // store key by idOf(BucketId)
+
+	wake   chan struct{} // a new bucket: report now
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+var _ tollgate.Store = (*Client)(nil)
+
+// New returns a Client reporting usage for domain on conn and starts its
+// stream. Close it to stop the stream.
+func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client, error) {
+	o := options{interval: DefaultReportInterval, idle: DefaultIdleReports, bucketID: RuleBucketID, clock: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case conn == nil:
+		return nil, errors.New("rlqs: the connection is nil")
+	case domain == "":
+		return nil, errors.New("rlqs: the domain is empty")
+	case o.interval < 10*time.Millisecond:
+		return nil, fmt.Errorf("rlqs: report interval %s: want at least 10ms", o.interval)
+	case o.idle < 1:
+		return nil, fmt.Errorf("rlqs: idle reports %d: want at least 1", o.idle)
+	case o.bucketID == nil || o.clock == nil:
+		return nil, errors.New("rlqs: the bucket id function and the clock must not be nil")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		rlqs:    rlqspb.NewRateLimitQuotaServiceClient(conn),
+		domain:  domain,
+		opts:    o,
+		local:   store.NewMemory(store.WithClock(o.clock)),
+		buckets: map[string]*bucket{},
+		keys:    map[string]string{},
+		wake:    make(chan struct{}, 1),
+		cancel:  cancel,
+		done:    make(chan struct{}),
+	}
+	go c.run(ctx)
+	return c, nil
+}
+
+// Close stops the stream and waits for its goroutines, or for ctx.
+func (c *Client) Close(ctx context.Context) error {
+	c.cancel()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// bucketOf returns key's bucket, creating it (and asking for a report
+// now) the first time.
+func (c *Client) bucketOf(key string) *bucket {
+	c.mu.RLock()
+	b := c.buckets[key]
+	c.mu.RUnlock()
+	if b != nil {
+		return b
+	}
+	c.mu.Lock()
+	if b = c.buckets[key]; b == nil {
+		id := c.opts.bucketID(key)
+		b = newBucket(id)
+		c.buckets[key] = b
+		c.keys[idOf(id)] = key
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return b
+}
+
+// plan returns the assignment in force for req's bucket. A bucket's first
+// assignment is waited for within ctx; afterwards, no valid assignment is
+// ErrNoAssignment at once.
+func (c *Client) plan(ctx context.Context, req tollgate.Request) (*bucket, *assignment, error) {
+	b := c.bucketOf(req.Key)
+	a := b.assign.Load()
+	if a == nil {
+		select {
+		case <-b.first:
+			a = b.assign.Load()
+		case <-ctx.Done():
+		}
+	}
+	if a == nil || !c.opts.clock().Before(a.expires) {
+		b.denied.Add(1) // demand the server should hear of
+		return b, nil, fmt.Errorf("%w for %q", ErrNoAssignment, req.Key)
+	}
+	return b, a, nil
+}
+
+// Allow decides req from its bucket's assignment: ALLOW_ALL admits,
+// DENY_ALL refuses, a token
+// bucket decides as store.Memory decides a TokenBucket of its tokens.
+// DENY_ALL's RetryAfter is the report interval (the next answer may lift
+// it), at most until the assignment expires.
+func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	ds, err := c.AllowAll(ctx, []tollgate.Request{req})
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// AllowAll decides reqs all or nothing, each from its bucket's
+// assignment.
+func (c *Client) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+	local, bs, as, err := c.localRequests(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	ds := make([]tollgate.Decision, len(reqs))
+	var denyFor time.Duration
+	for i, a := range as {
+		switch a.kind {
+		case allowAll:
+			ds[i] = tollgate.Decision{Allowed: true, Remaining: reqs[i].Limit.Capacity()}
+		case denyAll:
+			// The next report's answer may change it: retry then.
+			denyFor = max(denyFor, min(a.expires.Sub(c.opts.clock()), c.opts.interval))
+		case tokens:
+			if local[i].Cost > a.limit.Capacity() {
+				denyFor = max(denyFor, a.limit.Period) // more than this replica's share holds
+			}
+		}
+	}
+	if denyFor == 0 && len(local) > 0 {
+		var idx []int
+		var lreqs []tollgate.Request
+		for i, r := range local {
+			if as[i].kind == tokens {
+				idx, lreqs = append(idx, i), append(lreqs, r)
+			}
+		}
+		if len(lreqs) > 0 {
+			lds, err := c.local.AllowAll(ctx, lreqs)
+			if err != nil {
+				return nil, err
+			}
+			for j, i := range idx {
+				ds[i] = lds[j]
+			}
+		}
+	}
+	admitted := denyFor == 0
+	for i := range ds {
+		if denyFor > 0 {
+			ds[i] = tollgate.Decision{RetryAfter: max(time.Millisecond, denyFor)}
+		}
+		admitted = admitted && ds[i].Allowed
+	}
+	for _, b := range bs {
+		if admitted {
+			b.allowed.Add(1)
+		} else {
+			b.denied.Add(1)
+		}
+	}
+	return ds, nil
+}
+
+// localRequests returns reqs with their assignments' limits, their
+// buckets and their assignments, or ErrNoAssignment.
+func (c *Client) localRequests(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Request, []*bucket, []*assignment, error) {
+	if len(reqs) == 0 || len(reqs) > tollgate.MaxAllowAll {
+		return nil, nil, nil, fmt.Errorf("%w: %d requests, want 1 to %d", tollgate.ErrInvalidRequest, len(reqs), tollgate.MaxAllowAll)
+	}
+	local := make([]tollgate.Request, len(reqs))
+	bs := make([]*bucket, len(reqs))
+	as := make([]*assignment, len(reqs))
+	for i, r := range reqs {
+		r, err := r.Normalized()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		b, a, err := c.plan(ctx, r)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if a.kind == tokens {
+			r.Limit = a.limit
+		}
+		local[i], bs[i], as[i] = r, b, a
+	}
+	return local, bs, as, nil
+}
+
+// Peek reports what Allow would answer for req now, without a debit.
+func (c *Client) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
+	local, _, as, err := c.localRequests(ctx, []tollgate.Request{req})
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	switch as[0].kind {
+	case allowAll:
+		return tollgate.Decision{Allowed: true, Remaining: req.Limit.Capacity()}, nil
+	case denyAll:
+		return tollgate.Decision{RetryAfter: max(time.Millisecond, min(as[0].expires.Sub(c.opts.clock()), c.opts.interval))}, nil
+	}
+	if local[0].Cost > as[0].limit.Capacity() {
+		return tollgate.Decision{RetryAfter: as[0].limit.Period}, nil
+	}
+	return c.local.Peek(ctx, local[0])
+}
+
+// Reset refills req's local bucket.
+func (c *Client) Reset(ctx context.Context, req tollgate.Request) error {
+	req.Limit.Algorithm = tollgate.TokenBucket
+	return c.local.Reset(ctx, req)
+}
+
+// Settle settles req on its local bucket (see tollgate.Store.Settle); the
+// server hears of the final cost only as the decisions counted.
+func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
+	ds, err := c.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Decision{admitted}, []int64{cost})
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// SettleAll settles a set on the local buckets of their token-bucket
+// assignments; the others have nothing to settle.
+func (c *Client) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+	local, _, as, err := c.localRequests(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	ds := make([]tollgate.Decision, len(reqs))
+	for i, a := range as {
+		if a.kind != tokens {
+			ds[i] = tollgate.Decision{Allowed: a.kind == allowAll}
+			continue
+		}
+		local[i].Cost = min(local[i].Cost, a.limit.Capacity())
+		if ds[i], err = c.local.Settle(ctx, local[i], admitted[i], costs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return ds, nil
+}

@@ -1,0 +1,69 @@
+package rlqs_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/rlqs"
+	"github.com/tollgate/tollgate/store"
+)
+
+// scriptCalls returns how many scripts srv has run: EVALSHA and EVAL calls.
+func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	n := int64(0)
+	for _, cmd := range []string{"evalsha", "eval"} {
+		v := srv.Info(t, "commandstats", "cmdstat_"+cmd)
+		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+		c, _ := strconv.ParseInt(calls, 10, 64)
+		n += c
+	}
+	return n
+}
+
+// TestRedisCallsIndependentOfCallRate drives one Client at 100 and at
+// 2,000 decisions a second for 2 seconds each: the quota server's Redis
+// runs the same number of scripts at both rates, one per report (every
+// 100ms) and per rebalance (every second), not one per decision.
+func TestRedisCallsIndependentOfCallRate(t *testing.T) {
+	srv := redistest.Single(t)
+	st := store.NewRedis(srv.Client(t), store.WithPrefix(redistest.KeyPrefix(t)))
+	conn := quotaServer(t, st)
+	c := newClient(t, conn, rlqs.WithReportInterval(100*time.Millisecond))
+	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
+	ctx := context.Background()
+	if _, err := c.Allow(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	measure := func(rate int) (decisions, scripts int64) {
+		before := scriptCalls(t, srv)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		end := time.Now().Add(2 * time.Second)
+		for time.Now().Before(end) {
+			<-tick.C
+			if _, err := c.Allow(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			decisions++
+		}
+		return decisions, scriptCalls(t, srv) - before
+	}
+	slowD, slow := measure(100)
+	fastD, fast := measure(2000)
+	t.Logf("Redis scripts in 2s: %d at %d decisions, %d at %d decisions", slow, slowD, fast, fastD)
+	if fastD < 5*slowD {
+		t.Fatalf("the fast run made %d decisions, the slow %d: the rates are not apart enough to prove anything", fastD, slowD)
+	}
+	// 20 reports and 2 rebalances in 2s, give or take one of each.
+	for _, n := range []int64{slow, fast} {
+		if n < 15 || n > 30 {
+			t.Errorf("%d scripts in 2s, want about 22: one per report and rebalance", n)
+		}
+	}
+}
