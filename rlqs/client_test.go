@@ -16,8 +16,8 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
-	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/rlqs"
+	"github.com/tollgate/tollgate/rls"
 )
 
 // TestInterceptorDecidesFromAssignment: two replicas whose Limiters

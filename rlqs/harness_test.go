@@ -14,8 +14,8 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/rlqs"
+	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
 )
 
