@@ -35,8 +35,11 @@ type ShareGrant struct {
 	// grants held never add up to more than Limit.
 	Granted int64
 	// Fair is Member's max-min fair share of Limit among the members'
-	// demands: a member asking less than an equal split gets what it
-	// asks, and what it leaves is split among the others the same way.
+	// demands (a member asking less than an equal split gets what it
+	// asks, and what it leaves is split among the others the same way),
+	// plus its part of half the spare: what the shares leave of Limit is
+	// halved and split among the members as headroom, the other half
+	// kept for members that join or grow.
 	Fair int64
 	// Members is how many members hold a grant, Member included.
 	Members int

@@ -206,8 +206,10 @@
 // The script drops the fields whose expiry has passed (or that do not
 // parse), then computes the member's max-min fair share among the demands
 // held (water-filling from the smallest demand, the member after the
-// others of its own demand, each share rounded down), and grants
-// min(fair, limit - the other members' grants), at least 0. It writes the
+// others of its own demand, each share rounded down) plus its part of half
+// the spare (what the shares leave of the limit, split among the members:
+// headroom, while the other half waits for members that join or grow),
+// and grants min(fair, limit - the other members' grants), at least 0. It writes the
 // member's field and sets the key's PX to the latest expiry it holds. It
 // replies {granted, fair, members, now_us}. When ARGV[5] other members
 // already hold a share, it writes nothing and replies {0, 0, members,

@@ -30,17 +30,25 @@ if #others >= max_members then
 end
 
 -- Water-filling from the smallest demand; the member comes after the
--- others of its own demand.
+-- others of its own demand. Half of what the demands leave (spare) is
+-- split among the members as headroom; the other half stays for members
+-- that join or grow.
 table.sort(others)
-local n, left, fair = #others + 1, limit, 0
-for i = 1, n do
+local n, left, fair, placed = #others + 1, limit, 0, false
+local i = 1
+for k = 1, n do
   local d = others[i]
-  if d == nil or d > demand then
-    fair = math.min(demand, math.floor(left / (n - i + 1)))
-    break
+  local is_member = not placed and (d == nil or d > demand)
+  if is_member then
+    d, placed = demand, true
+  else
+    i = i + 1
   end
-  left = left - math.min(d, math.floor(left / (n - i + 1)))
+  local share = math.min(d, math.floor(left / (n - k + 1)))
+  if is_member then fair = share end
+  left = left - share
 end
+fair = fair + math.floor(left / (2 * n))
 
 local granted = math.max(0, math.min(fair, limit - held))
 call('HSET', key, member, string.format('%d %d %d', demand, granted, expires))

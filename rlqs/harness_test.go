@@ -36,7 +36,13 @@ descriptors:
 // connection to it.
 func quotaServer(t testing.TB, st tollgate.Store, opts ...rls.QuotaOption) *grpc.ClientConn {
 	t.Helper()
-	cfg, err := rls.ParseConfig(rls.File{Name: "services.yaml", Data: []byte(quotaConfig)})
+	return quotaServerOf(t, st, quotaConfig, opts...)
+}
+
+// quotaServerOf is quotaServer with the configuration config.
+func quotaServerOf(t testing.TB, st tollgate.Store, config string, opts ...rls.QuotaOption) *grpc.ClientConn {
+	t.Helper()
+	cfg, err := rls.ParseConfig(rls.File{Name: "services.yaml", Data: []byte(config)})
 	if err != nil {
 		t.Fatal(err)
 	}

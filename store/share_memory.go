@@ -89,22 +89,26 @@ func sweepShares(members map[string]memShare, now int64) int {
 // fairShare is a member's max-min fair share of limit when it asks demand
 // and the others ask others (reordered): water-filling from the smallest
 // demand, the member after the others of its own demand, each share an
-// equal split of what is left rounded down, or the demand if less. The
-// share script computes the same.
+// equal split of what is left rounded down, or the demand if less; plus
+// its part of half the spare, what the demands leave, split among the
+// members. The share script computes the same.
 func fairShare(limit int64, others []int64, demand int64) int64 {
 	slices.Sort(others)
-	n, left := int64(len(others)+1), limit
-	for i, d := range others {
-		if d > demand {
-			break
+	n, left, fair := int64(len(others)+1), limit, int64(0)
+	placed, i := false, 0
+	for k := range n {
+		var d int64
+		member := !placed && (i == len(others) || others[i] > demand)
+		if member {
+			d, placed = demand, true
+		} else {
+			d, i = others[i], i+1
 		}
-		left -= min(d, left/(n-int64(i)))
-	}
-	k := int64(0)
-	for _, d := range others {
-		if d <= demand {
-			k++
+		share := min(d, left/(n-k))
+		if member {
+			fair = share
 		}
+		left -= share
 	}
-	return min(demand, left/(n-k))
+	return fair + left/(2*n)
 }

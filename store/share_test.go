@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -183,7 +184,8 @@ func TestShareMembersBounded(t *testing.T) {
 			if g := reportShare(t, b.store, "k", "late", 1000, 1, time.Minute); g.Granted != 0 || g.Members != tollgate.MaxShareMembers {
 				t.Fatalf("member %d: %+v, want nothing granted", tollgate.MaxShareMembers+1, g)
 			}
-			if g := reportShare(t, b.store, "k", "m0", 1000, 1, time.Minute); g.Granted != 1 || g.Members != tollgate.MaxShareMembers {
+			// Its demand, 1, and (1000-256)/512 of the spare.
+			if g := reportShare(t, b.store, "k", "m0", 1000, 1, time.Minute); g.Granted != 2 || g.Members != tollgate.MaxShareMembers {
 				t.Fatalf("a member already in: %+v, want its demand of %d members", g, tollgate.MaxShareMembers)
 			}
 		})
@@ -224,7 +226,7 @@ func TestShareConcurrentReports(t *testing.T) {
 }
 
 // TestFairShareMirrorsTheScript checks fairShare against hand-computed
-// water-filling.
+// water-filling and spare.
 func TestFairShareMirrorsTheScript(t *testing.T) {
 	cases := []struct {
 		limit  int64
@@ -237,11 +239,35 @@ func TestFairShareMirrorsTheScript(t *testing.T) {
 		{400, []int64{1000, 50, 200}, 10, 10},
 		{10, []int64{100, 100}, 100, 4}, // 3, 3, then the member gets 4
 		{10, nil, 100, 10},
-		{10, []int64{5}, 0, 0},
+		{10, []int64{5}, 0, 1},           // 0, 5: spare 5, a quarter each
+		{400, []int64{10, 50}, 200, 223}, // spare 140: 140/6 each
+		{400, []int64{50, 200}, 10, 33},
 	}
 	for _, c := range cases {
 		if got := fairShare(c.limit, append([]int64(nil), c.others...), c.demand); got != c.want {
 			t.Errorf("fairShare(%d, %v, %d) = %d, want %d", c.limit, c.others, c.demand, got, c.want)
+		}
+	}
+}
+
+// TestShareScriptMatchesMemory runs one random sequence of reports on the
+// Memory store and on Redis: every grant is the same.
+func TestShareScriptMatchesMemory(t *testing.T) {
+	bs := shareBackends(t)
+	mem, red := bs[0].store, bs[1].store
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 500 {
+		s := tollgate.Share{Key: fmt.Sprint("k", rng.IntN(3)), Member: fmt.Sprint("m", rng.IntN(6)), Limit: int64(1 + rng.IntN(1000)), Demand: int64(rng.IntN(600)), TTL: time.Minute}
+		gm, err := mem.Share(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr, err := red.Share(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gm != gr {
+			t.Fatalf("report %d %+v: Memory %+v, Redis %+v", i, s, gm, gr)
 		}
 	}
 }

@@ -1,0 +1,89 @@
+package rlqs_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/store"
+)
+
+// BenchmarkReplicas makes gRPC calls on 4 replicas, 64 callers each,
+// every call admitted: each replica's Limiter over its own store.Memory
+// (the anchor: a decision in process), or over an rlqs.Client deciding
+// from a tollgate-rls assignment (the quota server on Redis). calls/s is
+// the figure; run with -count to alternate them.
+func BenchmarkReplicas(b *testing.B) {
+	const replicas, callers = 4, 64
+	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
+	rule := perTenant(interceptor.FailClosed)
+	rule.Limit = tollgate.PerSecond(100_000_000)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
+	setups := map[string][]*echo.Client{}
+	for _, mode := range []string{"memory", "rlqs"} {
+		var quota *grpc.ClientConn
+		if mode == "rlqs" {
+			st := store.NewRedis(redistest.Single(b).Client(b), store.WithPrefix(redistest.KeyPrefix(b)))
+			quota = quotaServerOf(b, st, high)
+		}
+		for range replicas {
+			var st tollgate.Store = store.NewMemory()
+			if quota != nil {
+				st = newClient(b, quota)
+			}
+			setups[mode] = append(setups[mode], replica(b, st, rule))
+		}
+		// Two seconds of calls, so that every replica's demand is known
+		// and its share assigned.
+		var wg sync.WaitGroup
+		for _, s := range setups[mode] {
+			wg.Go(func() {
+				for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+					if _, err := s.Say(ctx, wrapperspb.String("hi")); err != nil && status.Code(err) != codes.ResourceExhausted {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for _, mode := range []string{"memory", "rlqs"} {
+		b.Run("store="+mode, func(b *testing.B) {
+			svcs := setups[mode]
+			var next atomic.Int64
+			var denied atomic.Int64
+			b.SetParallelism(max(1, replicas*callers/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				svc := svcs[next.Add(1)%replicas]
+				msg := wrapperspb.String("hi")
+				for pb.Next() {
+					_, err := svc.Say(ctx, msg)
+					if status.Code(err) == codes.ResourceExhausted {
+						denied.Add(1)
+					} else if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+			b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+		})
+	}
+}
