@@ -19,14 +19,20 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lease"
 	"github.com/tollgate/tollgate/store"
 )
 
-// BenchmarkReplicas makes gRPC calls on 4 replicas, 64 callers each,
-// every call admitted: each replica's Limiter over its own store.Memory
-// (the anchor: a decision in process), or over an rlqs.Client deciding
-// from a tollgate-rls assignment (the quota server on Redis). calls/s is
-// the figure; run with -count to alternate them.
+// modes are the stores BenchmarkReplicas compares.
+var modes = []string{"memory", "redis", "lease", "rlqs"}
+
+// BenchmarkReplicas makes gRPC calls on 4 replicas, 64 callers each, on
+// one tenant, every call admitted: each replica's Limiter over its own
+// store.Memory (the anchor: a decision in process), over the Redis store
+// (a decision per call), over the local tier on it (lease), or over an
+// rlqs.Client deciding from a tollgate-rls assignment (the quota server on
+// the same Redis). calls/s and Redis scripts/op are the figures; run with
+// -count to alternate them.
 func BenchmarkReplicas(b *testing.B) {
 	const replicas, callers = 4, 64
 	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
@@ -34,15 +40,27 @@ func BenchmarkReplicas(b *testing.B) {
 	rule.Limit = tollgate.PerSecond(100_000_000)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
 	setups := map[string][]*echo.Client{}
-	for _, mode := range []string{"memory", "rlqs"} {
+	srv := redistest.Single(b)
+	prefix := redistest.KeyPrefix(b)
+	for _, mode := range modes {
 		var quota *grpc.ClientConn
 		if mode == "rlqs" {
-			st := store.NewRedis(redistest.Single(b).Client(b), store.WithPrefix(redistest.KeyPrefix(b)))
-			quota = quotaServerOf(b, st, high)
+			quota = quotaServerOf(b, store.NewRedis(srv.Client(b), store.WithPrefix(prefix)), high)
 		}
 		for range replicas {
-			var st tollgate.Store = store.NewMemory()
-			if quota != nil {
+			var st tollgate.Store
+			switch mode {
+			case "memory":
+				st = store.NewMemory()
+			case "redis":
+				st = store.NewRedis(srv.Client(b), store.WithPrefix(prefix))
+			case "lease":
+				tier, err := lease.New(store.NewRedis(srv.Client(b), store.WithPrefix(prefix)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				st = tier
+			case "rlqs":
 				st = newClient(b, quota)
 			}
 			setups[mode] = append(setups[mode], replica(b, st, rule))
@@ -62,12 +80,13 @@ func BenchmarkReplicas(b *testing.B) {
 		}
 		wg.Wait()
 	}
-	for _, mode := range []string{"memory", "rlqs"} {
+	for _, mode := range modes {
 		b.Run("store="+mode, func(b *testing.B) {
 			svcs := setups[mode]
 			var next atomic.Int64
 			var denied atomic.Int64
 			b.SetParallelism(max(1, replicas*callers/runtime.GOMAXPROCS(0)))
+			scripts := scriptCalls(b, srv)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				svc := svcs[next.Add(1)%replicas]
@@ -84,6 +103,7 @@ func BenchmarkReplicas(b *testing.B) {
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 			b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+			b.ReportMetric(float64(scriptCalls(b, srv)-scripts)/float64(b.N), "scripts/op")
 		})
 	}
 }

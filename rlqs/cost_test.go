@@ -14,7 +14,7 @@ import (
 )
 
 // scriptCalls returns how many scripts srv has run: EVALSHA and EVAL calls.
-func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
+func scriptCalls(t testing.TB, srv *redistest.Server) int64 {
 	t.Helper()
 	n := int64(0)
 	for _, cmd := range []string{"evalsha", "eval"} {
