@@ -26,21 +26,30 @@ const (
 	// DefaultIdleReports is how many reports in a row a bucket goes
 	// without a decision before the Client forgets it.
 	DefaultIdleReports = 30
+	// DefaultFirstAssignmentWait bounds how long a decision waits for its
+	// bucket's first assignment.
+	DefaultFirstAssignmentWait = 50 * time.Millisecond
 )
 
 // Option configures a Client.
 type Option func(*options)
 
 type options struct {
-	interval time.Duration
-	idle     int
-	bucketID BucketIDFunc
-	clock    func() time.Time
+	interval  time.Duration
+	firstWait time.Duration
+	idle      int
+	bucketID  BucketIDFunc
+	clock     func() time.Time
 }
 
 // WithReportInterval sets how often usage is reported (default
 // DefaultReportInterval, at least 10ms).
 func WithReportInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
+
+// WithFirstAssignmentWait bounds how long a decision on a new bucket
+// waits for its first assignment before the rule's FailMode applies
+// (default DefaultFirstAssignmentWait).
+func WithFirstAssignmentWait(d time.Duration) Option { return func(o *options) { o.firstWait = d } }
 
 // WithBucketID sets how a store key becomes a BucketId (default
 // RuleBucketID).
@@ -79,7 +88,7 @@ var _ tollgate.Store = (*Client)(nil)
 // New returns a Client reporting usage for domain on conn and starts its
 // stream. Close it to stop the stream.
 func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client, error) {
-	o := options{interval: DefaultReportInterval, idle: DefaultIdleReports, bucketID: RuleBucketID, clock: time.Now}
+	o := options{interval: DefaultReportInterval, firstWait: DefaultFirstAssignmentWait, idle: DefaultIdleReports, bucketID: RuleBucketID, clock: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -90,6 +99,8 @@ func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client,
 		return nil, errors.New("rlqs: the domain is empty")
 	case o.interval < 10*time.Millisecond:
 		return nil, fmt.Errorf("rlqs: report interval %s: want at least 10ms", o.interval)
+	case o.firstWait < 0:
+		return nil, fmt.Errorf("rlqs: first-assignment wait %s: want 0 or more", o.firstWait)
 	case o.idle < 1:
 		return nil, fmt.Errorf("rlqs: idle reports %d: want at least 1", o.idle)
 	case o.bucketID == nil || o.clock == nil:
@@ -147,17 +158,20 @@ func (c *Client) bucketOf(key string) *bucket {
 }
 
 // plan returns the assignment in force for req's bucket. A bucket's first
-// assignment is waited for within ctx; afterwards, no valid assignment is
-// ErrNoAssignment at once.
+// assignment is waited for, within ctx and the first-assignment wait;
+// afterwards, no valid assignment is ErrNoAssignment at once.
 func (c *Client) plan(ctx context.Context, req tollgate.Request) (*bucket, *assignment, error) {
 	b := c.bucketOf(req.Key)
 	a := b.assign.Load()
 	if a == nil {
+		t := time.NewTimer(c.opts.firstWait)
 		select {
 		case <-b.first:
 			a = b.assign.Load()
 		case <-ctx.Done():
+		case <-t.C:
 		}
+		t.Stop()
 	}
 	if a == nil || !c.opts.clock().Before(a.expires) {
 		b.denied.Add(1) // demand the server should hear of
@@ -166,17 +180,45 @@ func (c *Client) plan(ctx context.Context, req tollgate.Request) (*bucket, *assi
 	return b, a, nil
 }
 
+// DecidesInProcess reports that the Client decides in process, waiting on
+// nothing but a bucket's first assignment (at most its first-assignment
+// wait): package interceptor gives its calls no deadline of their own.
+func (c *Client) DecidesInProcess() bool { return true }
+
 // Allow decides req from its bucket's assignment: ALLOW_ALL admits,
 // DENY_ALL refuses, a token
 // bucket decides as store.Memory decides a TokenBucket of its tokens.
 // DENY_ALL's RetryAfter is the report interval (the next answer may lift
 // it), at most until the assignment expires.
 func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	ds, err := c.AllowAll(ctx, []tollgate.Request{req})
+	req, err := req.Normalized()
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	return ds[0], nil
+	b, a, err := c.plan(ctx, req)
+	if err != nil {
+		return tollgate.Decision{}, err
+	}
+	var d tollgate.Decision
+	switch {
+	case a.kind == allowAll:
+		d = tollgate.Decision{Allowed: true, Remaining: req.Limit.Capacity()}
+	case a.kind == denyAll:
+		d = tollgate.Decision{RetryAfter: max(time.Millisecond, min(a.expires.Sub(c.opts.clock()), c.opts.interval))}
+	case req.Cost > a.limit.Capacity():
+		d = tollgate.Decision{RetryAfter: a.limit.Period} // more than this replica's share holds
+	default:
+		req.Limit = a.limit
+		if d, err = c.local.Allow(ctx, req); err != nil {
+			return tollgate.Decision{}, err
+		}
+	}
+	if d.Allowed {
+		b.allowed.Add(1)
+	} else {
+		b.denied.Add(1)
+	}
+	return d, nil
 }
 
 // AllowAll decides reqs all or nothing, each from its bucket's

@@ -65,9 +65,9 @@ func (c *Client) stream(ctx context.Context) (answered bool) {
 	}()
 	ticker := time.NewTicker(c.opts.interval)
 	defer ticker.Stop()
-	first := true
+	first, all := true, true
 	for {
-		if r := c.report(first); r != nil {
+		if r := c.report(first, all); r != nil {
 			if err := s.Send(r); err != nil {
 				return false
 			}
@@ -80,15 +80,18 @@ func (c *Client) stream(ctx context.Context) (answered bool) {
 			recvDone <- got // for the deferred wait
 			return got
 		case <-ticker.C:
+			all = true
 		case <-c.wake:
+			all = first // a new bucket: subscribe it now, report the rest at the tick
 		}
 	}
 }
 
-// report builds the usage report of every bucket (nil when there is
-// none) and forgets the buckets idle too long. The first report of a
-// stream names the domain and reports every bucket, which subscribes them.
-func (c *Client) report(first bool) *rlqspb.RateLimitQuotaUsageReports {
+// report builds the usage report of every bucket, or with all false of
+// the buckets never reported (nil when there is none), and forgets the
+// buckets idle too long. The first report of a stream names the domain
+// and reports every bucket, which subscribes them.
+func (c *Client) report(first, all bool) *rlqspb.RateLimitQuotaUsageReports {
 	now := c.opts.clock()
 	r := &rlqspb.RateLimitQuotaUsageReports{}
 	if first {
@@ -97,6 +100,9 @@ func (c *Client) report(first bool) *rlqspb.RateLimitQuotaUsageReports {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, b := range c.buckets {
+		if !all && !b.lastReport.IsZero() {
+			continue
+		}
 		allowed, denied := b.allowed.Swap(0), b.denied.Swap(0)
 		if allowed+denied == 0 {
 			if b.idle++; b.idle > c.opts.idle {

@@ -22,9 +22,20 @@ func (b *streamBucket) observe(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaU
 	if elapsed <= 0 {
 		return
 	}
-	b.interval = elapsed
-	b.requests, b.elapsed = u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed
+	// Reports closer together than minDemandWindow add up: a demand read
+	// over a few microseconds is noise.
+	b.pending += u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
+	b.pendingFor += elapsed
+	if b.pendingFor < minDemandWindow {
+		return
+	}
+	b.interval = b.pendingFor
+	b.requests, b.elapsed = b.pending, b.pendingFor
+	b.pending, b.pendingFor = 0, 0
 }
+
+// minDemandWindow is the shortest time a demand is read over.
+const minDemandWindow = 50 * time.Millisecond
 
 // demandPer is b's demand per period, with headroom: what it asked over
 // the last report, plus 5% and one, so that a data plane at its demand is

@@ -161,6 +161,10 @@ type streamBucket struct {
 	// that said how long it covered (elapsed 0: none yet).
 	requests uint64
 	elapsed  time.Duration
+	// pending requests over pendingFor are reports not yet read as a
+	// demand: shorter than minDemandWindow so far.
+	pending    uint64
+	pendingFor time.Duration
 	// sent is the tokens per fill of the token bucket last assigned, 0
 	// when the last assignment was another.
 	sent int64
