@@ -108,3 +108,28 @@ func BenchmarkReplicas(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllow decides one tenant's requests from 64 goroutines per
+// core: store.Memory (the anchor) against the Client's local decision
+// from its assignment.
+func BenchmarkAllow(b *testing.B) {
+	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
+	c := newClient(b, quotaServerOf(b, store.NewMemory(), high))
+	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100_000_000)}
+	for name, st := range map[string]tollgate.Store{"memory": store.NewMemory(), "rlqs": c} {
+		if _, err := st.Allow(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("store="+name, func(b *testing.B) {
+			b.SetParallelism(64)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := st.Allow(context.Background(), req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
