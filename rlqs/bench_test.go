@@ -2,6 +2,7 @@ package rlqs_test
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -23,16 +24,22 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
-// modes are the stores BenchmarkReplicas compares.
-var modes = []string{"memory", "redis", "lease", "rlqs"}
+// benchModes are the stores BenchmarkReplicas compares: all of them, or
+// those TOLLGATE_BENCH_STORES names (comma-separated), in its order, so
+// that runs can alternate which goes first.
+func benchModes() []string {
+	if v := os.Getenv("TOLLGATE_BENCH_STORES"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"memory", "redis", "lease", "rlqs"}
+}
 
 // BenchmarkReplicas makes gRPC calls on 4 replicas, 64 callers each, on
 // one tenant, every call admitted: each replica's Limiter over its own
 // store.Memory (the anchor: a decision in process), over the Redis store
 // (a decision per call), over the local tier on it (lease), or over an
 // rlqs.Client deciding from a tollgate-rls assignment (the quota server on
-// the same Redis). calls/s and Redis scripts/op are the figures; run with
-// -count to alternate them.
+// the same Redis). calls/s and Redis scripts/op are the figures.
 func BenchmarkReplicas(b *testing.B) {
 	const replicas, callers = 4, 64
 	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
@@ -42,6 +49,7 @@ func BenchmarkReplicas(b *testing.B) {
 	setups := map[string][]*echo.Client{}
 	srv := redistest.Single(b)
 	prefix := redistest.KeyPrefix(b)
+	modes := benchModes()
 	for _, mode := range modes {
 		var quota *grpc.ClientConn
 		if mode == "rlqs" {
