@@ -60,10 +60,14 @@ func TestRedisCallsIndependentOfCallRate(t *testing.T) {
 	if fastD < 5*slowD {
 		t.Fatalf("the fast run made %d decisions, the slow %d: the rates are not apart enough to prove anything", fastD, slowD)
 	}
-	// 20 reports and 2 rebalances in 2s, give or take one of each.
+	// 20 reports and 2 rebalances in 2s; a busy machine drops a few
+	// ticks.
 	for _, n := range []int64{slow, fast} {
-		if n < 15 || n > 30 {
+		if n < 10 || n > 30 {
 			t.Errorf("%d scripts in 2s, want about 22: one per report and rebalance", n)
 		}
+	}
+	if d := fast - slow; d > 8 || d < -8 {
+		t.Errorf("%d scripts at the fast rate against %d at the slow one: the store's load follows the call rate", fast, slow)
 	}
 }

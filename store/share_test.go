@@ -125,20 +125,20 @@ func TestShareNeverGrantsMoreThanTheLimit(t *testing.T) {
 func TestShareSilentMemberLeaves(t *testing.T) {
 	for _, b := range shareBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			reportShare(t, b.store, "k", "gone", 100, 1000, 150*time.Millisecond)
-			reportShare(t, b.store, "k", "stays", 100, 1000, 150*time.Millisecond)
-			b.advance(100 * time.Millisecond)
-			if g := reportShare(t, b.store, "k", "stays", 100, 1000, 150*time.Millisecond); g.Granted != 0 || g.Members != 2 {
+			const ttl = time.Second
+			reportShare(t, b.store, "k", "gone", 100, 1000, ttl)
+			reportShare(t, b.store, "k", "stays", 100, 1000, ttl)
+			if g := reportShare(t, b.store, "k", "stays", 100, 1000, ttl); g.Granted != 0 || g.Members != 2 {
 				t.Fatalf("before the silent member's TTL ends: %+v, want nothing granted of 2 members", g)
 			}
-			b.advance(100 * time.Millisecond)
-			if g := reportShare(t, b.store, "k", "stays", 100, 1000, 150*time.Millisecond); g.Granted != 100 || g.Members != 1 {
+			b.advance(ttl + 100*time.Millisecond)
+			if g := reportShare(t, b.store, "k", "stays", 100, 1000, ttl); g.Granted != 100 || g.Members != 1 {
 				t.Fatalf("after it: %+v, want the whole limit, alone", g)
 			}
 			if b.name == "memory" {
 				return // the Memory store drops keys at its sweep, not by a timer
 			}
-			b.advance(250 * time.Millisecond)
+			b.advance(ttl + 100*time.Millisecond)
 			if n := b.keys(t); n != 0 {
 				t.Errorf("%d keys left after every member left, want 0", n)
 			}
