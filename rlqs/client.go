@@ -26,6 +26,9 @@ const (
 	// DefaultIdleReports is how many reports in a row a bucket goes
 	// without a decision before the Client forgets it.
 	DefaultIdleReports = 30
+	// DefaultMaxBuckets is the most buckets a Client reports: tollgate-rls
+	// ends a stream reporting more than its rls.MaxQuotaBuckets, 1,024.
+	DefaultMaxBuckets = 1024
 	// DefaultFirstAssignmentWait bounds how long a decision waits for its
 	// bucket's first assignment.
 	DefaultFirstAssignmentWait = 50 * time.Millisecond
@@ -38,6 +41,7 @@ type options struct {
 	interval  time.Duration
 	firstWait time.Duration
 	idle      int
+	maxBucket int
 	bucketID  BucketIDFunc
 	clock     func() time.Time
 }
@@ -50,6 +54,11 @@ func WithReportInterval(d time.Duration) Option { return func(o *options) { o.in
 // waits for its first assignment before the rule's FailMode applies
 // (default DefaultFirstAssignmentWait).
 func WithFirstAssignmentWait(d time.Duration) Option { return func(o *options) { o.firstWait = d } }
+
+// WithMaxBuckets bounds the buckets the Client holds and reports
+// (default DefaultMaxBuckets): a decision on a new key beyond them is
+// ErrNoAssignment, and the rule's FailMode applies.
+func WithMaxBuckets(n int) Option { return func(o *options) { o.maxBucket = n } }
 
 // WithBucketID sets how a store key becomes a BucketId (default
 // RuleBucketID).
@@ -88,7 +97,7 @@ var _ tollgate.Store = (*Client)(nil)
 // New returns a Client reporting usage for domain on conn and starts its
 // stream. Close it to stop the stream.
 func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client, error) {
-	o := options{interval: DefaultReportInterval, firstWait: DefaultFirstAssignmentWait, idle: DefaultIdleReports, bucketID: RuleBucketID, clock: time.Now}
+	o := options{interval: DefaultReportInterval, firstWait: DefaultFirstAssignmentWait, idle: DefaultIdleReports, maxBucket: DefaultMaxBuckets, bucketID: RuleBucketID, clock: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -103,6 +112,8 @@ func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client,
 		return nil, fmt.Errorf("rlqs: first-assignment wait %s: want 0 or more", o.firstWait)
 	case o.idle < 1:
 		return nil, fmt.Errorf("rlqs: idle reports %d: want at least 1", o.idle)
+	case o.maxBucket < 1:
+		return nil, fmt.Errorf("rlqs: max buckets %d: want at least 1", o.maxBucket)
 	case o.bucketID == nil || o.clock == nil:
 		return nil, errors.New("rlqs: the bucket id function and the clock must not be nil")
 	}
@@ -134,7 +145,7 @@ func (c *Client) Close(ctx context.Context) error {
 }
 
 // bucketOf returns key's bucket, creating it (and asking for a report
-// now) the first time.
+// now) the first time; nil when the Client holds its most buckets.
 func (c *Client) bucketOf(key string) *bucket {
 	c.mu.RLock()
 	b := c.buckets[key]
@@ -144,6 +155,10 @@ func (c *Client) bucketOf(key string) *bucket {
 	}
 	c.mu.Lock()
 	if b = c.buckets[key]; b == nil {
+		if len(c.buckets) >= c.opts.maxBucket {
+			c.mu.Unlock()
+			return nil
+		}
 		id := c.opts.bucketID(key)
 		b = newBucket(id)
 		c.buckets[key] = b
@@ -162,6 +177,9 @@ func (c *Client) bucketOf(key string) *bucket {
 // afterwards, no valid assignment is ErrNoAssignment at once.
 func (c *Client) plan(ctx context.Context, req tollgate.Request) (*bucket, *assignment, error) {
 	b := c.bucketOf(req.Key)
+	if b == nil {
+		return nil, nil, fmt.Errorf("%w for %q: the client holds its most buckets, %d", ErrNoAssignment, req.Key, c.opts.maxBucket)
+	}
 	a := b.assign.Load()
 	if a == nil {
 		t := time.NewTimer(c.opts.firstWait)

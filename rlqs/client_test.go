@@ -111,10 +111,28 @@ func TestNoAssignmentIsTheFailMode(t *testing.T) {
 	}
 }
 
+// TestMaxBuckets: a key beyond the Client's most buckets is
+// ErrNoAssignment at once, and the keys it holds keep deciding.
+func TestMaxBuckets(t *testing.T) {
+	c := newClient(t, quotaServer(t, stores(t)["memory"]()), rlqs.WithMaxBuckets(2))
+	ctx := context.Background()
+	for _, k := range []string{"a", "b"} {
+		if _, err := c.Allow(ctx, tollgate.Request{Key: "per-tenant\x00ck:" + k, Limit: tollgate.PerSecond(100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Allow(ctx, tollgate.Request{Key: "per-tenant\x00ck:c", Limit: tollgate.PerSecond(100)}); !errors.Is(err, rlqs.ErrNoAssignment) {
+		t.Fatalf("a third key with two buckets at most: %v, want ErrNoAssignment", err)
+	}
+	if d, err := c.Allow(ctx, tollgate.Request{Key: "per-tenant\x00ck:a", Limit: tollgate.PerSecond(100)}); err != nil || !d.Allowed {
+		t.Fatalf("a key held: %+v %v", d, err)
+	}
+}
+
 // TestClientBadOptions: New refuses what it cannot run with.
 func TestClientBadOptions(t *testing.T) {
 	conn := quotaServer(t, stores(t)["memory"]())
-	for _, opts := range [][]rlqs.Option{{rlqs.WithReportInterval(time.Millisecond)}, {rlqs.WithIdleReports(0)}, {rlqs.WithBucketID(nil)}} {
+	for _, opts := range [][]rlqs.Option{{rlqs.WithReportInterval(time.Millisecond)}, {rlqs.WithIdleReports(0)}, {rlqs.WithBucketID(nil)}, {rlqs.WithMaxBuckets(0)}, {rlqs.WithFirstAssignmentWait(-1)}} {
 		if _, err := rlqs.New(conn, "services", opts...); err == nil {
 			t.Errorf("options %v: no error", opts)
 		}
