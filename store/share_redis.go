@@ -34,7 +34,11 @@ func (r *Redis) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGran
 		defer cancel()
 	}
 	args := []any{nil, nil, 1, keyOf(r.keyPrefix(s.Key), shareCode, s.Key), s.Member, s.Limit, s.Demand, s.TTL.Microseconds(), tollgate.MaxShareMembers}
-	v, err := runScript(ctx, r.client, shareScript, args).(scriptCmd).Result()
+	cmd := r.shareCall(ctx, args)
+	if cmd.IntSliceCmd == nil {
+		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", ctx.Err())
+	}
+	v, err := cmd.Result()
 	if err != nil {
 		r.refreshRouting(err)
 		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", err)
@@ -43,4 +47,22 @@ func (r *Redis) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGran
 		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", errBadReply)
 	}
 	return tollgate.ShareGrant{Granted: v[0], Fair: v[1], Members: int(v[2])}, nil
+}
+
+// shareCall sends one share script call and returns its command, or nil
+// when ctx ended first: a client that does not give up a command at its
+// context's end (go-redis without ContextTimeoutEnabled) runs it in a
+// goroutine, left to finish alone, as the store's decisions do.
+func (r *Redis) shareCall(ctx context.Context, args []any) scriptCmd {
+	if r.deadlineSafe {
+		return runScript(ctx, r.client, shareScript, args).(scriptCmd)
+	}
+	done := make(chan scriptCmd, 1)
+	go func() { done <- runScript(ctx, r.client, shareScript, args).(scriptCmd) }()
+	select {
+	case cmd := <-done:
+		return cmd
+	case <-ctx.Done():
+		return scriptCmd{}
+	}
 }

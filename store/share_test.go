@@ -271,3 +271,21 @@ func TestShareScriptMatchesMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestShareBoundedByDeadline pauses Redis (CLIENT PAUSE) under a client
+// that does not end commands at their context's end: a Share under a
+// 100ms deadline still returns at it, with the deadline's error.
+func TestShareBoundedByDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	st := NewRedis(srv.Client(t))
+	reportShare(t, st, "k", "m", 10, 1, time.Minute) // the script loaded, the connection open
+	srv.Pause(t, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := st.Share(ctx, tollgate.Share{Key: "k", Member: "m", Limit: 10, Demand: 1, TTL: time.Minute})
+	if took := time.Since(start); took > 500*time.Millisecond || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Share with Redis paused: %v after %s, want the deadline's error at about 100ms", err, took)
+	}
+	srv.AwaitAnswer(t, 5*time.Second)
+}
