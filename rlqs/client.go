@@ -204,10 +204,9 @@ func (c *Client) plan(ctx context.Context, req tollgate.Request) (*bucket, *assi
 func (c *Client) DecidesInProcess() bool { return true }
 
 // Allow decides req from its bucket's assignment: ALLOW_ALL admits,
-// DENY_ALL refuses, a token
-// bucket decides as store.Memory decides a TokenBucket of its tokens.
-// DENY_ALL's RetryAfter is the report interval (the next answer may lift
-// it), at most until the assignment expires.
+// DENY_ALL refuses with a RetryAfter of the report interval (the next
+// answer may lift it), a token bucket decides as store.Memory decides a
+// TokenBucket of its tokens.
 func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
 	req, err := req.Normalized()
 	if err != nil {
@@ -217,15 +216,8 @@ func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	var d tollgate.Decision
-	switch {
-	case a.kind == allowAll:
-		d = tollgate.Decision{Allowed: true, Remaining: req.Limit.Capacity()}
-	case a.kind == denyAll:
-		d = tollgate.Decision{RetryAfter: max(time.Millisecond, min(a.expires.Sub(c.opts.clock()), c.opts.interval))}
-	case req.Cost > a.limit.Capacity():
-		d = tollgate.Decision{RetryAfter: a.limit.Period} // more than this replica's share holds
-	default:
+	d, local := c.judge(a, req)
+	if local {
 		req.Limit = a.limit
 		if d, err = c.local.Allow(ctx, req); err != nil {
 			return tollgate.Decision{}, err
@@ -239,6 +231,23 @@ func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	return d, nil
 }
 
+// judge decides req (normalized) from a when no local bucket is needed:
+// ALLOW_ALL, DENY_ALL (RetryAfter the report interval, at most until the
+// assignment expires) or a cost the token bucket can never hold
+// (RetryAfter its fill interval). local reports that the token bucket
+// decides instead.
+func (c *Client) judge(a *assignment, req tollgate.Request) (d tollgate.Decision, local bool) {
+	switch {
+	case a.kind == allowAll:
+		return tollgate.Decision{Allowed: true, Remaining: req.Limit.Capacity()}, false
+	case a.kind == denyAll:
+		return tollgate.Decision{RetryAfter: max(time.Millisecond, min(a.expires.Sub(c.opts.clock()), c.opts.interval))}, false
+	case req.Cost > a.limit.Capacity():
+		return tollgate.Decision{RetryAfter: a.limit.Period}, false
+	}
+	return tollgate.Decision{}, true
+}
+
 // AllowAll decides reqs all or nothing, each from its bucket's
 // assignment.
 func (c *Client) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
@@ -247,42 +256,32 @@ func (c *Client) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 		return nil, err
 	}
 	ds := make([]tollgate.Decision, len(reqs))
-	var denyFor time.Duration
+	var idx []int
+	var lreqs []tollgate.Request
+	refused := tollgate.Decision{}
 	for i, a := range as {
-		switch a.kind {
-		case allowAll:
-			ds[i] = tollgate.Decision{Allowed: true, Remaining: reqs[i].Limit.Capacity()}
-		case denyAll:
-			// The next report's answer may change it: retry then.
-			denyFor = max(denyFor, min(a.expires.Sub(c.opts.clock()), c.opts.interval))
-		case tokens:
-			if local[i].Cost > a.limit.Capacity() {
-				denyFor = max(denyFor, a.limit.Period) // more than this replica's share holds
-			}
+		d, onLocal := c.judge(a, local[i])
+		switch {
+		case onLocal:
+			idx, lreqs = append(idx, i), append(lreqs, local[i])
+		case !d.Allowed:
+			refused.RetryAfter = max(refused.RetryAfter, d.RetryAfter)
+		}
+		ds[i] = d
+	}
+	if refused.RetryAfter == 0 && len(lreqs) > 0 {
+		lds, err := c.local.AllowAll(ctx, lreqs)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			ds[i] = lds[j]
 		}
 	}
-	if denyFor == 0 && len(local) > 0 {
-		var idx []int
-		var lreqs []tollgate.Request
-		for i, r := range local {
-			if as[i].kind == tokens {
-				idx, lreqs = append(idx, i), append(lreqs, r)
-			}
-		}
-		if len(lreqs) > 0 {
-			lds, err := c.local.AllowAll(ctx, lreqs)
-			if err != nil {
-				return nil, err
-			}
-			for j, i := range idx {
-				ds[i] = lds[j]
-			}
-		}
-	}
-	admitted := denyFor == 0
+	admitted := true
 	for i := range ds {
-		if denyFor > 0 {
-			ds[i] = tollgate.Decision{RetryAfter: max(time.Millisecond, denyFor)}
+		if refused.RetryAfter > 0 {
+			ds[i] = refused // one refusal refuses the set, nothing debited
 		}
 		admitted = admitted && ds[i].Allowed
 	}
@@ -328,14 +327,8 @@ func (c *Client) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	switch as[0].kind {
-	case allowAll:
-		return tollgate.Decision{Allowed: true, Remaining: req.Limit.Capacity()}, nil
-	case denyAll:
-		return tollgate.Decision{RetryAfter: max(time.Millisecond, min(as[0].expires.Sub(c.opts.clock()), c.opts.interval))}, nil
-	}
-	if local[0].Cost > as[0].limit.Capacity() {
-		return tollgate.Decision{RetryAfter: as[0].limit.Period}, nil
+	if d, isLocal := c.judge(as[0], local[0]); !isLocal {
+		return d, nil
 	}
 	return c.local.Peek(ctx, local[0])
 }

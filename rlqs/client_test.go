@@ -111,6 +111,27 @@ func TestNoAssignmentIsTheFailMode(t *testing.T) {
 	}
 }
 
+// TestAllowAllAllOrNothing: a set with a bucket assigned DENY_ALL is
+// refused whole, and its token-bucket requests are not debited.
+func TestAllowAllAllOrNothing(t *testing.T) {
+	c := newClient(t, quotaServer(t, stores(t)["memory"]()))
+	ctx := context.Background()
+	acme := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100), Cost: 10}
+	blocked := tollgate.Request{Key: "blocked\x00ck:acme", Limit: tollgate.PerSecond(100)}
+	ds, err := c.AllowAll(ctx, []tollgate.Request{acme, blocked})
+	if err != nil || ds[0].Allowed || ds[1].Allowed || ds[0].RetryAfter <= 0 {
+		t.Fatalf("a set with a DENY_ALL bucket: %+v %v, want both refused with a wait", ds, err)
+	}
+	d, err := c.Peek(ctx, acme)
+	if err != nil || !d.Allowed || d.Remaining != 90 {
+		t.Fatalf("after the refused set: %+v %v, want the bucket untouched (a cost of 10 would leave 90)", d, err)
+	}
+	ds, err = c.AllowAll(ctx, []tollgate.Request{acme, {Key: "per-tenant\x00ck:other", Limit: tollgate.PerSecond(100)}})
+	if err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 90 {
+		t.Fatalf("a set of two token buckets: %+v %v, want both admitted, 90 left of the first", ds, err)
+	}
+}
+
 // TestMaxBuckets: a key beyond the Client's most buckets is
 // ErrNoAssignment at once, and the keys it holds keep deciding.
 func TestMaxBuckets(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 // quotaConfig gives the rule "per-tenant" 100 calls a second per tenant,
-// shared by every replica.
+// shared by every replica, and the rule "blocked" none.
 const quotaConfig = `domain: services
 descriptors:
   - key: rule
@@ -30,6 +30,11 @@ descriptors:
     descriptors:
       - key: key
         rate_limit: {unit: second, requests_per_unit: 100}
+  - key: rule
+    value: blocked
+    descriptors:
+      - key: key
+        rate_limit: {unit: second, requests_per_unit: 0}
 `
 
 // quotaServer serves tollgate-rls's quota service over st and returns a
