@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -258,20 +259,25 @@ func (st *quotaStream) report(ctx context.Context, r *rlqspb.RateLimitQuotaUsage
 		}
 		b.last = now
 		b.observe(u)
-		if a := st.assign(ctx, b); a != nil {
+		if a := st.record(ctx, st.assign(ctx, b)); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
-	resp.BucketAction = append(resp.BucketAction, st.abandon(now)...)
+	for _, a := range st.abandon(now) {
+		resp.BucketAction = append(resp.BucketAction, st.record(ctx, a))
+	}
 	return resp, nil
 }
 
 // rebalance assigns every bucket of the stream again from the demands
 // last reported; nil when the stream has none.
 func (st *quotaStream) rebalance(ctx context.Context) *rlqspb.RateLimitQuotaResponse {
-	actions := st.abandon(st.q.opts.clock())
+	var actions []*rlqspb.RateLimitQuotaResponse_BucketAction
+	for _, a := range st.abandon(st.q.opts.clock()) {
+		actions = append(actions, st.record(ctx, a))
+	}
 	for _, b := range st.buckets {
-		if a := st.assign(ctx, b); a != nil {
+		if a := st.record(ctx, st.assign(ctx, b)); a != nil {
 			actions = append(actions, a)
 		}
 	}
@@ -307,4 +313,27 @@ func (st *quotaStream) ttl(b *streamBucket) time.Duration {
 		interval = st.q.opts.reportInterval
 	}
 	return max(time.Second, (time.Duration(st.q.opts.reports)*interval + time.Second - 1).Truncate(time.Second))
+}
+
+// record counts action (nil: none sent) in MetricQuotaActions and returns
+// it.
+func (st *quotaStream) record(ctx context.Context, action *rlqspb.RateLimitQuotaResponse_BucketAction) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	domain := ""
+	if st.q.srv.config.Load().domains[st.domain] != nil {
+		domain = st.domain
+	}
+	name := "none"
+	switch {
+	case action == nil:
+	case action.GetAbandonAction() != nil:
+		name = "abandon"
+	case action.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil:
+		name = "token_bucket"
+	case action.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL:
+		name = "deny_all"
+	default:
+		name = "allow_all"
+	}
+	st.q.srv.tel.recordAction(ctx, domain, name)
+	return action
 }

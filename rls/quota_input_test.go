@@ -2,18 +2,24 @@ package rls_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/internal/fakeclock"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/rls"
+	"github.com/tollgate/tollgate/store"
 )
 
 func usage(bucket map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
@@ -209,5 +215,52 @@ func TestQuotaBadInput(t *testing.T) {
 				t.Errorf("%d keys stored after bad reports, want none", n)
 			}
 		})
+	}
+}
+
+// TestQuotaTelemetry: every action sent is counted in
+// tollgate.rls.quota.actions by domain and action.
+func TestQuotaTelemetry(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	cfg, err := rls.ParseConfig(rls.File{Name: "edge.yaml", Data: []byte(quotaConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := rls.NewQuotaServer(srv, rls.WithRebalanceInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rlqspb.NewRateLimitQuotaServiceClient(grpctest.Serve(t, func(s *grpc.Server) { rlqspb.RegisterRateLimitQuotaServiceServer(s, q) }, nil))
+	if _, err := exchange(t, c, &rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"api": "x"}, 1, 0, 0), usage(map[string]string{"free": "x"}, 1, 0, 0), usage(map[string]string{"blocked": "x"}, 1, 0, 0),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != rls.MetricQuotaActions {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				a, _ := p.Attributes.Value(rls.AttrAction)
+				d, _ := p.Attributes.Value(rls.AttrDomain)
+				got[d.AsString()+"/"+a.AsString()] += p.Value
+			}
+		}
+	}
+	want := map[string]int64{"edge/token_bucket": 1, "edge/allow_all": 1, "edge/deny_all": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: %v, want %v", rls.MetricQuotaActions, got, want)
 	}
 }
