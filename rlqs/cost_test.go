@@ -4,8 +4,11 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -13,17 +16,48 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
-// scriptCalls returns how many scripts srv has run: EVALSHA and EVAL calls.
-func scriptCalls(t testing.TB, srv *redistest.Server) int64 {
+// scriptCalls returns how many scripts the servers have run: EVALSHA and
+// EVAL calls.
+func scriptCalls(t testing.TB, servers ...*redistest.Server) int64 {
 	t.Helper()
 	n := int64(0)
-	for _, cmd := range []string{"evalsha", "eval"} {
-		v := srv.Info(t, "commandstats", "cmdstat_"+cmd)
-		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-		c, _ := strconv.ParseInt(calls, 10, 64)
-		n += c
+	for _, srv := range servers {
+		for _, cmd := range []string{"evalsha", "eval"} {
+			n += callsIn(srv.Info(t, "commandstats", "cmdstat_"+cmd))
+		}
 	}
 	return n
+}
+
+// clusterScriptCalls is scriptCalls on every primary of a Cluster.
+func clusterScriptCalls(t testing.TB, cc *redis.ClusterClient) int64 {
+	t.Helper()
+	var mu sync.Mutex
+	n := int64(0)
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		for line := range strings.Lines(info) {
+			for _, cmd := range []string{"evalsha", "eval"} {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
+					mu.Lock()
+					n += callsIn(v)
+					mu.Unlock()
+				}
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// callsIn reads calls=N from a commandstats value.
+func callsIn(v string) int64 {
+	calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+	c, _ := strconv.ParseInt(calls, 10, 64)
+	return c
 }
 
 // TestRedisCallsIndependentOfCallRate drives one Client at 100 and at
@@ -31,8 +65,19 @@ func scriptCalls(t testing.TB, srv *redistest.Server) int64 {
 // runs the same number of scripts at both rates, one per report (every
 // 100ms) and per rebalance (every second), not one per decision.
 func TestRedisCallsIndependentOfCallRate(t *testing.T) {
-	srv := redistest.Single(t)
-	st := store.NewRedis(srv.Client(t), store.WithPrefix(redistest.KeyPrefix(t)))
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Single(t)
+		callsAtTwoRates(t, store.NewRedis(srv.Client(t), store.WithPrefix(redistest.KeyPrefix(t))), func() int64 { return scriptCalls(t, srv) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cc := redistest.SharedCluster(t).Client(t)
+		callsAtTwoRates(t, store.NewRedis(cc, store.WithPrefix(redistest.KeyPrefix(t))), func() int64 { return clusterScriptCalls(t, cc) })
+	})
+}
+
+// callsAtTwoRates measures the scripts Redis runs (countScripts) for one
+// Client's decisions at two rates, its quota server on st.
+func callsAtTwoRates(t *testing.T, st tollgate.Store, countScripts func() int64) {
 	conn := quotaServer(t, st)
 	c := newClient(t, conn, rlqs.WithReportInterval(100*time.Millisecond))
 	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
@@ -41,7 +86,7 @@ func TestRedisCallsIndependentOfCallRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	measure := func(rate int) (decisions, scripts int64) {
-		before := scriptCalls(t, srv)
+		before := countScripts()
 		tick := time.NewTicker(time.Second / time.Duration(rate))
 		defer tick.Stop()
 		end := time.Now().Add(2 * time.Second)
@@ -52,7 +97,7 @@ func TestRedisCallsIndependentOfCallRate(t *testing.T) {
 			}
 			decisions++
 		}
-		return decisions, scriptCalls(t, srv) - before
+		return decisions, countScripts() - before
 	}
 	slowD, slow := measure(100)
 	fastD, fast := measure(2000)
