@@ -1,5 +1,5 @@
 // Package lua holds tollgate's Redis scripts, decide, batch, refund,
-// settle and slot, embedded from the *.lua files beside this one (lua.go says how a
+// settle, slot and share, embedded from the *.lua files beside this one (lua.go says how a
 // script is put together from them). It exports their sources and SHA-1
 // hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),
@@ -191,4 +191,28 @@
 // time until the first held slot expires; each change sets the key's PX to
 // its last slot's expiry. release removes the id and replies {1, now_us};
 // count replies {held, now_us} without writing.
+//
+// # Share
+//
+// The members sharing one limit: a hash of member -> "demand granted
+// expires_us", each value three decimal integers.
+//
+//	KEYS[1]          the limit's shares, {tag}:sh
+//	ARGV[1]          the reporting member (1 to 128 printable bytes)
+//	ARGV[2]          the limit, 1 to 10^12 units
+//	ARGV[3]          the member's demand, 0 to 10^12 units
+//	ARGV[4]          how long the member holds its report, µs
+//	ARGV[5]          the most members the hash holds
+//
+// The script drops the fields whose expiry has passed (or that do not
+// parse), then computes the member's max-min fair share among the demands
+// held (water-filling from the smallest demand, the member after the
+// others of its own demand, each share rounded down) plus its part of half
+// the spare (what the shares leave of the limit, split among the members:
+// headroom, while the other half waits for members that join or grow),
+// and grants min(fair, limit - the other members' grants), at least 0. It writes the
+// member's field and sets the key's PX to the latest expiry it holds. It
+// replies {granted, fair, members, now_us}. When ARGV[5] other members
+// already hold a share, it writes nothing and replies {0, 0, members,
+// now_us}. store.Memory's Share mirrors it.
 package lua

@@ -32,11 +32,14 @@ const (
 	// Slot acquires, renews, releases and counts the in-flight slots of an
 	// identity.
 	Slot
+	// Share records one member's demand on a shared limit and grants it
+	// its max-min fair share.
+	Share
 )
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua"}
+var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Share: "share.lua"}
 
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
@@ -128,8 +131,8 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide", "refund", "batch", "settle"
-// or "slot".
+// String returns the script's name: "decide", "refund", "batch", "settle",
+// "slot" or "share".
 func (s Script) String() string {
 	switch s {
 	case Decide:
@@ -142,6 +145,8 @@ func (s Script) String() string {
 		return "settle"
 	case Slot:
 		return "slot"
+	case Share:
+		return "share"
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }

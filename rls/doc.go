@@ -18,4 +18,10 @@
 // descriptor debits none of the others. Shadow-mode descriptors are decided
 // on their own and never refuse a request. StoreKey documents the store
 // keys, which an interceptor.Rule can share through Descriptor.
+//
+// NewQuotaServer serves Envoy's Rate Limit Quota Service from the same
+// Server: each data plane decides locally from a token bucket of its
+// max-min fair share of a descriptor's limit and reports its usage; the
+// shares come from a tollgate.ShareStore, so several servers on one Redis
+// assign from the same demands.
 package rls

@@ -39,6 +39,8 @@ type telemetry struct {
 	tracer    trace.Tracer
 	spanStart []trace.SpanStartOption
 	storecall.Instruments
+	// quotaActions counts the quota service's actions (MetricQuotaActions).
+	quotaActions metric.Int64Counter
 	// store caches each domain's latency options, [ok, error].
 	store sync.Map // string -> *[2][]metric.RecordOption
 
@@ -61,11 +63,34 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if err != nil {
 		return nil, err
 	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	quotaActions, err := mp.Meter(instrumentationName).Int64Counter(MetricQuotaActions,
+		metric.WithUnit("{action}"), metric.WithDescription("Rate limit quota service actions sent, by domain and action."))
+	if err != nil {
+		return nil, err
+	}
 	return &telemetry{
-		tracer:      tp.Tracer(instrumentationName),
-		spanStart:   []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
-		Instruments: ins,
+		tracer:       tp.Tracer(instrumentationName),
+		spanStart:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
+		Instruments:  ins,
+		quotaActions: quotaActions,
 	}, nil
+}
+
+// MetricQuotaActions counts the rate limit quota service's bucket actions,
+// with AttrDomain and AttrAction: token_bucket, allow_all, deny_all,
+// abandon, or none when the store could not grant and nothing was sent.
+const MetricQuotaActions = "tollgate.rls.quota.actions"
+
+// AttrAction is the metric attribute naming a quota service action.
+const AttrAction = attribute.Key("tollgate.rls.action")
+
+// recordAction counts one quota service action in domain (a configured
+// one, or "" for the others: the attribute sets stay few).
+func (t *telemetry) recordAction(ctx context.Context, domain, action string) {
+	t.quotaActions.Add(ctx, 1, metric.WithAttributes(AttrDomain.String(domain), AttrAction.String(action)))
 }
 
 // recordStore records one store call's latency when it is the store's,

@@ -165,10 +165,12 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 }
 
 // Codes of the keys that are not an algorithm's state, on an identity's
-// tag beside its states: its in-flight slots and its overrides.
+// tag beside its states: its in-flight slots, its overrides and the
+// members sharing it.
 const (
 	slotsCode    = "if"
 	overrideCode = "ov"
+	shareCode    = "sh"
 )
 
 // keyOf returns the key named code of identity: prefix{tag}/part:code, as

@@ -35,6 +35,7 @@ type Memory struct {
 	slots     memSlots      // in-flight slots (slots_memory.go)
 	overrides memOverrides  // overrides_memory.go
 	watchers  memWatchers   // overrides_watch.go
+	shares    memShares     // share_memory.go
 }
 
 const (

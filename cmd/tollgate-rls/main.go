@@ -1,5 +1,7 @@
 // Command tollgate-rls serves Envoy's rate limit service
-// (envoy.service.ratelimit.v3.RateLimitService) from a directory of
+// (envoy.service.ratelimit.v3.RateLimitService), and on the same listener
+// its rate limit quota service
+// (envoy.service.rate_limit_quota.v3.RateLimitQuotaService), from a directory of
 // envoyproxy/ratelimit configuration files, one per domain, deciding in the
 // same store as the tollgate interceptors.
 //
@@ -38,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
@@ -64,6 +67,10 @@ const (
 
 // serviceName is the rate limit service's name for the health service.
 const serviceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// quotaServiceName is the rate limit quota service's name for the health
+// service.
+const quotaServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -95,6 +102,8 @@ type config struct {
 	metricsAddr     string
 	tls             serving.TLSFiles
 	redis           serving.Redis
+	quotaReports    int
+	quotaRebalance  time.Duration
 }
 
 func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (config, error) {
@@ -116,6 +125,8 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate to serve TLS with (with -tls-key; reloaded when the file changes)")
 	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key of -tls-cert")
 	fs.StringVar(&c.tls.ClientCA, "tls-client-ca", "", "PEM CA that must have signed every client's certificate (mutual TLS)")
+	fs.IntVar(&c.quotaReports, "quota-assignment-reports", rls.DefaultAssignmentReports, "rate limit quota service: how many report intervals an assignment lives without another report")
+	fs.DurationVar(&c.quotaRebalance, "quota-rebalance", rls.DefaultRebalanceInterval, "rate limit quota service: how often each stream's assignments are computed again between reports (0: only at reports)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls -config DIR [flags]\n\nEnvoy's rate limit service over a tollgate store. %s\nA change to the configuration directory, or SIGHUP, reloads it.\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
@@ -222,8 +233,15 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 	}
 	gs := grpc.NewServer(append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
 	pb.RegisterRateLimitServiceServer(gs, srv)
+	quota, err := rls.NewQuotaServer(srv, rls.WithAssignmentReports(cfg.quotaReports), rls.WithRebalanceInterval(cfg.quotaRebalance))
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	rlqspb.RegisterRateLimitQuotaServiceServer(gs, quota)
 	hs := health.NewServer()
 	hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(quotaServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 

@@ -72,6 +72,9 @@ func New(st tollgate.Store, c Config) (*Policy, error) {
 		return nil, fmt.Errorf("breaker cool-down must be > 0, got %s", c.BreakerCoolDown)
 	}
 	_, inProcess := st.(*store.Memory)
+	if ip, ok := st.(interface{ DecidesInProcess() bool }); ok {
+		inProcess = ip.DecidesInProcess()
+	}
 	return &Policy{timeout: c.Timeout, deadline: !inProcess, breaker: breaker.New(c.BreakerFailures, c.BreakerCoolDown)}, nil
 }
 

@@ -1,0 +1,57 @@
+package rls
+
+import (
+	"sync"
+	"time"
+)
+
+// Rebalancer drives the rebalance ticks of every stream of the quota
+// servers given WithRebalancer, so that tests move time themselves.
+type Rebalancer struct {
+	mu    sync.Mutex
+	ticks map[chan time.Time]struct{}
+}
+
+// WithRebalancer makes r tick the quota server's streams.
+func WithRebalancer(r *Rebalancer) QuotaOption {
+	return func(o *quotaOptions) {
+		o.rebalance = time.Second
+		o.newTicker = func(time.Duration) (<-chan time.Time, func()) {
+			c := make(chan time.Time)
+			r.mu.Lock()
+			if r.ticks == nil {
+				r.ticks = map[chan time.Time]struct{}{}
+			}
+			r.ticks[c] = struct{}{}
+			r.mu.Unlock()
+			return c, func() {
+				r.mu.Lock()
+				delete(r.ticks, c)
+				r.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Streams returns how many streams tick.
+func (r *Rebalancer) Streams() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ticks)
+}
+
+// Tick ticks every stream once.
+func (r *Rebalancer) Tick() {
+	r.mu.Lock()
+	chans := make([]chan time.Time, 0, len(r.ticks))
+	for c := range r.ticks {
+		chans = append(chans, c)
+	}
+	r.mu.Unlock()
+	for _, c := range chans {
+		select {
+		case c <- time.Time{}:
+		case <-time.After(time.Second): // its stream ended meanwhile
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package rls
+
+import (
+	"time"
+)
+
+// Defaults of the quota service (see QuotaOption).
+const (
+	// DefaultReportInterval is the report interval assumed for a bucket
+	// whose reports have not said theirs yet: Envoy's rate_limit_quota
+	// filter reports every 5 seconds.
+	DefaultReportInterval = 5 * time.Second
+	// DefaultAssignmentReports is how many report intervals an
+	// assignment lives, and a data plane keeps its share, without
+	// another report.
+	DefaultAssignmentReports = 3
+	// DefaultRebalanceInterval is how often each stream's assignments are
+	// computed again from the demands last reported, between reports.
+	DefaultRebalanceInterval = time.Second
+)
+
+// Bounds of the quota service's input. A report beyond them ends its
+// stream with codes.InvalidArgument before anything is stored.
+const (
+	// MaxQuotaBuckets is the most buckets one stream reports.
+	MaxQuotaBuckets = 1024
+	// MaxTimeElapsed is the longest time_elapsed a report may carry.
+	MaxTimeElapsed = 24 * time.Hour
+)
+
+// QuotaOption configures a QuotaServer.
+type QuotaOption func(*quotaOptions)
+
+type quotaOptions struct {
+	reportInterval time.Duration
+	reports        int
+	rebalance      time.Duration
+	clock          func() time.Time
+	// newTicker returns the rebalance ticks of one stream and how to stop
+	// them; tests replace it.
+	newTicker func(time.Duration) (<-chan time.Time, func())
+}
+
+func defaultQuotaOptions() quotaOptions {
+	return quotaOptions{
+		reportInterval: DefaultReportInterval,
+		reports:        DefaultAssignmentReports,
+		rebalance:      DefaultRebalanceInterval,
+		clock:          time.Now,
+		newTicker: func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		},
+	}
+}
+
+// WithReportInterval sets the report interval assumed for a bucket until
+// its reports say theirs (time_elapsed); the default is
+// DefaultReportInterval.
+func WithReportInterval(d time.Duration) QuotaOption {
+	return func(o *quotaOptions) { o.reportInterval = d }
+}
+
+// WithAssignmentReports sets how many report intervals an assignment
+// lives without another report (rounded up to whole seconds, as Envoy
+// reads it); the default is DefaultAssignmentReports. A data plane that
+// stops reporting keeps its share in the store as long.
+func WithAssignmentReports(n int) QuotaOption {
+	return func(o *quotaOptions) { o.reports = n }
+}
+
+// WithRebalanceInterval sets how often each stream's assignments are
+// computed again between reports, so that a data plane's share follows
+// the others' reports without waiting for its own; 0 turns it off. The
+// default is DefaultRebalanceInterval.
+func WithRebalanceInterval(d time.Duration) QuotaOption {
+	return func(o *quotaOptions) { o.rebalance = d }
+}
+
+// WithQuotaClock sets the clock the service tells a silent bucket by
+// (default time.Now). Shares expire by the store's clock.
+func WithQuotaClock(now func() time.Time) QuotaOption {
+	return func(o *quotaOptions) { o.clock = now }
+}
