@@ -20,6 +20,10 @@ type Slot struct {
 	// least 1ms): the store frees it then by itself, so a caller that
 	// crashed holds it no longer.
 	TTL time.Duration
+	// Held, for ReleaseSlot, is how long the caller held the slot (0 for
+	// unknown, or a call that never ran): the store keeps a recent mean of
+	// the identity's hold times, fleet-wide, which AcquireSlot reports.
+	Held time.Duration
 }
 
 // SlotDecision is a store's answer to AcquireSlot.
@@ -34,6 +38,10 @@ type SlotDecision struct {
 	// RetryAfter is, when denied, how long until the first held slot
 	// expires: the latest a slot frees up if nobody releases one sooner.
 	RetryAfter time.Duration
+	// Hold is, when denied, the recent mean time the identity's slots were
+	// held, as every caller that released one reported it (Slot.Held); 0
+	// when none did lately. A slot usually frees up about then.
+	Hold time.Duration
 }
 
 // SlotStore is a Store that also bounds calls in flight: its slots expire

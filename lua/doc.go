@@ -1,5 +1,5 @@
 // Package lua holds tollgate's Redis scripts, decide, batch, refund,
-// settle and slot, embedded from the *.lua files beside this one (lua.go says how a
+// settle, slot and reset, embedded from the *.lua files beside this one (lua.go says how a
 // script is put together from them). It exports their sources and SHA-1
 // hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),
@@ -175,19 +175,36 @@
 // # Slot
 //
 // In-flight slots of one identity: a sorted set of the ids holding one,
-// scored by their expiry (µs on the server's clock).
+// scored by their expiry (µs on the server's clock), and beside it the
+// recent mean time the identity's slots were held.
 //
 //	KEYS[1]          the identity's slots, {tag}:if
+//	KEYS[2]          the mean hold time in µs, {tag}:ih
 //	ARGV[1]          acquire, renew, release or count
 //	ARGV[2]          the most slots the identity has (acquire)
 //	ARGV[3]          the slot's id
-//	ARGV[4]          its TTL in µs (acquire, renew)
+//	ARGV[4]          its TTL in µs (acquire, renew); for release, how long
+//	                 it was held in µs (0: unknown)
+//	ARGV[5]          release: how long the mean is kept, in ms
 //
 // Every operation but count first drops the expired slots. acquire takes a
 // slot when fewer than ARGV[2] are held, or renews the id's when it holds
 // one; renew only renews. Both reply {allowed (0|1), held, reused (0|1),
-// retry_after_us, now_us}, where a denied acquire's retry_after_us is the
-// time until the first held slot expires; each change sets the key's PX to
-// its last slot's expiry. release removes the id and replies {1, now_us};
-// count replies {held, now_us} without writing.
+// retry_after_us, now_us, hold_us}, where a denied acquire's
+// retry_after_us is the time until the first held slot expires and hold_us
+// the mean hold time (0 when unknown, and in every other reply); each
+// change sets the key's PX to its last slot's expiry. release removes the
+// id, folds a known hold time into the mean (an exponential mean, each
+// hold weighing 1/8; the first is taken as it is), sets the mean's PX to
+// ARGV[5] and replies {1, now_us}; count replies {held, now_us} without
+// writing.
+//
+// # Reset
+//
+// Forgets one identity's state under one algorithm; its request-id markers
+// stay.
+//
+//	KEYS[1]          the state key, as in the decide call
+//
+// The reply is {deleted (0|1)}.
 package lua

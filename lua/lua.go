@@ -32,11 +32,13 @@ const (
 	// Slot acquires, renews, releases and counts the in-flight slots of an
 	// identity.
 	Slot
+	// Reset forgets one state key: a full bucket or an empty window again.
+	Reset
 )
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua"}
+var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua"}
 
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
@@ -128,8 +130,8 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide", "refund", "batch", "settle"
-// or "slot".
+// String returns the script's name: "decide", "refund", "batch", "settle",
+// "slot" or "reset".
 func (s Script) String() string {
 	switch s {
 	case Decide:
@@ -142,6 +144,8 @@ func (s Script) String() string {
 		return "settle"
 	case Slot:
 		return "slot"
+	case Reset:
+		return "reset"
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }

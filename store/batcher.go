@@ -142,6 +142,7 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 		default:
 		}
 	}
+	r.refreshRouting(ctx.Err())
 	return ctx.Err()
 }
 
@@ -157,6 +158,7 @@ func (r *Redis) await(ctx context.Context, c *call) error {
 	case <-c.done: // answered while the caller was leaving
 		return nil
 	default:
+		r.refreshRouting(ctx.Err())
 		return ctx.Err()
 	}
 }
@@ -193,7 +195,9 @@ func (r *Redis) pipelines(b *batcher, batch []*call) {
 
 // runOne sends c alone under the caller's ctx.
 func (r *Redis) runOne(ctx context.Context, c *call) {
-	c.read(runScript(ctx, r.client, decideScript, c.args))
+	sc := [1]scriptCall{{script: decideScript, args: c.args}}
+	r.roundTrip(ctx, sc[:])
+	c.read(sc[0].cmd)
 }
 
 // runBatch sends batch as one pipeline and signals every call. On a
@@ -220,7 +224,7 @@ func (r *Redis) runBatch(batch []*call) {
 	for _, s := range shares {
 		sc = append(sc, scriptCall{script: batchScript, args: s.args})
 	}
-	runScripts(ctx, r.client, sc)
+	r.roundTrip(ctx, sc)
 	for i, c := range own {
 		c.read(sc[i].cmd)
 	}

@@ -168,6 +168,7 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 // tag beside its states: its in-flight slots and its overrides.
 const (
 	slotsCode    = "if"
+	holdCode     = "ih"
 	overrideCode = "ov"
 )
 

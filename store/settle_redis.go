@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/lua"
@@ -25,6 +27,39 @@ const (
 	// allowed, remaining, retry, reset, debt.
 	settleReplyLen = 5
 )
+
+// settleReply is what the settle script answers for one group
+// (lua/doc.go), field by field.
+type settleReply [settleReplyLen]int64
+
+const (
+	settleAllowed = iota
+	settleRemaining
+	settleRetryAfter
+	settleResetAfter
+	settleDebt
+)
+
+// readSettle decodes a settle script call's reply (lua/doc.go), whose
+// groups are the requests part names, into out.
+func readSettle(cmd redis.Cmder, part []int, out []tollgate.Decision) error {
+	v, err := cmd.(scriptCmd).Result()
+	if err == nil && len(v) != settleReplyLen*len(part)+1 {
+		err = errBadReply
+	}
+	if err != nil {
+		return err
+	}
+	now := time.UnixMicro(v[len(v)-1])
+	for k, i := range part {
+		g := settleReply(v[settleReplyLen*k:])
+		out[i] = tollgate.Decision{
+			Allowed: g[settleAllowed] == 1, Remaining: g[settleRemaining], RetryAfter: micros(g[settleRetryAfter]),
+			ResetAfter: micros(g[settleResetAfter]), Debt: g[settleDebt], At: now,
+		}
+	}
+	return nil
+}
 
 // Settle makes cost the final cost of req, admitted with admitted (see
 // tollgate.Store), with one settle script call. With a RequestID the script
@@ -118,23 +153,13 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []
 		}
 		sc[j] = scriptCall{script: settleScript, args: args}
 	}
-	runScripts(ctx, r.client, sc)
+	if err := r.exchange(ctx, sc); err != nil {
+		return nil, err
+	}
 	out := make([]tollgate.Decision, len(reqs))
 	for j, part := range parts {
-		v, err := sc[j].cmd.(scriptCmd).Result()
-		if err == nil && len(v) != settleReplyLen*len(part)+1 {
-			err = errBadReply
-		}
-		if err != nil {
-			r.refreshRouting(err)
+		if err := readSettle(sc[j].cmd, part, out); err != nil {
 			return nil, err
-		}
-		now := time.UnixMicro(v[len(v)-1])
-		for k, i := range part {
-			g := v[settleReplyLen*k:]
-			out[i] = tollgate.Decision{
-				Allowed: g[0] == 1, Remaining: g[1], RetryAfter: micros(g[2]), ResetAfter: micros(g[3]), Debt: g[4], At: now,
-			}
 		}
 	}
 	if r.deny != nil {

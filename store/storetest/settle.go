@@ -258,6 +258,54 @@ func (s *suite) runSlots(t *testing.T) {
 	if _, err := ss.AcquireSlot(ctx, tollgate.Slot{Key: key, Max: 1, ID: "x"}); !errors.Is(err, tollgate.ErrInvalidRequest) {
 		t.Fatalf("a slot without a TTL: %v, want ErrInvalidRequest", err)
 	}
+	s.runSlotHolds(t, ss)
+}
+
+// runSlotHolds checks the mean hold time a SlotStore keeps from releases
+// (Slot.Held) and reports with a denial (SlotDecision.Hold): the first
+// hold as it is, then an exponential mean in which each weighs 1/8, in
+// whole microseconds; a release of unknown hold time changes nothing.
+func (s *suite) runSlotHolds(t *testing.T, ss tollgate.SlotStore) {
+	ctx := context.Background()
+	key := s.key(t) + "/holds"
+	slot := tollgate.Slot{Key: key, Max: 1, ID: "a", TTL: time.Hour}
+	deny := func() time.Duration {
+		t.Helper()
+		if d, err := ss.AcquireSlot(ctx, slot); err != nil || !d.Allowed {
+			t.Fatalf("slot a: %+v, %v", d, err)
+		}
+		other := slot
+		other.ID = "b"
+		d, err := ss.AcquireSlot(ctx, other)
+		if err != nil || d.Allowed {
+			t.Fatalf("a second slot of 1: %+v, %v; want denied", d, err)
+		}
+		return d.Hold
+	}
+	release := func(held time.Duration) {
+		t.Helper()
+		r := slot
+		r.Held = held
+		if err := ss.ReleaseSlot(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := deny(); h != 0 {
+		t.Fatalf("Hold before any release: %s, want 0", h)
+	}
+	release(800 * time.Millisecond)
+	if h := deny(); h != 800*time.Millisecond {
+		t.Fatalf("Hold after one release of 800ms: %s, want 800ms", h)
+	}
+	release(0) // unknown: the mean stays
+	if h := deny(); h != 800*time.Millisecond {
+		t.Fatalf("Hold after a release of unknown length: %s, want 800ms", h)
+	}
+	release(1600 * time.Millisecond)
+	if h, want := deny(), 800*time.Millisecond-100*time.Millisecond+200*time.Millisecond; h != want {
+		t.Fatalf("Hold after 800ms then 1.6s: %s, want %s", h, want)
+	}
+	release(0)
 }
 
 // runOverrides checks an OverrideStore.
