@@ -237,7 +237,7 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 		limiterOpts = append(limiterOpts, interceptor.WithMeterProvider(provider))
 	}
 
-	srv, hs, err := NewServer(st, cfg, limiterOpts...)
+	srv, hs, lim, err := newServer(st, cfg, limiterOpts...)
 	if err != nil {
 		lis.Close()
 		return err
@@ -253,18 +253,37 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	}
 	logger.Printf("listening on %s", lis.Addr())
 
-	return serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
+	err = serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
+	// The calls have ended: deliver what they owe the store (settlements,
+	// slot releases) before the store closes.
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if cerr := lim.Close(closeCtx); cerr != nil {
+		logger.Printf("limiter: %v", cerr)
+	}
+	return err
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and
 // registers the echo, health and server reflection services; the health
 // server reports SERVING for the whole server and for the echo service.
 // Options in opts are added to the limiter's own.
+//
+// Serve closes the limiter (interceptor.Limiter.Close) once the server has
+// stopped; a server built here and stopped otherwise leaves its calls'
+// end-of-call work to the limiter's sender, which runs only while some is
+// owed.
 func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
+	srv, hs, _, err := newServer(st, cfg, opts...)
+	return srv, hs, err
+}
+
+// newServer is NewServer, also returning the limiter.
+func newServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, *interceptor.Limiter, error) {
 	lim, err := interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
 		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	limited := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 		return c.Service != healthpb.Health_ServiceDesc.ServiceName
@@ -287,7 +306,7 @@ func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc
 	// Reflection lets grpcurl and clients in other languages find the
 	// service, and the error details of a denial, without a .proto at hand.
 	reflection.Register(srv)
-	return srv, hs, nil
+	return srv, hs, lim, nil
 }
 
 // flaky returns the echo hook that fails the fraction p of first attempts.
