@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -309,4 +310,53 @@ func TestInFlightFailedReleaseIsRetried(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// After 20 calls of 200ms on one replica, a replica that served none of
+// the identity's calls suggests, when it finds no free slot, the wait the
+// fleet observed (the mean hold time the store keeps beside the slots),
+// not the held slot's expiry (the call's deadline, 5s, plus a margin).
+func TestInFlightRetryInfoFromTheFleet(t *testing.T) {
+	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
+		t.Parallel()
+		r := inFlightRule(t, 1, 0)
+		hold, held := make(chan struct{}), make(chan struct{})
+		srv := &echo.Server{Before: func(ctx context.Context, _ string) error {
+			if metadata.ValueFromIncomingContext(ctx, "x-hold") != nil {
+				close(held)
+				<-hold
+				return nil
+			}
+			time.Sleep(200 * time.Millisecond)
+			return nil
+		}}
+		la := limiter(t, st, interceptor.WithRules(r))
+		a := serve(t, la, srv, nil)
+		b := serve(t, limiter(t, st, interceptor.WithRules(r)), srv, nil)
+		for i := range 20 {
+			if _, _, err := say(tenant("a"), a); err != nil {
+				t.Fatalf("call %d on replica A: %v", i, err)
+			}
+		}
+		if err := la.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(tenant("a"), 5*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := say(metadata.AppendToOutgoingContext(ctx, "x-hold", "1"), a)
+			done <- err
+		}()
+		<-held
+		_, _, err := say(tenant("a"), b)
+		retry, _ := grpctest.DenialDetails(wantCode(t, err, codes.ResourceExhausted, "in-flight"))
+		if wait := retry.GetRetryDelay().AsDuration(); wait <= 0 || wait > 600*time.Millisecond {
+			t.Errorf("a fresh replica's in-flight denial suggests %s, want at most 600ms (the fleet's calls took 200ms)", wait)
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -155,13 +155,19 @@ func (res *result) slotDenied(c *check) {
 	res.err = denial([]*check{c})
 }
 
-// slotRetryAfter is the wait a slot denial suggests: how long this rule's
-// calls held their slots lately (a slot usually frees up about then), but
+// slotRetryAfter is the wait a slot denial suggests: how long the
+// identity's calls held their slots lately across the fleet, as the store
+// keeps it (a slot usually frees up about then), or, when the store knows
+// none, how long this rule's calls held theirs lately on this replica; but
 // never past the first held slot's expiry, when one frees up for sure,
 // and at least a millisecond.
 func slotRetryAfter(c *check) time.Duration {
 	wait := c.slot.dec.RetryAfter
-	if hold := time.Duration(c.p.inFlight.hold.Load()); hold > 0 && hold < wait {
+	hold := c.slot.dec.Hold
+	if hold <= 0 {
+		hold = time.Duration(c.p.inFlight.hold.Load())
+	}
+	if hold > 0 && hold < wait {
 		wait = hold
 	}
 	return max(wait, time.Millisecond)
@@ -253,6 +259,7 @@ func (h *heldSlot) stop() {
 func (h *heldSlot) end() {
 	h.stop()
 	d := time.Since(h.at)
+	h.slot.Held = d // the store keeps the fleet's mean from it
 	h.p.inFlight.held(d)
 	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrRule.String(h.p.rule.Name)))
 }
