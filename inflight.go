@@ -77,3 +77,29 @@ func ValidateSlot(s Slot) error {
 	}
 	return ValidateRequestID(s.ID)
 }
+
+// SlotAllower is a SlotStore that takes a call's slot and decides its
+// requests in one step (one script call on Redis), all or nothing: no
+// request is debited when no slot is free, and the slot is taken only when
+// every request is admitted (or replayed).
+type SlotAllower interface {
+	SlotStore
+	// AllowAllWithSlot takes s and decides reqs as AllowAll does. When no
+	// slot is free the decisions are nil (nothing was judged) and the
+	// SlotDecision says why, as AcquireSlot's; otherwise they are
+	// AllowAll's, and SlotDecision.Allowed reports whether the slot is now
+	// held: exactly when every request was admitted.
+	AllowAllWithSlot(ctx context.Context, s Slot, reqs []Request) (SlotDecision, []Decision, error)
+}
+
+// SlotSettler is a SlotStore that ends calls in one step (one script call
+// on Redis where their keys allow): their settlements, then the release of
+// their slots, so that no slot is freed before its call's settlement is
+// recorded.
+type SlotSettler interface {
+	SlotStore
+	// SettleAllAndRelease settles reqs as SettleAll does (none: nothing
+	// to settle; the answers are then empty) and then releases the slots
+	// of release, reporting each slot's Held.
+	SettleAllAndRelease(ctx context.Context, reqs []Request, admitted []Decision, costs []int64, release []Slot) ([]Decision, error)
+}

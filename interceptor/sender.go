@@ -246,8 +246,12 @@ func minTime(a, b time.Time) time.Time {
 // and then, concurrently, the slot releases of the ends whose settlements
 // were all applied. What was delivered is removed from its end.
 func (l *Limiter) deliver(ctx context.Context, ends []*ending) {
+	rest := ends
+	if ss, ok := l.store.(tollgate.SlotSettler); ok {
+		rest = l.finishTogether(ctx, ss, ends)
+	}
 	var shared []*owedSettle
-	for _, e := range ends {
+	for _, e := range rest {
 		for i := range e.settles {
 			s := &e.settles[i]
 			if s.local {
@@ -274,7 +278,9 @@ func (l *Limiter) deliver(ctx context.Context, ends []*ending) {
 			continue // its slots wait for its settlements
 		}
 		for _, h := range e.slots {
-			wg.Go(func() { h.released = h.release(ctx) })
+			if !h.released {
+				wg.Go(func() { h.released = h.release(ctx) })
+			}
 		}
 	}
 	wg.Wait()
@@ -288,6 +294,99 @@ func (l *Limiter) deliver(ctx context.Context, ends []*ending) {
 		clear(e.slots[len(kept):])
 		e.slots = kept
 	}
+}
+
+// finishTogether delivers the ends whose settlements and slots are all on
+// the shared store st in SettleAllAndRelease calls (one script call each
+// on a single node), as many ends per call as tollgate.MaxAllowAll
+// requests allow, and returns the other ends. When the store refuses a
+// call's set as invalid, its ends go one by one.
+func (l *Limiter) finishTogether(ctx context.Context, st tollgate.SlotSettler, ends []*ending) []*ending {
+	var rest, together []*ending
+	for _, e := range ends {
+		if e.shared() {
+			together = append(together, e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	for len(together) > 0 {
+		n, size := 0, 0
+		for n < len(together) && size+together[n].requests() <= tollgate.MaxAllowAll {
+			size += together[n].requests()
+			n++
+		}
+		n = max(n, 1)
+		l.finish(ctx, st, together[:n])
+		together = together[n:]
+	}
+	return rest
+}
+
+// finish makes one SettleAllAndRelease call of ends under the store
+// policy, and records its outcome in them.
+func (l *Limiter) finish(ctx context.Context, st tollgate.SlotSettler, ends []*ending) {
+	var reqs []tollgate.Request
+	var decs []tollgate.Decision
+	var costs []int64
+	var slots []tollgate.Slot
+	for _, e := range ends {
+		for _, s := range e.settles {
+			reqs = append(reqs, s.reqs...)
+			decs = append(decs, s.decs...)
+			for range s.reqs {
+				costs = append(costs, s.cost)
+			}
+		}
+		for _, h := range e.slots {
+			slots = append(slots, h.slot)
+		}
+	}
+	_, _, err := l.calls.Do(ctx, func(ctx context.Context) error {
+		_, err := st.SettleAllAndRelease(ctx, reqs, decs, costs, slots)
+		return err
+	})
+	if errors.Is(err, tollgate.ErrInvalidRequest) && len(ends) > 1 {
+		for _, e := range ends {
+			l.finish(ctx, st, []*ending{e})
+		}
+		return
+	}
+	for _, e := range ends {
+		for i := range e.settles {
+			e.settles[i].applied, e.settles[i].err = err == nil, err
+		}
+		for _, h := range e.slots {
+			h.released, h.err = err == nil, err
+			if err == nil {
+				l.recordSlot(ctx, h.p, slotReleased)
+			}
+		}
+	}
+}
+
+// shared reports whether everything e owes is owed to the shared store.
+func (e *ending) shared() bool {
+	for _, s := range e.settles {
+		if s.local {
+			return false
+		}
+	}
+	for _, h := range e.slots {
+		if h.local {
+			return false
+		}
+	}
+	return true
+}
+
+// requests counts the store requests of e's settlements.
+func (e *ending) requests() int {
+	n := 0
+	for _, s := range e.settles {
+		n += len(s.reqs)
+	}
+	return n
 }
 
 // settleShared applies settlements on the shared store in one SettleAll

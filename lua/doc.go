@@ -199,6 +199,45 @@
 // ARGV[5] and replies {1, now_us}; count replies {held, now_us} without
 // writing.
 //
+// # Admit
+//
+// A call limited both in flight and by rate takes its slot and its debits
+// in one call. KEYS and ARGV are a decide call's, then the slot script's:
+//
+//	KEYS[1..k]       the decide call's KEYS
+//	KEYS[k+1]        the identity's slots, {tag}:if
+//	KEYS[k+2]        its mean hold time, {tag}:ih
+//	ARGV[1..a]       the decide call's ARGV
+//	ARGV[a+1]        the most slots the identity has
+//	ARGV[a+2]        the slot's id
+//	ARGV[a+3]        its TTL in µs
+//
+// Expired slots are dropped first. When no slot is free (and the id holds
+// none), the reply is the slot script's denied acquire, six integers, and
+// nothing is judged. Otherwise the groups are judged exactly as the decide
+// call would (same writes), and the slot is taken (or the id's renewed)
+// only when every group was admitted (or replayed); otherwise the id holds
+// none. The reply is six integers, then the decide call's reply:
+//
+//	{slot (1 taken, 2 free but not taken: a group denied), held, reused (0|1), 0, now_us, 0}, decide reply
+//
+// # Finish
+//
+// The end of calls in one call: a settle call's settlements, then the
+// release of m in-flight slots, as the slot script releases them.
+//
+//	KEYS[1..k]       the settle call's KEYS (none when it settles nothing)
+//	KEYS[k+2j-1]     slot j's identity's slots, {tag}:if
+//	KEYS[k+2j]       its mean hold time, {tag}:ih
+//	ARGV[1..a]       the settle call's ARGV (none when k is 0)
+//	ARGV[a+2j-1]     slot j's id
+//	ARGV[a+2j]       how long it was held in µs (0: unknown)
+//	ARGV[a+2m+1]     how long a mean hold time is kept, in ms
+//	ARGV[a+2m+2]     m
+//
+// The reply is the settle call's reply, or {now_us} when it settles
+// nothing.
+//
 // # Reset
 //
 // Forgets one identity's state under one algorithm; its request-id markers

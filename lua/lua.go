@@ -34,11 +34,17 @@ const (
 	Slot
 	// Reset forgets one state key: a full bucket or an empty window again.
 	Reset
+	// Admit takes an in-flight slot and makes a Decide call's decision in
+	// one call, all or nothing.
+	Admit
+	// Finish settles calls and then releases their in-flight slots in one
+	// call.
+	Finish
 )
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua"}
+var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua"}
 
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
@@ -51,6 +57,9 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 //	--#give_back  the refund blocks, likewise: refund_<algorithm>.lua
 //	--#settle     the settle blocks, likewise: settle_<algorithm>.lua
 //	--#debt       the debt blocks, likewise: debt_<algorithm>.lua
+//	--#decide_script  the whole decide script as assembled, and
+//	--#settle_script  the settle script likewise (drivers that come
+//	              after theirs only)
 //
 // A judge block reads state (the key's string, or false when absent), now,
 // rate, period, capacity and c (the cost, 0 to only read), and sets
@@ -110,6 +119,12 @@ func assemble(fsys fs.FS) (sources [len(drivers)]string, err error) {
 			b.WriteString(part)
 		}
 		sources[s] = b.String()
+		switch Script(s) {
+		case Decide:
+			parts["decide_script"] = sources[s]
+		case Settle:
+			parts["settle_script"] = sources[s]
+		}
 	}
 	return sources, err
 }
@@ -131,7 +146,7 @@ var hashes = func() (h [len(sources)]string) {
 }()
 
 // String returns the script's name: "decide", "refund", "batch", "settle",
-// "slot" or "reset".
+// "slot", "reset", "admit" or "finish".
 func (s Script) String() string {
 	switch s {
 	case Decide:
@@ -146,6 +161,10 @@ func (s Script) String() string {
 		return "slot"
 	case Reset:
 		return "reset"
+	case Admit:
+		return "admit"
+	case Finish:
+		return "finish"
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }

@@ -107,51 +107,62 @@ func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	return out, nil
 }
 
+// settleMode is the settle script's mode for reqs (normalized, a set).
+func settleMode(reqs []tollgate.Request, overdraw bool) int64 {
+	switch {
+	case overdraw:
+		return settleOverdraw
+	case reqs[0].RequestID != "":
+		return settleRecord
+	}
+	return settleNoRecord
+}
+
+// settleArgs lays out a settle script call (EVALSHA sha numkeys KEYS...
+// ARGV...) of the requests part names, in mode.
+func (r *Redis) settleArgs(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, part []int, mode int64) []any {
+	nkeys := len(part)
+	if mode == settleRecord {
+		nkeys *= 2
+	}
+	args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
+	args[2] = nkeys
+	keys := make([]string, 0, nkeys)
+	for _, i := range part {
+		keys = append(keys, decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
+	}
+	if mode == settleRecord {
+		for k, i := range part {
+			keys = append(keys, recordKey(keys[k], reqs[i].RequestID))
+		}
+	}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	ttl := int64(0)
+	if mode == settleRecord {
+		ttl = r.replays.ttlMs()
+	}
+	args = append(args, mode, ttl)
+	for _, i := range part {
+		p := algo.ParamsOf(reqs[i])
+		final, at := costs[i], int64(0)
+		if !admitted[i].At.IsZero() {
+			at = admitted[i].At.UnixMicro()
+		}
+		args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].ResetAfter.Microseconds())
+	}
+	return args
+}
+
 // settle sends reqs to the settle script, one call per part (see
 // partition), in one pipeline.
 func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, overdraw bool) ([]tollgate.Decision, error) {
-	mode := int64(settleNoRecord)
-	switch {
-	case overdraw:
-		mode = settleOverdraw
-	case reqs[0].RequestID != "":
-		mode = settleRecord
-	}
+	mode := settleMode(reqs, overdraw)
 	parts := r.partition(reqs)
 	sc := make([]scriptCall, len(parts))
 	for j, part := range parts {
-		nkeys := len(part)
-		if mode == settleRecord {
-			nkeys *= 2
-		}
-		args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
-		args[2] = nkeys
-		keys := make([]string, 0, nkeys)
-		for _, i := range part {
-			keys = append(keys, decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
-		}
-		if mode == settleRecord {
-			for k, i := range part {
-				keys = append(keys, recordKey(keys[k], reqs[i].RequestID))
-			}
-		}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		ttl := int64(0)
-		if mode == settleRecord {
-			ttl = r.replays.ttlMs()
-		}
-		args = append(args, mode, ttl)
-		for _, i := range part {
-			p := algo.ParamsOf(reqs[i])
-			final, at := costs[i], int64(0)
-			if !admitted[i].At.IsZero() {
-				at = admitted[i].At.UnixMicro()
-			}
-			args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].ResetAfter.Microseconds())
-		}
-		sc[j] = scriptCall{script: settleScript, args: args}
+		sc[j] = scriptCall{script: settleScript, args: r.settleArgs(reqs, admitted, costs, part, mode)}
 	}
 	if err := r.exchange(ctx, sc); err != nil {
 		return nil, err

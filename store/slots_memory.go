@@ -177,3 +177,16 @@ func (m *Memory) SlotsInUse(ctx context.Context, key string) (int64, error) {
 	defer ms.mu.Unlock()
 	return int64(len(ms.live(key, now))), nil
 }
+
+// AllowAllWithSlot takes s and decides reqs, all or nothing (see
+// tollgate.SlotAllower): the slot first, then AllowAll, the slot given
+// back when the set is denied.
+func (m *Memory) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
+	return allowWithSlot(ctx, m, s, reqs)
+}
+
+// SettleAllAndRelease settles reqs as SettleAll does and then releases
+// the slots of release (see tollgate.SlotSettler).
+func (m *Memory) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Slot) ([]tollgate.Decision, error) {
+	return settleThenRelease(ctx, m, reqs, admitted, costs, release)
+}
