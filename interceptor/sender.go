@@ -274,12 +274,17 @@ func (q *sender) countLocked(keys []string, delta int) {
 
 // owes reports whether the sender owes end-of-call work on the keys of
 // checks (only the denied ones' when denied is set). It costs one atomic
-// load while nothing is owed.
+// load while nothing is owed, and a look at the rules when none of them
+// leaves work at a call's end.
 func (q *sender) owes(checks []*check, denied bool) bool {
 	if !q.busy.Load() {
 		return false
 	}
-	return q.owesKeys(checkKeys(checks, denied))
+	ending := false // a rule of checks leaves work at a call's end
+	for _, c := range checks {
+		ending = ending || c.p.rule.Settle != nil || c.p.inFlight != nil
+	}
+	return ending && q.owesKeys(checkKeys(checks, denied))
 }
 
 // owesKeys reports whether the sender owes end-of-call work on one of keys.

@@ -75,15 +75,41 @@ func TestDeadlineWithoutContextTimeouts(t *testing.T) {
 
 // TestEveryCallBoundedWithoutContextTimeouts calls every store operation
 // that reaches Redis (decisions, sets, peeks, settlements, overdraws, every
-// slot operation, refunds' path through AllowAll, Reset) through a client
-// on go-redis's default options while Redis is paused (CLIENT PAUSE 2000):
-// each returns the deadline error at its caller's deadline, not at the
-// pause's end or the client's ReadTimeout.
+// slot operation, the one-step slot and settle operations, Reset) through
+// a client on go-redis's default options while Redis is paused (CLIENT
+// PAUSE 2000): each returns the deadline error within 100ms of its
+// caller's deadline, not at the pause's end or the client's ReadTimeout.
+// On a single node, through Sentinel, and on a 3-primary Cluster (every
+// node paused).
 func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
-	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
-	st := NewRedis(client)
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) (redis.UniversalClient, []*redistest.Server)
+	}{
+		{"single", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			srv := redistest.Start(t)
+			return redis.NewClient(&redis.Options{Addr: srv.Addr()}), []*redistest.Server{srv}
+		}},
+		{"sentinel", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			srv := redistest.Start(t)
+			sentinel := redistest.Sentinel(t, srv)
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{sentinel.Addr()}}),
+				[]*redistest.Server{srv}
+		}},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			c := redistest.NewClusterTimeout(t, 0, 5*time.Second)
+			return redis.NewClusterClient(c.Options()), c.Nodes
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, servers := tc.setup(t)
+			defer client.Close()
+			everyCallBounded(t, NewRedis(client), servers)
+		})
+	}
+}
+
+func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
 	key := redistest.KeyPrefix(t) + "bounded"
 	req := tollgate.Request{Key: key, Limit: tollgate.PerSecond(1000), Cost: 10, RequestID: "r1"}
 	two := []tollgate.Request{req, {Key: key + "-b", Limit: tollgate.PerSecond(1000), RequestID: "r1"}}
@@ -113,6 +139,14 @@ func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
 		{"RenewSlot", func(ctx context.Context) error { _, err := st.RenewSlot(ctx, slot); return err }},
 		{"ReleaseSlot", func(ctx context.Context) error { return st.ReleaseSlot(ctx, slot) }},
 		{"SlotsInUse", func(ctx context.Context) error { _, err := st.SlotsInUse(ctx, key); return err }},
+		{"AllowAllWithSlot", func(ctx context.Context) error {
+			_, _, err := st.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
+			return err
+		}},
+		{"SettleAllAndRelease", func(ctx context.Context) error {
+			_, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Decision{{Allowed: true}}, []int64{3}, []tollgate.Slot{slot})
+			return err
+		}},
 		{"Reset", func(ctx context.Context) error { return st.Reset(ctx, req) }},
 	}
 	for _, op := range ops { // loads every script while Redis answers
@@ -120,7 +154,9 @@ func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
 			t.Fatalf("%s: %v", op.name, err)
 		}
 	}
-	srv.Pause(t, 2*time.Second)
+	for _, srv := range servers {
+		srv.Pause(t, 2*time.Second)
+	}
 	const deadline = 100 * time.Millisecond
 	var wg sync.WaitGroup
 	for _, op := range ops {
@@ -139,7 +175,9 @@ func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	srv.AwaitAnswer(t, 5*time.Second)
+	for _, srv := range servers {
+		srv.AwaitAnswer(t, 5*time.Second)
+	}
 	if _, err := st.Allow(context.Background(), tollgate.Request{Key: key, Limit: tollgate.PerSecond(1000)}); err != nil {
 		t.Fatal(err)
 	}
