@@ -88,41 +88,76 @@ func counted(t *testing.T, st tollgate.Store, r interceptor.Rule) int64 {
 }
 
 // 40 calls reserving 100 and reporting 7 end while Redis refuses writes
-// (min-replicas-to-write with no replica) for 600ms: every response returns
-// at once, and after Close the window holds exactly 7 × 40.
+// (min-replicas-to-write with no replica, on every primary) for 600ms:
+// every response returns at once, and after Close the window holds
+// exactly 7 × 40. On a single node, through Sentinel, on a 3-primary
+// Cluster, and on the Memory store (which never refuses).
 func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
-	srv := redistest.Start(t)
-	admin := srv.Client(t)
-	st := store.NewRedis(srv.Client(t))
-	r := meteredRule(t)
-	l := limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(50*time.Millisecond))
-	g := newGate(7)
-	c := serve(t, l, &echo.Server{Before: g.before}, nil)
-	finish := settledCalls(t, c, "a", g, 40)
-	ctx := context.Background()
-	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
-		t.Fatal(err)
-	}
-	refused := time.Now()
-	for _, d := range finish() {
-		if d > 300*time.Millisecond {
-			t.Errorf("a response took %s after its handler returned: held by its settlement", d)
-		}
-	}
-	if _, err := st.Settle(ctx, tollgate.Request{Key: "probe", Limit: r.Limit, RequestID: "p"}, tollgate.Decision{}, 0); err == nil {
-		t.Fatal("Redis took a write: the test proves nothing")
-	}
-	time.Sleep(time.Until(refused.Add(600 * time.Millisecond)))
-	if err := admin.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := l.Close(cctx); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if got := counted(t, st, r); got != 7*40 {
-		t.Fatalf("the window counted %d after Close, want 7 × 40 = 280", got)
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) (tollgate.Store, []*redis.Client)
+	}{
+		{"single", func(t *testing.T) (tollgate.Store, []*redis.Client) {
+			srv := redistest.Start(t)
+			return store.NewRedis(srv.Client(t)), []*redis.Client{srv.Client(t)}
+		}},
+		{"sentinel", func(t *testing.T) (tollgate.Store, []*redis.Client) {
+			srv := redistest.Start(t)
+			sentinel := redistest.Sentinel(t, srv)
+			c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{sentinel.Addr()}})
+			t.Cleanup(func() { _ = c.Close() })
+			return store.NewRedis(c), []*redis.Client{srv.Client(t)}
+		}},
+		{"cluster", func(t *testing.T) (tollgate.Store, []*redis.Client) {
+			cl := redistest.NewClusterTimeout(t, 0, 5*time.Second)
+			var admins []*redis.Client
+			for _, n := range cl.Nodes {
+				admins = append(admins, n.Client(t))
+			}
+			return store.NewRedis(cl.Client(t), store.WithClusterGroups(3)), admins
+		}},
+		{"memory", func(t *testing.T) (tollgate.Store, []*redis.Client) { return store.NewMemory(), nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, admins := tc.setup(t)
+			refuse := func(n string) {
+				for _, a := range admins {
+					if err := a.ConfigSet(context.Background(), "min-replicas-to-write", n).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			r := meteredRule(t)
+			// The default generous store deadline: an admission that timed
+			// out on a busy machine would be admitted by FailOpen, and a
+			// debit whose reply came late never settled.
+			l := limiter(t, st, interceptor.WithRules(r))
+			g := newGate(7)
+			c := serve(t, l, &echo.Server{Before: g.before}, nil)
+			finish := settledCalls(t, c, "a", g, 40)
+			refuse("1")
+			refused := time.Now()
+			for _, d := range finish() {
+				if d > 300*time.Millisecond {
+					t.Errorf("a response took %s after its handler returned: held by its settlement", d)
+				}
+			}
+			if admins != nil {
+				if _, err := st.Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limit, RequestID: "p"}, tollgate.Decision{}, 0); err == nil {
+					t.Fatal("Redis took a write: the test proves nothing")
+				}
+			}
+			time.Sleep(time.Until(refused.Add(600 * time.Millisecond)))
+			refuse("0")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := l.Close(ctx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if got := counted(t, st, r); got != 7*40 {
+				t.Fatalf("the window counted %d after Close, want 7 × 40 = 280", got)
+			}
+		})
 	}
 }
 
@@ -139,10 +174,13 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 	st := store.NewRedis(client)
 	r := meteredRule(t)
 
-	l := limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(50*time.Millisecond))
+	// 250ms: an admission on a busy machine is not failed open, and a
+	// settlement attempt on the paused Redis gives up well before the
+	// pause ends.
+	l := limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(250*time.Millisecond))
 	g := newGate(7)
 	finish := settledCalls(t, serve(t, l, &echo.Server{Before: g.before}, nil), "a", g, 20)
-	l2 := limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(50*time.Millisecond))
+	l2 := limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(250*time.Millisecond))
 	g2 := newGate(7)
 	finish2 := settledCalls(t, serve(t, l2, &echo.Server{Before: g2.before}, nil), "b", g2, 20)
 
