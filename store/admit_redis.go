@@ -14,6 +14,14 @@ import (
 // The admit script debits and takes a slot: sent once, like a decision.
 var admitScript = newScript(lua.Admit, sentOnce)
 
+// admitPart is what makes a call an admit call: its arguments, and once
+// answered, the slot's answer and whether the groups were judged.
+type admitPart struct {
+	args   []any
+	slot   tollgate.SlotDecision
+	judged bool
+}
+
 // Admit slot answers (the first integer of its reply, lua/doc.go).
 const (
 	admitDenied = 0 // no slot free: nothing judged
@@ -47,12 +55,18 @@ func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []to
 	args = append(args, slotKey, keyOf(prefix, holdCode, s.Key))
 	args = append(args, c.args[3+nkeys:]...)
 	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
-	sc := [1]scriptCall{{script: admitScript, args: args}}
-	if err := r.exchange(ctx, sc[:]); err != nil {
+	c.admit = &admitPart{args: args}
+	// Through the batcher, as a decision goes: concurrent admit calls
+	// share round trips (each is still a script call of its own).
+	if err := r.send(ctx, c); err != nil {
 		// c stays with the abandoned call: its keys are the arguments.
 		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
 	}
-	sd, out, err := readAdmit(sc[0].cmd, c.groups)
+	sd, err := c.admit.slot, c.err
+	var out []tollgate.Decision
+	if err == nil && c.admit.judged {
+		out = append(out, c.decisions...) // c's own array goes back to the pool
+	}
 	calls.Put(c)
 	if err != nil {
 		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)

@@ -195,9 +195,9 @@ func (r *Redis) pipelines(b *batcher, batch []*call) {
 
 // runOne sends c alone under the caller's ctx.
 func (r *Redis) runOne(ctx context.Context, c *call) {
-	sc := [1]scriptCall{{script: decideScript, args: c.args}}
+	sc := [1]scriptCall{c.scriptCall()}
 	r.roundTrip(ctx, sc[:])
-	c.read(sc[0].cmd)
+	c.readReply(sc[0].cmd)
 }
 
 // runBatch sends batch as one pipeline and signals every call. On a
@@ -219,14 +219,14 @@ func (r *Redis) runBatch(batch []*call) {
 	}
 	sc := make([]scriptCall, 0, len(own)+len(shares))
 	for _, c := range own {
-		sc = append(sc, scriptCall{script: decideScript, args: c.args})
+		sc = append(sc, c.scriptCall())
 	}
 	for _, s := range shares {
 		sc = append(sc, scriptCall{script: batchScript, args: s.args})
 	}
 	r.roundTrip(ctx, sc)
 	for i, c := range own {
-		c.read(sc[i].cmd)
+		c.readReply(sc[i].cmd)
 	}
 	for i, s := range shares {
 		s.read(sc[len(own)+i].cmd)
