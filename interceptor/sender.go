@@ -32,6 +32,8 @@ type ending struct {
 	// deadline: past it, what remains is dropped; next: the next attempt.
 	deadline, next time.Time
 	wait           time.Duration
+	// counted are the keys the sender counts e under (see sender.keys).
+	counted []string
 }
 
 // owedSettle is a settlement with its final cost, and the outcome of its
@@ -97,7 +99,8 @@ func (q *sender) add(l *Limiter, e *ending) {
 	q.queue = append(q.queue, e)
 	q.settles += s
 	q.releases += r
-	q.countLocked(e.keys(), 1)
+	e.counted = e.keys()
+	q.countLocked(e.counted, 1)
 	if !q.running {
 		q.running = true
 		q.busy.Store(true)
@@ -178,13 +181,11 @@ func (q *sender) run(l *Limiter, stopped chan struct{}) {
 			continue
 		}
 		before := make([][2]int, len(due))
-		keys := make([][]string, len(due))
 		for i, e := range due {
 			before[i][0], before[i][1] = e.owed()
-			keys[i] = e.keys()
 		}
 		l.deliver(context.Background(), due)
-		q.settled(l, due, before, keys)
+		q.settled(l, due, before)
 	}
 }
 
@@ -192,7 +193,7 @@ func (q *sender) run(l *Limiter, stopped chan struct{}) {
 // (settlements, releases) each before it: the delivered parts are no
 // longer owed, the rest waits for another attempt or, past its deadline,
 // is dropped.
-func (q *sender) settled(l *Limiter, due []*ending, before [][2]int, keys [][]string) {
+func (q *sender) settled(l *Limiter, due []*ending, before [][2]int) {
 	now := time.Now()
 	var drops, failed []*ending
 	q.mu.Lock()
@@ -200,7 +201,8 @@ func (q *sender) settled(l *Limiter, due []*ending, before [][2]int, keys [][]st
 		s, r := e.owed()
 		q.settles -= before[i][0] - s
 		q.releases -= before[i][1] - r
-		q.countLocked(keys[i], -1)
+		q.countLocked(e.counted, -1)
+		e.counted = nil
 		switch {
 		case s+r == 0:
 		case now.After(e.deadline) && !q.draining && !q.closed:
@@ -214,7 +216,8 @@ func (q *sender) settled(l *Limiter, due []*ending, before [][2]int, keys [][]st
 			e.wait = min(2*e.wait, maxRetryWait)
 			e.next = now.Add(e.wait)
 			q.queue = append(q.queue, e)
-			q.countLocked(e.keys(), 1)
+			e.counted = e.keys()
+			q.countLocked(e.counted, 1)
 		}
 	}
 	if q.passed != nil {
