@@ -87,7 +87,13 @@ func limiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *inter
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := l.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return l
 }
 

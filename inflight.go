@@ -20,6 +20,10 @@ type Slot struct {
 	// least 1ms): the store frees it then by itself, so a caller that
 	// crashed holds it no longer.
 	TTL time.Duration
+	// Held, for ReleaseSlot, is how long the caller held the slot (0 for
+	// unknown, or a call that never ran): the store keeps a recent mean of
+	// the identity's hold times, fleet-wide, which AcquireSlot reports.
+	Held time.Duration
 }
 
 // SlotDecision is a store's answer to AcquireSlot.
@@ -34,6 +38,10 @@ type SlotDecision struct {
 	// RetryAfter is, when denied, how long until the first held slot
 	// expires: the latest a slot frees up if nobody releases one sooner.
 	RetryAfter time.Duration
+	// Hold is, when denied, the recent mean time the identity's slots were
+	// held, as every caller that released one reported it (Slot.Held); 0
+	// when none did lately. A slot usually frees up about then.
+	Hold time.Duration
 }
 
 // SlotStore is a Store that also bounds calls in flight: its slots expire
@@ -68,4 +76,30 @@ func ValidateSlot(s Slot) error {
 		return invalid("a slot's TTL must be at least 1ms, got %s", s.TTL)
 	}
 	return ValidateRequestID(s.ID)
+}
+
+// SlotAllower is a SlotStore that takes a call's slot and decides its
+// requests in one step (one script call on Redis), all or nothing: no
+// request is debited when no slot is free, and the slot is taken only when
+// every request is admitted (or replayed).
+type SlotAllower interface {
+	SlotStore
+	// AllowAllWithSlot takes s and decides reqs as AllowAll does. When no
+	// slot is free the decisions are nil (nothing was judged) and the
+	// SlotDecision says why, as AcquireSlot's; otherwise they are
+	// AllowAll's, and SlotDecision.Allowed reports whether the slot is now
+	// held: exactly when every request was admitted.
+	AllowAllWithSlot(ctx context.Context, s Slot, reqs []Request) (SlotDecision, []Decision, error)
+}
+
+// SlotSettler is a SlotStore that ends calls in one step (one script call
+// on Redis where their keys allow): their settlements, then the release of
+// their slots, so that no slot is freed before its call's settlement is
+// recorded.
+type SlotSettler interface {
+	SlotStore
+	// SettleAllAndRelease settles reqs as SettleAll does (none: nothing
+	// to settle; the answers are then empty) and then releases the slots
+	// of release, reporting each slot's Held.
+	SettleAllAndRelease(ctx context.Context, reqs []Request, admitted []Decision, costs []int64, release []Slot) ([]Decision, error)
 }

@@ -62,8 +62,10 @@ func TestSettledTokensAcrossReplicas(t *testing.T) {
 		r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 10_000, Period: time.Minute})
 		r.Cost, r.Settle = 500, interceptor.SettleReported
 		var clients []*echo.Client
+		var limiters []*interceptor.Limiter
 		for range 4 {
-			clients = append(clients, serve(t, limiter(t, st, interceptor.WithRules(r)), &echo.Server{Before: reporting}, nil))
+			limiters = append(limiters, limiter(t, st, interceptor.WithRules(r)))
+			clients = append(clients, serve(t, limiters[len(limiters)-1], &echo.Server{Before: reporting}, nil))
 		}
 		waitForMinute(20 * time.Second)
 		var reported, admitted, denied atomic.Int64
@@ -90,6 +92,11 @@ func TestSettledTokensAcrossReplicas(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		for _, l := range limiters {
+			if err := l.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 		q := peekOne(t, limiter(t, st, interceptor.WithRules(r)), r.Name, interceptor.Caller{Value: "a"}, time.Minute)
 		counted := 10_000 - q.Available + q.Decision.Debt
 		if counted != reported.Load() {
@@ -146,6 +153,9 @@ func TestSettledDebtIsRepaid(t *testing.T) {
 		c := serve(t, l, &echo.Server{Before: reporting}, nil)
 		start := time.Now() // before the settlement
 		if _, _, err := say(costing("a", 50), c); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if q := peekOne(t, l, r.Name, interceptor.Caller{Value: "a"}, time.Second); q.Decision.Debt != 40 || q.Available != 0 {

@@ -117,8 +117,19 @@ func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, meth
 	}
 	refused := refusedAny(enforcing)
 	if !refused {
+		owedBefore := l.sender.owes(enforcing, false)
 		l.run(ctx, ready(enforcing))
 		refused = refusedAny(enforcing)
+		if refused && l.ownWorkOwed(ctx, enforcing, owedBefore) {
+			// Denied while this replica still owed the store a
+			// settlement or a release on the same keys: asked again
+			// now that it was delivered.
+			for _, c := range enforcing {
+				c.retry()
+			}
+			l.run(ctx, enforcing)
+			refused = refusedAny(enforcing)
+		}
 	}
 	if !refused {
 		l.run(ctx, ready(shadows))
@@ -139,6 +150,56 @@ func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, meth
 		c.span.End()
 	}
 	return res
+}
+
+// ownWorkOwed reports whether checks were denied by the store on keys on
+// which this replica's sender owed end-of-call work when they were sent
+// (owedBefore) or owes it now, once it is delivered (waiting within the
+// store deadline): a caller's next call on the same replica sees its last
+// call's settlement and release.
+func (l *Limiter) ownWorkOwed(ctx context.Context, checks []*check, owedBefore bool) bool {
+	keys := checkKeys(checks, true)
+	if keys == nil || !owedBefore && !l.sender.owesKeys(keys) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.storeTimeout)
+	defer cancel()
+	return l.sender.waitOwed(ctx, keys) == nil
+}
+
+// checkKeys returns the store keys of checks (only the denied ones'
+// when denied is set), as the sender counts them.
+func checkKeys(checks []*check, denied bool) []string {
+	var keys []string
+	for _, c := range checks {
+		if denied && c.res.outcome != outcomeDenied {
+			continue
+		}
+		for _, r := range c.reqs {
+			keys = append(keys, r.Key)
+		}
+		if c.slot != nil {
+			keys = append(keys, slotKeyMark+c.slot.req.Key)
+		}
+	}
+	return keys
+}
+
+// retry makes c ready to be asked again, as prepare left it.
+func (c *check) retry() {
+	c.res = result{cost: c.res.cost}
+	c.refused, c.waits = false, false
+	if c.slot != nil {
+		c.slot.asked, c.slot.dec = false, tollgate.SlotDecision{}
+	}
+	switch len(c.reqs) {
+	case 0:
+		c.decs = nil
+	case 1:
+		c.decs = c.decBuf[:]
+	default:
+		c.decs = nil
+	}
 }
 
 func refusedAny(checks []*check) bool {

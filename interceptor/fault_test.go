@@ -307,8 +307,8 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 		}
 		t.Logf("%-5s | all | %d calls | slowest %s", ft.mode, len(all), slowest.Round(time.Millisecond))
 	}
-	t.Logf("restarted server answered NOSCRIPT %d times; NOSCRIPT errors surfaced: 0", noscript)
-	if noscript == 0 {
-		t.Error("the restarted server never answered NOSCRIPT: the empty script cache was not exercised")
+	t.Logf("restarted server answered NOSCRIPT %d times (the store loads its scripts as it connects); NOSCRIPT errors surfaced: 0", noscript)
+	if noscript > 1 {
+		t.Errorf("the restarted server answered NOSCRIPT %d times: the scripts are loaded as the client connects, want at most 1", noscript)
 	}
 }

@@ -122,25 +122,17 @@ func (l *Limiter) acquire(ctx context.Context, st tollgate.Store, checks []*chec
 }
 
 // releaseAll gives back the slots checks hold: their call does not go on.
+// The releases go to the sender, as a call's end does.
 func (l *Limiter) releaseAll(ctx context.Context, checks []*check) {
+	var e ending
 	for _, c := range checks {
 		if !c.slot.holding() {
 			continue
 		}
-		l.release(context.WithoutCancel(ctx), c.p, c.slot.store, c.slot.req, c.slot.local)
+		e.slots = append(e.slots, &heldSlot{l: l, ctx: ctx, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at})
 		c.slot.store = nil
 	}
-}
-
-// release frees one slot under the store deadline; a failure leaves it to
-// expire by itself, at its TTL.
-func (l *Limiter) release(ctx context.Context, p *plan, st tollgate.SlotStore, s tollgate.Slot, local bool) {
-	if err := l.slotCall(ctx, local, func(ctx context.Context) error { return st.ReleaseSlot(ctx, s) }); err != nil {
-		l.recordSlot(ctx, p, slotReleaseFailed)
-		l.log.Warn("rate limit: releasing an in-flight slot failed; it expires by itself", "rule", p.rule.Name, "ttl", s.TTL, "error", err)
-		return
-	}
-	l.recordSlot(ctx, p, slotReleased)
+	l.sender.add(l, &e)
 }
 
 // slotCall calls the store for a slot: the shared store under its policy
@@ -163,20 +155,26 @@ func (res *result) slotDenied(c *check) {
 	res.err = denial([]*check{c})
 }
 
-// slotRetryAfter is the wait a slot denial suggests: how long this rule's
-// calls held their slots lately (a slot usually frees up about then), but
+// slotRetryAfter is the wait a slot denial suggests: how long the
+// identity's calls held their slots lately across the fleet, as the store
+// keeps it (a slot usually frees up about then), or, when the store knows
+// none, how long this rule's calls held theirs lately on this replica; but
 // never past the first held slot's expiry, when one frees up for sure,
 // and at least a millisecond.
 func slotRetryAfter(c *check) time.Duration {
 	wait := c.slot.dec.RetryAfter
-	if hold := time.Duration(c.p.inFlight.hold.Load()); hold > 0 && hold < wait {
+	hold := c.slot.dec.Hold
+	if hold <= 0 {
+		hold = time.Duration(c.p.inFlight.hold.Load())
+	}
+	if hold > 0 && hold < wait {
 		wait = hold
 	}
 	return max(wait, time.Millisecond)
 }
 
 // heldSlot is a slot a call holds while its handler runs: renewed before
-// it expires, released when the call ends.
+// it expires, released by the sender once the call ends.
 type heldSlot struct {
 	l     *Limiter
 	ctx   context.Context // the call's: renewals stop once it is done
@@ -187,18 +185,28 @@ type heldSlot struct {
 	at    time.Time
 
 	mu    sync.Mutex
-	timer *time.Timer
+	timer *time.Timer // nil when the slot is not renewed
 	done  bool
+
+	// Written by the sender: the latest release attempt's outcome.
+	released bool
+	err      error
 }
 
 // holdSlot starts renewing c's slot, which it now holds for the call under
 // ctx. Renewals stop once ctx is done: a handler that goes on after its
 // call was cancelled or ran out of time holds the slot only until it
-// expires, as a replica that died would.
+// expires, as a replica that died would. Close stops them too.
 func (l *Limiter) holdSlot(ctx context.Context, c *check) *heldSlot {
 	h := &heldSlot{l: l, ctx: ctx, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at}
 	if !h.local {
 		h.slot.Max = c.p.inFlight.max
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !l.renewals.add(h) {
+		h.done = true // the Limiter is closed: nothing renews it
+		return h
 	}
 	h.timer = time.AfterFunc(renewEvery(h.slot.TTL), h.renew)
 	return h
@@ -230,19 +238,83 @@ func (h *heldSlot) renew() {
 	default:
 		h.l.recordSlot(context.Background(), h.p, slotRenewed)
 	}
-	h.timer.Reset(renewEvery(h.slot.TTL))
+	if !h.done {
+		h.timer.Reset(renewEvery(h.slot.TTL))
+	}
 }
 
-// end releases the slot: its call has ended.
-func (h *heldSlot) end() {
+// stop ends the slot's renewals.
+func (h *heldSlot) stop() {
 	h.mu.Lock()
 	h.done = true
-	h.timer.Stop()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 	h.mu.Unlock()
+	h.l.renewals.remove(h)
+}
+
+// end stops renewing the slot and records how long its call held it: the
+// call has ended. The release is the sender's.
+func (h *heldSlot) end() {
+	h.stop()
 	d := time.Since(h.at)
+	h.slot.Held = d // the store keeps the fleet's mean from it
 	h.p.inFlight.held(d)
 	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrRule.String(h.p.rule.Name)))
-	h.l.release(context.Background(), h.p, h.st, h.slot, h.local)
+}
+
+// release makes one attempt at freeing the slot under the store policy,
+// and reports whether it was freed.
+func (h *heldSlot) release(ctx context.Context) bool {
+	h.err = h.l.slotCall(ctx, h.local, func(ctx context.Context) error { return h.st.ReleaseSlot(ctx, h.slot) })
+	if h.err != nil {
+		return false
+	}
+	h.l.recordSlot(ctx, h.p, slotReleased)
+	return true
+}
+
+// renewals holds the slots being renewed, so that Close stops them.
+type renewals struct {
+	mu     sync.Mutex
+	held   map[*heldSlot]struct{}
+	closed bool
+}
+
+// add registers h, unless Close has stopped renewals.
+func (r *renewals) add(h *heldSlot) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	if r.held == nil {
+		r.held = make(map[*heldSlot]struct{})
+	}
+	r.held[h] = struct{}{}
+	return true
+}
+
+func (r *renewals) remove(h *heldSlot) {
+	r.mu.Lock()
+	delete(r.held, h)
+	r.mu.Unlock()
+}
+
+// close stops every renewal, now and to come: the slots of calls still
+// running expire at their TTL unless their calls end first.
+func (r *renewals) close() {
+	r.mu.Lock()
+	held := r.held
+	r.held, r.closed = nil, true
+	r.mu.Unlock()
+	for h := range held {
+		h.mu.Lock()
+		h.done = true
+		h.timer.Stop()
+		h.mu.Unlock()
+	}
 }
 
 // newInFlight compiles a rule's in-flight limit; nil without MaxInFlight.

@@ -41,10 +41,13 @@ type Limiter struct {
 	settleTel        settleTelemetry
 	slotTel          slotTelemetry
 	slotTimeout      time.Duration // WithSlotTimeout
+	storeTimeout     time.Duration // WithStoreTimeout
 	ov               overrides
-	// settler retries the settlements the store failed.
-	settler settler
-	log     *slog.Logger
+	// sender delivers what calls owe once they end; renewals are the
+	// slots of calls still running (see Close).
+	sender   sender
+	renewals renewals
+	log      *slog.Logger
 }
 
 // New returns a Limiter that asks st for decisions. Every problem with the
@@ -101,7 +104,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	if l.slotTel, err = newSlotTelemetry(meterOf(c.meterProvider)); err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	l.slotTimeout = c.slotTimeout
+	l.slotTimeout, l.storeTimeout = c.slotTimeout, c.storeTimeout
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}

@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"slices"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -122,16 +120,29 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 	return &a
 }
 
-// end settles what a call owes once its handler returned resp and err,
-// under ctx (the handler's, carrying its report), and releases its slots.
+// end hands what a call owes once its handler returned resp and err to
+// the Limiter's sender (see sender): the response does not wait for it.
+// The final costs are read now, under ctx (the handler's, carrying its
+// report); the slots stop being renewed and their hold times are recorded.
 func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
 	if a == nil {
 		return
 	}
-	l.settle(ctx, a.settles, resp, err)
+	e := &ending{slots: a.slots}
+	for i := range a.settles {
+		s := &a.settles[i]
+		cost, ok := s.p.rule.Settle(ctx, resp, err)
+		if !ok {
+			continue
+		}
+		if l.settleCost(ctx, s, cost) {
+			e.settles = append(e.settles, owedSettle{settlement: *s, cost: cost})
+		}
+	}
 	for _, h := range a.slots {
 		h.end()
 	}
+	l.sender.add(l, e)
 }
 
 // withReport returns ctx carrying a fresh report for ReportCost.
@@ -139,74 +150,28 @@ func withReport(ctx context.Context) context.Context {
 	return context.WithValue(ctx, reportKey{}, new(report))
 }
 
-// settle settles every settlement of a call whose handler returned resp
-// and err, under ctx (the handler's, carrying its report). A settlement the
-// store cannot take now is retried in the background (see settler); the
-// call's own answer is never changed by it.
-func (l *Limiter) settle(ctx context.Context, owed []settlement, resp any, err error) {
-	for i := range owed {
-		s := &owed[i]
-		cost, ok := s.p.rule.Settle(ctx, resp, err)
-		if !ok {
-			continue
-		}
-		l.settleOne(ctx, s, cost)
-	}
-}
-
-// settleOne applies cost to s, once now and, when the store fails, again
-// later.
-func (l *Limiter) settleOne(ctx context.Context, s *settlement, cost int64) {
-	sctx, sp := l.tel.tracer.Start(ctx, "ratelimit settle "+s.p.rule.Name, trace.WithSpanKind(trace.SpanKindInternal),
+// settleCost checks cost, the final cost s's rule's Settle gave, and
+// gives s the request id its delivery is applied once by: the call's own,
+// or one made for it. It reports whether s is to be delivered; a cost out
+// of range is logged, counted and dropped (the reservation stands).
+func (l *Limiter) settleCost(ctx context.Context, s *settlement, cost int64) bool {
+	_, sp := l.tel.tracer.Start(ctx, "ratelimit settle "+s.p.rule.Name, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(AttrRule.String(s.p.rule.Name), AttrCost.Int64(s.reserved), AttrFinalCost.Int64(cost)))
 	defer sp.End()
 	if cost < 0 || cost > tollgate.MaxRate {
 		sp.SetStatus(otelcodes.Error, "the final cost is out of range")
-		l.recordSettle(sctx, s.p, s.reserved, cost, settleInvalid)
+		l.recordSettle(ctx, s.p, s.reserved, cost, settleInvalid)
 		l.log.Error("rate limit settle: the final cost (the rule's Settle, or the handler's ReportCost total under SettleReported) is out of range; the reservation stands",
 			"rule", s.p.rule.Name, "cost", cost, "min", 0, "max", tollgate.MaxRate)
-		return
+		return false
 	}
-	// Every settlement carries a request id, the call's own or one made
-	// for it, so that retrying it is safe: the store applies it once.
 	if s.reqs[0].RequestID == "" {
 		id := newSettleID()
 		for i := range s.reqs {
 			s.reqs[i].RequestID = id
 		}
 	}
-	err := l.applySettle(context.WithoutCancel(sctx), s, cost)
-	if err == nil {
-		l.recordSettle(sctx, s.p, s.reserved, cost, settleApplied)
-		return
-	}
-	sp.RecordError(err)
-	sp.SetStatus(otelcodes.Error, err.Error())
-	l.recordSettle(sctx, s.p, s.reserved, cost, settleRetried)
-	l.settler.add(l, *s, cost, err)
-}
-
-// applySettle makes one attempt at s: on the shared store under its
-// policy (deadline, breaker), on the local one as it is.
-func (l *Limiter) applySettle(ctx context.Context, s *settlement, cost int64) error {
-	if s.local {
-		return l.callSettle(ctx, s, cost)
-	}
-	_, _, err := l.calls.Do(ctx, func(ctx context.Context) error { return l.callSettle(ctx, s, cost) })
-	return err
-}
-
-func (l *Limiter) callSettle(ctx context.Context, s *settlement, cost int64) error {
-	if len(s.reqs) == 1 {
-		_, err := s.st.Settle(ctx, s.reqs[0], s.decs[0], cost)
-		return err
-	}
-	costs := make([]int64, len(s.reqs))
-	for i := range costs {
-		costs[i] = cost
-	}
-	_, err := s.st.SettleAll(ctx, s.reqs, s.decs, costs)
-	return err
+	return true
 }
 
 // newSettleID returns a request id for the settlement of a call that came
@@ -215,100 +180,6 @@ func newSettleID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "settle-" + base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// Settlement retries.
-const (
-	// settleRetryFor is how long a settlement the store could not take is
-	// retried, with backoff, before it is dropped.
-	settleRetryFor = 10 * time.Second
-	// maxPendingSettles bounds the settlements waiting for a retry; past it
-	// new failures are dropped at once.
-	maxPendingSettles = 10_000
-)
-
-// settler retries settlements the store failed, in one goroutine that runs
-// only while some wait, each until settleRetryFor after its first attempt.
-type settler struct {
-	mu      sync.Mutex
-	pending []retry
-	running bool
-}
-
-type retry struct {
-	s        settlement
-	cost     int64
-	deadline time.Time
-	next     time.Time
-	wait     time.Duration
-}
-
-// add queues s for retries, or drops it when too many wait.
-func (q *settler) add(l *Limiter, s settlement, cost int64, cause error) {
-	now := time.Now()
-	q.mu.Lock()
-	if len(q.pending) >= maxPendingSettles {
-		q.mu.Unlock()
-		l.recordSettle(context.Background(), s.p, s.reserved, cost, settleDropped)
-		l.log.Error("rate limit settle: dropped, too many settlements wait for the store", "rule", s.p.rule.Name, "cost", cost, "error", cause)
-		return
-	}
-	q.pending = append(q.pending, retry{s: s, cost: cost, deadline: now.Add(settleRetryFor), next: now.Add(10 * time.Millisecond), wait: 10 * time.Millisecond})
-	start := !q.running
-	q.running = true
-	q.mu.Unlock()
-	l.log.Warn("rate limit settle: the store failed, retrying", "rule", s.p.rule.Name, "cost", cost, "error", cause)
-	if start {
-		go q.run(l)
-	}
-}
-
-// run retries what is pending until nothing is.
-func (q *settler) run(l *Limiter) {
-	for {
-		q.mu.Lock()
-		if len(q.pending) == 0 {
-			q.running = false
-			q.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		var due []retry
-		next := now.Add(time.Second)
-		keep := q.pending[:0]
-		for _, r := range q.pending {
-			if !now.Before(r.next) {
-				due = append(due, r)
-			} else {
-				keep = append(keep, r)
-				if r.next.Before(next) {
-					next = r.next
-				}
-			}
-		}
-		q.pending = keep
-		q.mu.Unlock()
-		for _, r := range due {
-			err := l.applySettle(context.Background(), &r.s, r.cost)
-			switch {
-			case err == nil:
-				l.recordSettle(context.Background(), r.s.p, r.s.reserved, r.cost, settleApplied)
-				continue
-			case time.Now().After(r.deadline):
-				l.recordSettle(context.Background(), r.s.p, r.s.reserved, r.cost, settleDropped)
-				l.log.Error("rate limit settle: dropped, the store failed for too long", "rule", r.s.p.rule.Name, "cost", r.cost, "error", err)
-				continue
-			}
-			r.wait = min(2*r.wait, time.Second)
-			r.next = time.Now().Add(r.wait)
-			q.mu.Lock()
-			q.pending = append(q.pending, r)
-			q.mu.Unlock()
-		}
-		if len(due) == 0 {
-			time.Sleep(time.Until(next))
-		}
-	}
 }
 
 // settleOutcome is the value of tollgate.settle.outcome.
@@ -344,9 +215,13 @@ func newSettleTelemetry(meter metric.Meter) (settleTelemetry, error) {
 func (l *Limiter) recordSettle(ctx context.Context, p *plan, reserved, final int64, o settleOutcome) {
 	rule := AttrRule.String(p.rule.Name)
 	l.settleTel.settles.Add(ctx, 1, metric.WithAttributes(rule, AttrSettleOutcome.String(settleOutcomeNames[o])))
-	if o == settleApplied {
+	switch o {
+	case settleApplied:
 		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, AttrCostKind.String("reserved")))
 		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, AttrCostKind.String("final")))
+	case settleDropped:
+		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, AttrCostKind.String("dropped_reserved")))
+		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, AttrCostKind.String("dropped_final")))
 	}
 }
 
@@ -355,14 +230,17 @@ const (
 	// MetricSettles counts settlements (Rule.Settle), with the attributes
 	// tollgate.rule and tollgate.settle.outcome: "applied", "retried" (the
 	// store failed; the settlement waits for another try), "dropped" (the
-	// store failed too long: the reservation stands) or "invalid".
+	// store failed too long, too many waited, or Close ended first: the
+	// reservation stands) or "invalid".
 	MetricSettles = "tollgate.settles"
-	// MetricSettledUnits counts the units of applied settlements, with the
-	// attributes tollgate.rule and tollgate.cost.kind: "reserved" (what
-	// admission debited) or "final" (what the call cost).
+	// MetricSettledUnits counts the units of settlements, with the
+	// attributes tollgate.rule and tollgate.cost.kind: for applied ones
+	// "reserved" (what admission debited) and "final" (what the call
+	// cost); for dropped ones "dropped_reserved" (what stays debited) and
+	// "dropped_final" (what the call cost, never applied).
 	MetricSettledUnits = "tollgate.settled.units"
 
 	AttrFinalCost     = attribute.Key("tollgate.final_cost")     // units a settlement made the call's cost
 	AttrSettleOutcome = attribute.Key("tollgate.settle.outcome") // see MetricSettles
-	AttrCostKind      = attribute.Key("tollgate.cost.kind")      // "reserved" or "final"
+	AttrCostKind      = attribute.Key("tollgate.cost.kind")      // see MetricSettledUnits
 )

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -75,6 +76,11 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 // no rate. A store failure gives back the slots taken. local: st is
 // FailLocal's store, whose slots are the per-replica caps.
 func (l *Limiter) askAll(ctx context.Context, st tollgate.Store, checks []*check, local bool) error {
+	if sa, ok := st.(tollgate.SlotAllower); ok && !local {
+		if done, err := l.askWithSlot(ctx, sa, checks); done {
+			return err
+		}
+	}
 	got, err := l.acquire(ctx, st, checks, local)
 	if err != nil || !got {
 		return err
@@ -88,6 +94,62 @@ func (l *Limiter) askAll(ctx context.Context, st tollgate.Store, checks []*check
 		return err
 	}
 	return nil
+}
+
+// askWithSlot asks st for the one slot of checks and their rate limits in
+// one step, when exactly one check has a slot and some have rates; it
+// reports whether it could (done), and then the store's error.
+func (l *Limiter) askWithSlot(ctx context.Context, st tollgate.SlotAllower, checks []*check) (done bool, err error) {
+	var slotted *check
+	for _, c := range checks {
+		if c.slot != nil {
+			if slotted != nil {
+				return false, nil
+			}
+			slotted = c
+		}
+	}
+	rated := only(checks, func(c *check) bool { return len(c.reqs) > 0 })
+	if slotted == nil || len(rated) == 0 {
+		return false, nil
+	}
+	reqs := rated[0].reqs
+	if len(rated) > 1 {
+		reqs = nil
+		for _, c := range rated {
+			reqs = append(reqs, c.reqs...)
+		}
+	}
+	sd, decs, err := st.AllowAllWithSlot(ctx, slotted.slot.req, reqs)
+	if err != nil {
+		return true, err
+	}
+	s := slotted.slot
+	s.asked, s.dec = true, sd
+	if decs == nil {
+		l.recordSlot(ctx, slotted.p, slotDeniedOutcome)
+		return true, nil
+	}
+	if len(decs) != len(reqs) {
+		return true, fmt.Errorf("interceptor: the store answered %d decisions for %d requests", len(decs), len(reqs))
+	}
+	if sd.Allowed {
+		l.recordSlot(ctx, slotted.p, slotAcquired)
+		s.store, s.local, s.at = st, false, time.Now()
+	} else {
+		s.dec.Allowed = true // a slot was free; the rates refused the call
+	}
+	for _, c := range rated {
+		n := len(c.reqs)
+		if n == 1 && cap(c.decs) >= 1 {
+			c.decs = c.decs[:1]
+			c.decs[0] = decs[0]
+		} else {
+			c.decs = decs[:n:n]
+		}
+		decs = decs[n:]
+	}
+	return true, nil
 }
 
 // setReplayTTL bounds how long the store remembers the request ids of checks.

@@ -45,8 +45,18 @@ func newLimiter(t *testing.T, st tollgate.Store, opts ...interceptor.Option) *in
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	t.Cleanup(func() { closeLimiter(t, l) })
 	return l
+}
+
+// closeLimiter closes l, delivering what its calls owe, and fails the test
+// when it could not.
+func closeLimiter(t *testing.T, l *interceptor.Limiter) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
 }
 
 func TestPerTenantQuotaAndRichDenial(t *testing.T) {

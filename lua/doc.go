@@ -1,6 +1,7 @@
-// Package lua holds tollgate's Redis scripts, decide, batch, refund,
-// settle, slot and share, embedded from the *.lua files beside this one (lua.go says how a
-// script is put together from them). It exports their sources and SHA-1
+// Package lua holds tollgate's Redis scripts (decide, batch, refund,
+// settle, slot, reset, admit, finish and share), embedded from the *.lua
+// files beside this one (lua.go says how a script is put together from
+// them). It exports their sources and SHA-1
 // hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),
 // because a decision re-sent after a lost reply would be debited twice.
@@ -176,21 +177,77 @@
 // # Slot
 //
 // In-flight slots of one identity: a sorted set of the ids holding one,
-// scored by their expiry (µs on the server's clock).
+// scored by their expiry (µs on the server's clock), and beside it the
+// recent mean time the identity's slots were held.
 //
 //	KEYS[1]          the identity's slots, {tag}:if
+//	KEYS[2]          the mean hold time in µs, {tag}:ih
 //	ARGV[1]          acquire, renew, release or count
 //	ARGV[2]          the most slots the identity has (acquire)
 //	ARGV[3]          the slot's id
-//	ARGV[4]          its TTL in µs (acquire, renew)
+//	ARGV[4]          its TTL in µs (acquire, renew); for release, how long
+//	                 it was held in µs (0: unknown)
+//	ARGV[5]          release: how long the mean is kept, in ms
 //
 // Every operation but count first drops the expired slots. acquire takes a
 // slot when fewer than ARGV[2] are held, or renews the id's when it holds
 // one; renew only renews. Both reply {allowed (0|1), held, reused (0|1),
-// retry_after_us, now_us}, where a denied acquire's retry_after_us is the
-// time until the first held slot expires; each change sets the key's PX to
-// its last slot's expiry. release removes the id and replies {1, now_us};
-// count replies {held, now_us} without writing.
+// retry_after_us, now_us, hold_us}, where a denied acquire's
+// retry_after_us is the time until the first held slot expires and hold_us
+// the mean hold time (0 when unknown, and in every other reply); each
+// change sets the key's PX to its last slot's expiry. release removes the
+// id, folds a known hold time into the mean (an exponential mean, each
+// hold weighing 1/8; the first is taken as it is), sets the mean's PX to
+// ARGV[5] and replies {1, now_us}; count replies {held, now_us} without
+// writing.
+//
+// # Admit
+//
+// A call limited both in flight and by rate takes its slot and its debits
+// in one call. KEYS and ARGV are a decide call's, then the slot script's:
+//
+//	KEYS[1..k]       the decide call's KEYS
+//	KEYS[k+1]        the identity's slots, {tag}:if
+//	KEYS[k+2]        its mean hold time, {tag}:ih
+//	ARGV[1..a]       the decide call's ARGV
+//	ARGV[a+1]        the most slots the identity has
+//	ARGV[a+2]        the slot's id
+//	ARGV[a+3]        its TTL in µs
+//
+// Expired slots are dropped first. When no slot is free (and the id holds
+// none), the reply is the slot script's denied acquire, six integers, and
+// nothing is judged. Otherwise the groups are judged exactly as the decide
+// call would (same writes), and the slot is taken (or the id's renewed)
+// only when every group was admitted (or replayed); otherwise the id holds
+// none. The reply is six integers, then the decide call's reply:
+//
+//	{slot (1 taken, 2 free but not taken: a group denied), held, reused (0|1), 0, now_us, 0}, decide reply
+//
+// # Finish
+//
+// The end of calls in one call: a settle call's settlements, then the
+// release of m in-flight slots, as the slot script releases them.
+//
+//	KEYS[1..k]       the settle call's KEYS (none when it settles nothing)
+//	KEYS[k+2j-1]     slot j's identity's slots, {tag}:if
+//	KEYS[k+2j]       its mean hold time, {tag}:ih
+//	ARGV[1..a]       the settle call's ARGV (none when k is 0)
+//	ARGV[a+2j-1]     slot j's id
+//	ARGV[a+2j]       how long it was held in µs (0: unknown)
+//	ARGV[a+2m+1]     how long a mean hold time is kept, in ms
+//	ARGV[a+2m+2]     m
+//
+// The reply is the settle call's reply, or {now_us} when it settles
+// nothing.
+//
+// # Reset
+//
+// Forgets one identity's state under one algorithm; its request-id markers
+// stay.
+//
+//	KEYS[1]          the state key, as in the decide call
+//
+// The reply is {deleted (0|1)}.
 //
 // # Share
 //

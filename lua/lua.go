@@ -32,6 +32,14 @@ const (
 	// Slot acquires, renews, releases and counts the in-flight slots of an
 	// identity.
 	Slot
+	// Reset forgets one state key: a full bucket or an empty window again.
+	Reset
+	// Admit takes an in-flight slot and makes a Decide call's decision in
+	// one call, all or nothing.
+	Admit
+	// Finish settles calls and then releases their in-flight slots in one
+	// call.
+	Finish
 	// Share records one member's demand on a shared limit and grants it
 	// its max-min fair share.
 	Share
@@ -39,7 +47,7 @@ const (
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Share: "share.lua"}
+var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua"}
 
 // Every *.lua file is a complete chunk: it compiles alone. A script is its
 // driver with each line "--#name" replaced by the part of that name:
@@ -52,6 +60,9 @@ var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "ba
 //	--#give_back  the refund blocks, likewise: refund_<algorithm>.lua
 //	--#settle     the settle blocks, likewise: settle_<algorithm>.lua
 //	--#debt       the debt blocks, likewise: debt_<algorithm>.lua
+//	--#decide_script  the whole decide script as assembled, and
+//	--#settle_script  the settle script likewise (drivers that come
+//	              after theirs only)
 //
 // A judge block reads state (the key's string, or false when absent), now,
 // rate, period, capacity and c (the cost, 0 to only read), and sets
@@ -111,6 +122,12 @@ func assemble(fsys fs.FS) (sources [len(drivers)]string, err error) {
 			b.WriteString(part)
 		}
 		sources[s] = b.String()
+		switch Script(s) {
+		case Decide:
+			parts["decide_script"] = sources[s]
+		case Settle:
+			parts["settle_script"] = sources[s]
+		}
 	}
 	return sources, err
 }
@@ -132,7 +149,7 @@ var hashes = func() (h [len(sources)]string) {
 }()
 
 // String returns the script's name: "decide", "refund", "batch", "settle",
-// "slot" or "share".
+// "slot", "reset", "admit", "finish" or "share".
 func (s Script) String() string {
 	switch s {
 	case Decide:
@@ -145,6 +162,12 @@ func (s Script) String() string {
 		return "settle"
 	case Slot:
 		return "slot"
+	case Reset:
+		return "reset"
+	case Admit:
+		return "admit"
+	case Finish:
+		return "finish"
 	case Share:
 		return "share"
 	}

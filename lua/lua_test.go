@@ -45,7 +45,7 @@ func TestEveryFileCompilesAlone(t *testing.T) {
 			t.Errorf("%s alone: %v", name, err)
 		}
 	}
-	for _, s := range []lua.Script{lua.Decide, lua.Refund, lua.Batch, lua.Settle, lua.Slot, lua.Share} {
+	for _, s := range []lua.Script{lua.Decide, lua.Refund, lua.Batch, lua.Settle, lua.Slot, lua.Reset, lua.Admit, lua.Finish, lua.Share} {
 		if err := c.ScriptLoad(ctx, lua.Source(s)).Err(); err != nil {
 			t.Errorf("the %s script: %v", s, err)
 		}

@@ -45,7 +45,6 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
 		}
 		if c.err != nil {
-			r.refreshRouting(c.err)
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", c.err)
 		}
 		out := c.decisions // newCall gives a call of several groups a slice of its own
@@ -187,9 +186,6 @@ func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, parts []
 		wg.Go(func() {
 			if errs[j] = r.send(ctx, cs[j]); errs[j] == nil {
 				errs[j] = cs[j].err
-			}
-			if errs[j] != nil {
-				r.refreshRouting(errs[j])
 			}
 		})
 	}

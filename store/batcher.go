@@ -142,6 +142,7 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 		default:
 		}
 	}
+	r.refreshRouting(ctx.Err())
 	return ctx.Err()
 }
 
@@ -157,6 +158,7 @@ func (r *Redis) await(ctx context.Context, c *call) error {
 	case <-c.done: // answered while the caller was leaving
 		return nil
 	default:
+		r.refreshRouting(ctx.Err())
 		return ctx.Err()
 	}
 }
@@ -193,7 +195,9 @@ func (r *Redis) pipelines(b *batcher, batch []*call) {
 
 // runOne sends c alone under the caller's ctx.
 func (r *Redis) runOne(ctx context.Context, c *call) {
-	c.read(runScript(ctx, r.client, decideScript, c.args))
+	sc := [1]scriptCall{c.scriptCall()}
+	r.roundTrip(ctx, sc[:])
+	c.readReply(sc[0].cmd)
 }
 
 // runBatch sends batch as one pipeline and signals every call. On a
@@ -215,14 +219,14 @@ func (r *Redis) runBatch(batch []*call) {
 	}
 	sc := make([]scriptCall, 0, len(own)+len(shares))
 	for _, c := range own {
-		sc = append(sc, scriptCall{script: decideScript, args: c.args})
+		sc = append(sc, c.scriptCall())
 	}
 	for _, s := range shares {
 		sc = append(sc, scriptCall{script: batchScript, args: s.args})
 	}
-	runScripts(ctx, r.client, sc)
+	r.roundTrip(ctx, sc)
 	for i, c := range own {
-		c.read(sc[i].cmd)
+		c.readReply(sc[i].cmd)
 	}
 	for i, s := range shares {
 		s.read(sc[len(own)+i].cmd)

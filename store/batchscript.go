@@ -30,7 +30,7 @@ type shared struct {
 func shareCalls(batch []*call, bySlot bool) ([]*shared, []*call) {
 	var singles, own []*call
 	for _, c := range batch {
-		if c.groups == 1 {
+		if c.groups == 1 && c.admit == nil {
 			singles = append(singles, c)
 		} else {
 			own = append(own, c)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 )
@@ -76,6 +78,9 @@ type call struct {
 	args   []any    // EVALSHA sha numkeys KEYS... ARGV...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
+	// admit, when set, makes the call an admit script call (a slot with
+	// the decision; see AllowAllWithSlot) instead of a decide call.
+	admit *admitPart
 
 	// Written by whoever runs the call, then signalled on done.
 	decisions []tollgate.Decision // one per group, valid when err is nil
@@ -136,8 +141,34 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 		c.args[3+nkeys+i] = &c.argv[i]
 	}
 	c.deadline, _ = ctx.Deadline()
-	c.now, c.err = 0, nil
+	c.now, c.err, c.admit = 0, nil, nil
 	return c
+}
+
+// scriptCall is c as the send path takes it: a decide call, or an admit
+// call.
+func (c *call) scriptCall() scriptCall {
+	if c.admit != nil {
+		return scriptCall{script: admitScript, args: c.admit.args}
+	}
+	return scriptCall{script: decideScript, args: c.args}
+}
+
+// readReply records cmd's reply, c's script call's, with the decoder of
+// its script.
+func (c *call) readReply(cmd redis.Cmder) {
+	if c.admit == nil {
+		c.read(cmd)
+		return
+	}
+	a := c.admit
+	var ds []tollgate.Decision
+	a.slot, ds, c.err = readAdmit(cmd, c.groups)
+	a.judged = ds != nil
+	if c.err == nil && a.judged {
+		copy(c.decisions, ds)
+		c.now = ds[0].At.UnixMicro()
+	}
 }
 
 // debited reports whether the call, answered without an error, debited its

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 
 // TestDeadlineWithoutContextTimeouts runs decisions against a hung Redis
 // through a client built with go-redis's defaults, which ignore context
-// deadlines on the socket (ContextTimeoutEnabled false, ReadTimeout 3s,
+// deadlines on the socket (ContextTimeoutEnabled false, ReadTimeout 5s,
 // MaxRetries 3): the caller still gets its answer, the deadline error, at
 // its own deadline, alone or batched, and not after the client's read
 // timeouts.
@@ -54,7 +55,7 @@ func TestDeadlineWithoutContextTimeouts(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("Allow on a hung Redis: %v, want the deadline error", err)
 				}
-				// The client's own timeout is 3s; 1s tells the two apart on
+				// The client's own timeout is 5s; 1s tells the two apart on
 				// a loaded machine without timing anything finely.
 				if d > time.Second {
 					t.Errorf("Allow returned after %s, want about %s", d, deadline)
@@ -69,5 +70,115 @@ func TestDeadlineWithoutContextTimeouts(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestEveryCallBoundedWithoutContextTimeouts calls every store operation
+// that reaches Redis (decisions, sets, peeks, settlements, overdraws, every
+// slot operation, the one-step slot and settle operations, Reset) through
+// a client on go-redis's default options while Redis is paused (CLIENT
+// PAUSE 2000): each returns the deadline error within 100ms of its
+// caller's deadline, not at the pause's end or the client's ReadTimeout.
+// On a single node, through Sentinel, and on a 3-primary Cluster (every
+// node paused).
+func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T) (redis.UniversalClient, []*redistest.Server)
+	}{
+		{"single", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			srv := redistest.Start(t)
+			return redis.NewClient(&redis.Options{Addr: srv.Addr()}), []*redistest.Server{srv}
+		}},
+		{"sentinel", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			srv := redistest.Start(t)
+			sentinel := redistest.Sentinel(t, srv)
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{sentinel.Addr()}}),
+				[]*redistest.Server{srv}
+		}},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, []*redistest.Server) {
+			c := redistest.NewClusterTimeout(t, 0, 5*time.Second)
+			return redis.NewClusterClient(c.Options()), c.Nodes
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, servers := tc.setup(t)
+			defer client.Close()
+			everyCallBounded(t, NewRedis(client), servers)
+		})
+	}
+}
+
+func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
+	key := redistest.KeyPrefix(t) + "bounded"
+	req := tollgate.Request{Key: key, Limit: tollgate.PerSecond(1000), Cost: 10, RequestID: "r1"}
+	two := []tollgate.Request{req, {Key: key + "-b", Limit: tollgate.PerSecond(1000), RequestID: "r1"}}
+	slot := tollgate.Slot{Key: key, Max: 2, ID: "s1", TTL: time.Second}
+	ops := []struct {
+		name string
+		do   func(ctx context.Context) error
+	}{
+		{"Allow", func(ctx context.Context) error { _, err := st.Allow(ctx, req); return err }},
+		{"AllowAll", func(ctx context.Context) error { _, err := st.AllowAll(ctx, two); return err }},
+		{"Peek", func(ctx context.Context) error { _, err := st.Peek(ctx, req); return err }},
+		{"Settle", func(ctx context.Context) error {
+			_, err := st.Settle(ctx, req, tollgate.Decision{Allowed: true}, 3)
+			return err
+		}},
+		{"SettleAll", func(ctx context.Context) error {
+			_, err := st.SettleAll(ctx, two, make([]tollgate.Decision, 2), []int64{1, 1})
+			return err
+		}},
+		{"Overdraw", func(ctx context.Context) error {
+			o := req
+			o.Overdraw, o.RequestID = true, ""
+			_, err := st.Allow(ctx, o)
+			return err
+		}},
+		{"AcquireSlot", func(ctx context.Context) error { _, err := st.AcquireSlot(ctx, slot); return err }},
+		{"RenewSlot", func(ctx context.Context) error { _, err := st.RenewSlot(ctx, slot); return err }},
+		{"ReleaseSlot", func(ctx context.Context) error { return st.ReleaseSlot(ctx, slot) }},
+		{"SlotsInUse", func(ctx context.Context) error { _, err := st.SlotsInUse(ctx, key); return err }},
+		{"AllowAllWithSlot", func(ctx context.Context) error {
+			_, _, err := st.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
+			return err
+		}},
+		{"SettleAllAndRelease", func(ctx context.Context) error {
+			_, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Decision{{Allowed: true}}, []int64{3}, []tollgate.Slot{slot})
+			return err
+		}},
+		{"Reset", func(ctx context.Context) error { return st.Reset(ctx, req) }},
+	}
+	for _, op := range ops { // loads every script while Redis answers
+		if err := op.do(context.Background()); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+	}
+	for _, srv := range servers {
+		srv.Pause(t, 2*time.Second)
+	}
+	const deadline = 100 * time.Millisecond
+	var wg sync.WaitGroup
+	for _, op := range ops {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			err := op.do(ctx)
+			took := time.Since(start)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s on a paused Redis: %v, want the deadline error", op.name, err)
+			}
+			if took > deadline+100*time.Millisecond {
+				t.Errorf("%s returned after %s, want within 100ms of its %s deadline", op.name, took, deadline)
+			}
+		})
+	}
+	wg.Wait()
+	for _, srv := range servers {
+		srv.AwaitAnswer(t, 5*time.Second)
+	}
+	if _, err := st.Allow(context.Background(), tollgate.Request{Key: key, Limit: tollgate.PerSecond(1000)}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -35,7 +35,11 @@ const denyWays = 8
 type denyShard struct {
 	mu      sync.Mutex
 	entries [denyWays]denyEntry
-	_       [64]byte // keeps neighbouring shards' locks off one cache line
+	// forgot is just after a key of the shard was last forgotten (0:
+	// never): a denial sent before then may describe a state given back
+	// since, and is not remembered.
+	forgot int64
+	_      [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // denyKey identifies the Redis state of one identity under one algorithm:
@@ -226,7 +230,7 @@ func (dc *denyCache) record(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 			e = nil
 		}
 	}
-	if !ok || d.Allowed {
+	if !ok || d.Allowed || sent < s.forgot {
 		return
 	}
 	wait := int64(d.RetryAfter)
@@ -336,8 +340,10 @@ func (dc *denyCache) remembers(req tollgate.Request) bool {
 // forget ends k's entry, if any: its state was reset or given back, so the
 // remembered denial may no longer hold.
 func (dc *denyCache) forget(k denyKey) {
+	now := dc.now()
 	s := dc.lock(k)
 	defer s.mu.Unlock()
+	s.forgot = now + 1
 	if e := s.find(k); e != nil {
 		e.end()
 	}

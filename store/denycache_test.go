@@ -411,3 +411,28 @@ func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	}
 	st.deny.record(k, l, 1, 0, tollgate.Decision{}, false, probe)
 }
+
+// TestDenyCacheIgnoresADenialSentBeforeAForget: a denial whose request was
+// sent before its identity's state was given back (a settlement or a
+// refund landing while the decision was in flight) is not remembered; one
+// sent after is.
+func TestDenyCacheIgnoresADenialSentBeforeAForget(t *testing.T) {
+	dc := newDenyCache(64)
+	now := int64(1000)
+	dc.clock = func() int64 { return now }
+	l := tollgate.PerMinute(1)
+	denial := tollgate.Decision{RetryAfter: time.Minute, ResetAfter: time.Minute}
+	k := dc.key("a", l.Algorithm)
+	sent := now
+	now++
+	dc.forget(k) // the give-back lands while the decision is in flight
+	now++
+	dc.record(k, l, 1, sent, denial, true, nil)
+	if _, v, _ := dc.lookup(k, l, 1, true); v == adviceDenied {
+		t.Fatal("a denial sent before the identity was given back is repeated from memory")
+	}
+	dc.record(k, l, 1, now, denial, true, nil)
+	if _, v, _ := dc.lookup(k, l, 1, true); v != adviceDenied {
+		t.Fatal("a denial sent after the give-back is not remembered")
+	}
+}

@@ -169,6 +169,7 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 // members sharing it.
 const (
 	slotsCode    = "if"
+	holdCode     = "ih"
 	overrideCode = "ov"
 	shareCode    = "sh"
 )

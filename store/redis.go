@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // Redis is a tollgate.Store that makes every decision with one Lua script on
@@ -49,9 +50,10 @@ type Redis struct {
 	replays replays
 	// deadlineSafe reports that the client gives up a command when its
 	// context ends (go-redis's ContextTimeoutEnabled). When it does not, a
-	// decision that goes to Redis alone runs in a goroutine of its own and
-	// the caller leaves at its deadline, so a hung Redis never holds a call
-	// for the client's ReadTimeout (3s by default) times its retries.
+	// script call runs in a goroutine of its own and the caller leaves at
+	// its deadline (see exchange), so a hung Redis never holds a call for
+	// the client's ReadTimeout (5s by default in go-redis v9.23) times its
+	// retries.
 	deadlineSafe bool
 	// batch shares round trips between concurrent decisions; nil when
 	// batching is off (see WithBatching). On a ClusterClient it is the
@@ -180,7 +182,6 @@ func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode decideMod
 	d, err := c.decisions[0], c.err
 	calls.Put(c)
 	if err != nil {
-		r.refreshRouting(err)
 		return tollgate.Decision{}, err
 	}
 	return d, nil
@@ -203,7 +204,7 @@ func (r *Redis) wrap(req tollgate.Request, err error) error {
 // been promoted. The reload runs in the background, at most one at a time
 // and one every 200ms (go-redis coalesces them).
 func (r *Redis) refreshRouting(err error) {
-	if r.cluster == nil || errors.Is(err, context.Canceled) {
+	if err == nil || r.cluster == nil || errors.Is(err, context.Canceled) {
 		return
 	}
 	var reply redis.Error
@@ -250,8 +251,25 @@ func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
 		defer r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm))
 	}
 	k := decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
-	if err := r.client.Del(ctx, k).Err(); err != nil {
+	sc := [1]scriptCall{{script: resetScript, args: []any{nil, nil, 1, k}}}
+	err = r.exchange(ctx, sc[:])
+	if err == nil {
+		err = readReset(sc[0].cmd)
+	}
+	if err != nil {
 		return fmt.Errorf("tollgate: redis store: reset: %w", err)
 	}
 	return nil
+}
+
+// The reset script deletes one state key.
+var resetScript = newScript(lua.Reset, sentOnce)
+
+// readReset decodes a reset script call's reply (lua/doc.go): {deleted}.
+func readReset(cmd redis.Cmder) error {
+	v, err := cmd.(scriptCmd).Result()
+	if err == nil && len(v) != 1 {
+		err = errBadReply
+	}
+	return err
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 )
@@ -49,17 +51,29 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 		}
 		sc[j] = scriptCall{script: refundScript, args: a}
 	}
-	runScripts(ctx, r.client, sc)
-	var err error
+	err := r.exchange(ctx, sc)
 	for j, part := range parts {
 		if r.deny != nil {
 			for _, i := range part {
 				r.deny.forget(r.deny.key(reqs[i].Key, reqs[i].Limit.Algorithm))
 			}
 		}
-		if e := sc[j].cmd.Err(); e != nil {
-			err = fmt.Errorf("refund: %w", e)
+		if err == nil {
+			err = readRefund(sc[j].cmd)
 		}
+	}
+	if err != nil {
+		return fmt.Errorf("refund: %w", err)
+	}
+	return nil
+}
+
+// readRefund decodes a refund script call's reply (lua/doc.go): 1 when it
+// gave back, 0 when a copy with its nonce already had; either is success.
+func readRefund(cmd redis.Cmder) error {
+	v, err := cmd.(anyCmd).Int64()
+	if err == nil && v != 0 && v != 1 {
+		err = errBadReply
 	}
 	return err
 }

@@ -23,8 +23,9 @@ var (
 	decideScript = newScript(lua.Decide, sentOnce)
 	batchScript  = newScript(lua.Batch, sentOnce)
 	// A refund claims a nonce key before it gives anything back, so a copy
-	// that runs twice gives back once: it may be re-sent.
-	refundScript = newScript(lua.Refund, resendable)
+	// that runs twice gives back once; it is still sent once, like every
+	// script call, and answers a single integer.
+	refundScript = newScript(lua.Refund, sentOnceAny)
 )
 
 func newScript(s lua.Script, newCmd func(context.Context, ...any) redis.Cmder) *script {
@@ -56,9 +57,18 @@ func sentOnce(ctx context.Context, args ...any) redis.Cmder {
 	return scriptCmd{redis.NewIntSliceCmd(ctx, args...)}
 }
 
-// resendable is the command of an idempotent script, which go-redis
-// re-sends like any command.
-func resendable(ctx context.Context, args ...any) redis.Cmder { return redis.NewCmd(ctx, args...) }
+// anyCmd is a scriptCmd for a script whose reply is not a list of
+// integers.
+type anyCmd struct{ *redis.Cmd }
+
+// NoRetry reports that the command must not be re-sent.
+func (anyCmd) NoRetry() bool { return true }
+
+// sentOnceAny is the command of a script answering anything, sent at most
+// once per call: an anyCmd.
+func sentOnceAny(ctx context.Context, args ...any) redis.Cmder {
+	return anyCmd{redis.NewCmd(ctx, args...)}
+}
 
 // command returns a call of s on args as EVALSHA, or as EVAL with the
 // script's source (which also loads it on the node that runs it) when eval
@@ -81,47 +91,11 @@ func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// runScript sends one call of s alone under ctx: EVALSHA, then EVAL once on
-// NOSCRIPT, as go-redis's Script.Run does. The command returned holds the
-// reply.
-func runScript(ctx context.Context, c redis.UniversalClient, s *script, args []any) redis.Cmder {
-	cmd := s.command(ctx, args, false)
-	if err := c.Process(ctx, cmd); isNoScript(err) {
-		cmd = s.command(ctx, args, true)
-		_ = c.Process(ctx, cmd)
-	}
-	return cmd
-}
-
-// scriptCall is one call in a pipeline of script calls: the script, its
-// arguments, and once run, the command holding the reply.
+// scriptCall is one script call on its way to Redis (see exchange): the
+// script, its arguments, and once sent, the command holding the reply,
+// which the script's decoder reads.
 type scriptCall struct {
 	script *script
 	args   []any
 	cmd    redis.Cmder
-}
-
-// runScripts sends calls as one pipeline under ctx, then the calls answered
-// NOSCRIPT as a second pipeline of EVAL, so that each script is loaded on
-// exactly the nodes that lacked it. Every call's cmd holds its reply.
-func runScripts(ctx context.Context, c redis.UniversalClient, calls []scriptCall) {
-	pipe := c.Pipeline()
-	for i := range calls {
-		calls[i].cmd = calls[i].script.command(ctx, calls[i].args, false)
-		_ = pipe.Process(ctx, calls[i].cmd)
-	}
-	_, _ = pipe.Exec(ctx) // every command carries its own error
-	var again redis.Pipeliner
-	for i := range calls {
-		if isNoScript(calls[i].cmd.Err()) {
-			if again == nil {
-				again = c.Pipeline()
-			}
-			calls[i].cmd = calls[i].script.command(ctx, calls[i].args, true)
-			_ = again.Process(ctx, calls[i].cmd)
-		}
-	}
-	if again != nil {
-		_, _ = again.Exec(ctx)
-	}
 }

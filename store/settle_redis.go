@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/lua"
@@ -25,6 +27,39 @@ const (
 	// allowed, remaining, retry, reset, debt.
 	settleReplyLen = 5
 )
+
+// settleReply is what the settle script answers for one group
+// (lua/doc.go), field by field.
+type settleReply [settleReplyLen]int64
+
+const (
+	settleAllowed = iota
+	settleRemaining
+	settleRetryAfter
+	settleResetAfter
+	settleDebt
+)
+
+// readSettle decodes a settle script call's reply (lua/doc.go), whose
+// groups are the requests part names, into out.
+func readSettle(cmd redis.Cmder, part []int, out []tollgate.Decision) error {
+	v, err := cmd.(scriptCmd).Result()
+	if err == nil && len(v) != settleReplyLen*len(part)+1 {
+		err = errBadReply
+	}
+	if err != nil {
+		return err
+	}
+	now := time.UnixMicro(v[len(v)-1])
+	for k, i := range part {
+		g := settleReply(v[settleReplyLen*k:])
+		out[i] = tollgate.Decision{
+			Allowed: g[settleAllowed] == 1, Remaining: g[settleRemaining], RetryAfter: micros(g[settleRetryAfter]),
+			ResetAfter: micros(g[settleResetAfter]), Debt: g[settleDebt], At: now,
+		}
+	}
+	return nil
+}
 
 // Settle makes cost the final cost of req, admitted with admitted (see
 // tollgate.Store), with one settle script call. With a RequestID the script
@@ -72,69 +107,70 @@ func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	return out, nil
 }
 
+// settleMode is the settle script's mode for reqs (normalized, a set).
+func settleMode(reqs []tollgate.Request, overdraw bool) int64 {
+	switch {
+	case overdraw:
+		return settleOverdraw
+	case reqs[0].RequestID != "":
+		return settleRecord
+	}
+	return settleNoRecord
+}
+
+// settleArgs lays out a settle script call (EVALSHA sha numkeys KEYS...
+// ARGV...) of the requests part names, in mode.
+func (r *Redis) settleArgs(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, part []int, mode int64) []any {
+	nkeys := len(part)
+	if mode == settleRecord {
+		nkeys *= 2
+	}
+	args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
+	args[2] = nkeys
+	keys := make([]string, 0, nkeys)
+	for _, i := range part {
+		keys = append(keys, decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
+	}
+	if mode == settleRecord {
+		for k, i := range part {
+			keys = append(keys, recordKey(keys[k], reqs[i].RequestID))
+		}
+	}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	ttl := int64(0)
+	if mode == settleRecord {
+		ttl = r.replays.ttlMs()
+	}
+	args = append(args, mode, ttl)
+	for _, i := range part {
+		p := algo.ParamsOf(reqs[i])
+		final, at := costs[i], int64(0)
+		if !admitted[i].At.IsZero() {
+			at = admitted[i].At.UnixMicro()
+		}
+		args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].ResetAfter.Microseconds())
+	}
+	return args
+}
+
 // settle sends reqs to the settle script, one call per part (see
 // partition), in one pipeline.
 func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, overdraw bool) ([]tollgate.Decision, error) {
-	mode := int64(settleNoRecord)
-	switch {
-	case overdraw:
-		mode = settleOverdraw
-	case reqs[0].RequestID != "":
-		mode = settleRecord
-	}
+	mode := settleMode(reqs, overdraw)
 	parts := r.partition(reqs)
 	sc := make([]scriptCall, len(parts))
 	for j, part := range parts {
-		nkeys := len(part)
-		if mode == settleRecord {
-			nkeys *= 2
-		}
-		args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
-		args[2] = nkeys
-		keys := make([]string, 0, nkeys)
-		for _, i := range part {
-			keys = append(keys, decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
-		}
-		if mode == settleRecord {
-			for k, i := range part {
-				keys = append(keys, recordKey(keys[k], reqs[i].RequestID))
-			}
-		}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		ttl := int64(0)
-		if mode == settleRecord {
-			ttl = r.replays.ttlMs()
-		}
-		args = append(args, mode, ttl)
-		for _, i := range part {
-			p := algo.ParamsOf(reqs[i])
-			final, at := costs[i], int64(0)
-			if !admitted[i].At.IsZero() {
-				at = admitted[i].At.UnixMicro()
-			}
-			args = append(args, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, final, at, admitted[i].ResetAfter.Microseconds())
-		}
-		sc[j] = scriptCall{script: settleScript, args: args}
+		sc[j] = scriptCall{script: settleScript, args: r.settleArgs(reqs, admitted, costs, part, mode)}
 	}
-	runScripts(ctx, r.client, sc)
+	if err := r.exchange(ctx, sc); err != nil {
+		return nil, err
+	}
 	out := make([]tollgate.Decision, len(reqs))
 	for j, part := range parts {
-		v, err := sc[j].cmd.(scriptCmd).Result()
-		if err == nil && len(v) != settleReplyLen*len(part)+1 {
-			err = errBadReply
-		}
-		if err != nil {
-			r.refreshRouting(err)
+		if err := readSettle(sc[j].cmd, part, out); err != nil {
 			return nil, err
-		}
-		now := time.UnixMicro(v[len(v)-1])
-		for k, i := range part {
-			g := v[settleReplyLen*k:]
-			out[i] = tollgate.Decision{
-				Allowed: g[0] == 1, Remaining: g[1], RetryAfter: micros(g[2]), ResetAfter: micros(g[3]), Debt: g[4], At: now,
-			}
 		}
 	}
 	if r.deny != nil {

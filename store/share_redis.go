@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/lua"
 )
@@ -33,36 +35,30 @@ func (r *Redis) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGran
 		ctx, cancel = context.WithTimeout(ctx, DefaultShareTimeout)
 		defer cancel()
 	}
-	args := []any{nil, nil, 1, keyOf(r.keyPrefix(s.Key), shareCode, s.Key), s.Member, s.Limit, s.Demand, s.TTL.Microseconds(), tollgate.MaxShareMembers}
-	cmd := r.shareCall(ctx, args)
-	if cmd.IntSliceCmd == nil {
-		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", ctx.Err())
-	}
-	v, err := cmd.Result()
+	sc := [1]scriptCall{{script: shareScript, args: []any{nil, nil, 1, keyOf(r.keyPrefix(s.Key), shareCode, s.Key),
+		s.Member, s.Limit, s.Demand, s.TTL.Microseconds(), tollgate.MaxShareMembers}}}
+	v, err := readShare(r.exchange(ctx, sc[:]), sc[0].cmd)
 	if err != nil {
-		r.refreshRouting(err)
 		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", err)
 	}
-	if len(v) != 4 {
-		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", errBadReply)
-	}
-	return tollgate.ShareGrant{Granted: v[0], Fair: v[1], Members: int(v[2])}, nil
+	return tollgate.ShareGrant{Granted: v.granted, Fair: v.fair, Members: int(v.members)}, nil
 }
 
-// shareCall sends one share script call and returns its command, or nil
-// when ctx ended first: a client that does not give up a command at its
-// context's end (go-redis without ContextTimeoutEnabled) runs it in a
-// goroutine, left to finish alone, as the store's decisions do.
-func (r *Redis) shareCall(ctx context.Context, args []any) scriptCmd {
-	if r.deadlineSafe {
-		return runScript(ctx, r.client, shareScript, args).(scriptCmd)
+// shareReply is what the share script answers (lua/doc.go), field by field.
+type shareReply struct{ granted, fair, members, now int64 }
+
+// readShare decodes a share script call's reply, or returns err, the
+// exchange's error.
+func readShare(err error, cmd redis.Cmder) (shareReply, error) {
+	if err != nil {
+		return shareReply{}, err
 	}
-	done := make(chan scriptCmd, 1)
-	go func() { done <- runScript(ctx, r.client, shareScript, args).(scriptCmd) }()
-	select {
-	case cmd := <-done:
-		return cmd
-	case <-ctx.Done():
-		return scriptCmd{}
+	v, err := cmd.(scriptCmd).Result()
+	if err != nil {
+		return shareReply{}, err
 	}
+	if len(v) != 4 {
+		return shareReply{}, errBadReply
+	}
+	return shareReply{granted: v[0], fair: v[1], members: v[2], now: v[3]}, nil
 }

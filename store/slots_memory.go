@@ -17,6 +17,42 @@ type memSlots struct {
 	// sweepAt is the number of keys at which every key is swept of its
 	// expired slots; it doubles with what is left.
 	sweepAt int
+	// holds is each key's mean hold time (as the slot script keeps it),
+	// until it expires; swept likewise at holdSweepAt keys.
+	holds       map[string]memHold
+	holdSweepAt int
+}
+
+// memHold is a key's mean hold time in µs and when it expires.
+type memHold struct{ mean, expires int64 }
+
+// hold returns key's mean hold time at now, 0 when unknown.
+func (ms *memSlots) hold(key string, now int64) int64 {
+	if h, ok := ms.holds[key]; ok && now < h.expires {
+		return h.mean
+	}
+	return 0
+}
+
+// held folds a slot of key held for us (> 0) into its mean at now, as the
+// slot script does.
+func (ms *memSlots) held(key string, us, now int64) {
+	mean := us
+	if h, ok := ms.holds[key]; ok && now < h.expires {
+		mean = h.mean - h.mean/8 + us/8
+	}
+	if len(ms.holds) >= ms.holdSweepAt {
+		for k, h := range ms.holds {
+			if h.expires <= now {
+				delete(ms.holds, k)
+			}
+		}
+		ms.holdSweepAt = max(2*len(ms.holds), 1024)
+	}
+	if ms.holds == nil {
+		ms.holds = make(map[string]memHold)
+	}
+	ms.holds[key] = memHold{mean: mean, expires: now + slotHoldTTL.Microseconds()}
 }
 
 // live drops the expired slots of key at now and returns its slots, nil
@@ -73,7 +109,7 @@ func (m *Memory) AcquireSlot(ctx context.Context, s tollgate.Slot) (tollgate.Slo
 				first = e
 			}
 		}
-		return tollgate.SlotDecision{InUse: int64(len(held)), RetryAfter: micros(first - now)}, nil
+		return tollgate.SlotDecision{InUse: int64(len(held)), RetryAfter: micros(first - now), Hold: micros(ms.hold(s.Key, now))}, nil
 	}
 	if held == nil {
 		if ms.byKey == nil {
@@ -118,6 +154,9 @@ func (m *Memory) ReleaseSlot(ctx context.Context, s tollgate.Slot) error {
 	ms := &m.slots
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
+	if us := s.Held.Microseconds(); us > 0 {
+		ms.held(s.Key, us, m.clock().UnixMicro())
+	}
 	if held := ms.byKey[s.Key]; held != nil {
 		delete(held, s.ID)
 		if len(held) == 0 {
@@ -137,4 +176,17 @@ func (m *Memory) SlotsInUse(ctx context.Context, key string) (int64, error) {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	return int64(len(ms.live(key, now))), nil
+}
+
+// AllowAllWithSlot takes s and decides reqs, all or nothing (see
+// tollgate.SlotAllower): the slot first, then AllowAll, the slot given
+// back when the set is denied.
+func (m *Memory) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
+	return allowWithSlot(ctx, m, s, reqs)
+}
+
+// SettleAllAndRelease settles reqs as SettleAll does and then releases
+// the slots of release (see tollgate.SlotSettler).
+func (m *Memory) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Slot) ([]tollgate.Decision, error) {
+	return settleThenRelease(ctx, m, reqs, admitted, costs, release)
 }

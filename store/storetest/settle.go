@@ -258,6 +258,122 @@ func (s *suite) runSlots(t *testing.T) {
 	if _, err := ss.AcquireSlot(ctx, tollgate.Slot{Key: key, Max: 1, ID: "x"}); !errors.Is(err, tollgate.ErrInvalidRequest) {
 		t.Fatalf("a slot without a TTL: %v, want ErrInvalidRequest", err)
 	}
+	s.runSlotHolds(t, ss)
+	s.runSlotAllower(t)
+}
+
+// runSlotAllower checks a SlotAllower's and a SlotSettler's one-step
+// operations: a slot and its call's debits all or nothing, and a call's
+// settlement with its release.
+func (s *suite) runSlotAllower(t *testing.T) {
+	sa, ok := s.h.Store.(tollgate.SlotAllower)
+	if !ok {
+		return
+	}
+	ctx := context.Background()
+	key := s.key(t) + "/together"
+	req := tollgate.Request{Key: key, Limit: tollgate.Limit{Rate: 2, Period: time.Hour}, Cost: 1, RequestID: "r1"}
+	slot := tollgate.Slot{Key: key, Max: 1, ID: "a", TTL: time.Hour}
+	sd, ds, err := sa.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
+	if err != nil || !sd.Allowed || sd.InUse != 1 || len(ds) != 1 || !ds[0].Allowed || ds[0].Remaining != 1 {
+		t.Fatalf("a slot and a debit: %+v %+v %v; want both, 1 left", sd, ds, err)
+	}
+	other := slot
+	other.ID = "b"
+	req2 := req
+	req2.RequestID = "r2"
+	sd, ds, err = sa.AllowAllWithSlot(ctx, other, []tollgate.Request{req2})
+	if err != nil || sd.Allowed || ds != nil || sd.RetryAfter <= 0 {
+		t.Fatalf("no slot free: %+v %+v %v; want denied, nothing judged", sd, ds, err)
+	}
+	if d, err := s.h.Store.Peek(ctx, req); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after a call refused for lack of a slot: %+v %v; want one more admitted (nothing debited)", d, err)
+	}
+	st, ok := s.h.Store.(tollgate.SlotSettler)
+	if !ok {
+		t.Fatalf("%T takes a slot with its debits but cannot settle with a release (tollgate.SlotSettler)", s.h.Store)
+	}
+	slot.Held = time.Second
+	got, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, ds1(t, sa, req), []int64{0}, []tollgate.Slot{slot})
+	if err != nil || len(got) != 1 || got[0].Remaining != 2 {
+		t.Fatalf("settled at 0 and released: %+v %v; want 2 left", got, err)
+	}
+	if n, err := st.SlotsInUse(ctx, key); err != nil || n != 0 {
+		t.Fatalf("slots in use after the release: %d %v; want 0", n, err)
+	}
+	req3 := req
+	req3.RequestID, req3.Cost = "r3", 2
+	if _, err := s.h.Store.Allow(ctx, req3); err != nil {
+		t.Fatal(err)
+	}
+	sd, ds, err = sa.AllowAllWithSlot(ctx, other, []tollgate.Request{req2})
+	if err != nil || sd.Allowed || len(ds) != 1 || ds[0].Allowed {
+		t.Fatalf("a free slot and an empty bucket: %+v %+v %v; want the rate denied and no slot held", sd, ds, err)
+	}
+	if n, err := st.SlotsInUse(ctx, key); err != nil || n != 0 {
+		t.Fatalf("slots in use after a denied call: %d %v; want 0", n, err)
+	}
+	if _, err := st.SettleAllAndRelease(ctx, nil, nil, nil, []tollgate.Slot{other}); err != nil {
+		t.Fatalf("releases alone: %v", err)
+	}
+}
+
+// ds1 returns the admission of req (already debited) for a settlement: a
+// replay of its request id.
+func ds1(t *testing.T, st tollgate.Store, req tollgate.Request) []tollgate.Decision {
+	t.Helper()
+	d, err := st.Allow(context.Background(), req)
+	if err != nil || !d.Replayed {
+		t.Fatalf("a replay of %q: %+v %v", req.RequestID, d, err)
+	}
+	return []tollgate.Decision{d}
+}
+
+// runSlotHolds checks the mean hold time a SlotStore keeps from releases
+// (Slot.Held) and reports with a denial (SlotDecision.Hold): the first
+// hold as it is, then an exponential mean in which each weighs 1/8, in
+// whole microseconds; a release of unknown hold time changes nothing.
+func (s *suite) runSlotHolds(t *testing.T, ss tollgate.SlotStore) {
+	ctx := context.Background()
+	key := s.key(t) + "/holds"
+	slot := tollgate.Slot{Key: key, Max: 1, ID: "a", TTL: time.Hour}
+	deny := func() time.Duration {
+		t.Helper()
+		if d, err := ss.AcquireSlot(ctx, slot); err != nil || !d.Allowed {
+			t.Fatalf("slot a: %+v, %v", d, err)
+		}
+		other := slot
+		other.ID = "b"
+		d, err := ss.AcquireSlot(ctx, other)
+		if err != nil || d.Allowed {
+			t.Fatalf("a second slot of 1: %+v, %v; want denied", d, err)
+		}
+		return d.Hold
+	}
+	release := func(held time.Duration) {
+		t.Helper()
+		r := slot
+		r.Held = held
+		if err := ss.ReleaseSlot(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := deny(); h != 0 {
+		t.Fatalf("Hold before any release: %s, want 0", h)
+	}
+	release(800 * time.Millisecond)
+	if h := deny(); h != 800*time.Millisecond {
+		t.Fatalf("Hold after one release of 800ms: %s, want 800ms", h)
+	}
+	release(0) // unknown: the mean stays
+	if h := deny(); h != 800*time.Millisecond {
+		t.Fatalf("Hold after a release of unknown length: %s, want 800ms", h)
+	}
+	release(1600 * time.Millisecond)
+	if h, want := deny(), 800*time.Millisecond-100*time.Millisecond+200*time.Millisecond; h != want {
+		t.Fatalf("Hold after 800ms then 1.6s: %s, want %s", h, want)
+	}
+	release(0)
 }
 
 // runOverrides checks an OverrideStore.

@@ -90,8 +90,8 @@ func grpcVariants() []server {
 }
 
 // grpcCell serves echo behind srv's interceptors on bufconn and calls Say
-// from grpcCallers goroutines for m.cfg.d, each call with a random tenant.
-func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string) (*sample, error) {
+// from callers goroutines for m.cfg.d, each call with a random tenant.
+func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string, callers int) (*sample, error) {
 	ints, release, err := srv.interceptors(m)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func (m *measurer) grpcCell(ctx context.Context, srv server, tenants []string) (
 		return nil, fmt.Errorf("warm-up call: %w", err)
 	}
 	msg := wrapperspb.String("hello")
-	return m.run(ctx, grpcCallers, func(r *rand.Rand) error {
+	return m.run(ctx, callers, func(r *rand.Rand) error {
 		cctx := metadata.AppendToOutgoingContext(ctx, bench.TenantHeader, tenants[r.IntN(len(tenants))])
 		_, err := client.Say(cctx, msg)
 		return err
@@ -130,7 +130,7 @@ func (m *measurer) grpcSection(ctx context.Context) ([]row, error) {
 	rows, err := m.compare(ctx, "grpc", "random", grpcCallers, subjects, func(s subject) (*sample, error) {
 		for _, srv := range servers {
 			if srv.name == s.name {
-				return m.grpcCell(ctx, srv, tenants)
+				return m.grpcCell(ctx, srv, tenants, grpcCallers)
 			}
 		}
 		return nil, fmt.Errorf("no server %q", s.name)

@@ -20,6 +20,7 @@
 //	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
 //	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
 //	go run ./cmd/load -sections cluster -callers 64   # a 3-primary Cluster: default and grouped layouts beside redis_rate
+//	go run ./cmd/load -sections settle -callers 64    # settled calls and in-flight slots beside one decision and redis_rate
 package main
 
 import (
@@ -54,7 +55,7 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; journal, not run by default, a replica of its own)")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: journal, with a replica of its own, and settle)")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
@@ -159,6 +160,13 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	}
 	if cfg.sections["grpc"] {
 		r, err := m.grpcSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if cfg.sections["settle"] {
+		r, err := m.settleSection(ctx)
 		if err != nil {
 			return err
 		}

@@ -264,7 +264,15 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	}
 	logger.Printf("listening on %s (plaintext)", lis.Addr())
 
-	return serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
+	err = serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
+	// The calls have ended: deliver what they owe the store (settlements,
+	// slot releases) before the store closes.
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if cerr := lim.Close(closeCtx); cerr != nil {
+		logger.Printf("limiter: %v", cerr)
+	}
+	return err
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and

@@ -1,0 +1,264 @@
+package main
+
+// The settle section: what a settled call and an in-flight slot cost Redis
+// beside one decision and beside redis_rate, at the store (64 callers, 10k
+// identities) and through the interceptor over bufconn (32 callers).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/bench"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
+)
+
+// settleCallers is the concurrency of the section's gRPC cells.
+const settleCallers = 32
+
+// settleLimit admits every call of the section: the write paths are
+// measured.
+func settleLimit(tollgate.Algorithm) tollgate.Limit {
+	return tollgate.Limit{Rate: 1_000_000_000, Period: time.Second, Burst: 1_000_000_000}
+}
+
+// settled is one call of the store cells: a decision of cost 500 with a
+// request id, settled at 7, and an in-flight slot, in the ways a subject
+// combines them.
+type settled struct {
+	st   *store.Redis
+	mode settleMode
+	tail *finisher // the ends, batched as the Limiter's sender does
+}
+
+type settleMode uint8
+
+const (
+	decisionOnly   settleMode = iota // Allow
+	decisionSettle                   // Allow, then Settle
+	decisionTail                     // Allow, then the settlement to the finisher
+	slotOnly                         // AcquireSlot, then ReleaseSlot
+	together                         // AllowAllWithSlot, then SettleAllAndRelease
+	togetherTail                     // AllowAllWithSlot, then the end to the finisher
+)
+
+func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, error) {
+	req := tollgate.Request{Key: identity, Limit: settleLimit(0), Cost: 500, RequestID: requestID}
+	slot := tollgate.Slot{Key: identity, Max: 1000, ID: requestID, TTL: time.Minute}
+	switch s.mode {
+	case slotOnly:
+		d, err := s.st.AcquireSlot(ctx, slot)
+		if err != nil || !d.Allowed {
+			return false, err
+		}
+		return true, s.st.ReleaseSlot(ctx, slot)
+	case together, togetherTail:
+		sd, ds, err := s.st.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
+		if err != nil || !sd.Allowed {
+			return false, err
+		}
+		if s.mode == togetherTail {
+			s.tail.add(req, ds[0], &slot)
+			return true, nil
+		}
+		_, err = s.st.SettleAllAndRelease(ctx, []tollgate.Request{req}, ds, []int64{7}, []tollgate.Slot{slot})
+		return true, err
+	}
+	d, err := s.st.Allow(ctx, req)
+	if err != nil || !d.Allowed {
+		return false, err
+	}
+	switch s.mode {
+	case decisionSettle:
+		_, err = s.st.Settle(ctx, req, d, 7)
+	case decisionTail:
+		s.tail.add(req, d, nil)
+	}
+	return true, err
+}
+
+// finisher delivers ends as the Limiter's sender does: whatever ended
+// meanwhile, at most tollgate.MaxAllowAll settlements per call, in one
+// SettleAllAndRelease call, from one goroutine. A caller waits only when
+// a batch's worth is already waiting, so memory stays bounded.
+type finisher struct {
+	st   *store.Redis
+	mu   sync.Mutex
+	cond *sync.Cond
+	reqs []tollgate.Request
+	decs []tollgate.Decision
+	rel  []tollgate.Slot
+	stop bool
+	done chan struct{}
+}
+
+func newFinisher(st *store.Redis) *finisher {
+	f := &finisher{st: st, done: make(chan struct{})}
+	f.cond = sync.NewCond(&f.mu)
+	go f.run()
+	return f
+}
+
+func (f *finisher) add(req tollgate.Request, d tollgate.Decision, slot *tollgate.Slot) {
+	f.mu.Lock()
+	for len(f.reqs) >= 2*tollgate.MaxAllowAll {
+		f.cond.Wait()
+	}
+	f.reqs, f.decs = append(f.reqs, req), append(f.decs, d)
+	if slot != nil {
+		f.rel = append(f.rel, *slot)
+	}
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+func (f *finisher) run() {
+	defer close(f.done)
+	for {
+		f.mu.Lock()
+		for len(f.reqs) == 0 && !f.stop {
+			f.cond.Wait()
+		}
+		if len(f.reqs) == 0 {
+			f.mu.Unlock()
+			return
+		}
+		n := min(len(f.reqs), tollgate.MaxAllowAll)
+		reqs, decs := append([]tollgate.Request(nil), f.reqs[:n]...), append([]tollgate.Decision(nil), f.decs[:n]...)
+		var rel []tollgate.Slot
+		if len(f.rel) > 0 {
+			rel = append(rel, f.rel[:n]...)
+			f.rel = f.rel[n:]
+		}
+		f.reqs, f.decs = f.reqs[n:], f.decs[n:]
+		f.mu.Unlock()
+		f.cond.Broadcast()
+		costs := make([]int64, n)
+		for i := range costs {
+			costs[i] = 7
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := f.st.SettleAllAndRelease(ctx, reqs, decs, costs, rel); err != nil {
+			fmt.Fprintln(os.Stderr, "load: settle: finisher:", err)
+		}
+		cancel()
+	}
+}
+
+// close delivers what is left and stops the goroutine.
+func (f *finisher) close() {
+	f.mu.Lock()
+	f.stop = true
+	f.mu.Unlock()
+	f.cond.Broadcast()
+	<-f.done
+}
+
+func settledSubject(name string, mode settleMode) subject {
+	return subject{name: name, requestID: true, make: func(m *measurer, _ func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		s := settled{st: st, mode: mode}
+		if mode == decisionTail || mode == togetherTail {
+			s.tail = newFinisher(st)
+		}
+		return s, func() {
+			if s.tail != nil {
+				s.tail.close()
+			}
+			_ = c.Close()
+		}, nil
+	}}
+}
+
+// settleServer is tollgate's interceptor on its Redis store with one rule
+// of cost 500, settled at 7 when settle is set, with MaxInFlight when
+// inFlight is set.
+func settleServer(name string, reference, settle, inFlight bool) server {
+	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: settleLimit(0), Cost: 500}
+		if settle {
+			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
+		}
+		if inFlight {
+			r.MaxInFlight = 1000
+		}
+		// A generous store deadline: on a shared machine a 50ms one turns
+		// slow cells into fail-open admissions, which measure nothing.
+		lim, err := interceptor.New(st, interceptor.WithRules(r), interceptor.WithStoreTimeout(time.Second))
+		if err != nil {
+			_ = c.Close()
+			return nil, nil, err
+		}
+		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := lim.Close(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "load: settle:", err)
+			}
+			_ = c.Close()
+		}, nil
+	}}
+}
+
+func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
+	ids := make([]string, m.cfg.identities)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	subjects := m.filter([]subject{
+		redisRateSubject(),
+		settledSubject("decision (request id, cost 500)", decisionOnly),
+		settledSubject("decision + Settle", decisionSettle),
+		settledSubject("decision + settlements batched as the sender does", decisionTail),
+		settledSubject("AcquireSlot + ReleaseSlot", slotOnly),
+		settledSubject("slot+decision, then settle+release (one script call each)", together),
+		settledSubject("slot+decision, then settle+release batched as the sender does", togetherTail),
+	})
+	var rows []row
+	for _, callers := range m.cfg.callers {
+		r, err := m.compare(ctx, "settle", "random", callers, subjects, func(s subject) (*sample, error) {
+			d, release, err := s.make(m, settleLimit)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
+			return m.cell(ctx, d, callers, ids, s.requestID)
+		})
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	servers := []server{
+		settleServer("gRPC: rate rule, cost 500", true, false, false),
+		settleServer("gRPC: the same rule, settled", false, true, false),
+		settleServer("gRPC: the same rule, MaxInFlight", false, false, true),
+		settleServer("gRPC: the same rule, MaxInFlight and settled", false, true, true),
+	}
+	gsubjects := make([]subject, len(servers))
+	for i, s := range servers {
+		gsubjects[i] = subject{name: s.name, reference: s.reference}
+	}
+	r, err := m.compare(ctx, "settle", "random", settleCallers, gsubjects, func(s subject) (*sample, error) {
+		for _, srv := range servers {
+			if srv.name == s.name {
+				return m.grpcCell(ctx, srv, ids, settleCallers)
+			}
+		}
+		return nil, fmt.Errorf("no server %q", s.name)
+	})
+	fmt.Fprintln(os.Stderr, "load: settle done")
+	return append(rows, r...), err
+}

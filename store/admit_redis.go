@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/lua"
+)
+
+// The admit script debits and takes a slot: sent once, like a decision.
+var admitScript = newScript(lua.Admit, sentOnce)
+
+// admitPart is what makes a call an admit call: its arguments, and once
+// answered, the slot's answer and whether the groups were judged.
+type admitPart struct {
+	args   []any
+	slot   tollgate.SlotDecision
+	judged bool
+}
+
+// Admit slot answers (the first integer of its reply, lua/doc.go).
+const (
+	admitDenied = 0 // no slot free: nothing judged
+	admitTaken  = 1 // the slot is held, every group admitted
+	admitFree   = 2 // a slot was free, not taken: a group denied
+)
+
+// AllowAllWithSlot takes s and decides reqs, all or nothing (see
+// tollgate.SlotAllower): one admit script call when the slot's key and
+// every request's are on one Cluster slot (always on a single node or
+// through Sentinel), otherwise a slot call and then AllowAll, the slot
+// given back when the set is denied.
+func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
+	if err := tollgate.ValidateSlot(s); err != nil {
+		return tollgate.SlotDecision{}, nil, err
+	}
+	reqs, err := normalizeAll(reqs)
+	if err != nil {
+		return tollgate.SlotDecision{}, nil, err
+	}
+	for _, req := range reqs {
+		r.notePersistence(req.Limit)
+	}
+	prefix := r.keyPrefix(s.Key)
+	slotKey := keyOf(prefix, slotsCode, s.Key)
+	if reqs[0].Overdraw || len(r.partition(reqs)) > 1 || !r.sameSlot(slotKey, reqs[0]) {
+		return allowWithSlot(ctx, r, s, reqs)
+	}
+	c := r.newCall(ctx, reqs, r.modeFor(reqs[0].RequestID, setReplayTTL(reqs)))
+	epoch := r.journalEpoch() // failover.go
+	nkeys := len(c.keys)
+	args := make([]any, 0, len(c.args)+5)
+	args = append(args, nil, nil, int64(nkeys+2))
+	args = append(args, c.args[3:3+nkeys]...)
+	args = append(args, slotKey, keyOf(prefix, holdCode, s.Key))
+	args = append(args, c.args[3+nkeys:]...)
+	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
+	c.admit = &admitPart{args: args}
+	// Through the batcher, as a decision goes: concurrent admit calls
+	// share round trips (each is still a script call of its own).
+	if err := r.send(ctx, c); err != nil {
+		// c stays with the abandoned call: its keys are the arguments.
+		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
+	}
+	sd, err := c.admit.slot, c.err
+	var out []tollgate.Decision
+	if err == nil && c.admit.judged {
+		out = append(out, c.decisions...) // c's own array goes back to the pool
+	}
+	calls.Put(c)
+	if err != nil {
+		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
+	}
+	if out != nil {
+		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
+	}
+	if r.deny != nil && sd.Allowed {
+		for _, req := range reqs {
+			r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm))
+		}
+	}
+	return sd, out, nil
+}
+
+// sameSlot reports whether key and req's state are on one Cluster slot
+// (always, off a Cluster).
+func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
+	if r.cluster == nil {
+		_, single := r.client.(*redis.Client)
+		return single
+	}
+	return slot(key) == slot(decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0])
+}
+
+// readAdmit decodes an admit script call's reply (lua/doc.go) for groups
+// groups: the slot's answer (Allowed: taken) and, unless no slot was free
+// (nil), the decisions.
+func readAdmit(cmd redis.Cmder, groups int) (tollgate.SlotDecision, []tollgate.Decision, error) {
+	v, err := cmd.(scriptCmd).Result()
+	if err != nil {
+		return tollgate.SlotDecision{}, nil, err
+	}
+	if len(v) < len(slotReply{}) {
+		return tollgate.SlotDecision{}, nil, errBadReply
+	}
+	var g slotReply
+	copy(g[:], v)
+	sd := tollgate.SlotDecision{InUse: g[slotHeld], Reused: g[slotReused] == 1, RetryAfter: micros(g[slotRetryAfter]), Hold: micros(g[slotHold])}
+	switch g[slotAllowed] {
+	case admitDenied:
+		if len(v) != len(g) {
+			return tollgate.SlotDecision{}, nil, errBadReply
+		}
+		return sd, nil, nil
+	case admitTaken:
+		sd.Allowed = true
+	case admitFree:
+	default:
+		return tollgate.SlotDecision{}, nil, errBadReply
+	}
+	d := v[len(g):]
+	if len(d) != groupReplyLen*groups+1 {
+		return tollgate.SlotDecision{}, nil, errBadReply
+	}
+	at := time.UnixMicro(d[len(d)-1])
+	out := make([]tollgate.Decision, groups)
+	for i := range out {
+		out[i] = groupReply(d[groupReplyLen*i:]).decision()
+		out[i].At = at
+	}
+	return sd, out, nil
+}
+
+// allowWithSlot takes s on st and then decides reqs with AllowAll,
+// giving a slot it took back when the set is denied: AllowAllWithSlot in
+// two steps, for stores (and Cluster layouts) that cannot take both in one.
+func allowWithSlot(ctx context.Context, st tollgate.SlotStore, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
+	sd, err := st.AcquireSlot(ctx, s)
+	if err != nil || !sd.Allowed {
+		return sd, nil, err
+	}
+	ds, err := st.AllowAll(ctx, reqs)
+	admitted := err == nil
+	for _, d := range ds {
+		admitted = admitted && d.Allowed
+	}
+	if !admitted {
+		sd.Allowed = false
+		if rerr := st.ReleaseSlot(context.WithoutCancel(ctx), s); err == nil {
+			err = rerr
+		}
+	}
+	return sd, ds, err
+}
