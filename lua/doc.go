@@ -10,8 +10,9 @@
 // ARGV, what it answers and what it writes. Times are in microseconds (µs)
 // on the server's clock (TIME), TTLs in milliseconds. All the keys of a
 // call must be on one Cluster slot; the store gives them one hash tag
-// (store.Redis lists the key names). The decide, refund, settle and slot
-// scripts trust their arguments: the store validates every request first.
+// (docs/internals.md#redis-keys lists every key). The decide, refund,
+// settle and slot scripts trust their arguments: the store validates every
+// request first.
 //
 // # Decide
 //
