@@ -9,9 +9,10 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Redis key names; the layout is documented on Redis and in docs/redis.md#keys. The keys of a
-// decision share one hash tag, hence one Cluster slot, and the algorithm is
-// in every name, so an identity's keys for two algorithms never meet.
+// Redis key names; every key is listed in docs/internals.md#redis-keys. The
+// keys of a decision share one hash tag, hence one Cluster slot, and the
+// algorithm is in every name, so an identity's keys for two algorithms
+// never meet.
 //
 // The tag is the identity itself when it is short and made of safe bytes, so
 // operators can read it in redis-cli; other bytes are percent-escaped ("%7B"

@@ -226,8 +226,12 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 	}
 	d, err := r.decide(ctx, req, decideMode{peek: true})
 	if err == nil && !d.Allowed {
+		// Without its RequestID: a settlement under an id records it,
+		// and a look records nothing.
+		look := req
+		look.RequestID = ""
 		var s []tollgate.Decision
-		if s, err = r.settle(ctx, []tollgate.Request{req}, []tollgate.Decision{{}}, []int64{req.Cost}, false); err == nil {
+		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Decision{{}}, []int64{req.Cost}, false); err == nil {
 			d.Debt = s[0].Debt
 		}
 	}

@@ -254,3 +254,40 @@ func TestRedisScriptFlushDuringLoad(t *testing.T) {
 		t.Fatalf("%d flushes, %d NOSCRIPT, %d decisions: the flushes did not meet the load", flushes.Load(), noscript, decisions.Load())
 	}
 }
+
+// TestRedisPeekWritesNothing: a Peek of a denied identity under a request
+// id leaves the keyspace as it was (no marker, no settle record), on a
+// single node and a Cluster.
+func TestRedisPeekWritesNothing(t *testing.T) {
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := redistest.KeyPrefix(t)
+		st := NewRedis(c, WithPrefix(prefix))
+		l := tollgate.PerMinute(2)
+		if _, err := st.Allow(ctx, tollgate.Request{Key: "peeked", Limit: l, Cost: 2}); err != nil {
+			t.Fatal(err)
+		}
+		count := func() int {
+			n := 0
+			for _, p := range primariesOf(t, c) {
+				keys, err := p.Keys(ctx, prefix+"*").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += len(keys)
+			}
+			return n
+		}
+		before := count()
+		d, err := st.Peek(ctx, tollgate.Request{Key: "peeked", Limit: l, RequestID: "look-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			t.Fatalf("Peek of an empty bucket allowed: %+v", d)
+		}
+		if after := count(); after != before {
+			t.Errorf("Peek wrote %d keys", after-before)
+		}
+	})
+}
