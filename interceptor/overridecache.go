@@ -30,6 +30,7 @@ type overrides struct {
 	refresh time.Duration
 	timeout time.Duration // of each check
 	rules   func() []*rule
+	clk     clock
 	epoch   time.Time // checked and changed count from it (monotonic)
 	// calls is the Limiter's store-call policy: a check on a call's path is
 	// a store call like a decision, behind the same breaker.
@@ -74,9 +75,10 @@ type checkStat struct {
 
 // init sets o up for st (its overrides, when it keeps them) and starts the
 // store's watch, when it has one.
-func (o *overrides) init(st tollgate.Store, calls *storecall.Policy, refresh, timeout time.Duration, rules func() []*rule) {
+func (o *overrides) init(st tollgate.Store, clk clock, calls *storecall.Policy, refresh, timeout time.Duration, rules func() []*rule) {
 	o.st, _ = st.(tollgate.OverrideStore)
-	o.calls, o.refresh, o.timeout, o.rules, o.epoch = calls, refresh, timeout, rules, time.Now()
+	o.clk, o.calls, o.refresh, o.timeout, o.rules = clk, calls, refresh, timeout, rules
+	o.epoch = clk.now()
 	if w, ok := st.(tollgate.OverrideWatcher); ok {
 		o.stopWatch = w.WatchOverrides(o.announced)
 	}
@@ -93,7 +95,7 @@ func (o *overrides) stop() {
 }
 
 // now is the time since o.epoch, never 0.
-func (o *overrides) now() int64 { return int64(time.Since(o.epoch)) + 1 }
+func (o *overrides) now() int64 { return int64(o.clk.since(o.epoch)) + 1 }
 
 // announced is the watch's news that the overrides may have changed: the
 // view is stale until a check that begins now, which the watch's goroutine
@@ -229,7 +231,7 @@ func (o *overrides) lookup(ctx context.Context, rule, key string) (_ cachedOverr
 	o.viewMu.RLock()
 	c, ok := o.byRule[rule][key]
 	o.viewMu.RUnlock()
-	if !ok || !c.expires.IsZero() && !time.Now().Before(c.expires) {
+	if !ok || !c.expires.IsZero() && !o.clk.now().Before(c.expires) {
 		return cachedOverride{}, false, stat, err
 	}
 	return c, true, stat, err
