@@ -116,7 +116,7 @@ func (l *Limiter) acquire(ctx context.Context, st tollgate.Store, checks []*chec
 			l.releaseAll(ctx, checks[:i])
 			return false, nil
 		}
-		c.slot.store, c.slot.local, c.slot.at = ss, local, time.Now()
+		c.slot.store, c.slot.local, c.slot.at = ss, local, l.clk.now()
 	}
 	return true, nil
 }
@@ -185,7 +185,7 @@ type heldSlot struct {
 	at    time.Time
 
 	mu    sync.Mutex
-	timer *time.Timer // nil when the slot is not renewed
+	timer timer // nil when the slot is not renewed
 	done  bool
 
 	// Written by the sender: the latest release attempt's outcome.
@@ -208,7 +208,7 @@ func (l *Limiter) holdSlot(ctx context.Context, c *check) *heldSlot {
 		h.done = true // the Limiter is closed: nothing renews it
 		return h
 	}
-	h.timer = time.AfterFunc(renewEvery(h.slot.TTL), h.renew)
+	h.timer = l.clk.afterFunc(renewEvery(h.slot.TTL), h.renew)
 	return h
 }
 
@@ -258,7 +258,7 @@ func (h *heldSlot) stop() {
 // call has ended. The release is the sender's.
 func (h *heldSlot) end() {
 	h.stop()
-	d := time.Since(h.at)
+	d := h.l.clk.since(h.at)
 	h.slot.Held = d // the store keeps the fleet's mean from it
 	h.p.inFlight.held(d)
 	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrRule.String(h.p.rule.Name)))
@@ -374,8 +374,6 @@ const (
 	MetricSlotWait = "tollgate.slot.wait"
 
 	AttrSlotOutcome = attribute.Key("tollgate.slot.outcome") // see MetricSlots
-	AttrInFlight    = attribute.Key("tollgate.in_flight")    // slots of the identity held after the decision
-	AttrSlotWaitMs  = attribute.Key("tollgate.slot.wait_ms") // how long the call waited for a slot
 )
 
 type slotTelemetry struct {

@@ -48,6 +48,8 @@ type Limiter struct {
 	sender   sender
 	renewals renewals
 	log      *slog.Logger
+	// clk is the time of the Limiter's own decisions (WithClock).
+	clk clock
 }
 
 // New returns a Limiter that asks st for decisions. Every problem with the
@@ -70,6 +72,8 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: replicas must be >= 1, got %d", c.replicas)
 	case c.overrideRefresh <= 0:
 		return nil, fmt.Errorf("interceptor: the override refresh must be > 0, got %s", c.overrideRefresh)
+	case c.clock.now == nil:
+		return nil, errors.New("interceptor: the clock (WithClock) is nil")
 	case c.slotTimeout < 0:
 		return nil, fmt.Errorf("interceptor: the slot timeout must be >= 0, got %s", c.slotTimeout)
 	}
@@ -94,7 +98,9 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		shadow:           c.shadow,
 		local:            c.local,
 		log:              c.logger,
+		clk:              c.clock,
 	}
+	l.sender.clk = c.clock
 	if l.log == nil {
 		l.log = slog.Default()
 	}
@@ -113,7 +119,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.book.Store(book)
-	l.ov.init(st, calls, c.overrideRefresh, c.storeTimeout, func() []*rule { return l.book.Load().rules })
+	l.ov.init(st, l.clk, calls, c.overrideRefresh, c.storeTimeout, func() []*rule { return l.book.Load().rules })
 	return l, nil
 }
 
@@ -133,6 +139,7 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 	}
 	b := &rulebook{byName: make(map[string]*rule, len(rules))}
 	for i, r := range rules {
+		r = r.clone() // the caller's slices stay the caller's
 		r.Shadow = r.Shadow || l.shadow
 		cr, err := compileRule(r, i, l.replicas, l.slotTimeout)
 		if err != nil {

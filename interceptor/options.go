@@ -43,6 +43,7 @@ type config struct {
 	logger           *slog.Logger
 	slotTimeout      time.Duration
 	overrideRefresh  time.Duration
+	clock            clock
 }
 
 func defaultConfig() config {
@@ -54,6 +55,7 @@ func defaultConfig() config {
 		replicas:        1,
 		slotTimeout:     DefaultSlotTimeout,
 		overrideRefresh: DefaultOverrideRefresh,
+		clock:           realClock(),
 	}
 }
 
@@ -162,4 +164,14 @@ func WithSlotTimeout(d time.Duration) Option {
 // the rule's FailMode decides. Changes the store announces apply sooner.
 func WithOverrideRefresh(d time.Duration) Option {
 	return func(c *config) { c.overrideRefresh = d }
+}
+
+// WithClock sets the time the Limiter reads for its own decisions (default
+// time.Now), as store.WithClock does for the Memory store: when an
+// in-flight slot was taken and how long it was held, how old its view of
+// the overrides is and whether one expired, and when end-of-call work the
+// store failed is retried or dropped. Give both the same clock in tests.
+// Deadlines stay those of the calls' contexts.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.clock.now = now }
 }

@@ -30,14 +30,18 @@ type overrides struct {
 	refresh time.Duration
 	timeout time.Duration // of each check
 	rules   func() []*rule
-	epoch   time.Time // checked and changed count from it (monotonic)
+	clk     clock
+	epoch   time.Time // checks are timed from it (monotonic)
 	// calls is the Limiter's store-call policy: a check on a call's path is
 	// a store call like a decision, behind the same breaker.
 	calls *storecall.Policy
 
-	// checked is when the last successful check began, changed when the
-	// watch last announced a change (ns since epoch, 0 for never).
-	checked, changed atomic.Int64
+	// changes counts the changes announced (by the watch, by this
+	// replica, by SetRules); checked is the last successful check. Changes
+	// are counted rather than timed, so that a clock reading the same time
+	// twice (a coarse one, a test's) cannot order a check before a change.
+	changes atomic.Int64
+	checked atomic.Pointer[checkMark]
 	// none: the store holds no override at all, so lookups are skipped.
 	none atomic.Bool
 
@@ -51,6 +55,10 @@ type overrides struct {
 	stopOnce  sync.Once
 	stopWatch func() // the store's watch; nil without one
 }
+
+// checkMark is when a check began (ns since epoch) and how many changes
+// had been announced by then.
+type checkMark struct{ at, changes int64 }
 
 // cachedOverride is one override as a lookup uses it.
 type cachedOverride struct {
@@ -74,9 +82,10 @@ type checkStat struct {
 
 // init sets o up for st (its overrides, when it keeps them) and starts the
 // store's watch, when it has one.
-func (o *overrides) init(st tollgate.Store, calls *storecall.Policy, refresh, timeout time.Duration, rules func() []*rule) {
+func (o *overrides) init(st tollgate.Store, clk clock, calls *storecall.Policy, refresh, timeout time.Duration, rules func() []*rule) {
 	o.st, _ = st.(tollgate.OverrideStore)
-	o.calls, o.refresh, o.timeout, o.rules, o.epoch = calls, refresh, timeout, rules, time.Now()
+	o.clk, o.calls, o.refresh, o.timeout, o.rules = clk, calls, refresh, timeout, rules
+	o.epoch = clk.now()
 	if w, ok := st.(tollgate.OverrideWatcher); ok {
 		o.stopWatch = w.WatchOverrides(o.announced)
 	}
@@ -92,14 +101,14 @@ func (o *overrides) stop() {
 	})
 }
 
-// now is the time since o.epoch, never 0.
-func (o *overrides) now() int64 { return int64(time.Since(o.epoch)) + 1 }
+// now is the time since o.epoch.
+func (o *overrides) now() int64 { return int64(o.clk.since(o.epoch)) }
 
 // announced is the watch's news that the overrides may have changed: the
 // view is stale until a check that begins now, which the watch's goroutine
 // makes, so that no call waits for it.
 func (o *overrides) announced() {
-	o.changed.Store(o.now())
+	o.changes.Add(1)
 	_, _ = o.fresh(context.Background())
 }
 
@@ -108,14 +117,14 @@ func (o *overrides) reset() {
 	o.viewMu.Lock()
 	o.byRule = nil
 	o.viewMu.Unlock()
-	o.changed.Store(o.now())
+	o.changes.Add(1)
 }
 
 // isFresh reports whether a check began within the refresh delay and after
 // the last announced change.
 func (o *overrides) isFresh() bool {
 	c := o.checked.Load()
-	return c != 0 && c > o.changed.Load() && o.now()-c < int64(o.refresh)
+	return c != nil && c.changes == o.changes.Load() && o.now()-c.at < int64(o.refresh)
 }
 
 // fresh returns once the view is fresh, or the error that kept it from
@@ -171,7 +180,7 @@ func (o *overrides) fresh(caller context.Context) (stat checkStat, err error) {
 // deadline whatever the caller that leads it does, since others wait for
 // it.
 func (o *overrides) check(ctx context.Context) error {
-	began := o.now()
+	began := &checkMark{at: o.now(), changes: o.changes.Load()}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
 	defer cancel()
 	v, err := o.st.OverridesVersion(ctx)
@@ -229,7 +238,7 @@ func (o *overrides) lookup(ctx context.Context, rule, key string) (_ cachedOverr
 	o.viewMu.RLock()
 	c, ok := o.byRule[rule][key]
 	o.viewMu.RUnlock()
-	if !ok || !c.expires.IsZero() && !time.Now().Before(c.expires) {
+	if !ok || !c.expires.IsZero() && !o.clk.now().Before(c.expires) {
 		return cachedOverride{}, false, stat, err
 	}
 	return c, true, stat, err
@@ -238,6 +247,6 @@ func (o *overrides) lookup(ctx context.Context, rule, key string) (_ cachedOverr
 // changedHere makes a change this replica made apply to its next call: the
 // view is stale until a check that begins after the change.
 func (o *overrides) changedHere(ctx context.Context) {
-	o.changed.Store(o.now())
+	o.changes.Add(1)
 	_, _ = o.fresh(ctx)
 }

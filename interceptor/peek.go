@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -145,14 +144,14 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 	})
 }
 
-// Rules returns a copy of the Limiter's rules as configured, in WithRules
-// order (with Shadow set when WithShadow is given).
+// Rules returns a deep copy of the Limiter's rules as configured, in
+// WithRules order (with Shadow set when WithShadow is given): changing it
+// changes nothing in the Limiter.
 func (l *Limiter) Rules() []Rule {
 	rules := l.book.Load().rules
 	out := make([]Rule, len(rules))
 	for i, r := range rules {
-		out[i] = r.Rule
-		out[i].Methods, out[i].Limits, out[i].Replaces = slices.Clone(r.Methods), slices.Clone(r.Limits), slices.Clone(r.Replaces)
+		out[i] = r.clone()
 	}
 	return out
 }

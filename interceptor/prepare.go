@@ -35,7 +35,7 @@ func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 		if len(ov.limits) == 0 {
 			until := "until it is deleted"
 			if !ov.expires.IsZero() {
-				until = "for " + roundUp(time.Until(ov.expires), time.Second).String()
+				until = "for " + roundUp(l.clk.until(ov.expires), time.Second).String()
 			}
 			res.reject(outcomeBlocked, codes.PermissionDenied, nil, "rate limit %q: the caller is blocked by an override, %s", p.rule.Name, until)
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -183,6 +184,21 @@ type Rule struct {
 	// apart from the enforcing ones, after them and only for calls they
 	// admit, so a shadow denial never blocks or undoes another rule's debit.
 	Shadow bool
+}
+
+// clone returns r with nothing shared: its slices and the limits it points
+// to are copied.
+func (r Rule) clone() Rule {
+	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), slices.Clone(r.Limits)
+	if r.LocalLimit != nil {
+		l := *r.LocalLimit
+		r.LocalLimit = &l
+	}
+	if r.PerMessage != nil {
+		l := *r.PerMessage
+		r.PerMessage = &l
+	}
+	return r
 }
 
 // rule is a validated Rule with the plans its decisions follow.

@@ -73,6 +73,8 @@ type sender struct {
 	passed  chan struct{}
 	wake    chan struct{}
 	stopped chan struct{} // closed when the goroutine ends, nil while none runs
+	// clk paces retries and drops (the Limiter's clock).
+	clk clock
 }
 
 // add queues e for delivery, or, once the sender is closed, delivers it
@@ -82,7 +84,7 @@ func (q *sender) add(l *Limiter, e *ending) {
 	if s+r == 0 {
 		return
 	}
-	now := time.Now()
+	now := q.clk.now()
 	e.deadline, e.next, e.wait = now.Add(settleRetryFor), now, firstRetry
 	q.mu.Lock()
 	if q.closed {
@@ -128,8 +130,6 @@ func (q *sender) poke() {
 // run delivers what is due until nothing is owed.
 func (q *sender) run(l *Limiter, stopped chan struct{}) {
 	defer close(stopped)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
 		q.mu.Lock()
 		if q.closed && len(q.queue) > 0 { // Close gave up
@@ -154,7 +154,7 @@ func (q *sender) run(l *Limiter, stopped chan struct{}) {
 			q.mu.Unlock()
 			return
 		}
-		now := time.Now()
+		now := q.clk.now()
 		var due []*ending
 		next := now.Add(maxRetryWait)
 		keep := q.queue[:0]
@@ -170,14 +170,9 @@ func (q *sender) run(l *Limiter, stopped chan struct{}) {
 		q.queue = keep
 		q.mu.Unlock()
 		if len(due) == 0 {
-			timer.Reset(time.Until(next))
-			select {
-			case <-timer.C:
-			case <-q.wake:
-				if !timer.Stop() {
-					<-timer.C
-				}
-			}
+			t := q.clk.afterFunc(q.clk.until(next), q.poke)
+			<-q.wake
+			t.Stop()
 			continue
 		}
 		before := make([][2]int, len(due))
@@ -194,7 +189,7 @@ func (q *sender) run(l *Limiter, stopped chan struct{}) {
 // longer owed, the rest waits for another attempt or, past its deadline,
 // is dropped.
 func (q *sender) settled(l *Limiter, due []*ending, before [][2]int) {
-	now := time.Now()
+	now := q.clk.now()
 	var drops, failed []*ending
 	q.mu.Lock()
 	for i, e := range due {
@@ -319,7 +314,7 @@ func (q *sender) waitOwed(ctx context.Context, keys []string) error {
 			q.mu.Unlock()
 			return nil
 		}
-		now := time.Now()
+		now := q.clk.now()
 		for _, e := range q.queue {
 			e.next = minTime(e.next, now)
 		}

@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 )
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls.
@@ -89,13 +88,13 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // no free slot waits for one, within the stream's context and the rule's
 // MaxShapeWait, asking again after each suggested wait.
 func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (result, *afterCall) {
-	start := time.Now()
+	start := l.clk.now()
 	var waited time.Duration
 	for {
 		res, after := l.decide(ctx, &set.calls, method, nil, true)
 		if res.err == nil || !res.slotWait {
 			if waited > 0 {
-				l.slotTel.wait.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(AttrRule.String(set.calls.plans[0].rule.Name)))
+				l.slotTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(AttrRule.String(set.calls.plans[0].rule.Name)))
 			}
 			return res, after
 		}
@@ -104,7 +103,7 @@ func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (
 			return res, after
 		}
 		waited += wait
-		if err := sleep(ctx, wait); err != nil {
+		if err := l.clk.sleep(ctx, wait); err != nil {
 			return res, after
 		}
 	}
@@ -165,21 +164,8 @@ func (s *limitedStream) RecvMsg(m any) error {
 			return res.err
 		}
 		waited += wait
-		if err := sleep(ctx, wait); err != nil {
+		if err := s.l.clk.sleep(ctx, wait); err != nil {
 			return err
 		}
-	}
-}
-
-// sleep waits for d or until ctx is done, whichever is first, and then
-// returns ctx's error as a status.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
 	}
 }

@@ -135,7 +135,7 @@ func (l *Limiter) askWithSlot(ctx context.Context, st tollgate.SlotAllower, chec
 	}
 	if sd.Allowed {
 		l.recordSlot(ctx, slotted.p, slotAcquired)
-		s.store, s.local, s.at = st, false, time.Now()
+		s.store, s.local, s.at = st, false, l.clk.now()
 	} else {
 		s.dec.Allowed = true // a slot was free; the rates refused the call
 	}

@@ -112,7 +112,8 @@ func TestStreamPerMessageShape(t *testing.T) {
 	// One message every 200ms: the client sends faster, so the limiter
 	// holds messages back instead of failing the stream.
 	per := tollgate.Limit{Rate: 5, Period: time.Second, Burst: 1}
-	l := newLimiter(t, store.NewMemory(), interceptor.WithMeterProvider(m.provider),
+	clk := interceptor.NewFakeClock(start)
+	l := newLimiter(t, store.NewMemory(store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
 		interceptor.WithRules(chatRule(&per, interceptor.Shape)))
 	c := serve(t, l)
 	s, err := c.Chat(tenant(context.Background(), "a"))
@@ -124,6 +125,12 @@ func TestStreamPerMessageShape(t *testing.T) {
 		if err := s.Send(wrapperspb.String(strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Each message after the first is held back exactly 200ms.
+	for i := 1; i < messages; i++ {
+		due := start.Add(time.Duration(i) * 200 * time.Millisecond)
+		clk.WaitTimer(t, due)
+		clk.Advance(200 * time.Millisecond)
 	}
 	for i := range messages {
 		got, err := s.Recv()
@@ -139,8 +146,8 @@ func TestStreamPerMessageShape(t *testing.T) {
 		t.Fatalf("end of stream: %v", err)
 	}
 	d := m.decisions(t)
-	if d["chat/message/allowed/true"] != messages || d["chat/message/denied/false"] < 1 {
-		t.Fatalf("decisions %v: want %d messages allowed after at least one was held back", d, messages)
+	if d["chat/message/allowed/true"] != messages || d["chat/message/denied/false"] != messages-1 {
+		t.Fatalf("decisions %v: want %d messages allowed, each after the first held back once", d, messages)
 	}
 }
 
@@ -181,7 +188,8 @@ func TestStreamShapeHonoursCancellation(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
 	r := chatRule(&per, interceptor.Shape)
 	r.MaxShapeWait = 2 * time.Hour
-	c, ended := serveObserved(t, newLimiter(t, store.NewMemory(), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
+	clk := interceptor.NewFakeClock(start)
+	c, ended := serveObserved(t, newLimiter(t, store.NewMemory(store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
 	ctx, cancel := context.WithCancel(tenant(context.Background(), "a"))
 	defer cancel()
 	s, err := c.Chat(ctx)
@@ -194,12 +202,10 @@ func TestStreamShapeHonoursCancellation(t *testing.T) {
 	if err := s.Send(wrapperspb.String("held back")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for m.decisions(t)["chat/message/denied/false"] < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second message was never held back: %v", m.decisions(t))
-		}
-		time.Sleep(5 * time.Millisecond)
+	// Held back for the hour its unit takes to come back.
+	clk.WaitTimer(t, start.Add(time.Hour))
+	if n := m.decisions(t)["chat/message/denied/false"]; n != 1 {
+		t.Fatalf("%d denials of the second message, want 1", n)
 	}
 	cancel()
 	if _, err := s.Recv(); status.Code(err) != codes.Canceled {
