@@ -166,9 +166,13 @@ type streamBucket struct {
 	// demand: shorter than minDemandWindow so far.
 	pending    uint64
 	pendingFor time.Duration
+	// saturated says its last report read as a demand refused requests:
+	// it used its whole share.
+	saturated, pendingDenied bool
 	// sent is the tokens per fill of the token bucket last assigned, 0
-	// when the last assignment was another.
-	sent int64
+	// when the last assignment was another; capacity is that bucket's
+	// max_tokens.
+	sent, capacity int64
 	// match is the bucket's reading under config (nil: not read yet).
 	config *Config
 	match  bucketMatch
