@@ -37,7 +37,9 @@ import (
 // assigned a token bucket of its max-min fair share of the limit from the
 // demands they report (tollgate.ShareStore), with a fill interval of the
 // limit's period in whole seconds and a time to live of a few report
-// intervals. Several QuotaServers on one store assign from the same
+// intervals; while its reports refuse nothing, its bucket also holds its
+// part of one fill of the limit, for demand that moves to it between
+// reports (docs/envoy.md). Several QuotaServers on one store assign from the same
 // demands.
 type QuotaServer struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
