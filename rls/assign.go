@@ -108,10 +108,10 @@ func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.Rate
 		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, ttl)
 	}
 	// A data plane whose last report refused nothing holds a burst
-	// beyond it, so that demand moving to it between reports is admitted
-	// before the next one; a saturated one keeps the capacity it was sent
-	// (its bucket is empty, and a new one would start full) until its
-	// share changes.
+	// beyond its share (its part of the limit's idle fills), so that
+	// demand moving to it between reports is admitted before the next
+	// one; a saturated one keeps the capacity it was sent (its bucket is
+	// empty, and a new one would start full) until its share changes.
 	capacity := granted
 	if b.elapsed > 0 && !b.saturated {
 		capacity += st.q.opts.idleBurst(l.Rate, g.Members)

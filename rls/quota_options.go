@@ -36,8 +36,8 @@ type quotaOptions struct {
 	reports        int
 	rebalance      time.Duration
 	clock          func() time.Time
-	// idleFills is how many fills of the limit the data planes that left
-	// part of their share unused hold as burst between them (split
+	// idleFills is how many fills of the limit the data planes whose
+	// last report refused nothing hold as burst between them (split
 	// evenly among a bucket's data planes); 0 none.
 	idleFills float64
 	// newTicker returns the rebalance ticks of one stream and how to stop
@@ -88,8 +88,9 @@ func WithQuotaClock(now func() time.Time) QuotaOption {
 	return func(o *quotaOptions) { o.clock = now }
 }
 
-// idleBurst is the burst beyond its share a data plane that left part of
-// its share unused holds, on a limit of rate per period shared by members.
+// idleBurst is the burst beyond its share that a data plane whose last
+// report refused nothing holds, on a limit of rate per period shared by
+// members.
 func (o *quotaOptions) idleBurst(rate int64, members int) int64 {
 	if o.idleFills <= 0 || members < 1 {
 		return 0
