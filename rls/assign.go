@@ -26,12 +26,13 @@ func (b *streamBucket) observe(u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaU
 	// over a few microseconds is noise.
 	b.pending += u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()
 	b.pendingFor += elapsed
+	b.pendingDenied = b.pendingDenied || u.GetNumRequestsDenied() > 0
 	if b.pendingFor < minDemandWindow {
 		return
 	}
 	b.interval = b.pendingFor
-	b.requests, b.elapsed = b.pending, b.pendingFor
-	b.pending, b.pendingFor = 0, 0
+	b.requests, b.elapsed, b.saturated = b.pending, b.pendingFor, b.pendingDenied
+	b.pending, b.pendingFor, b.pendingDenied = 0, 0, false
 }
 
 // minDemandWindow is the shortest time a demand is read over.
@@ -106,8 +107,20 @@ func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.Rate
 		b.sent = 0
 		return blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, ttl)
 	}
-	b.sent = granted
-	return tokenBucket(b.id, granted, period, ttl)
+	// A data plane whose last report refused nothing holds a burst
+	// beyond its share (its part of the limit's idle fills), so that
+	// demand moving to it between reports is admitted before the next
+	// one; a saturated one keeps the capacity it was sent (its bucket is
+	// empty, and a new one would start full) until its share changes.
+	capacity := granted
+	if b.elapsed > 0 && !b.saturated {
+		capacity += st.q.opts.idleBurst(l.Rate, g.Members)
+	}
+	if granted == b.sent && capacity < b.capacity {
+		capacity = b.capacity
+	}
+	b.sent, b.capacity = granted, capacity
+	return tokenBucket(b.id, granted, capacity, period, ttl)
 }
 
 // limitPeriod is l's period, a calendar window's being its usual length.
@@ -127,19 +140,20 @@ func limitPeriod(l tollgate.Limit) time.Duration {
 }
 
 // tokenBucket is the assignment of a token bucket refilled with share
-// tokens per period: the period in whole seconds as the fill interval
-// (Envoy reads no fraction of a second), the tokens per fill scaled to it,
-// and as many tokens at most, which a new bucket starts with.
-func tokenBucket(id *rlqspb.BucketId, share int64, period, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// tokens per period, holding capacity tokens at most (which a new bucket
+// starts with): the period in whole seconds as the fill interval (Envoy
+// reads no fraction of a second), the tokens scaled to it.
+func tokenBucket(id *rlqspb.BucketId, share, capacity int64, period, ttl time.Duration) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	fill := max(time.Second, period.Truncate(time.Second))
-	tokens := share
-	if fill != period {
-		tokens = max(1, int64(float64(share)*float64(fill)/float64(period)))
+	scale := func(n int64) uint32 {
+		if fill != period {
+			n = max(1, int64(float64(n)*float64(fill)/float64(period)))
+		}
+		return uint32(min(n, math.MaxUint32))
 	}
-	tokens = min(tokens, math.MaxUint32)
 	return action(id, ttl, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-		MaxTokens:     uint32(tokens),
-		TokensPerFill: wrapperspb.UInt32(uint32(tokens)),
+		MaxTokens:     scale(max(share, capacity)),
+		TokensPerFill: wrapperspb.UInt32(scale(share)),
 		FillInterval:  durationpb.New(fill),
 	}}})
 }

@@ -55,3 +55,10 @@ func (r *Rebalancer) Tick() {
 		}
 	}
 }
+
+// WithIdleFills sets how many fills of the limit the data planes whose
+// last report refused nothing hold as burst between them (0: none, every
+// bucket's max_tokens is its share).
+func WithIdleFills(f float64) QuotaOption {
+	return func(o *quotaOptions) { o.idleFills = f }
+}

@@ -37,7 +37,9 @@ import (
 // assigned a token bucket of its max-min fair share of the limit from the
 // demands they report (tollgate.ShareStore), with a fill interval of the
 // limit's period in whole seconds and a time to live of a few report
-// intervals. Several QuotaServers on one store assign from the same
+// intervals; while its reports refuse nothing, its bucket also holds its
+// part of one fill of the limit, for demand that moves to it between
+// reports (docs/envoy.md). Several QuotaServers on one store assign from the same
 // demands.
 type QuotaServer struct {
 	rlqspb.UnimplementedRateLimitQuotaServiceServer
@@ -166,9 +168,13 @@ type streamBucket struct {
 	// demand: shorter than minDemandWindow so far.
 	pending    uint64
 	pendingFor time.Duration
+	// saturated says its last report read as a demand refused requests:
+	// it used its whole share.
+	saturated, pendingDenied bool
 	// sent is the tokens per fill of the token bucket last assigned, 0
-	// when the last assignment was another.
-	sent int64
+	// when the last assignment was another; capacity is that bucket's
+	// max_tokens.
+	sent, capacity int64
 	// match is the bucket's reading under config (nil: not read yet).
 	config *Config
 	match  bucketMatch

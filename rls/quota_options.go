@@ -36,6 +36,10 @@ type quotaOptions struct {
 	reports        int
 	rebalance      time.Duration
 	clock          func() time.Time
+	// idleFills is how many fills of the limit the data planes whose
+	// last report refused nothing hold as burst between them (split
+	// evenly among a bucket's data planes); 0 none.
+	idleFills float64
 	// newTicker returns the rebalance ticks of one stream and how to stop
 	// them; tests replace it.
 	newTicker func(time.Duration) (<-chan time.Time, func())
@@ -47,6 +51,7 @@ func defaultQuotaOptions() quotaOptions {
 		reports:        DefaultAssignmentReports,
 		rebalance:      DefaultRebalanceInterval,
 		clock:          time.Now,
+		idleFills:      1,
 		newTicker: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
@@ -81,4 +86,14 @@ func WithRebalanceInterval(d time.Duration) QuotaOption {
 // (default time.Now). Shares expire by the store's clock.
 func WithQuotaClock(now func() time.Time) QuotaOption {
 	return func(o *quotaOptions) { o.clock = now }
+}
+
+// idleBurst is the burst beyond its share that a data plane whose last
+// report refused nothing holds, on a limit of rate per period shared by
+// members.
+func (o *quotaOptions) idleBurst(rate int64, members int) int64 {
+	if o.idleFills <= 0 || members < 1 {
+		return 0
+	}
+	return int64(o.idleFills * float64(rate) / float64(members))
 }

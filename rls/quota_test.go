@@ -78,3 +78,52 @@ func TestQuotaFairShares(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaIdleBurst: a data plane whose report refused nothing is
+// assigned a token bucket holding its share plus its part of one fill of
+// the limit (the limit split among the data planes), which it spends when
+// its demand jumps before its next report; a saturated one holds its share
+// only. The bursts beyond the shares never add up to more than the limit.
+func TestQuotaIdleBurst(t *testing.T) {
+	for _, b := range quotaBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			clock := fakeclock.New(quotaStart)
+			clients := quotaReplicas(t, b.stores(t, 2, clock), rls.WithQuotaClock(clock.Now), rls.WithRebalanceInterval(0))
+			s := &sim{clock: clock}
+			for i, d := range []float64{10, 1000} {
+				s.planes = append(s.planes, newPlane(t, clients[i%2], "edge", map[string]string{"api": "burst"}, d))
+			}
+			for _, p := range s.planes {
+				p.report(clock.Now())
+			}
+			for range 4 {
+				s.advance(time.Second)
+				for _, p := range s.planes {
+					p.report(clock.Now())
+				}
+				extra := 0.0
+				for _, p := range s.planes {
+					extra += p.capacity - p.rate
+				}
+				if extra > 400 {
+					t.Fatalf("bursts beyond the shares add up to %.0f, more than the limit 400; capacities %.0f %.0f, shares%s", extra, s.planes[0].capacity, s.planes[1].capacity, s.shares())
+				}
+			}
+			idle, busy := s.planes[0], s.planes[1]
+			if want := idle.rate + 200; idle.capacity != want {
+				t.Errorf("the idle plane (share %.0f/s) holds %.0f tokens at most, want %.0f", idle.rate, idle.capacity, want)
+			}
+			if busy.capacity != busy.rate {
+				t.Errorf("the saturated plane (share %.0f/s) holds %.0f tokens at most, want its share", busy.rate, busy.capacity)
+			}
+			// The idle plane's demand jumps between reports: its burst is
+			// admitted at once.
+			before := idle.total
+			idle.demand = 1000
+			s.advance(time.Second)
+			if got, least := idle.total-before, idle.rate+200; got < least {
+				t.Errorf("the idle plane admitted %.0f in the second its demand jumped, want at least %.0f (its share and its burst)", got, least)
+			}
+		})
+	}
+}
