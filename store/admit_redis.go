@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -53,15 +52,18 @@ func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []to
 	c := r.newCall(ctx, reqs, r.modeFor(reqs[0].RequestID, setReplayTTL(reqs)))
 	epoch := r.journalEpoch() // failover.go
 	nkeys := len(c.keys)
-	args := make([]any, 0, len(c.args)+5)
+	nargv := len(c.args) - 3 - nkeys
+	// One admission (lua/doc.go): EVALSHA sha k KEYS... 1 k a ARGV...
+	args := make([]any, 0, len(c.args)+8)
 	args = append(args, nil, nil, int64(nkeys+2))
 	args = append(args, c.args[3:3+nkeys]...)
 	args = append(args, slotKey, keyOf(prefix, holdCode, s.Key))
+	args = append(args, int64(1), int64(nkeys+2), int64(nargv+3))
 	args = append(args, c.args[3+nkeys:]...)
 	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
 	c.admit = &admitPart{args: args}
 	// Through the batcher, as a decision goes: concurrent admit calls
-	// share round trips (each is still a script call of its own).
+	// share round trips and, folded, script calls (fold.go).
 	if err := r.send(ctx, c); err != nil {
 		// c stays with the abandoned call: its keys are the arguments.
 		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
@@ -94,45 +96,6 @@ func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
 		return single
 	}
 	return slot(key) == slot(decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0])
-}
-
-// readAdmit decodes an admit script call's reply (lua/doc.go) for groups
-// groups: the slot's answer (Allowed: taken) and, unless no slot was free
-// (nil), the decisions.
-func readAdmit(cmd redis.Cmder, groups int) (tollgate.SlotDecision, []tollgate.Decision, error) {
-	v, err := cmd.(scriptCmd).Result()
-	if err != nil {
-		return tollgate.SlotDecision{}, nil, err
-	}
-	if len(v) < len(slotReply{}) {
-		return tollgate.SlotDecision{}, nil, errBadReply
-	}
-	var g slotReply
-	copy(g[:], v)
-	sd := tollgate.SlotDecision{InUse: g[slotHeld], Reused: g[slotReused] == 1, RetryAfter: micros(g[slotRetryAfter]), Hold: micros(g[slotHold])}
-	switch g[slotAllowed] {
-	case admitDenied:
-		if len(v) != len(g) {
-			return tollgate.SlotDecision{}, nil, errBadReply
-		}
-		return sd, nil, nil
-	case admitTaken:
-		sd.Allowed = true
-	case admitFree:
-	default:
-		return tollgate.SlotDecision{}, nil, errBadReply
-	}
-	d := v[len(g):]
-	if len(d) != groupReplyLen*groups+1 {
-		return tollgate.SlotDecision{}, nil, errBadReply
-	}
-	at := time.UnixMicro(d[len(d)-1])
-	out := make([]tollgate.Decision, groups)
-	for i := range out {
-		out[i] = groupReply(d[groupReplyLen*i:]).decision()
-		out[i].At = at
-	}
-	return sd, out, nil
 }
 
 // allowWithSlot takes s on st and then decides reqs with AllowAll,

@@ -25,6 +25,11 @@ import (
 // settleCallers is the concurrency of the section's gRPC cells.
 const settleCallers = 32
 
+// unfolded is the store option of the anchor cells: every slot and admit
+// call a script call of its own (concurrent ones still share round
+// trips), as before the store folded them.
+var unfolded = store.WithBatchScript(false)
+
 // settleLimit admits every call of the section: the write paths are
 // measured.
 func settleLimit(tollgate.Algorithm) tollgate.Limit {
@@ -163,10 +168,13 @@ func (f *finisher) close() {
 	<-f.done
 }
 
-func settledSubject(name string, mode settleMode) subject {
+// settledSubject is a store cell of mode; opts (store.WithBatchScript(false):
+// one script call per slot or admit call, the design before folding) are
+// the store's.
+func settledSubject(name string, mode settleMode, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: true, make: func(m *measurer, _ func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
 		s := settled{st: st, mode: mode}
 		if mode == decisionTail || mode == togetherTail {
 			s.tail = newFinisher(st)
@@ -180,13 +188,13 @@ func settledSubject(name string, mode settleMode) subject {
 	}}
 }
 
-// settleServer is tollgate's interceptor on its Redis store with one rule
-// of cost 500, settled at 7 when settle is set, with MaxInFlight when
-// inFlight is set.
-func settleServer(name string, reference, settle, inFlight bool) server {
+// settleServer is tollgate's interceptor on its Redis store (with opts)
+// with one rule of cost 500, settled at 7 when settle is set, with
+// MaxInFlight when inFlight is set.
+func settleServer(name string, reference, settle, inFlight bool, opts ...store.RedisOption) server {
 	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
 		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: settleLimit(0), Cost: 500}
 		if settle {
 			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
@@ -222,9 +230,11 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		settledSubject("decision (request id, cost 500)", decisionOnly),
 		settledSubject("decision + Settle", decisionSettle),
 		settledSubject("decision + settlements batched as the sender does", decisionTail),
-		settledSubject("AcquireSlot + ReleaseSlot", slotOnly),
-		settledSubject("slot+decision, then settle+release (one script call each)", together),
-		settledSubject("slot+decision, then settle+release batched as the sender does", togetherTail),
+		settledSubject("AcquireSlot + ReleaseSlot, a script call each", slotOnly, unfolded),
+		settledSubject("AcquireSlot + ReleaseSlot, folded", slotOnly),
+		settledSubject("slot+decision, then settle+release (one script call each)", together, unfolded),
+		settledSubject("slot+decision, then settle+release batched as the sender does, admits a script call each", togetherTail, unfolded),
+		settledSubject("slot+decision, then settle+release batched as the sender does, admits folded", togetherTail),
 	})
 	var rows []row
 	for _, callers := range m.cfg.callers {
@@ -244,7 +254,8 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 	servers := []server{
 		settleServer("gRPC: rate rule, cost 500", true, false, false),
 		settleServer("gRPC: the same rule, settled", false, true, false),
-		settleServer("gRPC: the same rule, MaxInFlight", false, false, true),
+		settleServer("gRPC: the same rule, MaxInFlight, admits a script call each", false, false, true, unfolded),
+		settleServer("gRPC: the same rule, MaxInFlight, admits folded", false, false, true),
 		settleServer("gRPC: the same rule, MaxInFlight and settled", false, true, true),
 	}
 	gsubjects := make([]subject, len(servers))
