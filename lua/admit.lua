@@ -1,68 +1,49 @@
 -- tollgate admit: takes an in-flight slot and decides the call's groups in
 -- one call, all or nothing: the slot is taken only when every group
--- admits, and no group is debited when no slot is free. One script call
--- carries one or more admissions, each on its own KEYS and ARGV, run in
--- order: the store folds concurrent admit calls into one, as the batch
--- script folds decisions. The calling convention is in doc.go; lua.go puts
--- the whole decide script at --#decide_script, run as a function on each
--- admission's decide call's own KEYS and ARGV.
+-- admits, and no group is debited when no slot is free. The calling
+-- convention is in doc.go; lua.go puts the whole decide script at
+-- --#decide_script, run as a function on the decide call's own KEYS and
+-- ARGV.
 local call = redis.call
+local nkeys, nargv = #KEYS, #ARGV
+local skey, hkey = KEYS[nkeys - 1], KEYS[nkeys]
+local smax, sid, sttl = tonumber(ARGV[nargv - 2]), ARGV[nargv - 1], tonumber(ARGV[nargv])
 
--- admit runs one admission on its KEYS and ARGV and returns its reply.
-local function admit(KEYS, ARGV)
-  local nkeys, nargv = #KEYS, #ARGV
-  local skey, hkey = KEYS[nkeys - 1], KEYS[nkeys]
-  local smax, sid, sttl = tonumber(ARGV[nargv - 2]), ARGV[nargv - 1], tonumber(ARGV[nargv])
+local time = call('TIME')
+local snow = tonumber(time[1]) * 1000000 + tonumber(time[2])
+call('ZREMRANGEBYSCORE', skey, '-inf', snow)
+local reused = call('ZSCORE', skey, sid) and 1 or 0
+local held = call('ZCARD', skey)
+if reused == 0 and held >= smax then
+  local first = call('ZRANGE', skey, 0, 0, 'WITHSCORES')
+  return {0, held, 0, tonumber(first[2]) - snow, snow, tonumber(call('GET', hkey)) or 0}
+end
 
-  local time = call('TIME')
-  local snow = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  call('ZREMRANGEBYSCORE', skey, '-inf', snow)
-  local reused = call('ZSCORE', skey, sid) and 1 or 0
-  local held = call('ZCARD', skey)
-  if reused == 0 and held >= smax then
-    local first = call('ZRANGE', skey, 0, 0, 'WITHSCORES')
-    return {0, held, 0, tonumber(first[2]) - snow, snow, tonumber(call('GET', hkey)) or 0}
-  end
-
-  local decided
-  do
-    local KEYS = {unpack(KEYS, 1, nkeys - 2)}
-    local ARGV = {unpack(ARGV, 1, nargv - 3)}
-    decided = (function()
+local decided
+do
+  local KEYS = {unpack(KEYS, 1, nkeys - 2)}
+  local ARGV = {unpack(ARGV, 1, nargv - 3)}
+  decided = (function()
 --#decide_script
-    end)()
-  end
-
-  local all = true
-  for i = 1, #decided - 1, 5 do
-    if decided[i] ~= 1 then
-      all = false
-      break
-    end
-  end
-  local slot = {2, held, reused, 0, snow, 0} -- free, not taken: the groups were denied
-  if not all and reused == 1 then
-    call('ZREM', skey, sid) -- a denied call holds no slot
-    slot[2] = held - 1
-  elseif all then
-    call('ZADD', skey, snow + sttl, sid)
-    local last = call('ZRANGE', skey, -1, -1, 'WITHSCORES')
-    call('PEXPIRE', skey, math.ceil((tonumber(last[2]) - snow) / 1000) + 1)
-    slot[1], slot[2] = 1, held + 1 - reused
-  end
-  for i = 1, #decided do slot[6 + i] = decided[i] end
-  return slot
+  end)()
 end
 
--- ARGV[1] admissions, each with its number of KEYS and of ARGV, then
--- their KEYS and ARGV one after the other.
-local n = tonumber(ARGV[1])
-local reply, nr = {}, 0
-local k, a = 0, 1 + 2 * n
-for j = 1, n do
-  local nk, na = tonumber(ARGV[2 * j]), tonumber(ARGV[2 * j + 1])
-  local r = admit({unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, a + 1, a + na)})
-  for i = 1, #r do reply[nr + i] = r[i] end
-  nr, k, a = nr + #r, k + nk, a + na
+local all = true
+for i = 1, #decided - 1, 5 do
+  if decided[i] ~= 1 then
+    all = false
+    break
+  end
 end
-return reply
+local slot = {2, held, reused, 0, snow, 0} -- free, not taken: the groups were denied
+if not all and reused == 1 then
+  call('ZREM', skey, sid) -- a denied call holds no slot
+  slot[2] = held - 1
+elseif all then
+  call('ZADD', skey, snow + sttl, sid)
+  local last = call('ZRANGE', skey, -1, -1, 'WITHSCORES')
+  call('PEXPIRE', skey, math.ceil((tonumber(last[2]) - snow) / 1000) + 1)
+  slot[1], slot[2] = 1, held + 1 - reused
+end
+for i = 1, #decided do slot[6 + i] = decided[i] end
+return slot

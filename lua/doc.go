@@ -206,29 +206,22 @@
 // # Admit
 //
 // A call limited both in flight and by rate takes its slot and its debits
-// in one admission. One call carries n ≥ 1 admissions, run in order (the
-// store folds concurrent admit calls into one); admission j's KEYS and
-// ARGV are a decide call's, then the slot script's:
+// in one call. KEYS and ARGV are a decide call's, then the slot script's:
 //
-//	ARGV[1]          n
-//	ARGV[2j], ARGV[2j+1]  admission j's number of KEYS and of ARGV
-//	KEYS             each admission's in turn:
-//	  [1..k]         the decide call's KEYS
-//	  [k+1]          the identity's slots, {tag}:if
-//	  [k+2]          its mean hold time, {tag}:ih
-//	ARGV[2n+2..]     each admission's in turn:
-//	  [1..a]         the decide call's ARGV
-//	  [a+1]          the most slots the identity has
-//	  [a+2]          the slot's id
-//	  [a+3]          its TTL in µs
+//	KEYS[1..k]       the decide call's KEYS
+//	KEYS[k+1]        the identity's slots, {tag}:if
+//	KEYS[k+2]        its mean hold time, {tag}:ih
+//	ARGV[1..a]       the decide call's ARGV
+//	ARGV[a+1]        the most slots the identity has
+//	ARGV[a+2]        the slot's id
+//	ARGV[a+3]        its TTL in µs
 //
 // Expired slots are dropped first. When no slot is free (and the id holds
 // none), the reply is the slot script's denied acquire, six integers, and
 // nothing is judged. Otherwise the groups are judged exactly as the decide
 // call would (same writes), and the slot is taken (or the id's renewed)
 // only when every group was admitted (or replayed); otherwise the id holds
-// none. An admission's reply is six integers, then the decide call's
-// reply; the call's reply is its admissions' one after the other:
+// none. The reply is six integers, then the decide call's reply:
 //
 //	{slot (1 taken, 2 free but not taken: a group denied), held, reused (0|1), 0, now_us, 0}, decide reply
 //

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -52,18 +53,17 @@ func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []to
 	c := r.newCall(ctx, reqs, r.modeFor(reqs[0].RequestID, setReplayTTL(reqs)))
 	epoch := r.journalEpoch() // failover.go
 	nkeys := len(c.keys)
-	nargv := len(c.args) - 3 - nkeys
-	// One admission (lua/doc.go): EVALSHA sha k KEYS... 1 k a ARGV...
-	args := make([]any, 0, len(c.args)+8)
+	args := make([]any, 0, len(c.args)+5)
 	args = append(args, nil, nil, int64(nkeys+2))
 	args = append(args, c.args[3:3+nkeys]...)
 	args = append(args, slotKey, keyOf(prefix, holdCode, s.Key))
-	args = append(args, int64(1), int64(nkeys+2), int64(nargv+3))
 	args = append(args, c.args[3+nkeys:]...)
 	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
 	c.admit = &admitPart{args: args}
 	// Through the batcher, as a decision goes: concurrent admit calls
-	// share round trips and, folded, script calls (fold.go).
+	// share round trips, each still a script call of its own (an admit's
+	// cost is its script's body, which folding several into one call did
+	// not cut: docs/performance.md).
 	if err := r.send(ctx, c); err != nil {
 		// c stays with the abandoned call: its keys are the arguments.
 		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
@@ -96,6 +96,39 @@ func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
 		return single
 	}
 	return slot(key) == slot(decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0])
+}
+
+// decodeAdmit decodes an admit script call's answer at the head of v
+// (lua/doc.go) for groups groups: the slot's answer (Allowed: taken) and, unless no
+// slot was free (nil), the decisions; and how many integers it took.
+func decodeAdmit(v []int64, groups int) (tollgate.SlotDecision, []tollgate.Decision, int, error) {
+	if len(v) < len(slotReply{}) {
+		return tollgate.SlotDecision{}, nil, 0, errBadReply
+	}
+	var g slotReply
+	copy(g[:], v)
+	sd := tollgate.SlotDecision{InUse: g[slotHeld], Reused: g[slotReused] == 1, RetryAfter: micros(g[slotRetryAfter]), Hold: micros(g[slotHold])}
+	switch g[slotAllowed] {
+	case admitDenied:
+		return sd, nil, len(g), nil
+	case admitTaken:
+		sd.Allowed = true
+	case admitFree:
+	default:
+		return tollgate.SlotDecision{}, nil, 0, errBadReply
+	}
+	n := len(g) + groupReplyLen*groups + 1
+	if len(v) < n {
+		return tollgate.SlotDecision{}, nil, 0, errBadReply
+	}
+	d := v[len(g):n]
+	at := time.UnixMicro(d[len(d)-1])
+	out := make([]tollgate.Decision, groups)
+	for i := range out {
+		out[i] = groupReply(d[groupReplyLen*i:]).decision()
+		out[i].At = at
+	}
+	return sd, out, n, nil
 }
 
 // allowWithSlot takes s on st and then decides reqs with AllowAll,

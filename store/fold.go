@@ -1,52 +1,46 @@
 package store
 
 import (
-	"time"
-
 	"github.com/redis/go-redis/v9"
-
-	"github.com/tollgate/tollgate"
 )
 
-// fold is the slot calls, or the admit calls, of one batch sent as one
-// script call: the slot and admit scripts take several operations in one
-// call (lua/doc.go), run in order, so Redis pays a script call's own cost
-// (the EVALSHA, its KEYS and ARGV tables, TIME, the reply) once for all of
-// them, as the batch script does for decisions.
+// fold is the slot calls of one batch sent as one slot script call: the
+// slot script takes several operations in one call (lua/doc.go), run in
+// order at one server time, so Redis parses, dispatches and answers one
+// command for all of them, as the batch script does for decisions. (Admit
+// calls are not folded: an admission costs Redis its script's body, a
+// dozen commands, which one call for several did not make cheaper;
+// docs/performance.md.)
 type fold struct {
 	calls []*call
 	sc    scriptCall
 }
 
 // foldCalls splits own, a batch's calls sent as script calls of their own,
-// into folds of its slot calls and of its admit calls (at least two in a
-// fold, at most maxShared) and the calls left on their own. With bySlot (a
-// Cluster) only calls on one Cluster slot share a fold.
+// into folds of its slot calls (at least two in a fold, at most maxShared)
+// and the calls left on their own. With bySlot (a Cluster) only calls on
+// one Cluster slot share a fold.
 func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
-	type kind struct {
-		admit bool
-		slot  int
-	}
-	byKind := make(map[kind][]*call)
-	var order []kind // the first appearance of each kind, so folds keep the batch's order
+	bySlotCalls := make(map[int][]*call)
+	var order []int // each Cluster slot as first seen, so folds keep the batch's order
 	var rest []*call
 	for _, c := range own {
-		if c.admit == nil && c.slot == nil {
+		if c.slot == nil {
 			rest = append(rest, c)
 			continue
 		}
-		k := kind{admit: c.admit != nil}
+		k := 0
 		if bySlot {
-			k.slot = slot(c.keys[0])
+			k = slot(c.keys[0])
 		}
-		if _, seen := byKind[k]; !seen {
+		if _, seen := bySlotCalls[k]; !seen {
 			order = append(order, k)
 		}
-		byKind[k] = append(byKind[k], c)
+		bySlotCalls[k] = append(bySlotCalls[k], c)
 	}
 	var out []*fold
 	for _, k := range order {
-		cs := byKind[k]
+		cs := bySlotCalls[k]
 		for len(cs) > 0 {
 			n := min(len(cs), maxShared)
 			if n == 1 {
@@ -60,49 +54,20 @@ func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
 	return out, rest
 }
 
-// newFold lays out calls, all slot calls or all admit calls, as one call
-// of their script, taking each call's arguments as it would be sent alone
-// (slotCall's and AllowAllWithSlot's layouts).
+// newFold lays out calls, slot calls, as one slot script call, from each
+// call's arguments as it would be sent alone: EVALSHA sha 2 slots hold
+// holdTTL op max id ttl.
 func newFold(calls []*call) *fold {
-	f := &fold{calls: calls}
-	if calls[0].slot != nil {
-		// Alone: EVALSHA sha 2 slots hold holdTTL op max id ttl.
-		args := make([]any, 3, 3+6*len(calls)+1)
-		args[2] = int64(2 * len(calls))
-		for _, c := range calls {
-			args = append(args, c.slot.args[3], c.slot.args[4])
-		}
-		args = append(args, calls[0].slot.args[5])
-		for _, c := range calls {
-			args = append(args, c.slot.args[6:10]...)
-		}
-		f.sc = scriptCall{script: slotScript, args: args}
-		return f
-	}
-	// Alone: EVALSHA sha k KEYS... 1 k a ARGV...
-	nkeys, nargv := 0, 0
+	args := make([]any, 3, 3+6*len(calls)+1)
+	args[2] = int64(2 * len(calls))
 	for _, c := range calls {
-		k := int(c.admit.args[2].(int64))
-		nkeys += k
-		nargv += len(c.admit.args) - 6 - k
+		args = append(args, c.slot.args[3], c.slot.args[4])
 	}
-	args := make([]any, 3, 3+nkeys+1+2*len(calls)+nargv)
-	args[2] = int64(nkeys)
+	args = append(args, calls[0].slot.args[5])
 	for _, c := range calls {
-		k := int(c.admit.args[2].(int64))
-		args = append(args, c.admit.args[3:3+k]...)
+		args = append(args, c.slot.args[6:10]...)
 	}
-	args = append(args, int64(len(calls)))
-	for _, c := range calls {
-		k := int(c.admit.args[2].(int64))
-		args = append(args, c.admit.args[4+k:6+k]...)
-	}
-	for _, c := range calls {
-		k := int(c.admit.args[2].(int64))
-		args = append(args, c.admit.args[6+k:]...)
-	}
-	f.sc = scriptCall{script: admitScript, args: args}
-	return f
+	return &fold{calls: calls, sc: scriptCall{script: slotScript, args: args}}
 }
 
 // read records each call's answer from cmd, the fold's reply, or the
@@ -153,37 +118,4 @@ func (c *call) take(v []int64) int {
 		c.now = ds[0].At.UnixMicro()
 	}
 	return n
-}
-
-// decodeAdmit decodes one admission's answer at the head of v (lua/doc.go)
-// for groups groups: the slot's answer (Allowed: taken) and, unless no
-// slot was free (nil), the decisions; and how many integers it took.
-func decodeAdmit(v []int64, groups int) (tollgate.SlotDecision, []tollgate.Decision, int, error) {
-	if len(v) < len(slotReply{}) {
-		return tollgate.SlotDecision{}, nil, 0, errBadReply
-	}
-	var g slotReply
-	copy(g[:], v)
-	sd := tollgate.SlotDecision{InUse: g[slotHeld], Reused: g[slotReused] == 1, RetryAfter: micros(g[slotRetryAfter]), Hold: micros(g[slotHold])}
-	switch g[slotAllowed] {
-	case admitDenied:
-		return sd, nil, len(g), nil
-	case admitTaken:
-		sd.Allowed = true
-	case admitFree:
-	default:
-		return tollgate.SlotDecision{}, nil, 0, errBadReply
-	}
-	n := len(g) + groupReplyLen*groups + 1
-	if len(v) < n {
-		return tollgate.SlotDecision{}, nil, 0, errBadReply
-	}
-	d := v[len(g):n]
-	at := time.UnixMicro(d[len(d)-1])
-	out := make([]tollgate.Decision, groups)
-	for i := range out {
-		out[i] = groupReply(d[groupReplyLen*i:]).decision()
-		out[i].At = at
-	}
-	return sd, out, n, nil
 }

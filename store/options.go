@@ -162,9 +162,8 @@ func WithBatching(maxBatch, maxPipelines int) RedisOption {
 // once and runs one script for the whole batch, which costs Redis much less
 // per decision; each decision is still judged, written and answered on its
 // own, in order, as its own call would be. Concurrent slot calls
-// (AcquireSlot, RenewSlot, ReleaseSlot, SlotsInUse) and admit calls
-// (AllowAllWithSlot) are likewise folded into one slot, or one admit,
-// script call (off: one each). It applies only to a
+// (AcquireSlot, RenewSlot, ReleaseSlot, SlotsInUse) are likewise folded
+// into one slot script call (off: one each). It applies only to a
 // *redis.Client (a single node, or Sentinel through NewFailoverClient): the
 // keys of a ClusterClient's or a Ring's decisions may live on different
 // nodes or slots, which one script call cannot declare together, so there

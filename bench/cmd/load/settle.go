@@ -25,9 +25,9 @@ import (
 // settleCallers is the concurrency of the section's gRPC cells.
 const settleCallers = 32
 
-// unfolded is the store option of the anchor cells: every slot and admit
-// call a script call of its own (concurrent ones still share round
-// trips), as before the store folded them.
+// unfolded is the store option of the anchor cell: every slot call a
+// script call of its own (concurrent ones still share round trips), as
+// before the store folded them.
 var unfolded = store.WithBatchScript(false)
 
 // settleLimit admits every call of the section: the write paths are
@@ -188,13 +188,13 @@ func settledSubject(name string, mode settleMode, opts ...store.RedisOption) sub
 	}}
 }
 
-// settleServer is tollgate's interceptor on its Redis store (with opts)
-// with one rule of cost 500, settled at 7 when settle is set, with
-// MaxInFlight when inFlight is set.
-func settleServer(name string, reference, settle, inFlight bool, opts ...store.RedisOption) server {
+// settleServer is tollgate's interceptor on its Redis store with one rule
+// of cost 500, settled at 7 when settle is set, with MaxInFlight when
+// inFlight is set.
+func settleServer(name string, reference, settle, inFlight bool) server {
 	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+		st := store.NewRedis(c, store.WithPrefix(prefix()))
 		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: settleLimit(0), Cost: 500}
 		if settle {
 			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
@@ -232,9 +232,8 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		settledSubject("decision + settlements batched as the sender does", decisionTail),
 		settledSubject("AcquireSlot + ReleaseSlot, a script call each", slotOnly, unfolded),
 		settledSubject("AcquireSlot + ReleaseSlot, folded", slotOnly),
-		settledSubject("slot+decision, then settle+release (one script call each)", together, unfolded),
-		settledSubject("slot+decision, then settle+release batched as the sender does, admits a script call each", togetherTail, unfolded),
-		settledSubject("slot+decision, then settle+release batched as the sender does, admits folded", togetherTail),
+		settledSubject("slot+decision, then settle+release (one script call each)", together),
+		settledSubject("slot+decision, then settle+release batched as the sender does", togetherTail),
 	})
 	var rows []row
 	for _, callers := range m.cfg.callers {
@@ -254,8 +253,7 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 	servers := []server{
 		settleServer("gRPC: rate rule, cost 500", true, false, false),
 		settleServer("gRPC: the same rule, settled", false, true, false),
-		settleServer("gRPC: the same rule, MaxInFlight, admits a script call each", false, false, true, unfolded),
-		settleServer("gRPC: the same rule, MaxInFlight, admits folded", false, false, true),
+		settleServer("gRPC: the same rule, MaxInFlight", false, false, true),
 		settleServer("gRPC: the same rule, MaxInFlight and settled", false, true, true),
 	}
 	gsubjects := make([]subject, len(servers))
