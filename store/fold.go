@@ -87,6 +87,11 @@ func (f *fold) read(cmd redis.Cmder) {
 		}
 		v = v[n:]
 	}
+	if err == nil && len(v) > 0 { // more than the calls' answers
+		for _, c := range f.calls {
+			c.err = errBadReply
+		}
+	}
 }
 
 // take records c's answer, a slot or admit call's, from the head of v, a

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -110,5 +112,58 @@ func TestConcurrentAdmitCallsExact(t *testing.T) {
 	d, err := stores[2].Peek(ctx, tollgate.Request{Key: "slots", Limit: tollgate.PerMinute(1000)})
 	if got != 4 || err != nil || d.Remaining != 1000-4-1 {
 		t.Fatalf("%d admitted, remaining %d (%v); want 4 and %d", got, d.Remaining, err, 1000-4-1)
+	}
+}
+
+// foldCounter is a go-redis hook counting the slot script calls that
+// carried several operations, sent alone or in a pipeline.
+type foldCounter struct{ folds atomic.Int64 }
+
+func (f *foldCounter) count(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) > 2 && (args[1] == slotScript.sha || args[1] == slotScript.src) && args[2].(int64) > 2 {
+		f.folds.Add(1)
+	}
+}
+
+func (*foldCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *foldCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (f *foldCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			f.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On a Cluster in the grouped layout, slot calls fold by Cluster slot: the
+// calls on one identity's slot share a script call, and stay exact.
+func TestFoldedSlotCallsOnAGroupedCluster(t *testing.T) {
+	ctx := context.Background()
+	var stores []*Redis
+	f := &foldCounter{}
+	prefix := redistest.KeyPrefix(t)
+	for range 3 {
+		c := redistest.SharedCluster(t).Client(t)
+		c.AddHook(f)
+		stores = append(stores, NewRedis(c, WithPrefix(prefix), WithDenyCache(0), WithClusterGroups(6)))
+	}
+	var ids atomic.Int64
+	admitted := redistest.Hammer(t, len(stores), 96, 1, func(i int) (bool, error) {
+		d, err := stores[i].AcquireSlot(ctx, tollgate.Slot{Key: "exact", Max: 7, ID: "e" + strconv.FormatInt(ids.Add(1), 10), TTL: time.Minute})
+		return d.Allowed, err
+	})
+	if n, err := stores[0].SlotsInUse(ctx, "exact"); admitted != 7 || err != nil || n != 7 {
+		t.Fatalf("%d acquires admitted, %d in use (%v); want 7 and 7", admitted, n, err)
+	}
+	t.Logf("%d slot script calls carried several operations", f.folds.Load())
+	if f.folds.Load() == 0 {
+		t.Fatal("no slot script call carried several operations: nothing was folded, the test proves nothing")
 	}
 }
