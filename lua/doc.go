@@ -179,28 +179,30 @@
 //
 // In-flight slots of one identity: a sorted set of the ids holding one,
 // scored by their expiry (µs on the server's clock), and beside it the
-// recent mean time the identity's slots were held.
+// recent mean time the identity's slots were held. One call carries
+// m ≥ 1 operations, run in order at one server time (the store folds
+// concurrent slot calls into one):
 //
-//	KEYS[1]          the identity's slots, {tag}:if
-//	KEYS[2]          the mean hold time in µs, {tag}:ih
-//	ARGV[1]          acquire, renew, release or count
-//	ARGV[2]          the most slots the identity has (acquire)
-//	ARGV[3]          the slot's id
-//	ARGV[4]          its TTL in µs (acquire, renew); for release, how long
+//	KEYS[2j-1]       operation j's identity's slots, {tag}:if
+//	KEYS[2j]         its mean hold time in µs, {tag}:ih
+//	ARGV[1]          how long a mean hold time is kept, in ms (release)
+//	ARGV[4j-2]       operation j: acquire, renew, release or count
+//	ARGV[4j-1]       the most slots the identity has (acquire)
+//	ARGV[4j]         the slot's id
+//	ARGV[4j+1]       its TTL in µs (acquire, renew); for release, how long
 //	                 it was held in µs (0: unknown)
-//	ARGV[5]          release: how long the mean is kept, in ms
 //
 // Every operation but count first drops the expired slots. acquire takes a
-// slot when fewer than ARGV[2] are held, or renews the id's when it holds
-// one; renew only renews. Both reply {allowed (0|1), held, reused (0|1),
-// retry_after_us, now_us, hold_us}, where a denied acquire's
+// slot when fewer than ARGV[4j-1] are held, or renews the id's when it
+// holds one; renew only renews. Both reply {allowed (0|1), held, reused
+// (0|1), retry_after_us, now_us, hold_us}, where a denied acquire's
 // retry_after_us is the time until the first held slot expires and hold_us
 // the mean hold time (0 when unknown, and in every other reply); each
 // change sets the key's PX to its last slot's expiry. release removes the
 // id, folds a known hold time into the mean (an exponential mean, each
 // hold weighing 1/8; the first is taken as it is), sets the mean's PX to
-// ARGV[5] and replies {1, now_us}; count replies {held, now_us} without
-// writing.
+// ARGV[1] and replies {1, now_us}; count replies {held, now_us} without
+// writing. The reply is the operations' replies one after the other.
 //
 // # Admit
 //

@@ -61,7 +61,9 @@ func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []to
 	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
 	c.admit = &admitPart{args: args}
 	// Through the batcher, as a decision goes: concurrent admit calls
-	// share round trips (each is still a script call of its own).
+	// share round trips, each still a script call of its own (an admit's
+	// cost is its script's body, which folding several into one call did
+	// not cut: docs/performance.md).
 	if err := r.send(ctx, c); err != nil {
 		// c stays with the abandoned call: its keys are the arguments.
 		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
@@ -96,43 +98,37 @@ func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
 	return slot(key) == slot(decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0])
 }
 
-// readAdmit decodes an admit script call's reply (lua/doc.go) for groups
-// groups: the slot's answer (Allowed: taken) and, unless no slot was free
-// (nil), the decisions.
-func readAdmit(cmd redis.Cmder, groups int) (tollgate.SlotDecision, []tollgate.Decision, error) {
-	v, err := cmd.(scriptCmd).Result()
-	if err != nil {
-		return tollgate.SlotDecision{}, nil, err
-	}
+// decodeAdmit decodes an admit script call's answer at the head of v
+// (lua/doc.go) for groups groups: the slot's answer (Allowed: taken) and, unless no
+// slot was free (nil), the decisions; and how many integers it took.
+func decodeAdmit(v []int64, groups int) (tollgate.SlotDecision, []tollgate.Decision, int, error) {
 	if len(v) < len(slotReply{}) {
-		return tollgate.SlotDecision{}, nil, errBadReply
+		return tollgate.SlotDecision{}, nil, 0, errBadReply
 	}
 	var g slotReply
 	copy(g[:], v)
 	sd := tollgate.SlotDecision{InUse: g[slotHeld], Reused: g[slotReused] == 1, RetryAfter: micros(g[slotRetryAfter]), Hold: micros(g[slotHold])}
 	switch g[slotAllowed] {
 	case admitDenied:
-		if len(v) != len(g) {
-			return tollgate.SlotDecision{}, nil, errBadReply
-		}
-		return sd, nil, nil
+		return sd, nil, len(g), nil
 	case admitTaken:
 		sd.Allowed = true
 	case admitFree:
 	default:
-		return tollgate.SlotDecision{}, nil, errBadReply
+		return tollgate.SlotDecision{}, nil, 0, errBadReply
 	}
-	d := v[len(g):]
-	if len(d) != groupReplyLen*groups+1 {
-		return tollgate.SlotDecision{}, nil, errBadReply
+	n := len(g) + groupReplyLen*groups + 1
+	if len(v) < n {
+		return tollgate.SlotDecision{}, nil, 0, errBadReply
 	}
+	d := v[len(g):n]
 	at := time.UnixMicro(d[len(d)-1])
 	out := make([]tollgate.Decision, groups)
 	for i := range out {
 		out[i] = groupReply(d[groupReplyLen*i:]).decision()
 		out[i].At = at
 	}
-	return sd, out, nil
+	return sd, out, n, nil
 }
 
 // allowWithSlot takes s on st and then decides reqs with AllowAll,

@@ -203,8 +203,9 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 // runBatch sends batch as one pipeline and signals every call. On a
 // *redis.Client the single decisions among the calls travel as batch
 // script calls of up to maxShared decisions (see WithBatchScript and
-// shared), on a ClusterClient in the grouped layout likewise for each
-// slot; every other call is a decide call of its own.
+// shared), and its slot calls, and its admit calls, as one script call
+// each (fold); on a ClusterClient in the grouped layout likewise for each
+// slot; every other call is a script call of its own.
 //
 // The pipeline outlives any one caller's context: it runs until the latest
 // deadline among its calls, or with none (the client's timeouts bound it)
@@ -213,16 +214,21 @@ func (r *Redis) runBatch(batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
 	var shares []*shared
-	own := batch // the calls sent as decide calls of their own
+	var folds []*fold
+	own := batch // the calls sent as script calls of their own
 	if r.usesBatchScript() {
 		shares, own = shareCalls(batch, r.cluster != nil)
+		folds, own = foldCalls(own, r.cluster != nil)
 	}
-	sc := make([]scriptCall, 0, len(own)+len(shares))
+	sc := make([]scriptCall, 0, len(own)+len(shares)+len(folds))
 	for _, c := range own {
 		sc = append(sc, c.scriptCall())
 	}
 	for _, s := range shares {
 		sc = append(sc, scriptCall{script: batchScript, args: s.args})
+	}
+	for _, f := range folds {
+		sc = append(sc, f.sc)
 	}
 	r.roundTrip(ctx, sc)
 	for i, c := range own {
@@ -230,6 +236,9 @@ func (r *Redis) runBatch(batch []*call) {
 	}
 	for i, s := range shares {
 		s.read(sc[len(own)+i].cmd)
+	}
+	for i, f := range folds {
+		f.read(sc[len(own)+len(shares)+i].cmd)
 	}
 	for _, c := range batch {
 		c.done <- struct{}{}

@@ -81,6 +81,8 @@ type call struct {
 	// admit, when set, makes the call an admit script call (a slot with
 	// the decision; see AllowAllWithSlot) instead of a decide call.
 	admit *admitPart
+	// slot, when set, makes the call a slot script call (see slotCall).
+	slot *slotPart
 
 	// Written by whoever runs the call, then signalled on done.
 	decisions []tollgate.Decision // one per group, valid when err is nil
@@ -141,15 +143,18 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 		c.args[3+nkeys+i] = &c.argv[i]
 	}
 	c.deadline, _ = ctx.Deadline()
-	c.now, c.err, c.admit = 0, nil, nil
+	c.now, c.err, c.admit, c.slot = 0, nil, nil, nil
 	return c
 }
 
-// scriptCall is c as the send path takes it: a decide call, or an admit
-// call.
+// scriptCall is c as the send path takes it alone: a decide call, an
+// admit call or a slot call.
 func (c *call) scriptCall() scriptCall {
-	if c.admit != nil {
+	switch {
+	case c.admit != nil:
 		return scriptCall{script: admitScript, args: c.admit.args}
+	case c.slot != nil:
+		return scriptCall{script: slotScript, args: c.slot.args}
 	}
 	return scriptCall{script: decideScript, args: c.args}
 }
@@ -157,17 +162,16 @@ func (c *call) scriptCall() scriptCall {
 // readReply records cmd's reply, c's script call's, with the decoder of
 // its script.
 func (c *call) readReply(cmd redis.Cmder) {
-	if c.admit == nil {
+	if c.admit == nil && c.slot == nil {
 		c.read(cmd)
 		return
 	}
-	a := c.admit
-	var ds []tollgate.Decision
-	a.slot, ds, c.err = readAdmit(cmd, c.groups)
-	a.judged = ds != nil
-	if c.err == nil && a.judged {
-		copy(c.decisions, ds)
-		c.now = ds[0].At.UnixMicro()
+	v, err := cmd.(scriptCmd).Result()
+	if err == nil && c.take(v) != len(v) {
+		err = errBadReply
+	}
+	if err != nil {
+		c.err = err
 	}
 }
 

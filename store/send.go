@@ -11,7 +11,7 @@ import (
 // the go-redis client's options. A script call is never re-sent by
 // go-redis (scriptCmd), is sent again as EVAL once when the server answers
 // NOSCRIPT, and its reply is read by the decoder declared beside its
-// script (call.read, shared.read, readSettle, readSlot, readRefund,
+// script (call.read, shared.read, readSettle, fold.read, readRefund,
 // readReset, readShare).
 
 // exchange sends calls under ctx, as one command alone or one pipeline,

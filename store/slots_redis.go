@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/lua"
 )
@@ -40,26 +38,6 @@ const (
 	slotNow               // the server time, µs
 	slotHold              // µs, the mean hold time (a denied acquire)
 )
-
-// readSlot decodes a slot script call's reply to op (lua/doc.go): a
-// slotReply for acquire and renew, {1, now} for release and {held, now}
-// for count, the latter two in the first two places of the slotReply.
-func readSlot(cmd redis.Cmder, op string) (slotReply, error) {
-	v, err := cmd.(scriptCmd).Result()
-	if err != nil {
-		return slotReply{}, err
-	}
-	want := len(slotReply{})
-	if op == slotRelease || op == slotCount {
-		want = 2
-	}
-	if len(v) != want {
-		return slotReply{}, errBadReply
-	}
-	var g slotReply
-	copy(g[:], v)
-	return g, nil
-}
 
 // AcquireSlot takes a slot of s.Key, or renews s.ID's (see
 // tollgate.SlotStore), with one slot script call on the identity's hash
@@ -102,7 +80,18 @@ func (r *Redis) SlotsInUse(ctx context.Context, key string) (int64, error) {
 	return g[0], nil
 }
 
-// slotCall runs op of the slot script for s and returns its reply.
+// slotPart is what makes a call a slot call: its arguments as sent alone
+// (EVALSHA sha 2 slots hold holdTTL op max id ttl, lua/doc.go), its
+// operation, and once answered, the reply.
+type slotPart struct {
+	args  []any
+	op    string
+	reply slotReply
+}
+
+// slotCall runs op of the slot script for s and returns its reply. It goes
+// through the batcher, as a decision does: concurrent slot calls share
+// round trips and, folded, script calls (fold.go).
 func (r *Redis) slotCall(ctx context.Context, s tollgate.Slot, op string) (slotReply, error) {
 	if op == slotAcquire || op == slotRenew {
 		if err := tollgate.ValidateSlot(s); err != nil {
@@ -112,13 +101,20 @@ func (r *Redis) slotCall(ctx context.Context, s tollgate.Slot, op string) (slotR
 		return slotReply{}, fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(s.Key), tollgate.MaxKeyLen)
 	}
 	prefix := r.keyPrefix(s.Key)
-	sc := [1]scriptCall{{script: slotScript, args: []any{nil, nil, 2, keyOf(prefix, slotsCode, s.Key), keyOf(prefix, holdCode, s.Key),
-		op, s.Max, s.ID, s.TTL.Microseconds(), slotHoldTTL.Milliseconds()}}}
-	err := r.exchange(ctx, sc[:])
-	var g slotReply
-	if err == nil {
-		g, err = readSlot(sc[0].cmd, op)
+	c := calls.Get().(*call)
+	c.groups, c.admit, c.err, c.now = 0, nil, nil, 0
+	c.keys = c.keyBuf[:2]
+	c.keys[0], c.keys[1] = keyOf(prefix, slotsCode, s.Key), keyOf(prefix, holdCode, s.Key)
+	c.slot = &slotPart{op: op, args: []any{nil, nil, int64(2), &c.keys[0], &c.keys[1],
+		slotHoldTTL.Milliseconds(), op, s.Max, s.ID, s.TTL.Microseconds()}}
+	c.deadline, _ = ctx.Deadline()
+	if err := r.send(ctx, c); err != nil {
+		// c stays with the abandoned call: its keys are the arguments.
+		return slotReply{}, fmt.Errorf("tollgate: redis store: slot: %w", err)
 	}
+	g, err := c.slot.reply, c.err
+	c.slot = nil
+	calls.Put(c)
 	if err != nil {
 		return slotReply{}, fmt.Errorf("tollgate: redis store: slot: %w", err)
 	}

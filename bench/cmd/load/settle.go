@@ -25,6 +25,11 @@ import (
 // settleCallers is the concurrency of the section's gRPC cells.
 const settleCallers = 32
 
+// unfolded is the store option of the anchor cell: every slot call a
+// script call of its own (concurrent ones still share round trips), as
+// before the store folded them.
+var unfolded = store.WithBatchScript(false)
+
 // settleLimit admits every call of the section: the write paths are
 // measured.
 func settleLimit(tollgate.Algorithm) tollgate.Limit {
@@ -163,10 +168,13 @@ func (f *finisher) close() {
 	<-f.done
 }
 
-func settledSubject(name string, mode settleMode) subject {
+// settledSubject is a store cell of mode; opts (store.WithBatchScript(false):
+// one script call per slot or admit call, the design before folding) are
+// the store's.
+func settledSubject(name string, mode settleMode, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: true, make: func(m *measurer, _ func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
 		s := settled{st: st, mode: mode}
 		if mode == decisionTail || mode == togetherTail {
 			s.tail = newFinisher(st)
@@ -222,7 +230,8 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		settledSubject("decision (request id, cost 500)", decisionOnly),
 		settledSubject("decision + Settle", decisionSettle),
 		settledSubject("decision + settlements batched as the sender does", decisionTail),
-		settledSubject("AcquireSlot + ReleaseSlot", slotOnly),
+		settledSubject("AcquireSlot + ReleaseSlot, a script call each", slotOnly, unfolded),
+		settledSubject("AcquireSlot + ReleaseSlot, folded", slotOnly),
 		settledSubject("slot+decision, then settle+release (one script call each)", together),
 		settledSubject("slot+decision, then settle+release batched as the sender does", togetherTail),
 	})
