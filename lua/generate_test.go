@@ -1,0 +1,99 @@
+package lua
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+var update = flag.Bool("update", false, "write gen/*.lua from the drivers and their parts (go generate ./lua)")
+
+// TestGenerated checks that gen/<driver> holds each script exactly as
+// assembling the *.lua sources gives it, that Source sends that file, and
+// that gen/ holds no file of a script that no longer exists. With -update
+// (go generate ./lua) it writes the files instead.
+func TestGenerated(t *testing.T) {
+	assembled, err := assemble(os.DirFS("."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for s, driver := range drivers {
+		want[driver] = true
+		name := filepath.Join("gen", driver)
+		if *update {
+			if err := os.WriteFile(name, []byte(assembled[s]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(name)
+		if err != nil {
+			t.Errorf("%v: run go generate ./lua", err)
+			continue
+		}
+		if !bytes.Equal(got, []byte(assembled[s])) {
+			t.Errorf("%s differs from what assembling %s and its parts gives: edit the sources, then run go generate ./lua", name, driver)
+		}
+		if Source(Script(s)) != string(got) {
+			t.Errorf("Source(%s) is not %s: rebuild after go generate ./lua", Script(s), name)
+		}
+	}
+	stray, err := filepath.Glob(filepath.Join("gen", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range stray {
+		if want[filepath.Base(name)] {
+			continue
+		}
+		if *update {
+			if err := os.Remove(name); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		t.Errorf("%s is no script's: run go generate ./lua, which removes it", name)
+	}
+}
+
+// TestEveryAlgorithmHasBlocks checks that algorithmBlocks names every
+// tollgate.Algorithm (each value a Limit accepts) and nothing else, and
+// that each has its judge, settle and debt blocks.
+func TestEveryAlgorithmHasBlocks(t *testing.T) {
+	var algs []tollgate.Algorithm
+	for a := tollgate.Algorithm(0); a < 255; a++ {
+		if (tollgate.Limit{Algorithm: a, Rate: 1, Period: time.Second}).Validate() == nil {
+			algs = append(algs, a)
+		}
+	}
+	if len(algs) < 4 {
+		t.Fatalf("the algorithms a Limit accepts: %v, want at least the four", algs)
+	}
+	for _, a := range algs {
+		name, ok := algorithmBlocks[a]
+		if !ok {
+			t.Errorf("algorithm %s (%d) has no blocks in algorithmBlocks", a, a)
+			continue
+		}
+		if name != a.String() {
+			t.Errorf("algorithm %s's blocks are named %q, want its name", a, name)
+		}
+		for _, block := range []string{name + ".lua", "settle_" + name + ".lua", "debt_" + name + ".lua"} {
+			if _, err := os.Stat(block); err != nil {
+				t.Errorf("algorithm %s: %v", a, err)
+			}
+		}
+	}
+	for a := range algorithmBlocks {
+		if !slices.Contains(algs, a) {
+			t.Errorf("algorithmBlocks names %d, which is no algorithm a Limit accepts", a)
+		}
+	}
+}
