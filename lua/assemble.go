@@ -85,11 +85,10 @@ func assemble(fsys fs.FS) (sources [len(drivers)]string, err error) {
 		return b.String() + "end\n"
 	}
 	parts := map[string]string{
-		"arith":     read("arith.lua"),
-		"judge":     byAlgorithm(""),
-		"give_back": byAlgorithm("refund_"),
-		"settle":    byAlgorithm("settle_"),
-		"debt":      byAlgorithm("debt_"),
+		"arith":  read("arith.lua"),
+		"judge":  byAlgorithm(""),
+		"settle": byAlgorithm("settle_"),
+		"debt":   byAlgorithm("debt_"),
 	}
 	for s, driver := range drivers {
 		var b strings.Builder

@@ -65,7 +65,8 @@ func TestGenerated(t *testing.T) {
 
 // TestEveryAlgorithmHasBlocks checks that algorithmBlocks names every
 // tollgate.Algorithm (each value a Limit accepts) and nothing else, and
-// that each has its judge, settle and debt blocks.
+// that each has its judge, settle and debt blocks, each beginning with what
+// it reads and sets.
 func TestEveryAlgorithmHasBlocks(t *testing.T) {
 	var algs []tollgate.Algorithm
 	for a := tollgate.Algorithm(0); a < 255; a++ {
@@ -86,8 +87,13 @@ func TestEveryAlgorithmHasBlocks(t *testing.T) {
 			t.Errorf("algorithm %s's blocks are named %q, want its name", a, name)
 		}
 		for _, block := range []string{name + ".lua", "settle_" + name + ".lua", "debt_" + name + ".lua"} {
-			if _, err := os.Stat(block); err != nil {
+			src, err := os.ReadFile(block)
+			if err != nil {
 				t.Errorf("algorithm %s: %v", a, err)
+				continue
+			}
+			if !bytes.HasPrefix(src, []byte("-- reads: ")) || !bytes.Contains(src, []byte("\n-- sets:  ")) {
+				t.Errorf("%s does not begin with its inputs and outputs (-- reads: ..., -- sets: ...)", block)
 			}
 		}
 	}

@@ -21,15 +21,13 @@ const (
 	// Decide judges one or more (key, limit, cost) groups and debits them
 	// all when every one admits; it also peeks (judges without writing).
 	Decide Script = iota
-	// Refund gives back the debits of a Decide call, at most once per
-	// nonce.
-	Refund
 	// Batch judges many independent decisions in one call, each on its
 	// own, in order, as one Decide call each would.
 	Batch
 	// Settle makes the final cost of admitted requests what their calls
 	// cost, giving the difference back or debiting it past empty; or
-	// debits requests whether or not they fit (overdraw).
+	// debits requests whether or not they fit (overdraw). It also gives
+	// back the debits of a set denied on another Cluster slot (a refund).
 	Settle
 	// Slot acquires, renews, releases and counts the in-flight slots of an
 	// identity.
@@ -49,7 +47,7 @@ const (
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Refund: "refund.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua"}
+var drivers = [...]string{Decide: "decide.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua"}
 
 // sources are the scripts as Redis runs them: the files gen/<driver>,
 // which go generate writes from the drivers and their parts (assemble). A
@@ -71,14 +69,12 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide", "refund", "batch", "settle",
-// "slot", "reset", "admit", "finish" or "share".
+// String returns the script's name: "decide", "batch", "settle", "slot",
+// "reset", "admit", "finish" or "share".
 func (s Script) String() string {
 	switch s {
 	case Decide:
 		return "decide"
-	case Refund:
-		return "refund"
 	case Batch:
 		return "batch"
 	case Settle:

@@ -117,7 +117,7 @@ func (h *clientHooks) connected() <-chan struct{} {
 }
 
 // allScripts are the scripts the store calls, loaded at connect.
-var allScripts = [...]lua.Script{lua.Decide, lua.Batch, lua.Settle, lua.Refund, lua.Slot}
+var allScripts = [...]lua.Script{lua.Decide, lua.Batch, lua.Settle, lua.Slot}
 
 // loadScripts makes sure cn's server has every script: one SCRIPT EXISTS,
 // then a SCRIPT LOAD of each one missing (none on a server that already

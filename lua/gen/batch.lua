@@ -6,7 +6,7 @@
 -- too few profiles for that to pay, each decision's profile in turn. Each
 -- decision is judged and written on its own, in order, exactly as the same
 -- decisions sent one decide call each would be: two decisions on one key
--- see each other's writes. lua.go puts arith.lua at --#arith and the
+-- see each other's writes. assemble.go puts arith.lua at --#arith and the
 -- algorithm blocks at --#judge.
 --
 -- Nothing is written until every argument has been read and checked: a
@@ -134,7 +134,7 @@ for d = 1, n do
   local new_state, keep
   local span = alg == 2 and rate + rate or 0 -- see arith.lua
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
--- doubles, and the calendar. lua.go puts it at a driver's --#arith line,
+-- doubles, and the calendar. lua/assemble.go puts it at a driver's --#arith line,
 -- once per limit judged, after the locals rate, period, capacity and span:
 -- the largest other count the blocks multiply by a period (a sliding
 -- window's counts reach 2 * rate after a settlement past empty; a
@@ -231,7 +231,12 @@ elseif max(rate, capacity, span) * period >= 9007199254740992 then
   end
 end
 if alg == 0 then
--- Token bucket, a judge block (lua.go). The state is the string "n t":
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Token bucket, a judge block. The state is the string "n t":
 -- n = whole tokens, t = the microsecond up to which refill has been
 -- credited. An absent or unreadable state is a full bucket.
 --
@@ -275,7 +280,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = level
 elseif alg == 1 then
--- GCRA, a judge block (lua.go), with the meaning of rate, period and burst of
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- GCRA, a judge block, with the meaning of rate, period and burst of
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
 -- unit, up to capacity units at once. The state is the string "t f" holding
 -- the theoretical arrival time (TAT) exactly: t = whole microseconds, f = the
@@ -343,7 +353,12 @@ if over == 0 and (ahead < fq or ahead == fq and frac < fr) then
   remaining = capacity - q - ceil((r + frac) / period)
 end
 elseif alg == 2 then
--- Sliding window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Sliding window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)). The state is the
 -- string "w c p": w = the window of the last admission, c = the count
 -- admitted in it, p = the count admitted in window w - 1. So one key holds
@@ -408,7 +423,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = max(rate - cur_n - share, 0)
 elseif alg == 3 then
--- Fixed window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Fixed window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)), or calendar days,
 -- ISO weeks, months or years in UTC when period is -1, -2, -3 or -4
 -- (arith.lua's calendar numbers them and finds their ends). The state is the

@@ -2,7 +2,7 @@
 -- tollgate settle: makes the final cost of admitted requests what their
 -- calls really cost, giving the difference back or debiting it past empty;
 -- or debits requests whether or not they fit (overdraw). The calling
--- convention is in doc.go; lua.go puts arith.lua at --#arith, the settle
+-- convention is in doc.go; assemble.go puts arith.lua at --#arith, the settle
 -- blocks at --#settle and the algorithm blocks at --#judge, which answers
 -- what a request would get after the settlement. The Go mirror is
 -- internal/algo's Settle and Overdraw.
@@ -11,14 +11,16 @@ local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
 -- ARGV[1] is the mode: 0 settles, 1 settles with a record per group (the
--- KEYS after the state keys), 2 overdraws; ARGV[2] is the records' TTL.
+-- KEYS after the state keys), 2 overdraws, 3 settles with records and then
+-- deletes the request-id markers (the KEYS after the records: the refund
+-- of a set denied on another Cluster slot); ARGV[2] is the records' TTL.
 local mode = tonumber(ARGV[1])
-local with_record, overdraw = mode == 1, mode == 2
+local with_record, overdraw = mode == 1 or mode == 3, mode == 2
 local groups = (#ARGV - 2) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local got = call('MGET', unpack(KEYS))
+local got = call('MGET', unpack(KEYS, 1, with_record and 2 * groups or groups))
 
 -- What this call writes, by key: a state string, or false to delete it;
 -- and the PX of each written state.
@@ -40,7 +42,7 @@ for i = 1, groups do
   -- products outgrow the limit's own.
   local span = 9007199254740992
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
--- doubles, and the calendar. lua.go puts it at a driver's --#arith line,
+-- doubles, and the calendar. lua/assemble.go puts it at a driver's --#arith line,
 -- once per limit judged, after the locals rate, period, capacity and span:
 -- the largest other count the blocks multiply by a period (a sliding
 -- window's counts reach 2 * rate after a settlement past empty; a
@@ -171,7 +173,12 @@ end
       local allowed, remaining, retry, reset = 0, 0, 0, 0
       local new_state, keep
 if alg == 0 then
--- Token bucket, a judge block (lua.go). The state is the string "n t":
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Token bucket, a judge block. The state is the string "n t":
 -- n = whole tokens, t = the microsecond up to which refill has been
 -- credited. An absent or unreadable state is a full bucket.
 --
@@ -215,7 +222,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = level
 elseif alg == 1 then
--- GCRA, a judge block (lua.go), with the meaning of rate, period and burst of
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- GCRA, a judge block, with the meaning of rate, period and burst of
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
 -- unit, up to capacity units at once. The state is the string "t f" holding
 -- the theoretical arrival time (TAT) exactly: t = whole microseconds, f = the
@@ -283,7 +295,12 @@ if over == 0 and (ahead < fq or ahead == fq and frac < fr) then
   remaining = capacity - q - ceil((r + frac) / period)
 end
 elseif alg == 2 then
--- Sliding window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Sliding window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)). The state is the
 -- string "w c p": w = the window of the last admission, c = the count
 -- admitted in it, p = the count admitted in window w - 1. So one key holds
@@ -348,7 +365,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = max(rate - cur_n - share, 0)
 elseif alg == 3 then
--- Fixed window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Fixed window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)), or calendar days,
 -- ISO weeks, months or years in UTC when period is -1, -2, -3 or -4
 -- (arith.lua's calendar numbers them and finds their ends). The state is the
@@ -404,7 +426,11 @@ end
   if delta ~= 0 then
     local new_state
 if alg == 0 then
--- Token bucket, a settle block (lua.go): the Go mirror is algo.Settle's
+-- reads: state, now, delta, debited_at, adm_reset, rate, period, capacity,
+--        MAX_DEBT
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- Token bucket, a settle block: the Go mirror is algo.Settle's
 -- debit and giveBack. state is "n t" (token_bucket.lua); delta > 0 debits
 -- delta units past empty, delta < 0 gives back -delta units of the debit
 -- made at debited_at that left the bucket adm_reset us from full. Past
@@ -466,7 +492,10 @@ elseif state then
   end
 end
 elseif alg == 1 then
--- GCRA, a settle block (lua.go): the Go mirror is algo.Settle's debit and
+-- reads: state, now, delta, debited_at, adm_reset, rate, period, MAX_DEBT
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- GCRA, a settle block: the Go mirror is algo.Settle's debit and
 -- giveBack. state is "t f" (gcra.lua); a debit moves the theoretical
 -- arrival time on by delta emission intervals (past full: a debt, at most
 -- MAX_DEBT past now); a give-back moves it back, never before now.
@@ -518,7 +547,10 @@ elseif st then
   end
 end
 elseif alg == 2 then
--- Sliding window, a settle block (lua.go): the Go mirror is algo.Settle's
+-- reads: state, now, delta, debited_at, rate, period
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- Sliding window, a settle block: the Go mirror is algo.Settle's
 -- debit and giveBack. state is "w c p" (sliding_window.lua). A debit
 -- counts in the current window, at most 2 * rate; a give-back comes off
 -- the window debited (debited_at), whichever count holds it now, while it
@@ -546,7 +578,10 @@ elseif sw then
   end
 end
 elseif alg == 3 then
--- Fixed window, a settle block (lua.go): the Go mirror is algo.Settle's
+-- reads: state, now, delta, debited_at, period
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- Fixed window, a settle block: the Go mirror is algo.Settle's
 -- debit and giveBack. state is "w c" or, for a calendar window, "w c k"
 -- (fixed_window.lua). A debit counts in the current window past its rate
 -- (at most 10^12 more); a give-back comes off the window debited
@@ -591,7 +626,12 @@ end
       local allowed, remaining, retry, reset = 0, 0, 0, 0
       local new_state, keep
 if alg == 0 then
--- Token bucket, a judge block (lua.go). The state is the string "n t":
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Token bucket, a judge block. The state is the string "n t":
 -- n = whole tokens, t = the microsecond up to which refill has been
 -- credited. An absent or unreadable state is a full bucket.
 --
@@ -635,7 +675,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = level
 elseif alg == 1 then
--- GCRA, a judge block (lua.go), with the meaning of rate, period and burst of
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- GCRA, a judge block, with the meaning of rate, period and burst of
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
 -- unit, up to capacity units at once. The state is the string "t f" holding
 -- the theoretical arrival time (TAT) exactly: t = whole microseconds, f = the
@@ -703,7 +748,12 @@ if over == 0 and (ahead < fq or ahead == fq and frac < fr) then
   remaining = capacity - q - ceil((r + frac) / period)
 end
 elseif alg == 2 then
--- Sliding window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Sliding window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)). The state is the
 -- string "w c p": w = the window of the last admission, c = the count
 -- admitted in it, p = the count admitted in window w - 1. So one key holds
@@ -768,7 +818,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = max(rate - cur_n - share, 0)
 elseif alg == 3 then
--- Fixed window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Fixed window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)), or calendar days,
 -- ISO weeks, months or years in UTC when period is -1, -2, -3 or -4
 -- (arith.lua's calendar numbers them and finds their ends). The state is the
@@ -819,7 +874,12 @@ end
     local allowed, remaining, retry, reset = 0, 0, 0, 0
     local new_state, keep
 if alg == 0 then
--- Token bucket, a judge block (lua.go). The state is the string "n t":
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Token bucket, a judge block. The state is the string "n t":
 -- n = whole tokens, t = the microsecond up to which refill has been
 -- credited. An absent or unreadable state is a full bucket.
 --
@@ -863,7 +923,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = level
 elseif alg == 1 then
--- GCRA, a judge block (lua.go), with the meaning of rate, period and burst of
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- GCRA, a judge block, with the meaning of rate, period and burst of
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
 -- unit, up to capacity units at once. The state is the string "t f" holding
 -- the theoretical arrival time (TAT) exactly: t = whole microseconds, f = the
@@ -931,7 +996,12 @@ if over == 0 and (ahead < fq or ahead == fq and frac < fr) then
   remaining = capacity - q - ceil((r + frac) / period)
 end
 elseif alg == 2 then
--- Sliding window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Sliding window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)). The state is the
 -- string "w c p": w = the window of the last admission, c = the count
 -- admitted in it, p = the count admitted in window w - 1. So one key holds
@@ -996,7 +1066,12 @@ if allowed == 1 and c > 0 then
 end
 remaining = max(rate - cur_n - share, 0)
 elseif alg == 3 then
--- Fixed window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Fixed window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)), or calendar days,
 -- ISO weeks, months or years in UTC when period is -1, -2, -3 or -4
 -- (arith.lua's calendar numbers them and finds their ends). The state is the
@@ -1044,7 +1119,10 @@ end
     if overdraw then a_allowed = 0 end
     local debt = 0
 if alg == 0 then
--- Token bucket, a debt block (lua.go): the units state owes past empty at
+-- reads: state, now, rate, period, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- Token bucket, a debt block: the units state owes past empty at
 -- now, as algo.Debt finds them. A bucket in debt keeps no token and credits
 -- its refill from a time after now.
 local n, t = match(state or '', '^(%d+) (%d+)$')
@@ -1052,7 +1130,10 @@ if n and tonumber(n) == 0 and tonumber(t) > now then
   debt = mulceil(tonumber(t) - now, rate, period)
 end
 elseif alg == 1 then
--- GCRA, a debt block (lua.go): the units a lead past the capacity owes,
+-- reads: state, now, rate, period, capacity, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- GCRA, a debt block: the units a lead past the capacity owes,
 -- ceil(lead * rate / period) - capacity, as algo.Debt finds them.
 local t, f = match(state or '', '^(%d+) (%d+)$')
 if t and tonumber(t) > now then
@@ -1062,7 +1143,10 @@ if t and tonumber(t) > now then
   debt = max(q - capacity, 0)
 end
 elseif alg == 2 then
--- Sliding window, a debt block (lua.go): what the estimate counts past the
+-- reads: state, now, rate, period, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- Sliding window, a debt block: what the estimate counts past the
 -- rate, as algo.Debt finds it.
 local sw, sc, sp = match(state or '', '^(%d+) (%d+) (%d+)$')
 local w = floor(now / period)
@@ -1080,7 +1164,10 @@ local share = 0
 if prev > 0 then share = mulceil(prev, period - (now - w * period), period) end
 debt = max(cur + share - rate, 0)
 elseif alg == 3 then
--- Fixed window, a debt block (lua.go): what the current window counted
+-- reads: state, now, rate, period, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- Fixed window, a debt block: what the current window counted
 -- past the rate, as algo.Debt finds it.
 local kind = period > 0 and 0 or -period
 local w
@@ -1132,5 +1219,7 @@ if with_record then
     call('SET', KEYS[groups + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
   end
 end
+-- A refunded set was denied: its request id must leave no trace.
+if mode == 3 then call('DEL', unpack(KEYS, 2 * groups + 1, 3 * groups)) end
 reply[#reply + 1] = now
 return reply
