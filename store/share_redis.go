@@ -37,7 +37,11 @@ func (r *Redis) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGran
 	}
 	sc := [1]scriptCall{{script: shareScript, args: []any{nil, nil, 1, keyOf(r.keyPrefix(s.Key), shareCode, s.Key),
 		s.Member, s.Limit, s.Demand, s.TTL.Microseconds(), tollgate.MaxShareMembers}}}
-	v, err := readShare(r.exchange(ctx, sc[:]), sc[0].cmd)
+	err := r.exchange(ctx, sc[:])
+	var v shareReply
+	if err == nil { // else the call was abandoned: its cmd is not ours to read
+		v, err = readShare(sc[0].cmd)
+	}
 	if err != nil {
 		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: share: %w", err)
 	}
@@ -47,12 +51,8 @@ func (r *Redis) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGran
 // shareReply is what the share script answers (lua/doc.go), field by field.
 type shareReply struct{ granted, fair, members, now int64 }
 
-// readShare decodes a share script call's reply, or returns err, the
-// exchange's error.
-func readShare(err error, cmd redis.Cmder) (shareReply, error) {
-	if err != nil {
-		return shareReply{}, err
-	}
+// readShare decodes a share script call's reply.
+func readShare(cmd redis.Cmder) (shareReply, error) {
 	v, err := cmd.(scriptCmd).Result()
 	if err != nil {
 		return shareReply{}, err
