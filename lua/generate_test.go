@@ -103,3 +103,39 @@ func TestEveryAlgorithmHasBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneratedNoticesAnEdit assembles the scripts from a copy of the
+// sources whose token_bucket.lua has one line more: the decide, batch and
+// settle scripts differ from their generated files, so TestGenerated
+// cannot pass when a block is edited and go generate ./lua is not run.
+func TestGeneratedNoticesAnEdit(t *testing.T) {
+	dir := t.TempDir()
+	names, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "token_bucket.lua" {
+			src = append(src, "-- an edit\n"...)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edited, err := assemble(os.DirFS(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []Script{Decide, Batch, Settle} {
+		if edited[s] == Source(s) {
+			t.Errorf("the %s script assembled after an edit of token_bucket.lua equals its generated file", s)
+		}
+	}
+	if edited[Reset] != Source(Reset) {
+		t.Errorf("the reset script, which judges nothing, changed with token_bucket.lua")
+	}
+}
