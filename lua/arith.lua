@@ -1,5 +1,5 @@
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
--- doubles, and the calendar. lua.go puts it at a driver's --#arith line,
+-- doubles, and the calendar. lua/assemble.go puts it at a driver's --#arith line,
 -- once per limit judged, after the locals rate, period, capacity and span:
 -- the largest other count the blocks multiply by a period (a sliding
 -- window's counts reach 2 * rate after a settlement past empty; a

@@ -5,7 +5,7 @@
 -- too few profiles for that to pay, each decision's profile in turn. Each
 -- decision is judged and written on its own, in order, exactly as the same
 -- decisions sent one decide call each would be: two decisions on one key
--- see each other's writes. lua.go puts arith.lua at --#arith and the
+-- see each other's writes. assemble.go puts arith.lua at --#arith and the
 -- algorithm blocks at --#judge.
 --
 -- Nothing is written until every argument has been read and checked: a

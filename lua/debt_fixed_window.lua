@@ -1,4 +1,7 @@
--- Fixed window, a debt block (lua.go): what the current window counted
+-- reads: state, now, rate, period, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- Fixed window, a debt block: what the current window counted
 -- past the rate, as algo.Debt finds it.
 local kind = period > 0 and 0 or -period
 local w

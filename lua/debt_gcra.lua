@@ -1,4 +1,7 @@
--- GCRA, a debt block (lua.go): the units a lead past the capacity owes,
+-- reads: state, now, rate, period, capacity, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- GCRA, a debt block: the units a lead past the capacity owes,
 -- ceil(lead * rate / period) - capacity, as algo.Debt finds them.
 local t, f = match(state or '', '^(%d+) (%d+)$')
 if t and tonumber(t) > now then

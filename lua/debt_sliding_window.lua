@@ -1,4 +1,7 @@
--- Sliding window, a debt block (lua.go): what the estimate counts past the
+-- reads: state, now, rate, period, with arith.lua's functions all defined
+-- sets:  debt, the units owed past empty
+--
+-- Sliding window, a debt block: what the estimate counts past the
 -- rate, as algo.Debt finds it.
 local sw, sc, sp = match(state or '', '^(%d+) (%d+) (%d+)$')
 local w = floor(now / period)

@@ -1,5 +1,5 @@
 -- tollgate decide: judges the call's groups in order and, when every one
--- admits, debits them all. The calling convention is in doc.go; lua.go puts
+-- admits, debits them all. The calling convention is in doc.go; assemble.go puts
 -- arith.lua at --#arith and the algorithm blocks at --#judge.
 --
 -- Lua numbers are IEEE doubles. Every integer below stays under 2^53 (see

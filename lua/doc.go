@@ -1,8 +1,10 @@
-// Package lua holds tollgate's Redis scripts (decide, batch, refund,
-// settle, slot, reset, admit, finish and share), embedded from the *.lua
-// files beside this one (lua.go says how a script is put together from
-// them). It exports their sources and SHA-1
-// hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
+// Package lua holds tollgate's Redis scripts (decide, batch, settle, slot,
+// reset, admit, finish and share). Each is assembled from a driver and the
+// blocks it names among the *.lua files beside this one (assemble.go says
+// how), and generated as Redis runs it into gen/<driver> by
+// go generate ./lua: those files are embedded and sent, so a line number in
+// a Redis error is a line of one of them. It exports their sources and
+// SHA-1 hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),
 // because a decision re-sent after a lost reply would be debited twice.
 //
@@ -10,9 +12,9 @@
 // ARGV, what it answers and what it writes. Times are in microseconds (µs)
 // on the server's clock (TIME), TTLs in milliseconds. All the keys of a
 // call must be on one Cluster slot; the store gives them one hash tag
-// (docs/internals.md#redis-keys lists every key). The decide, refund,
-// settle and slot scripts trust their arguments: the store validates every
-// request first.
+// (docs/internals.md#redis-keys lists every key). The decide, settle and
+// slot scripts trust their arguments: the store validates every request
+// first.
 //
 // # Decide
 //
@@ -109,31 +111,6 @@
 // ends the call with its READONLY error reply: nothing was written. The script loops over its decisions, so the store sends
 // at most 128 per call.
 //
-// # Refund
-//
-// A Redis Cluster cannot decide keys of several slots in one call, so a
-// set spread over slots is decided one slot per decide call; when one slot
-// denies, the refund script gives back the debits of the slots that
-// admitted, at most once per nonce:
-//
-//	KEYS[i]          group i's state key, as in the decide call
-//	KEYS[n+i]        group i's marker (only when ARGV[1] is 1)
-//	KEYS[#KEYS]      the nonce key, on the same slot
-//
-//	ARGV[1]          1 when the decide call set markers, else 0
-//	ARGV[2]          the nonce key's TTL
-//	ARGV[3]          now_us of the decide call's reply
-//	ARGV[4+6(i-1)..] group i: algorithm, rate, period, capacity, cost, and
-//	                 the remaining the decide call answered for it
-//
-// It claims the nonce key (SET NX PX) and replies 1, or replies 0 and does
-// nothing when the key already exists (a re-sent refund). Each state is
-// written back with SET … KEEPTTL, or deleted when it became that of an
-// idle identity, and the markers are deleted. A refund never creates quota:
-// a window is credited only while the window debited is still stored, a
-// bucket at most up to its capacity, less the refill since the debit when
-// the bucket could have filled up meanwhile.
-//
 // # Settle
 //
 // A call admitted with a reserved cost is settled at its final cost, each
@@ -141,11 +118,14 @@
 // or, in overdraw mode, requests are debited whether or not they fit:
 //
 //	KEYS[i]          group i's state key, as in the decide call
-//	KEYS[n+i]        group i's record (mode 1 only): the final cost it was
+//	KEYS[n+i]        group i's record (modes 1 and 3): the final cost it was
 //	                 last settled at, {tag}:<alg>:s:<hash of the request id>
+//	KEYS[2n+i]       group i's request-id marker (mode 3 only), to delete
 //
-//	ARGV[1]          mode: 0 settle, 1 settle with records, 2 overdraw
-//	ARGV[2]          the records' TTL in milliseconds (send 0 unless mode 1)
+//	ARGV[1]          mode: 0 settle, 1 settle with records, 2 overdraw,
+//	                 3 settle with records, then delete the markers
+//	ARGV[2]          the records' TTL in milliseconds (send 0 unless mode 1
+//	                 or 3)
 //	ARGV[3+8(i-1)..] group i: algorithm, rate, period, capacity, cost (the
 //	                 reservation; in overdraw, the cost to debit, up to
 //	                 10^12), final cost (0 to 10^12; in overdraw, the cost
@@ -173,7 +153,16 @@
 // empty and answers allowed 0, then as a settlement does (for a cost above
 // the capacity, the capacity's wait). Each written state gets SET … PX
 // (a fixed window's until its window ends), an idle one DEL; each record
-// SET … PX ARGV[2]. internal/algo's Settle and Overdraw mirror it.
+// SET … PX ARGV[2]; in mode 3 the markers are then deleted.
+// internal/algo's Settle and Overdraw mirror it.
+//
+// A Redis Cluster cannot decide keys of several slots in one call, so a
+// set spread over slots is decided one slot per decide call; when one slot
+// denies, the store refunds each slot that admitted with a settle call:
+// each group settled at final cost 0 against the decide call's reply
+// (its now_us and reset_after_us), recorded under one random id per refund
+// (so a copy run again gives back nothing more), in mode 3 when the decide
+// call set markers (the denied set leaves no trace), else mode 1.
 //
 // # Slot
 //

@@ -1,14 +1,13 @@
 package lua
 
 import (
-	"io/fs"
 	"os"
 	"strings"
 )
 
 // Arith is arith.lua, for tests that call its functions directly.
 var Arith = func() string {
-	b, err := fs.ReadFile(files, "arith.lua")
+	b, err := os.ReadFile("arith.lua")
 	if err != nil {
 		panic(err)
 	}

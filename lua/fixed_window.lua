@@ -1,4 +1,9 @@
--- Fixed window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Fixed window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)), or calendar days,
 -- ISO weeks, months or years in UTC when period is -1, -2, -3 or -4
 -- (arith.lua's calendar numbers them and finds their ends). The state is the

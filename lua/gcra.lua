@@ -1,4 +1,9 @@
--- GCRA, a judge block (lua.go), with the meaning of rate, period and burst of
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- GCRA, a judge block, with the meaning of rate, period and burst of
 -- github.com/go-redis/redis_rate: one emission interval T = period / rate per
 -- unit, up to capacity units at once. The state is the string "t f" holding
 -- the theoretical arrival time (TAT) exactly: t = whole microseconds, f = the

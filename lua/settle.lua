@@ -1,7 +1,7 @@
 -- tollgate settle: makes the final cost of admitted requests what their
 -- calls really cost, giving the difference back or debiting it past empty;
 -- or debits requests whether or not they fit (overdraw). The calling
--- convention is in doc.go; lua.go puts arith.lua at --#arith, the settle
+-- convention is in doc.go; assemble.go puts arith.lua at --#arith, the settle
 -- blocks at --#settle and the algorithm blocks at --#judge, which answers
 -- what a request would get after the settlement. The Go mirror is
 -- internal/algo's Settle and Overdraw.
@@ -10,14 +10,16 @@ local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
 -- ARGV[1] is the mode: 0 settles, 1 settles with a record per group (the
--- KEYS after the state keys), 2 overdraws; ARGV[2] is the records' TTL.
+-- KEYS after the state keys), 2 overdraws, 3 settles with records and then
+-- deletes the request-id markers (the KEYS after the records: the refund
+-- of a set denied on another Cluster slot); ARGV[2] is the records' TTL.
 local mode = tonumber(ARGV[1])
-local with_record, overdraw = mode == 1, mode == 2
+local with_record, overdraw = mode == 1 or mode == 3, mode == 2
 local groups = (#ARGV - 2) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local got = call('MGET', unpack(KEYS))
+local got = call('MGET', unpack(KEYS, 1, with_record and 2 * groups or groups))
 
 -- What this call writes, by key: a state string, or false to delete it;
 -- and the PX of each written state.
@@ -145,5 +147,7 @@ if with_record then
     call('SET', KEYS[groups + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
   end
 end
+-- A refunded set was denied: its request id must leave no trace.
+if mode == 3 then call('DEL', unpack(KEYS, 2 * groups + 1, 3 * groups)) end
 reply[#reply + 1] = now
 return reply

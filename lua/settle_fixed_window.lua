@@ -1,4 +1,7 @@
--- Fixed window, a settle block (lua.go): the Go mirror is algo.Settle's
+-- reads: state, now, delta, debited_at, period
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- Fixed window, a settle block: the Go mirror is algo.Settle's
 -- debit and giveBack. state is "w c" or, for a calendar window, "w c k"
 -- (fixed_window.lua). A debit counts in the current window past its rate
 -- (at most 10^12 more); a give-back comes off the window debited

@@ -1,4 +1,7 @@
--- GCRA, a settle block (lua.go): the Go mirror is algo.Settle's debit and
+-- reads: state, now, delta, debited_at, adm_reset, rate, period, MAX_DEBT
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- GCRA, a settle block: the Go mirror is algo.Settle's debit and
 -- giveBack. state is "t f" (gcra.lua); a debit moves the theoretical
 -- arrival time on by delta emission intervals (past full: a debt, at most
 -- MAX_DEBT past now); a give-back moves it back, never before now.

@@ -1,4 +1,7 @@
--- Sliding window, a settle block (lua.go): the Go mirror is algo.Settle's
+-- reads: state, now, delta, debited_at, rate, period
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- Sliding window, a settle block: the Go mirror is algo.Settle's
 -- debit and giveBack. state is "w c p" (sliding_window.lua). A debit
 -- counts in the current window, at most 2 * rate; a give-back comes off
 -- the window debited (debited_at), whichever count holds it now, while it

@@ -1,4 +1,8 @@
--- Token bucket, a settle block (lua.go): the Go mirror is algo.Settle's
+-- reads: state, now, delta, debited_at, adm_reset, rate, period, capacity,
+--        MAX_DEBT
+-- sets:  new_state (a string; false deletes the key; nil leaves it)
+--
+-- Token bucket, a settle block: the Go mirror is algo.Settle's
 -- debit and giveBack. state is "n t" (token_bucket.lua); delta > 0 debits
 -- delta units past empty, delta < 0 gives back -delta units of the debit
 -- made at debited_at that left the bucket adm_reset us from full. Past

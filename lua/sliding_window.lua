@@ -1,4 +1,9 @@
--- Sliding window, a judge block (lua.go). Windows are period-long, aligned to
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Sliding window, a judge block. Windows are period-long, aligned to
 -- the server clock (window number w = floor(now / period)). The state is the
 -- string "w c p": w = the window of the last admission, c = the count
 -- admitted in it, p = the count admitted in window w - 1. So one key holds

@@ -1,4 +1,9 @@
--- Token bucket, a judge block (lua.go). The state is the string "n t":
+-- reads: state (the key's string, false when absent), now, rate, period,
+--        capacity, c (the cost, 0 to only read)
+-- sets:  allowed (0|1), remaining, retry, reset (us); when it admits c > 0,
+--        new_state and keep (us from now that the state matters)
+--
+-- Token bucket, a judge block. The state is the string "n t":
 -- n = whole tokens, t = the microsecond up to which refill has been
 -- credited. An absent or unreadable state is a full bucket.
 --

@@ -20,9 +20,9 @@ import (
 // first the part most likely to deny (the fewest calls left as this store
 // last saw them; see levels), then, when it admits, the others at once.
 // When one of those denies, the debits of the slots that admitted are
-// given back by a refund script before AllowAll returns (see docs/store.md
-// for the window in which that debit may deny a concurrent caller). On any
-// other client (a Ring) the set is split by hash tag, as the client shards
+// given back by settle script calls before AllowAll returns (refund.go;
+// see docs/store.md for the window in which that debit may deny a
+// concurrent caller). On any other client (a Ring) the set is split by hash tag, as the client shards
 // by it. An error from Redis leaves the set's outcome unknown for the
 // slots whose reply was lost; the debits known are given back.
 func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {

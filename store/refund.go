@@ -5,53 +5,37 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/algo"
 )
 
-// refundNonceTTL is how long a refund's nonce key lives: longer than any
-// retry of that refund can come.
-const refundNonceTTL = time.Minute
+// refundRecordTTL is how long a refund's settle records live: longer than
+// any copy of that refund can come.
+const refundRecordTTL = time.Minute
 
 // refundTimeout bounds a refund that runs after its caller left.
 const refundTimeout = 2 * time.Second
 
 // refund gives back the debits of the decide calls cs, whose groups are
-// reqs[parts[j]], with one refund script call each (lua/doc.go), in one
-// pipeline. A refund is idempotent (its nonce key is claimed with SET NX),
-// so, unlike a decision, it may be re-sent after a lost reply. It runs
-// even when ctx is done: a debit left behind would deny later callers.
-// The deny cache forgets the refunded identities.
+// reqs[parts[j]], with one settle script call each (lua/doc.go), in one
+// pipeline: each group is settled at a final cost of 0 against the
+// admission its decide call answered, the rule every give-back follows.
+// The settlements are recorded under one random id, so a copy of the
+// refund that runs again gives back nothing more; the decide calls'
+// request-id markers are deleted in the same call (settleRefund), so the
+// denied set leaves no trace. It runs even when ctx is done: a debit left
+// behind would deny later callers. The deny cache forgets the refunded
+// identities.
 func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call, parts [][]int) error {
 	if len(cs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 	defer cancel()
-	nonce := newNonce()
-	sc := make([]scriptCall, len(cs))
-	for j, c := range cs {
-		keys, markers := c.keys[:c.groups], int64(0)
-		if c.mode.markers() {
-			keys, markers = c.keys[:2*c.groups], 1
-		}
-		a := []any{nil, nil, len(keys) + 1}
-		for _, k := range keys {
-			a = append(a, k)
-		}
-		a = append(a, hashTagged(keys[0])+":n:"+nonce, markers, refundNonceTTL.Milliseconds(), c.now)
-		for k, i := range parts[j] {
-			p := algo.ParamsOf(reqs[i])
-			a = append(a, int64(reqs[i].Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, c.decisions[k].Remaining)
-		}
-		sc[j] = scriptCall{script: refundScript, args: a}
-	}
+	sc := r.refundCalls(reqs, cs, parts, newRefundID())
 	err := r.exchange(ctx, sc)
+	out := make([]tollgate.Decision, len(reqs))
 	for j, part := range parts {
 		if r.deny != nil {
 			for _, i := range part {
@@ -59,7 +43,7 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 			}
 		}
 		if err == nil {
-			err = readRefund(sc[j].cmd)
+			err = readSettle(sc[j].cmd, part, out)
 		}
 	}
 	if err != nil {
@@ -68,23 +52,27 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 	return nil
 }
 
-// readRefund decodes a refund script call's reply (lua/doc.go): 1 when it
-// gave back, 0 when a copy with its nonce already had; either is success.
-func readRefund(cmd redis.Cmder) error {
-	v, err := cmd.(anyCmd).Int64()
-	if err == nil && v != 0 && v != 1 {
-		err = errBadReply
+// refundCalls lays out the settle script calls that give back the debits
+// of the decide calls cs (see refund), recorded under id.
+func (r *Redis) refundCalls(reqs []tollgate.Request, cs []*call, parts [][]int, id string) []scriptCall {
+	admitted, final := make([]tollgate.Decision, len(reqs)), make([]int64, len(reqs))
+	sc := make([]scriptCall, len(cs))
+	for j, c := range cs {
+		for k, i := range parts[j] {
+			admitted[i] = c.decisions[k]
+		}
+		rec := settleRecords{mode: settleRecord, ttlMs: refundRecordTTL.Milliseconds(), id: id}
+		if c.mode.markers() {
+			rec.mode, rec.markers = settleRefund, c.keys[c.groups:2*c.groups]
+		}
+		sc[j] = scriptCall{script: settleScript, args: r.settleLayout(reqs, admitted, final, parts[j], rec)}
 	}
-	return err
+	return sc
 }
 
-// hashTagged returns key up to and including its hash tag's closing brace:
-// a name on that tag's slot.
-func hashTagged(key string) string { return key[:strings.IndexByte(key, '}')+1] }
-
-// newNonce returns a random name for one refund, unique for the life of
-// its key.
-func newNonce() string {
+// newRefundID returns a random id for one refund's settle records, unique
+// for the life of its keys.
+func newRefundID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])

@@ -12,25 +12,49 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/lua"
 )
 
-// plainRefund is the refund script as a go-redis Script, which a client may
-// re-send: a refund must be safe to run twice.
-var plainRefund = redis.NewScript(lua.Source(lua.Refund))
-
-// refundArgs is the refund script's ARGV for one group of req debited at
-// debitedAt (µs) leaving remaining.
-func refundArgs(req tollgate.Request, debitedAt, remaining int64) []any {
-	p := algo.ParamsOf(req)
-	return []any{0, 60_000, debitedAt, int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost, remaining}
+// debitCall decides reqs (one Cluster slot's) with one decide call in
+// mode, as AllowAll sends a part of a set, and returns the call, admitted:
+// what a refund gives back.
+func debitCall(t *testing.T, st *Redis, reqs []tollgate.Request, mode decideMode) *call {
+	t.Helper()
+	ctx := context.Background()
+	c := st.newCall(ctx, reqs, mode)
+	if err := st.send(ctx, c); err != nil || c.err != nil {
+		t.Fatalf("debit of %+v: %v, %v", reqs, err, c.err)
+	}
+	if !c.debited() {
+		t.Fatalf("debit of %+v: %+v, want admitted", reqs, c.decisions)
+	}
+	return c
 }
 
-// TestRefundOnceAndNeverBeyondTheDebit runs the refund script directly:
-// twice with one nonce gives back once; a refund after the state was reset
-// (a full bucket) or after the window debited ended gives nothing back.
+// sendRefund sends the refund of c's debits (its groups are reqs)
+// recorded under id, as refund sends it, and returns each group's answer.
+func sendRefund(t *testing.T, st *Redis, reqs []tollgate.Request, c *call, id string) []tollgate.Decision {
+	t.Helper()
+	part := make([]int, len(reqs))
+	for i := range part {
+		part[i] = i
+	}
+	sc := st.refundCalls(reqs, []*call{c}, [][]int{part}, id)
+	out := make([]tollgate.Decision, len(reqs))
+	if err := st.exchange(context.Background(), sc); err != nil {
+		t.Fatalf("refund: %v", err)
+	}
+	if err := readSettle(sc[0].cmd, part, out); err != nil {
+		t.Fatalf("refund: %v", err)
+	}
+	return out
+}
+
+// TestRefundOnceAndNeverBeyondTheDebit sends refunds (settle calls at a
+// final cost of 0, recorded under one id) directly: twice with one id
+// gives back once; a refund after the state was reset (a full bucket) or
+// after the window debited ended gives nothing back; a refund of a call
+// that set request-id markers deletes them.
 func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
@@ -38,26 +62,9 @@ func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 		st := NewRedis(c, WithPrefix(prefix))
 		for _, alg := range algorithms {
 			req := tollgate.Request{Key: "refund-" + alg.String(), Limit: quotaLimit(alg, 10), Cost: 3}
-			debit := func() (now, remaining int64) {
-				t.Helper()
-				keys := decisionKeys(prefix, alg, req.Key, "")
-				p := algo.ParamsOf(req)
-				v, err := plainDecide.Run(ctx, c, keys, modeNoID, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
-				if err != nil || v[0] != 1 {
-					t.Fatalf("%s: debit: %v, %v", alg, v, err)
-				}
-				return v[5], v[1]
-			}
-			refund := func(nonce string, debitedAt, remaining int64) int64 {
-				t.Helper()
-				keys := decisionKeys(prefix, alg, req.Key, "")
-				keys = append(keys, hashTagged(keys[0])+":n:"+nonce)
-				got, err := plainRefund.Run(ctx, c, keys, refundArgs(req, debitedAt, remaining)...).Int64()
-				if err != nil {
-					t.Fatalf("%s: refund: %v", alg, err)
-				}
-				return got
-			}
+			reqs := []tollgate.Request{req}
+			debit := func() *call { return debitCall(t, st, reqs, decideMode{}) }
+			refund := func(id string, dc *call) int64 { return sendRefund(t, st, reqs, dc, id)[0].Remaining }
 			left := func() int64 {
 				t.Helper()
 				d, err := st.Peek(ctx, tollgate.Request{Key: req.Key, Limit: req.Limit})
@@ -67,34 +74,52 @@ func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 				return d.Remaining + 1
 			}
 
-			now, remaining := debit()
+			dc := debit()
 			debit()
 			if got := left(); got != 4 {
 				t.Fatalf("%s: after two debits of 3: %d left, want 4", alg, got)
 			}
-			if refund("a", now, remaining) != 1 || refund("a", now, remaining) != 0 {
-				t.Fatalf("%s: a refund and its re-sent copy must answer 1 then 0", alg)
-			}
-			if got := left(); got != 7 {
-				t.Fatalf("%s: after one refund of 3 sent twice: %d left, want 7 (given back once)", alg, got)
+			first, again := refund("a", dc), refund("a", dc)
+			if got := left(); got != 7 || first != 7 || again != 7 {
+				t.Fatalf("%s: after one refund of 3 sent twice: %d left (the copies answered %d, %d), want 7 (given back once)", alg, got, first, again)
 			}
 			if err := st.Reset(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			now, remaining = debit()
+			dc = debit()
 			if err := st.Reset(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			refund("b", now, remaining)
+			refund("b", dc)
 			if got := left(); got != 10 {
 				t.Fatalf("%s: a refund after a reset: %d left, want the capacity 10, not more", alg, got)
 			}
 			if alg == tollgate.SlidingWindow || alg == tollgate.FixedWindow {
-				now, remaining = debit()
-				refund("c", now-2*tollgate.MaxPeriod.Microseconds(), remaining)
+				dc = debit()
+				dc.decisions[0].At = dc.decisions[0].At.Add(-2 * tollgate.MaxPeriod)
+				refund("c", dc)
 				if got := left(); got != 7 {
 					t.Fatalf("%s: a refund for a window that ended: %d left, want 7 (nothing given back)", alg, got)
 				}
+			}
+
+			// With a request id: the refund deletes the call's marker, so
+			// the denied set's retry is judged afresh.
+			if err := st.Reset(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			dc = debitCall(t, st, reqs, st.modeFor("id-"+alg.String(), 0))
+			marker := dc.keys[1]
+			if n, err := c.Exists(ctx, marker).Result(); err != nil || n != 1 {
+				t.Fatalf("%s: the decision's marker %q: %d, %v; want it set", alg, marker, n, err)
+			}
+			refund("d", dc)
+			refund("d", dc)
+			if n, err := c.Exists(ctx, marker).Result(); err != nil || n != 0 {
+				t.Fatalf("%s: the marker after the refund: %d, %v; want it deleted", alg, n, err)
+			}
+			if got := left(); got != 10 {
+				t.Fatalf("%s: after a debit with a request id refunded twice: %d left, want 10", alg, got)
 			}
 		}
 	})

@@ -22,10 +22,6 @@ type script struct {
 var (
 	decideScript = newScript(lua.Decide, sentOnce)
 	batchScript  = newScript(lua.Batch, sentOnce)
-	// A refund claims a nonce key before it gives anything back, so a copy
-	// that runs twice gives back once; it is still sent once, like every
-	// script call, and answers a single integer.
-	refundScript = newScript(lua.Refund, sentOnceAny)
 )
 
 func newScript(s lua.Script, newCmd func(context.Context, ...any) redis.Cmder) *script {
@@ -55,19 +51,6 @@ func (scriptCmd) NoRetry() bool { return true }
 // most once per call: a scriptCmd.
 func sentOnce(ctx context.Context, args ...any) redis.Cmder {
 	return scriptCmd{redis.NewIntSliceCmd(ctx, args...)}
-}
-
-// anyCmd is a scriptCmd for a script whose reply is not a list of
-// integers.
-type anyCmd struct{ *redis.Cmd }
-
-// NoRetry reports that the command must not be re-sent.
-func (anyCmd) NoRetry() bool { return true }
-
-// sentOnceAny is the command of a script answering anything, sent at most
-// once per call: an anyCmd.
-func sentOnceAny(ctx context.Context, args ...any) redis.Cmder {
-	return anyCmd{redis.NewCmd(ctx, args...)}
 }
 
 // command returns a call of s on args as EVALSHA, or as EVAL with the

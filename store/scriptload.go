@@ -116,8 +116,14 @@ func (h *clientHooks) connected() <-chan struct{} {
 	return h.connects
 }
 
-// allScripts are the scripts the store calls, loaded at connect.
-var allScripts = [...]lua.Script{lua.Decide, lua.Batch, lua.Settle, lua.Refund, lua.Slot}
+// allScripts are the scripts the store calls, loaded at connect: every
+// script package lua has.
+var allScripts = func() (all []lua.Script) {
+	for s := lua.Script(0); lua.Source(s) != ""; s++ {
+		all = append(all, s)
+	}
+	return all
+}()
 
 // loadScripts makes sure cn's server has every script: one SCRIPT EXISTS,
 // then a SCRIPT LOAD of each one missing (none on a server that already

@@ -5,13 +5,13 @@ import (
 )
 
 // The send path. Every script call the store makes (decide, batch,
-// settle, slot, refund, reset, admit, finish, share) reaches Redis through
-// roundTrip, and every caller that waits for one does so through exchange
-// or the batcher (send), which both leave at the caller's deadline whatever
-// the go-redis client's options. A script call is never re-sent by
-// go-redis (scriptCmd), is sent again as EVAL once when the server answers
-// NOSCRIPT, and its reply is read by the decoder declared beside its
-// script (call.read, shared.read, readSettle, fold.read, readRefund,
+// settle, a refund's settle, slot, reset, admit, finish, share) reaches
+// Redis through roundTrip, and every caller that waits for one does so
+// through exchange or the batcher (send), which both leave at the caller's
+// deadline whatever the go-redis client's options. A script call is never
+// re-sent by go-redis (scriptCmd), is sent again as EVAL once when the
+// server answers NOSCRIPT, and its reply is read by the decoder declared
+// beside its script (call.read, shared.read, readSettle, fold.read,
 // readReset, readShare).
 
 // exchange sends calls under ctx, as one command alone or one pipeline,

@@ -21,6 +21,9 @@ const (
 	settleNoRecord = 0
 	settleRecord   = 1
 	settleOverdraw = 2
+	// settleRefund settles with records, then deletes the request-id
+	// markers of the decide call refunded (refund.go).
+	settleRefund = 3
 	// settleArgs is how many ARGV each group takes.
 	settleArgs = 8
 	// settleReplyLen is how many integers the script answers per group:
@@ -119,31 +122,60 @@ func settleMode(reqs []tollgate.Request, overdraw bool) int64 {
 }
 
 // settleArgs lays out a settle script call (EVALSHA sha numkeys KEYS...
-// ARGV...) of the requests part names, in mode.
+// ARGV...) of the requests part names, in mode, with each record (mode
+// settleRecord) under its request's id for the store's replay TTL.
 func (r *Redis) settleArgs(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, part []int, mode int64) []any {
-	nkeys := len(part)
+	ttl := int64(0)
 	if mode == settleRecord {
+		ttl = r.replays.ttlMs()
+	}
+	return r.settleLayout(reqs, admitted, costs, part, settleRecords{mode: mode, ttlMs: ttl})
+}
+
+// settleRecords says how a settle call records what it settled: its mode;
+// in the modes with records, their TTL and, when id is set, the one id
+// every group's record is named by (else each request's RequestID); in
+// settleRefund, the markers to delete, one per group.
+type settleRecords struct {
+	mode    int64
+	ttlMs   int64
+	id      string
+	markers []string
+}
+
+// settleLayout lays out a settle script call of the requests part names
+// (see settleArgs) as rec says.
+func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, part []int, rec settleRecords) []any {
+	records := rec.mode == settleRecord || rec.mode == settleRefund
+	nkeys := len(part)
+	if records {
 		nkeys *= 2
 	}
+	nkeys += len(rec.markers)
 	args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
 	args[2] = nkeys
 	keys := make([]string, 0, nkeys)
 	for _, i := range part {
 		keys = append(keys, decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0])
 	}
-	if mode == settleRecord {
+	if records {
 		for k, i := range part {
-			keys = append(keys, recordKey(keys[k], reqs[i].RequestID))
+			id := rec.id
+			if id == "" {
+				id = reqs[i].RequestID
+			}
+			keys = append(keys, recordKey(keys[k], id))
 		}
 	}
+	keys = append(keys, rec.markers...)
 	for _, k := range keys {
 		args = append(args, k)
 	}
 	ttl := int64(0)
-	if mode == settleRecord {
-		ttl = r.replays.ttlMs()
+	if records {
+		ttl = rec.ttlMs
 	}
-	args = append(args, mode, ttl)
+	args = append(args, rec.mode, ttl)
 	for _, i := range part {
 		p := algo.ParamsOf(reqs[i])
 		final, at := costs[i], int64(0)
