@@ -92,7 +92,7 @@ func (l *lister) fn(d *ast.FuncDecl) {
 		return
 	}
 	recv := d.Recv.List[0].Type
-	if name := baseName(recv); name == "" || !ast.IsExported(name) {
+	if name := gosrc.TypeName(recv); name == "" || !ast.IsExported(name) {
 		return
 	}
 	l.add("method (%s) %s%s", l.expr(recv), d.Name.Name, sig)
@@ -227,31 +227,11 @@ func stripNames(e ast.Expr) ast.Expr {
 
 func fieldNames(f *ast.Field) []string {
 	if len(f.Names) == 0 { // embedded
-		return []string{baseName(f.Type)}
+		return []string{gosrc.TypeName(f.Type)}
 	}
 	var out []string
 	for _, n := range f.Names {
 		out = append(out, n.Name)
 	}
 	return out
-}
-
-// baseName is the name of a type expression: T for T, *T, T[P], pkg.T.
-func baseName(e ast.Expr) string {
-	for {
-		switch t := e.(type) {
-		case *ast.StarExpr:
-			e = t.X
-		case *ast.IndexExpr:
-			e = t.X
-		case *ast.IndexListExpr:
-			e = t.X
-		case *ast.SelectorExpr:
-			return t.Sel.Name
-		case *ast.Ident:
-			return t.Name
-		default:
-			return ""
-		}
-	}
 }

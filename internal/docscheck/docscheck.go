@@ -53,7 +53,7 @@ func (a *API) add(pkgName string, f *ast.File) {
 		case *ast.FuncDecl:
 			if decl.Recv == nil {
 				set(a.names, pkgName, decl.Name.Name)
-			} else if recv := receiverType(decl.Recv.List[0].Type); recv != "" {
+			} else if recv := gosrc.TypeName(decl.Recv.List[0].Type); recv != "" {
 				set(a.members, pkgName+"."+recv, decl.Name.Name)
 			}
 		case *ast.GenDecl:
@@ -70,24 +70,6 @@ func (a *API) add(pkgName string, f *ast.File) {
 					}
 				}
 			}
-		}
-	}
-}
-
-// receiverType is the name of a method's receiver type: T for T, *T, T[P].
-func receiverType(e ast.Expr) string {
-	for {
-		switch t := e.(type) {
-		case *ast.StarExpr:
-			e = t.X
-		case *ast.IndexExpr:
-			e = t.X
-		case *ast.IndexListExpr:
-			e = t.X
-		case *ast.Ident:
-			return t.Name
-		default:
-			return ""
 		}
 	}
 }
@@ -110,7 +92,7 @@ func typeMembers(e ast.Expr) []string {
 			names = append(names, n.Name)
 		}
 		if len(f.Names) == 0 {
-			names = append(names, receiverType(f.Type))
+			names = append(names, gosrc.TypeName(f.Type))
 		}
 	}
 	return names

@@ -61,3 +61,24 @@ func Parse(root string) (*token.FileSet, []File, error) {
 	})
 	return fset, out, err
 }
+
+// TypeName is the name of a type expression: T for T, *T, T[P] and pkg.T;
+// "" for any other expression.
+func TypeName(e ast.Expr) string {
+	for {
+		switch t := e.(type) {
+		case *ast.StarExpr:
+			e = t.X
+		case *ast.IndexExpr:
+			e = t.X
+		case *ast.IndexListExpr:
+			e = t.X
+		case *ast.SelectorExpr:
+			return t.Sel.Name
+		case *ast.Ident:
+			return t.Name
+		default:
+			return ""
+		}
+	}
+}
