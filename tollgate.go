@@ -391,6 +391,16 @@ type Store interface {
 	SettleAll(ctx context.Context, reqs []Request, admitted []Decision, costs []int64) ([]Decision, error)
 }
 
+// InProcess is a Store that decides in this process without waiting on a
+// network, so callers give its calls no deadline of their own (a context
+// and a timer per call would be pure cost). store.Memory and rlqs.Client
+// implement it; lease.Store reports its inner store's answer.
+type InProcess interface {
+	Store
+	// DecidesInProcess reports whether every decision is made in process.
+	DecidesInProcess() bool
+}
+
 // MaxAllowAll is the most requests one Store.AllowAll call decides.
 const MaxAllowAll = 64
 

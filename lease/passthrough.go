@@ -103,3 +103,11 @@ func (s *Store) WatchOverrides(changed func()) (stop func()) {
 	}
 	return func() {}
 }
+
+// DecidesInProcess reports whether the inner store decides in process
+// (tollgate.InProcess): a lease is taken from it, so the tier waits on it
+// for nothing more.
+func (s *Store) DecidesInProcess() bool {
+	in, ok := s.inner.(tollgate.InProcess)
+	return ok && in.DecidesInProcess()
+}

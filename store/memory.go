@@ -376,3 +376,7 @@ func (m *Memory) unlock(set []member) {
 		}
 	}
 }
+
+// DecidesInProcess reports true: the Memory store never waits on a network
+// (tollgate.InProcess).
+func (m *Memory) DecidesInProcess() bool { return true }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/breaker"
-	"github.com/tollgate/tollgate/store"
 )
 
 // Defaults of the policy.
@@ -53,9 +52,9 @@ func Default() Config {
 // It is safe for concurrent use.
 type Policy struct {
 	timeout time.Duration
-	// deadline: calls get their own deadline. store.Memory decides in
-	// process and never waits; a deadline's context and timer would be pure
-	// cost (interceptor's BenchmarkUnaryAdmit).
+	// deadline: calls get their own deadline. A tollgate.InProcess store
+	// (store.Memory) never waits; a deadline's context and timer would be
+	// pure cost (interceptor's BenchmarkUnaryAdmit).
 	deadline bool
 	breaker  *breaker.Breaker
 }
@@ -71,10 +70,8 @@ func New(st tollgate.Store, c Config) (*Policy, error) {
 	case c.BreakerFailures > 0 && c.BreakerCoolDown <= 0:
 		return nil, fmt.Errorf("breaker cool-down must be > 0, got %s", c.BreakerCoolDown)
 	}
-	_, inProcess := st.(*store.Memory)
-	if ip, ok := st.(interface{ DecidesInProcess() bool }); ok {
-		inProcess = ip.DecidesInProcess()
-	}
+	ip, ok := st.(tollgate.InProcess)
+	inProcess := ok && ip.DecidesInProcess()
 	return &Policy{timeout: c.Timeout, deadline: !inProcess, breaker: breaker.New(c.BreakerFailures, c.BreakerCoolDown)}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/lease"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -83,11 +84,31 @@ func TestDeadline(t *testing.T) {
 		t.Fatalf("hung store: %d, %v after %s; want Failed by the deadline", r, err, elapsed)
 	}
 	ctx := context.Background()
-	c, ok := newPolicy(t, store.NewMemory(), Default()).Begin(ctx)
-	if !ok || c.Ctx != ctx {
-		t.Fatalf("store.Memory: the call's context is not the caller's")
+	// In process: the Memory store, and the local tier over it; the tier
+	// over a store on a network is not.
+	for name, st := range map[string]tollgate.Store{
+		"store.Memory":         store.NewMemory(),
+		"lease over Memory":    mustLease(t, store.NewMemory()),
+		"lease over a network": mustLease(t, nopStore{}),
+	} {
+		c, ok := newPolicy(t, st, Default()).Begin(ctx)
+		if !ok {
+			t.Fatalf("%s: Begin refused", name)
+		}
+		if inProcess := c.Ctx == ctx; inProcess != !strings.Contains(name, "network") {
+			t.Errorf("%s: the call's context is the caller's: %v", name, inProcess)
+		}
+		c.End(nil)
 	}
-	c.End(nil)
+}
+
+func mustLease(t *testing.T, inner tollgate.Store) tollgate.Store {
+	t.Helper()
+	st, err := lease.New(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // TestBreaker: consecutive failures open the breaker; invalid requests and
