@@ -30,13 +30,7 @@ for j = 1, m do
   call('ZREMRANGEBYSCORE', key, '-inf', now)
   call('ZREM', key, id)
   if held > 0 then
-    local mean = tonumber(call('GET', holdkey))
-    if mean then
-      mean = mean - math.floor(mean / 8) + math.floor(held / 8)
-    else
-      mean = held
-    end
-    call('SET', holdkey, string.format('%d', mean), 'PX', hold_ttl)
+    --#hold
   end
 end
 return settled

@@ -103,7 +103,8 @@ func (w *watcher) nudge() {
 	}
 }
 
-func (w *watcher) close(ctx context.Context) error {
+// shut turns the journal off and stops the watcher's goroutine, once.
+func (w *watcher) shut() {
 	w.mu.Lock()
 	if !w.closed {
 		w.closed = true
@@ -111,6 +112,10 @@ func (w *watcher) close(ctx context.Context) error {
 		close(w.stop)
 	}
 	w.mu.Unlock()
+}
+
+func (w *watcher) close(ctx context.Context) error {
+	w.shut()
 	done := make(chan struct{})
 	go func() {
 		w.wg.Wait()
@@ -164,13 +169,7 @@ func (w *watcher) tick() {
 	infos, listed, err := w.read(ctx)
 	if errors.Is(err, redis.ErrClosed) {
 		// The client was closed: nothing can be replayed through it.
-		w.mu.Lock()
-		if !w.closed {
-			w.closed = true
-			w.off.Store(true)
-			close(w.stop)
-		}
-		w.mu.Unlock()
+		w.shut()
 		return
 	}
 	w.observe(seq, infos, listed)

@@ -30,13 +30,18 @@ local function slot(key, holdkey, op, limit, id, ttl)
     -- ttl is the time the slot was held (0: unknown), hold_ttl how long
     -- the mean is kept: an exponential mean, each hold weighing 1/8.
     if ttl > 0 then
-      local mean = tonumber(call('GET', holdkey))
-      if mean then
-        mean = mean - math.floor(mean / 8) + math.floor(ttl / 8)
-      else
-        mean = ttl
-      end
-      call('SET', holdkey, string.format('%d', mean), 'PX', hold_ttl)
+      local held = ttl
+-- reads: holdkey (the identity's mean hold time key), held (µs the released
+--   seat was held, > 0), hold_ttl (ms the mean is kept)
+-- sets: nothing; writes holdkey: an exponential mean, each hold weighing 1/8
+--   (the first is taken as it is)
+local mean = tonumber(call('GET', holdkey))
+if mean then
+  mean = mean - math.floor(mean / 8) + math.floor(held / 8)
+else
+  mean = held
+end
+call('SET', holdkey, string.format('%d', mean), 'PX', hold_ttl)
     end
     return {1, now}
   end
