@@ -1,6 +1,6 @@
 module github.com/tollgate/tollgate/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
@@ -8,6 +8,7 @@ require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate/tollgate v0.0.0-00010101000000-000000000000
+	github.com/tollgate/tollgate/rls v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -34,3 +35,5 @@ require (
 )
 
 replace github.com/tollgate/tollgate => ../
+
+replace github.com/tollgate/tollgate/rls => ../rls
