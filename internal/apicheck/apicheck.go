@@ -1,4 +1,5 @@
-// Package apicheck lists the exported API of the module's public packages,
+// Package apicheck lists the exported API of the public packages of every
+// module in the repository (the core module and the modules nested in it),
 // one line per exported identifier, in the format of Go's own api/go1.*.txt
 // files. Its test compares the list with the checked-in api/v1.txt, so that
 // a change of the exported API is a decision written into the baseline, not
@@ -11,30 +12,28 @@ import (
 	"go/ast"
 	"go/printer"
 	"go/token"
-	"path"
 	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/gosrc"
 )
 
-// Module is the module path the listed packages are named under.
-const Module = "github.com/tollgate/tollgate"
-
-// public reports whether the package in dir (relative to the module root)
-// is part of the API: not internal, not a command or an example, and not
-// generated protocol code (whose contract is its .proto file).
+// public reports whether the package in dir (relative to the repository
+// root) is part of the API: not internal, not a command, an example or the
+// benchmarks, and not generated protocol code (whose contract is its .proto
+// file).
 func public(dir string) bool {
 	for _, part := range strings.Split(dir, "/") {
 		switch part {
-		case "internal", "examples", "cmd":
+		case "internal", "examples", "cmd", "bench":
 			return false
 		}
 	}
 	return dir != "admin/v1"
 }
 
-// Lines returns the module's exported API, sorted, one identifier a line:
+// Lines returns the exported API of the repository rooted at root, sorted,
+// one identifier a line:
 //
 //	pkg github.com/tollgate/tollgate, func PerSecond(int64) Limit
 //	pkg github.com/tollgate/tollgate, type Limit struct, Rate int64
@@ -49,11 +48,7 @@ func Lines(root string) ([]string, error) {
 		if f.AST.Name.Name == "main" || !public(f.Dir) {
 			continue
 		}
-		pkg := Module
-		if f.Dir != "." {
-			pkg = path.Join(Module, f.Dir)
-		}
-		l := lister{fset: fset, prefix: "pkg " + pkg + ", "}
+		l := lister{fset: fset, prefix: "pkg " + f.Path + ", "}
 		l.file(f.AST)
 		out = append(out, l.lines...)
 	}

@@ -84,8 +84,19 @@ func TestLinesFormat(t *testing.T) {
 		}
 	}
 	for _, l := range lines {
-		if strings.Contains(l, "/internal/") || strings.Contains(l, "/examples/") {
+		if strings.Contains(l, "/internal/") || strings.Contains(l, "/examples/") ||
+			strings.Contains(l, "/cmd/") || strings.Contains(l, "/bench") {
 			t.Errorf("non-public package listed: %s", l)
+		}
+	}
+	// The packages of the nested modules are part of the API too.
+	for _, pkg := range []string{"github.com/tollgate/tollgate/rls", "github.com/tollgate/tollgate/rlqs"} {
+		found := false
+		for _, l := range lines {
+			found = found || strings.HasPrefix(l, "pkg "+pkg+", ")
+		}
+		if !found {
+			t.Errorf("no line for package %s (a module of its own)", pkg)
 		}
 	}
 }

@@ -24,9 +24,9 @@ type API struct {
 	members map[string]map[string]bool // "package.Type" → field or method
 }
 
-// Load parses the non-test Go files of the module rooted at root (skipping
-// testdata, hidden directories and nested modules) and returns their
-// exported API. Packages named main are left out: nothing can name them.
+// Load parses the non-test Go files of the repository rooted at root (its
+// module and the modules nested in it, skipping testdata and hidden
+// directories) and returns their exported API. Packages named main are left out: nothing can name them.
 func Load(root string) (*API, error) {
 	api := &API{names: map[string]map[string]bool{}, members: map[string]map[string]bool{}}
 	_, files, err := gosrc.Parse(root)
