@@ -36,6 +36,7 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -455,7 +456,7 @@ func TestDecisionSpansAreChildrenOfTheServerSpan(t *testing.T) {
 			t.Errorf("span %s has parent %s, not an otelgrpc server span", s.Name(), s.Parent().SpanID())
 		}
 		for _, kv := range s.Attributes() {
-			if kv.Key == interceptor.AttrOutcome {
+			if kv.Key == telemetry.AttrOutcome {
 				outcomes = append(outcomes, kv.Value.AsString())
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // answerMargin is how much longer than the store deadline a call may take
@@ -120,8 +121,8 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			}
 			for _, s := range sr.Ended() {
 				a := spanAttrs(s)
-				if a[interceptor.AttrFailMode] != tc.mode.String() || s.Status().Code != otelcodes.Error {
-					t.Errorf("span %s: fail mode %q status %v, want %q and Error", s.Name(), a[interceptor.AttrFailMode], s.Status(), tc.mode)
+				if a[telemetry.AttrFailMode] != tc.mode.String() || s.Status().Code != otelcodes.Error {
+					t.Errorf("span %s: fail mode %q status %v, want %q and Error", s.Name(), a[telemetry.AttrFailMode], s.Status(), tc.mode)
 				}
 			}
 		})

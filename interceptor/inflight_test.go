@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // oneInFlight lets each tenant run one Say at a time, its slot living ttl
@@ -20,7 +21,7 @@ func oneInFlight(ttl time.Duration) interceptor.Rule {
 		Methods:     []string{echo.SayMethod},
 		Key:         keyfunc.Metadata(tenantHeader),
 		MaxInFlight: 1,
-		SlotTimeout: ttl,
+		SeatTimeout: ttl,
 	}
 }
 
@@ -70,7 +71,7 @@ func (u *unit) blocked(tenant string) (release func(), done <-chan error) {
 func TestSlotRenewedRenewFailedLost(t *testing.T) {
 	const ttl = 3 * time.Second
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
-	slots := func() map[string]int64 { return u.m.counts(t, interceptor.MetricSlots, interceptor.AttrSlotOutcome) }
+	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
 	release, done := u.blocked("a")
 	if got := u.inUse(t, "in-flight", "a"); got != 1 {
 		t.Fatalf("in use = %d while the call runs, want 1", got)
@@ -101,7 +102,7 @@ func TestSlotRenewedRenewFailedLost(t *testing.T) {
 	u.flush(t)
 	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1, "lost": 1, "released": 1})
 	held := 2*ttl - 1 // every Advance above
-	if n, sum := u.m.histogram(t, interceptor.MetricSlotHold); n != 1 || sum != held.Seconds() {
+	if n, sum := u.m.histogram(t, telemetry.MetricSeatHold); n != 1 || sum != held.Seconds() {
 		t.Errorf("hold = %d values summing to %gs, want 1 of %gs", n, sum, held.Seconds())
 	}
 }
@@ -112,7 +113,7 @@ func TestSlotRenewedRenewFailedLost(t *testing.T) {
 func TestSlotReleaseFailed(t *testing.T) {
 	const ttl = time.Minute
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
-	slots := func() map[string]int64 { return u.m.counts(t, interceptor.MetricSlots, interceptor.AttrSlotOutcome) }
+	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
 	u.st.failRelease.Store(true)
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Two limits on one identity: a denial names every limit that denies, waits
@@ -119,10 +120,10 @@ func TestShadowRules(t *testing.T) {
 		a := spanAttrs(s)
 		if s.Name() == "ratelimit trial" {
 			shadowSpans++
-			if a[interceptor.AttrShadow] != "true" {
+			if a[telemetry.AttrShadow] != "true" {
 				t.Errorf("trial span without tollgate.shadow: %v", a)
 			}
-		} else if _, ok := a[interceptor.AttrShadow]; ok {
+		} else if _, ok := a[telemetry.AttrShadow]; ok {
 			t.Errorf("enforcing span %s has tollgate.shadow: %v", s.Name(), a)
 		}
 	}

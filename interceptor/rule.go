@@ -5,37 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // FailMode says what a rule does when the store cannot decide: it returned
 // an error other than tollgate.ErrInvalidRequest, it passed its deadline
-// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). Its
-// String is the tollgate.fail_mode span attribute: "open", "closed" or
-// "local". Package rls's FailMode is the same type.
-type FailMode = storecall.FailMode
+// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). The
+// zero value is FailOpen. Its String is the tollgate.fail_mode span
+// attribute (telemetry.AttrFailMode).
+type FailMode uint8
 
 const (
 	// FailOpen admits the call. The span and the tollgate.decisions metric
 	// record it (fail mode "open", outcome "fail_open"). Pick it when
 	// serving without a limit for a while is better than not serving.
-	FailOpen = storecall.FailOpen
+	FailOpen FailMode = iota
 	// FailClosed refuses the call with codes.Unavailable: the limiter, not
 	// the client, is at fault, and Unavailable is the code clients retry.
 	// Pick it when an unmetered call costs more than a refused one.
-	FailClosed = storecall.FailClosed
+	FailClosed
 	// FailLocal decides in process, under the rule's LocalLimit, with a
 	// store private to this Limiter: each replica enforces its own cap until
 	// the shared store answers again.
-	FailLocal = storecall.FailLocal
+	FailLocal
 )
+
+// String returns "open", "closed" or "local".
+func (m FailMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "failmode(" + strconv.Itoa(int(m)) + ")"
+}
 
 // StreamMode says what happens to a stream message that its rule's
 // PerMessage limit does not admit.
@@ -131,17 +144,17 @@ type Rule struct {
 	Cost int64
 	// MaxInFlight, when above 0, is how many calls of one identity may run
 	// at once across every replica sharing the store (a stream counts from
-	// its opening to its end). A call finding none of its slots free is
+	// its opening to its end). A call finding none of its seats free is
 	// refused with codes.ResourceExhausted; one refused by the rule's rate
-	// limits takes no slot, and one refused for lack of a slot debits no
+	// limits takes no seat, and one refused for lack of a seat debits no
 	// rate. A rule may have only this, with no Limit. The store must be a
 	// tollgate.SlotStore.
 	MaxInFlight int64
-	// SlotTimeout is how long a slot lives when its call has no deadline (a
-	// unary call with one holds it until its deadline and a second more),
-	// renewed every third of it while the call runs, so that a replica that
-	// dies frees its slots by then. 0 means the Limiter's (WithSlotTimeout).
-	SlotTimeout time.Duration
+	// SeatTimeout is how long an in-flight seat lives when its call has no
+	// deadline (a unary call with one holds it until its deadline and a
+	// second more), renewed every third of it while the call runs, so that a
+	// replica that dies frees its seats by then. 0 means the Limiter's (WithSeatTimeout).
+	SeatTimeout time.Duration
 	// Settle, when set, gives the call's final cost once its handler has
 	// returned (a stream's: once it has ended), with the handler's response
 	// and error: the store gives back, or debits past empty, the difference
@@ -213,7 +226,7 @@ type rule struct {
 
 // compileRule validates r and precomputes what the hot path needs. replicas
 // is WithReplicas' value.
-func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (*rule, error) {
+func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (*rule, error) {
 	if err := validateName(r.Name); err != nil {
 		return nil, fmt.Errorf("rule %d: %w", index, err)
 	}
@@ -248,7 +261,7 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 	if c.maxShapeWait == 0 {
 		c.maxShapeWait = DefaultMaxShapeWait
 	}
-	flight, err := newInFlight(r, slotTimeout, replicas)
+	flight, err := newInFlight(r, seatTimeout, replicas)
 	if err != nil {
 		return nil, fail("%w", err)
 	}

@@ -163,8 +163,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerSecond(10), tollgate.PerHour(9), {Rate: 20, Period: time.Second}}
 		}))}, nopStore{}, `rule "r": Limits: limits 0 (token_bucket 10/1s burst 10) and 2 (token_bucket 20/1s burst 20) have the same algorithm and period`},
 		{"negative in-flight", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = -1 }))}, nopStore{}, `rule "r": MaxInFlight must be >= 0`},
-		{"negative slot timeout", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight, r.SlotTimeout = 2, -time.Second }))}, nopStore{}, `rule "r": SlotTimeout must be >= 0`},
-		{"no slot timeout", []Option{WithSlotTimeout(0), WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": SlotTimeout is 0 and so is the Limiter's`},
+		{"negative seat timeout", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight, r.SeatTimeout = 2, -time.Second }))}, nopStore{}, `rule "r": SeatTimeout must be >= 0`},
+		{"no seat timeout", []Option{WithSeatTimeout(0), WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": SeatTimeout is 0 and so is the Limiter's`},
 		{"in-flight without slots", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": MaxInFlight needs a store that bounds calls in flight`},
 		{"store timeout", []Option{WithRules(ok), WithStoreTimeout(0)}, nopStore{}, "store timeout"},
 		{"breaker cool-down", []Option{WithRules(ok), WithBreaker(3, 0)}, nopStore{}, "cool-down"},
