@@ -74,7 +74,7 @@ func rule(t *testing.T, limit tollgate.Limit) interceptor.Rule {
 		Name:    "per-tenant " + redistest.KeyPrefix(t),
 		Methods: []string{echo.SayMethod},
 		Key:     keyfunc.Metadata(tenantHeader),
-		Limit:   limit,
+		Limits:  interceptor.Fixed(limit),
 	}
 }
 
@@ -325,9 +325,9 @@ func TestStreamLimits(t *testing.T) {
 	shape := tollgate.Limit{Rate: 10, Period: time.Second, Burst: 1} // one message every 100ms
 	rules := []interceptor.Rule{
 		{Name: "chat " + redistest.KeyPrefix(t), Methods: []string{echo.ChatMethod}, Key: keyfunc.Metadata(tenantHeader),
-			Limit: tollgate.PerHour(2), PerMessage: &police},
+			Limits: interceptor.Fixed(tollgate.PerHour(2)), PerMessage: &police},
 		{Name: "count " + redistest.KeyPrefix(t), Methods: []string{echo.CountMethod}, Key: keyfunc.Metadata(tenantHeader),
-			Limit: tollgate.PerHour(1)},
+			Limits: interceptor.Fixed(tollgate.PerHour(1))},
 	}
 	c := serve(t, limiter(t, redisStore(t), interceptor.WithRules(rules...)), &echo.Server{}, nil)
 

@@ -223,7 +223,7 @@ func TestInFlightStreamRenewsItsSlot(t *testing.T) {
 func TestInFlightBesideARate(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		r := inFlightRule(t, 1, 0)
-		r.Limit = tollgate.PerHour(2)
+		r.Limits = interceptor.Fixed(tollgate.PerHour(2))
 		release := make(chan struct{})
 		entered := make(chan struct{}, 1)
 		srv := &echo.Server{Before: func(ctx context.Context, _ string) error {

@@ -67,7 +67,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			m := newMeter(t)
 			r := perTenant()
 			r.FailMode = tc.mode
-			r.Limit = tollgate.PerHour(4)
+			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
 			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
 				interceptor.WithReplicas(2), // FailLocal: 4 an hour across 2 replicas is 2 here
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
@@ -136,7 +136,7 @@ func TestHungRedisAndBreaker(t *testing.T) {
 	m := newMeter(t)
 	r := perTenant()
 	r.FailMode = interceptor.FailClosed
-	r.Limit = tollgate.PerHour(1000)
+	r.Limits = interceptor.Fixed(tollgate.PerHour(1000))
 	const coolDown = 200 * time.Millisecond
 	st := store.NewRedis(redisClient(t, srv.Addr()))
 	// Load the script and open a connection before the clock matters.

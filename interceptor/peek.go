@@ -35,7 +35,7 @@ type Caller struct {
 
 // Quota is the state of one limit of a rule for one identity.
 type Quota struct {
-	// Limit is the limit (for a LimitFunc or LimitsFunc rule, the one its
+	// Limit is the limit (for PerCaller limits, the one its
 	// function returns for the identity now).
 	Limit tollgate.Limit
 	// PerMessage reports that Limit is the rule's PerMessage limit, whose

@@ -117,28 +117,10 @@ type Rule struct {
 	Key keyfunc.Func
 	// OnMissingKey says what to do when Key returns keyfunc.ErrMissing.
 	OnMissingKey MissingKeyPolicy
-	// Limit is enforced for every key. Set exactly one of Limit, Limits,
-	// LimitFunc and LimitsFunc.
-	Limit tollgate.Limit
-	// Limits are enforced together for every key: a call is admitted only
-	// if every limit admits its cost, and a denied call debits none of them
-	// ("10 per second and 10,000 per day"). Each limit has its own state;
-	// two limits with the same Algorithm and Period (or Calendar) would
-	// share it, so New rejects them.
-	Limits []tollgate.Limit
-	// LimitFunc, when set, returns the limit for one key at request time
-	// (tiers per tenant, for example). It gets the Key function's value, or
-	// "" for the anonymous identity of ShareMissing. Its result is
-	// validated on every call; an invalid limit fails the call with
-	// codes.Internal. An error that is a gRPC status is returned to the
-	// client as it is; any other error becomes codes.Internal. The limiter
-	// caches nothing it returns: cache in the function, bounded, if needed.
-	LimitFunc func(ctx context.Context, key string) (tollgate.Limit, error)
-	// LimitsFunc is LimitFunc for tiers of several limits, enforced
-	// together as Limits are. It must return 1 to tollgate.MaxAllowAll
-	// limits, no two with the same Algorithm and Period (or Calendar);
-	// otherwise the call fails with codes.Internal.
-	LimitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
+	// Limits are the rule's rate limits for every key: Fixed ones, or ones
+	// chosen PerCaller. The zero value is none, for a rule with only
+	// MaxInFlight; a rule needs one or the other.
+	Limits Limits
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
 	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
@@ -147,7 +129,7 @@ type Rule struct {
 	// its opening to its end). A call finding none of its seats free is
 	// refused with codes.ResourceExhausted; one refused by the rule's rate
 	// limits takes no seat, and one refused for lack of a seat debits no
-	// rate. A rule may have only this, with no Limit. The store must be a
+	// rate. A rule may have only this, with no Limits. The store must be a
 	// tollgate.SlotStore.
 	MaxInFlight int64
 	// SeatTimeout is how long an in-flight seat lives when its call has no
@@ -178,8 +160,8 @@ type Rule struct {
 	// is the limit itself when WithReplicas is not given: with N replicas the
 	// fleet then admits up to N times the limit while the store is down.
 	// When set it is the one local cap, whatever the number of limits.
-	// New checks that Cost fits it; a call whose CostFunc or LimitFunc makes
-	// it too small for the call is refused as FailClosed would.
+	// New checks that Cost fits it; a call whose CostFunc or PerCaller limits
+	// make it too small for the call is refused as FailClosed would.
 	LocalLimit *tollgate.Limit
 	// PerMessage, when set, limits every message a client sends on a stream
 	// (each RecvMsg costs 1), in a bucket per key separate from the one the
@@ -202,7 +184,7 @@ type Rule struct {
 // clone returns r with nothing shared: its slices and the limits it points
 // to are copied.
 func (r Rule) clone() Rule {
-	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), slices.Clone(r.Limits)
+	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), r.Limits.clone()
 	if r.LocalLimit != nil {
 		l := *r.LocalLimit
 		r.LocalLimit = &l
@@ -270,7 +252,7 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 		return nil, fail("%w", err)
 	}
 	if r.Settle != nil && limits == nil && choose.fn == nil {
-		return nil, fail("Settle needs a rate limit to settle (Limit, Limits, LimitFunc or LimitsFunc): MaxInFlight's slots are not settled")
+		return nil, fail("Settle needs a rate limit to settle (Limits): MaxInFlight's seats are not settled")
 	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	c.call.inFlight = flight
@@ -300,63 +282,41 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 	return c, nil
 }
 
-// limitChooser is a rule's function choosing limits per identity:
-// LimitFunc and LimitsFunc both as one function of several limits, with the
-// name of the field it came from; fn is nil for static limits.
+// limitChooser is a rule's function choosing limits per identity
+// (PerCaller), with the name errors give it; fn is nil for fixed limits.
 type limitChooser struct {
 	name string
 	fn   func(ctx context.Context, key string) ([]tollgate.Limit, error)
 }
 
-// limitSource compiles the one way r gives its limits (Limit, Limits,
-// LimitFunc or LimitsFunc) into static limits, each admitting cost, or a
-// chooser.
+// limitSource compiles r's Limits into fixed limits, each admitting cost,
+// or a chooser.
 func (r *Rule) limitSource(cost int64, inFlight bool) ([]tollgate.Limit, limitChooser, error) {
-	var ways []string
-	for _, w := range []struct {
-		name string
-		set  bool
-	}{{"Limit", r.Limit != (tollgate.Limit{})}, {"Limits", r.Limits != nil}, {"LimitFunc", r.LimitFunc != nil}, {"LimitsFunc", r.LimitsFunc != nil}} {
-		if w.set {
-			ways = append(ways, w.name)
+	ls := r.Limits
+	switch ls.kind {
+	case limitsPerCaller:
+		if ls.perCaller == nil {
+			return nil, limitChooser{}, errors.New("Limits: PerCaller's function is nil")
 		}
-	}
-	if len(ways) > 1 {
-		return nil, limitChooser{}, fmt.Errorf("set exactly one of Limit, Limits, LimitFunc and LimitsFunc; %s are set", strings.Join(ways, " and "))
-	}
-	switch {
-	case r.LimitFunc != nil:
-		f := r.LimitFunc
-		return nil, limitChooser{name: "LimitFunc", fn: func(ctx context.Context, key string) ([]tollgate.Limit, error) {
-			l, err := f(ctx, key)
-			return []tollgate.Limit{l}, err
-		}}, nil
-	case r.LimitsFunc != nil:
-		return nil, limitChooser{name: "LimitsFunc", fn: r.LimitsFunc}, nil
-	case r.Limits != nil:
-		if len(r.Limits) == 0 || len(r.Limits) > tollgate.MaxAllowAll {
-			return nil, limitChooser{}, fmt.Errorf("Limits has %d limits: give 1 to %d", len(r.Limits), tollgate.MaxAllowAll)
+		return nil, limitChooser{name: "PerCaller", fn: ls.perCaller}, nil
+	case limitsFixed:
+		if len(ls.fixed) == 0 || len(ls.fixed) > tollgate.MaxAllowAll {
+			return nil, limitChooser{}, fmt.Errorf("Limits has %d limits: give 1 to %d", len(ls.fixed), tollgate.MaxAllowAll)
 		}
-		for i, l := range r.Limits {
+		for i, l := range ls.fixed {
 			if err := checkLimit(l, cost); err != nil {
 				return nil, limitChooser{}, fmt.Errorf("Limits[%d]: %w", i, err)
 			}
 		}
-		if err := distinctLimits(r.Limits); err != nil {
+		if err := distinctLimits(ls.fixed); err != nil {
 			return nil, limitChooser{}, fmt.Errorf("Limits: %w", err)
 		}
-		return r.Limits, limitChooser{}, nil
+		return ls.fixed, limitChooser{}, nil
 	}
-	if len(ways) == 0 && inFlight {
+	if inFlight {
 		return nil, limitChooser{}, nil // an in-flight limit alone
 	}
-	if len(ways) == 0 {
-		return nil, limitChooser{}, errors.New("no limit: set one of Limit, Limits, LimitFunc or LimitsFunc, or MaxInFlight")
-	}
-	if err := checkLimit(r.Limit, cost); err != nil {
-		return nil, limitChooser{}, fmt.Errorf("Limit: %w", err)
-	}
-	return []tollgate.Limit{r.Limit}, limitChooser{}, nil
+	return nil, limitChooser{}, errors.New("no limit: set Limits (Fixed or PerCaller), or MaxInFlight")
 }
 
 // distinctLimits reports an error when two limits would share one state:

@@ -31,7 +31,7 @@ const (
 	outcomeFailClosed   = storecall.OutcomeFailClosed   // the store could not decide; Unavailable by FailClosed
 	outcomeFailLocal    = storecall.OutcomeFailLocal    // the store could not decide; the local store did
 	outcomeInvalid      = storecall.OutcomeInvalid      // no decision possible: bad request id, missing key, bad cost or limit
-	outcomeError        = storecall.OutcomeError        // a rule's Key or LimitFunc failed
+	outcomeError        = storecall.OutcomeError        // a rule's Key or PerCaller function failed
 	outcomeCanceled     = storecall.OutcomeCanceled     // the caller went away before the store answered
 	outcomeSkipped      = storecall.OutcomeSkipped      // this rule would have admitted the call, another refused it: nothing debited
 	outcomeShadowDenied = storecall.OutcomeShadowDenied // a shadow rule denied the call, which went on

@@ -3,6 +3,7 @@ package interceptor_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/store"
 	"github.com/tollgate/tollgate/telemetry"
@@ -42,7 +44,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	tp, sr := tracer(t)
 	m := newMeter(t)
 	r := perTenant()
-	r.Limit.Rate, r.Limit.Burst = 1, 1
+	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1})
 	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
