@@ -68,7 +68,7 @@ func (u *unit) blocked(tenant string) (release func(), done <-chan error) {
 // when the store moved its expiry on, "renew_failed" when the store
 // failed, "lost" when the slot had expired before the renewal. The hold
 // time is the clock's.
-func TestSlotRenewedRenewFailedLost(t *testing.T) {
+func TestSeatRenewedRenewFailedLost(t *testing.T) {
 	const ttl = 3 * time.Second
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
 	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
@@ -110,7 +110,7 @@ func TestSlotRenewedRenewFailedLost(t *testing.T) {
 // A release the store fails is retried until SettleRetryFor, then
 // dropped: outcome "release_failed", and the slot stays taken until it
 // expires by itself.
-func TestSlotReleaseFailed(t *testing.T) {
+func TestSeatReleaseFailed(t *testing.T) {
 	const ttl = time.Minute
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
 	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }

@@ -84,14 +84,14 @@ const (
 // when MaxShapeWait is 0.
 const DefaultMaxShapeWait = 5 * time.Second
 
-// MaxRuleNameLen is the longest Rule.Name New accepts, in bytes.
-const MaxRuleNameLen = 128
+// maxRuleNameLen is the longest Rule.Name New accepts, in bytes.
+const maxRuleNameLen = 128
 
 // Rule limits the calls to some methods, per identity.
 type Rule struct {
 	// Name identifies the rule in spans, metrics and errors, and keeps its
 	// buckets apart from every other rule's. It must be unique within a
-	// Limiter, at most MaxRuleNameLen bytes of UTF-8, without control
+	// Limiter, at most 128 bytes of UTF-8, without control
 	// characters.
 	Name string
 	// Methods are the full method names the rule applies to, either exact
@@ -374,8 +374,8 @@ func validateName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("Name is empty: every rule needs a name for its spans, metrics and keys")
-	case len(name) > MaxRuleNameLen:
-		return fmt.Errorf("Name is %d bytes, more than %d", len(name), MaxRuleNameLen)
+	case len(name) > maxRuleNameLen:
+		return fmt.Errorf("Name is %d bytes, more than %d", len(name), maxRuleNameLen)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("Name %q is not valid UTF-8", name)
 	case strings.ContainsFunc(name, unicode.IsControl):

@@ -122,7 +122,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no rules", nil, nopStore{}, "no rules"},
 		{"empty name", []Option{WithRules(with(func(r *Rule) { r.Name = "" }))}, nopStore{}, "rule 0: Name is empty"},
 		{"control char", []Option{WithRules(with(func(r *Rule) { r.Name = "a\x00b" }))}, nopStore{}, "control character"},
-		{"long name", []Option{WithRules(with(func(r *Rule) { r.Name = strings.Repeat("n", MaxRuleNameLen+1) }))}, nopStore{}, "more than 128"},
+		{"long name", []Option{WithRules(with(func(r *Rule) { r.Name = strings.Repeat("n", maxRuleNameLen+1) }))}, nopStore{}, "more than 128"},
 		{"bad utf8", []Option{WithRules(with(func(r *Rule) { r.Name = "\xff" }))}, nopStore{}, "UTF-8"},
 		{"duplicate", []Option{WithRules(ok, testRule("r", "/x.Y/Z"))}, nopStore{}, `rule "r": the name is used by an earlier rule`},
 		{"nil key", []Option{WithRules(with(func(r *Rule) { r.Key = nil }))}, nopStore{}, `rule "r": Key is nil`},

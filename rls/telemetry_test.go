@@ -105,3 +105,12 @@ func get(set attribute.Set, k attribute.Key) string {
 	v, _ := set.Value(k)
 	return v.Emit()
 }
+
+// TestFailModeNames: the modes are named as package interceptor names them.
+func TestFailModeNames(t *testing.T) {
+	for m, want := range map[rls.FailMode]string{rls.FailOpen: "open", rls.FailClosed: "closed", 9: "failmode(9)"} {
+		if m.String() != want {
+			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
+		}
+	}
+}
