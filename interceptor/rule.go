@@ -75,7 +75,7 @@ const (
 	// message naming the rule and what is missing. It is the default.
 	RejectMissing MissingKeyPolicy = iota
 	// ShareMissing limits every caller without the value as one anonymous
-	// identity: they share one bucket under the rule's Limit, separate from
+	// identity: they share one bucket under the rule's Limits, separate from
 	// every identified caller's bucket.
 	ShareMissing
 )
