@@ -36,6 +36,7 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -73,7 +74,7 @@ func rule(t *testing.T, limit tollgate.Limit) interceptor.Rule {
 		Name:    "per-tenant " + redistest.KeyPrefix(t),
 		Methods: []string{echo.SayMethod},
 		Key:     keyfunc.Metadata(tenantHeader),
-		Limit:   limit,
+		Limits:  interceptor.Fixed(limit),
 	}
 }
 
@@ -324,9 +325,9 @@ func TestStreamLimits(t *testing.T) {
 	shape := tollgate.Limit{Rate: 10, Period: time.Second, Burst: 1} // one message every 100ms
 	rules := []interceptor.Rule{
 		{Name: "chat " + redistest.KeyPrefix(t), Methods: []string{echo.ChatMethod}, Key: keyfunc.Metadata(tenantHeader),
-			Limit: tollgate.PerHour(2), PerMessage: &police},
+			Limits: interceptor.Fixed(tollgate.PerHour(2)), PerMessage: &police},
 		{Name: "count " + redistest.KeyPrefix(t), Methods: []string{echo.CountMethod}, Key: keyfunc.Metadata(tenantHeader),
-			Limit: tollgate.PerHour(1)},
+			Limits: interceptor.Fixed(tollgate.PerHour(1))},
 	}
 	c := serve(t, limiter(t, redisStore(t), interceptor.WithRules(rules...)), &echo.Server{}, nil)
 
@@ -455,7 +456,7 @@ func TestDecisionSpansAreChildrenOfTheServerSpan(t *testing.T) {
 			t.Errorf("span %s has parent %s, not an otelgrpc server span", s.Name(), s.Parent().SpanID())
 		}
 		for _, kv := range s.Attributes() {
-			if kv.Key == interceptor.AttrOutcome {
+			if kv.Key == telemetry.AttrOutcome {
 				outcomes = append(outcomes, kv.Value.AsString())
 			}
 		}

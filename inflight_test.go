@@ -27,13 +27,13 @@ import (
 )
 
 // inFlightRule bounds one tenant's calls of every method to max at once.
-func inFlightRule(t *testing.T, max int64, slotTimeout time.Duration) interceptor.Rule {
+func inFlightRule(t *testing.T, max int64, seatTimeout time.Duration) interceptor.Rule {
 	return interceptor.Rule{
 		Name:        "in-flight " + redistest.KeyPrefix(t),
 		Methods:     []string{echo.AllMethods},
 		Key:         keyfunc.Metadata(tenantHeader),
 		MaxInFlight: max,
-		SlotTimeout: slotTimeout,
+		SeatTimeout: seatTimeout,
 	}
 }
 
@@ -132,7 +132,7 @@ func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string
 }
 
 // A replica whose handlers never return, stopped with its calls still
-// running, frees their slots once they expire (the rule's SlotTimeout, as
+// running, frees their slots once they expire (the rule's SeatTimeout, as
 // the calls have no deadline): another replica then admits.
 func TestInFlightSlotsOfAStoppedReplicaExpire(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
@@ -223,7 +223,7 @@ func TestInFlightStreamRenewsItsSlot(t *testing.T) {
 func TestInFlightBesideARate(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		r := inFlightRule(t, 1, 0)
-		r.Limit = tollgate.PerHour(2)
+		r.Limits = interceptor.Fixed(tollgate.PerHour(2))
 		release := make(chan struct{})
 		entered := make(chan struct{}, 1)
 		srv := &echo.Server{Before: func(ctx context.Context, _ string) error {

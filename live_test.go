@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/store"
+	"slices"
 )
 
 // A rule of 10 per window is raised to 30 by SetRules while 64 callers go
@@ -39,7 +40,7 @@ func TestSetRulesUnderLoad(t *testing.T) {
 			if admitted >= 10 {
 				once.Do(func() {
 					raised := r
-					raised.Limit = window(30)
+					raised.Limits = interceptor.Fixed(window(30))
 					if err := l.SetRules(raised); err != nil {
 						t.Errorf("SetRules: %v", err)
 					}
@@ -65,14 +66,14 @@ func TestSetRulesRefusesBadRules(t *testing.T) {
 	l := limiter(t, store.NewMemory(), interceptor.WithRules(r))
 	c := serve(t, l, &echo.Server{}, nil)
 	bad := r
-	bad.Limit = tollgate.Limit{Rate: -1, Period: time.Second}
-	if err := l.SetRules(bad); err == nil || !strings.Contains(err.Error(), `rule "`+r.Name+`": Limit:`) {
-		t.Fatalf("SetRules(bad limit) = %v, want an error naming the rule and its Limit", err)
+	bad.Limits = interceptor.Fixed(tollgate.Limit{Rate: -1, Period: time.Second})
+	if err := l.SetRules(bad); err == nil || !strings.Contains(err.Error(), `rule "`+r.Name+`": Limits[0]:`) {
+		t.Fatalf("SetRules(bad limit) = %v, want an error naming the rule and its limit", err)
 	}
 	if err := l.SetRules(); err == nil {
 		t.Fatal("SetRules() with no rules = nil, want an error")
 	}
-	if got := l.Rules(); len(got) != 1 || got[0].Limit != r.Limit {
+	if got := l.Rules(); len(got) != 1 || !slices.Equal(got[0].Limits.Fixed(), r.Limits.Fixed()) {
 		t.Fatalf("rules after refused swaps = %v, want the first rule unchanged", got)
 	}
 	if _, _, err := say(tenant("a"), c); err != nil {

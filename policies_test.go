@@ -125,7 +125,7 @@ func TestTwoRulesAllOrNothing(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		id := redistest.KeyPrefix(t)
 		perTenant := rule(t, tollgate.PerHour(50))
-		global := interceptor.Rule{Name: "global " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limit: tollgate.PerHour(30)}
+		global := interceptor.Rule{Name: "global " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limits: interceptor.Fixed(tollgate.PerHour(30))}
 		l := limiter(t, st, interceptor.WithRules(perTenant, global))
 		c := serve(t, l, &echo.Server{}, nil)
 
@@ -167,8 +167,8 @@ func TestBurstAcrossSlotsExact(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		for run := range 10 {
 			id := redistest.KeyPrefix(t) + strconv.Itoa(run)
-			perTenant := interceptor.Rule{Name: "per-tenant " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerHour(50)}
-			global := interceptor.Rule{Name: "global " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limit: tollgate.PerHour(30)}
+			perTenant := interceptor.Rule{Name: "per-tenant " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Metadata(tenantHeader), Limits: interceptor.Fixed(tollgate.PerHour(50))}
+			global := interceptor.Rule{Name: "global " + id, Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limits: interceptor.Fixed(tollgate.PerHour(30))}
 			l := limiter(t, st, interceptor.WithRules(perTenant, global))
 			c := serve(t, l, &echo.Server{}, nil)
 			var admitted atomic.Int64
@@ -207,7 +207,7 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 		// A short name, unique to the run, keeps the keys' tags verbatim
 		// (not hashed), so the Cluster's keys can be found by name below.
 		r.Name = "two-limits-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		r.Limits = []tollgate.Limit{tollgate.PerSecond(5), tollgate.PerHour(20)}
+		r.Limits = interceptor.Fixed(tollgate.PerSecond(5), tollgate.PerHour(20))
 		l := limiter(t, st, interceptor.WithRules(r))
 		c := serve(t, l, &echo.Server{}, nil)
 
@@ -289,7 +289,7 @@ func TestShadowPeekAndReset(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		enforcing := rule(t, tollgate.PerHour(3))
 		trial := interceptor.Rule{Name: "trial " + redistest.KeyPrefix(t), Methods: []string{echo.SayMethod},
-			Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerHour(1), Shadow: true}
+			Key: keyfunc.Metadata(tenantHeader), Limits: interceptor.Fixed(tollgate.PerHour(1)), Shadow: true}
 		l := limiter(t, st, interceptor.WithRules(enforcing, trial))
 		c := serve(t, l, &echo.Server{}, nil)
 		who := interceptor.Caller{Value: "a"}

@@ -178,7 +178,7 @@ func hostileRule(t *testing.T, key keyfunc.Func, n int64) interceptor.Rule {
 		Name:    "hostile " + redistest.KeyPrefix(t),
 		Methods: []string{echo.SayMethod},
 		Key:     key,
-		Limit:   tollgate.PerHour(n),
+		Limits:  interceptor.Fixed(tollgate.PerHour(n)),
 	}
 }
 

@@ -109,5 +109,5 @@ func TestOneScriptCallBeforeAndOneAfter(t *testing.T) {
 // counted24h is what r's day window counted for who: used plus owed.
 func counted24h(t *testing.T, st tollgate.Store, r interceptor.Rule, who string) int64 {
 	q := peekOne(t, limiter(t, st, interceptor.WithRules(r)), r.Name, interceptor.Caller{Value: who}, 24*time.Hour)
-	return r.Limit.Rate - q.Available + q.Decision.Debt
+	return r.Limits.Fixed()[0].Rate - q.Available + q.Decision.Debt
 }

@@ -103,17 +103,13 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 		out := &adminv1.Rule{
 			Name:          r.Name,
 			Methods:       r.Methods,
-			DynamicLimits: r.LimitFunc != nil || r.LimitsFunc != nil,
+			DynamicLimits: r.Limits.PerCaller(),
 			FailMode:      r.FailMode.String(),
 			Shadow:        r.Shadow,
 			Replaces:      r.Replaces,
 			Cost:          max(r.Cost, 1),
 		}
-		limits := r.Limits
-		if limits == nil && !out.DynamicLimits {
-			limits = []tollgate.Limit{r.Limit}
-		}
-		for _, l := range limits {
+		for _, l := range r.Limits.Fixed() {
 			out.Limits = append(out.Limits, l.String())
 		}
 		if r.PerMessage != nil {

@@ -50,13 +50,13 @@ func TestAdmin(t *testing.T) {
 			perTenant := interceptor.Rule{
 				Name:   "tenant-method " + prefix,
 				Key:    keyfunc.Join(keyfunc.Metadata("x-tenant"), keyfunc.Method()),
-				Limits: []tollgate.Limit{tollgate.PerMinute(10), tollgate.PerHour(3)},
+				Limits: interceptor.Fixed(tollgate.PerMinute(10), tollgate.PerHour(3)),
 			}
 			perUser := interceptor.Rule{
 				Name:         "per-user " + prefix,
 				Key:          keyfunc.Metadata("x-user"),
 				OnMissingKey: interceptor.ShareMissing,
-				Limit:        tollgate.PerHour(2),
+				Limits:       interceptor.Fixed(tollgate.PerHour(2)),
 				Shadow:       true,
 			}
 			// A generous store deadline: these tests run beside others under
@@ -141,9 +141,9 @@ func TestAdminOverrides(t *testing.T) {
 	for name, newStore := range stores() {
 		t.Run(name, func(t *testing.T) {
 			r := interceptor.Rule{
-				Name:  "per-tenant " + redistest.KeyPrefix(t),
-				Key:   keyfunc.Metadata("x-tenant"),
-				Limit: tollgate.PerHour(1),
+				Name:   "per-tenant " + redistest.KeyPrefix(t),
+				Key:    keyfunc.Metadata("x-tenant"),
+				Limits: interceptor.Fixed(tollgate.PerHour(1)),
 			}
 			l, err := interceptor.New(newStore(t), interceptor.WithRules(r), interceptor.WithStoreTimeout(5*time.Second))
 			if err != nil {

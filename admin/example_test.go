@@ -22,7 +22,7 @@ func ExampleNewServer() {
 	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),
-		Limits: []tollgate.Limit{tollgate.PerSecond(10), tollgate.Daily(1000)},
+		Limits: interceptor.Fixed(tollgate.PerSecond(10), tollgate.Daily(1000)),
 	}))
 	if err != nil {
 		panic(err)

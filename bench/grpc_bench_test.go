@@ -37,7 +37,7 @@ func BenchmarkGRPC(b *testing.B) {
 		}},
 		{"tollgate", func(b *testing.B) []grpc.UnaryServerInterceptor {
 			lim, err := interceptor.New(store.NewRedis(newClient(b), store.WithPrefix(runPrefix("grpc"))),
-				interceptor.WithRules(interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limit: limit}))
+				interceptor.WithRules(interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limits: interceptor.Fixed(limit)}))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -56,7 +56,7 @@ func BenchmarkGRPCMemory(b *testing.B) {
 	memory := func(opts ...interceptor.Option) func(b *testing.B) []grpc.UnaryServerInterceptor {
 		return func(b *testing.B) []grpc.UnaryServerInterceptor {
 			lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
-				Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limit: generous(tollgate.GCRA),
+				Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limits: interceptor.Fixed(generous(tollgate.GCRA)),
 			}))...)
 			if err != nil {
 				b.Fatal(err)

@@ -30,9 +30,9 @@ import (
 // fixed; by default they are random (NewID).
 func ExampleUnaryClientInterceptor() {
 	limiter, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
-		Name:  "per-tenant",
-		Key:   keyfunc.Metadata("x-tenant"),
-		Limit: tollgate.PerMinute(3),
+		Name:   "per-tenant",
+		Key:    keyfunc.Metadata("x-tenant"),
+		Limits: interceptor.Fixed(tollgate.PerMinute(3)),
 	}), interceptor.WithAdmittedTrailers()) // x-ratelimit-remaining on admitted calls too
 	if err != nil {
 		log.Fatal(err)

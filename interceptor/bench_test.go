@@ -25,7 +25,7 @@ func (trailerSink) SetTrailer(metadata.MD) error { return nil }
 // telemetry.
 func BenchmarkUnaryAdmit(b *testing.B) {
 	benchmarkAdmit(b, interceptor.Rule{
-		Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerSecond(1_000_000),
+		Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limits: interceptor.Fixed(tollgate.PerSecond(1_000_000)),
 	})
 }
 
@@ -34,7 +34,7 @@ func BenchmarkUnaryAdmit(b *testing.B) {
 func BenchmarkUnaryAdmitTwoLimits(b *testing.B) {
 	benchmarkAdmit(b, interceptor.Rule{
 		Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader),
-		Limits: []tollgate.Limit{tollgate.PerSecond(1_000_000), tollgate.PerMinute(60_000_000)},
+		Limits: interceptor.Fixed(tollgate.PerSecond(1_000_000), tollgate.PerMinute(60_000_000)),
 	})
 }
 
@@ -42,15 +42,15 @@ func BenchmarkUnaryAdmitTwoLimits(b *testing.B) {
 // global rule on the call, decided together with one Store.AllowAll.
 func BenchmarkUnaryAdmitTwoRules(b *testing.B) {
 	benchmarkAdmit(b,
-		interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerSecond(1_000_000)},
-		interceptor.Rule{Name: "global", Key: keyfunc.Method(), Limit: tollgate.PerSecond(1_000_000)})
+		interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limits: interceptor.Fixed(tollgate.PerSecond(1_000_000))},
+		interceptor.Rule{Name: "global", Key: keyfunc.Method(), Limits: interceptor.Fixed(tollgate.PerSecond(1_000_000))})
 }
 
 // BenchmarkUnaryAdmitTrailers is BenchmarkUnaryAdmit with the x-ratelimit-*
 // trailers on admitted calls (WithAdmittedTrailers).
 func BenchmarkUnaryAdmitTrailers(b *testing.B) {
 	benchmarkAdmitWith(b, []interceptor.Option{interceptor.WithAdmittedTrailers()},
-		interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limit: tollgate.PerSecond(1_000_000)})
+		interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(tenantHeader), Limits: interceptor.Fixed(tollgate.PerSecond(1_000_000))})
 }
 
 func benchmarkAdmit(b *testing.B, rules ...interceptor.Rule) { benchmarkAdmitWith(b, nil, rules...) }
@@ -76,7 +76,7 @@ func benchmarkAdmitWith(b *testing.B, opts []interceptor.Option, rules ...interc
 // BenchmarkUnaryUnmatched is the cost for a method no rule matches.
 func BenchmarkUnaryUnmatched(b *testing.B) {
 	l, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
-		Name: "say", Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limit: tollgate.PerSecond(1),
+		Name: "say", Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limits: interceptor.Fixed(tollgate.PerSecond(1)),
 	}))
 	if err != nil {
 		b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // By default an admitted call carries no x-ratelimit-* trailers (a replay
@@ -73,7 +74,7 @@ func TestSpansOnceGlobalProviderIsSet(t *testing.T) {
 	if len(ended) != 1 || ended[0].Name() != "ratelimit per-tenant" {
 		t.Fatalf("spans after otel.SetTracerProvider: %d, want 1 named %q", len(ended), "ratelimit per-tenant")
 	}
-	if got := spanAttrs(ended[0])[interceptor.AttrRemaining]; got != "1" {
+	if got := spanAttrs(ended[0])[telemetry.AttrRemaining]; got != "1" {
 		t.Errorf("span's remaining = %s, want 1", got)
 	}
 }

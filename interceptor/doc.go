@@ -36,5 +36,6 @@
 //
 // Every decision is one child span named "ratelimit <rule>" and one count
 // in the tollgate.decisions metric; see WithTracerProvider and
-// WithMeterProvider.
+// WithMeterProvider. Package telemetry names every span attribute and
+// metric.
 package interceptor

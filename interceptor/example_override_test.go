@@ -20,9 +20,9 @@ import (
 // every Limiter sharing the store; Peek shows what is in force for each.
 func ExampleLimiter_Block() {
 	limiter, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
-		Name:  "per-tenant",
-		Key:   keyfunc.Metadata("x-tenant"),
-		Limit: tollgate.PerHour(100),
+		Name:   "per-tenant",
+		Key:    keyfunc.Metadata("x-tenant"),
+		Limits: interceptor.Fixed(tollgate.PerHour(100)),
 	}))
 	if err != nil {
 		log.Fatal(err)

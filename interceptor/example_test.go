@@ -42,14 +42,14 @@ func ExampleNew() {
 				Name:     "per-tenant",
 				Methods:  []string{"/shop.Orders/*"},
 				Key:      keyfunc.Metadata("x-tenant"),
-				Limit:    tollgate.PerSecond(100),
+				Limits:   interceptor.Fixed(tollgate.PerSecond(100)),
 				FailMode: interceptor.FailLocal, // each replica caps itself while Redis is down
 			},
 			interceptor.Rule{
 				Name:         "per-peer",
 				Key:          keyfunc.Peer(),
 				OnMissingKey: interceptor.ShareMissing,
-				Limit:        tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 600, Period: time.Minute, Burst: 50},
+				Limits:       interceptor.Fixed(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 600, Period: time.Minute, Burst: 50}),
 				FailMode:     interceptor.FailOpen,
 			},
 		),
@@ -84,12 +84,12 @@ func ExampleLimiter_Peek() {
 		interceptor.Rule{
 			Name:   "per-tenant",
 			Key:    keyfunc.Metadata("x-tenant"),
-			Limits: []tollgate.Limit{tollgate.PerMinute(10), tollgate.PerHour(1000)},
+			Limits: interceptor.Fixed(tollgate.PerMinute(10), tollgate.PerHour(1000)),
 		},
 		interceptor.Rule{
 			Name:   "stricter-trial",
 			Key:    keyfunc.Metadata("x-tenant"),
-			Limit:  tollgate.PerHour(2),
+			Limits: interceptor.Fixed(tollgate.PerHour(2)),
 			Shadow: true, // decided and debited, never denies
 		},
 	))
@@ -127,9 +127,9 @@ func ExampleLimiter_UnaryServerInterceptor() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
 	limiter, err := interceptor.New(mem, interceptor.WithRules(interceptor.Rule{
-		Name:  "per-tenant",
-		Key:   keyfunc.Metadata("x-tenant"),
-		Limit: tollgate.PerMinute(2),
+		Name:   "per-tenant",
+		Key:    keyfunc.Metadata("x-tenant"),
+		Limits: interceptor.Fixed(tollgate.PerMinute(2)),
 	}), interceptor.WithAdmittedTrailers()) // x-ratelimit-* on admitted calls too, not only on denials
 	if err != nil {
 		log.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // answerMargin is how much longer than the store deadline a call may take
@@ -66,7 +67,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			m := newMeter(t)
 			r := perTenant()
 			r.FailMode = tc.mode
-			r.Limit = tollgate.PerHour(4)
+			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
 			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
 				interceptor.WithReplicas(2), // FailLocal: 4 an hour across 2 replicas is 2 here
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
@@ -120,8 +121,8 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			}
 			for _, s := range sr.Ended() {
 				a := spanAttrs(s)
-				if a[interceptor.AttrFailMode] != tc.mode.String() || s.Status().Code != otelcodes.Error {
-					t.Errorf("span %s: fail mode %q status %v, want %q and Error", s.Name(), a[interceptor.AttrFailMode], s.Status(), tc.mode)
+				if a[telemetry.AttrFailMode] != tc.mode.String() || s.Status().Code != otelcodes.Error {
+					t.Errorf("span %s: fail mode %q status %v, want %q and Error", s.Name(), a[telemetry.AttrFailMode], s.Status(), tc.mode)
 				}
 			}
 		})
@@ -135,7 +136,7 @@ func TestHungRedisAndBreaker(t *testing.T) {
 	m := newMeter(t)
 	r := perTenant()
 	r.FailMode = interceptor.FailClosed
-	r.Limit = tollgate.PerHour(1000)
+	r.Limits = interceptor.Fixed(tollgate.PerHour(1000))
 	const coolDown = 200 * time.Millisecond
 	st := store.NewRedis(redisClient(t, srv.Addr()))
 	// Load the script and open a connection before the clock matters.

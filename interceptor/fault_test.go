@@ -174,7 +174,7 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 			t.Fatal(err)
 		}
 		r := perTenant()
-		r.Limit, r.FailMode, r.LocalLimit = tollgate.PerHour(faultStoreCap), mode, &local
+		r.Limits, r.FailMode, r.LocalLimit = interceptor.Fixed(tollgate.PerHour(faultStoreCap)), mode, &local
 		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
 			interceptor.WithStoreTimeout(faultStoreTimeout),
 			interceptor.WithBreaker(faultBreakerTrips, faultCoolDown)))

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -104,7 +105,7 @@ func (m *meter) decisions(t *testing.T) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	for _, metric := range m.collect(t) {
-		if metric.Name != interceptor.MetricDecisions {
+		if metric.Name != telemetry.MetricDecisions {
 			continue
 		}
 		sum, ok := metric.Data.(metricdata.Sum[int64])
@@ -112,8 +113,8 @@ func (m *meter) decisions(t *testing.T) map[string]int64 {
 			t.Fatalf("%s is %T, want a Sum[int64]", metric.Name, metric.Data)
 		}
 		for _, dp := range sum.DataPoints {
-			out[fmt.Sprintf("%s/%s/%s/%s", attr(dp.Attributes, interceptor.AttrRule), attr(dp.Attributes, interceptor.AttrScope),
-				attr(dp.Attributes, interceptor.AttrOutcome), attr(dp.Attributes, interceptor.AttrAllowed))] += dp.Value
+			out[fmt.Sprintf("%s/%s/%s/%s", attr(dp.Attributes, telemetry.AttrRule), attr(dp.Attributes, telemetry.AttrScope),
+				attr(dp.Attributes, telemetry.AttrOutcome), attr(dp.Attributes, telemetry.AttrAllowed))] += dp.Value
 		}
 	}
 	return out
@@ -136,7 +137,7 @@ func (m *meter) storeDurations(t *testing.T) map[string]metricdata.HistogramData
 	t.Helper()
 	out := map[string]metricdata.HistogramDataPoint[float64]{}
 	for _, metric := range m.collect(t) {
-		if metric.Name != interceptor.MetricStoreDuration {
+		if metric.Name != telemetry.MetricStoreDuration {
 			continue
 		}
 		h, ok := metric.Data.(metricdata.Histogram[float64])
@@ -147,7 +148,7 @@ func (m *meter) storeDurations(t *testing.T) map[string]metricdata.HistogramData
 			t.Fatalf("%s unit = %q, want s", metric.Name, metric.Unit)
 		}
 		for _, dp := range h.DataPoints {
-			out[attr(dp.Attributes, interceptor.AttrRule)+"/"+attr(dp.Attributes, interceptor.AttrStoreResult)] = dp
+			out[attr(dp.Attributes, telemetry.AttrRule)+"/"+attr(dp.Attributes, telemetry.AttrStoreResult)] = dp
 		}
 	}
 	return out

@@ -10,16 +10,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
-// DefaultSlotTimeout is how long an in-flight slot lives when its call has
-// no deadline, or between a stream's renewals, unless WithSlotTimeout or
-// Rule.SlotTimeout say otherwise.
-const DefaultSlotTimeout = 30 * time.Second
+// DefaultSeatTimeout is how long an in-flight seat lives when its call has
+// no deadline, or between a stream's renewals, unless WithSeatTimeout or
+// Rule.SeatTimeout say otherwise.
+const DefaultSeatTimeout = 30 * time.Second
 
 // slotMargin is added to a call's deadline for its slot's expiry: the
 // handler may return a little after the deadline, give or take the clocks.
@@ -261,7 +261,7 @@ func (h *heldSlot) end() {
 	d := h.l.clk.since(h.at)
 	h.slot.Held = d // the store keeps the fleet's mean from it
 	h.p.inFlight.held(d)
-	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrRule.String(h.p.rule.Name)))
+	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(telemetry.AttrRule.String(h.p.rule.Name)))
 }
 
 // release makes one attempt at freeing the slot under the store policy,
@@ -324,17 +324,17 @@ func newInFlight(r Rule, defaultTTL time.Duration, replicas int64) (*inFlight, e
 		return nil, fmt.Errorf("MaxInFlight must be >= 0, got %d", r.MaxInFlight)
 	case r.MaxInFlight > tollgate.MaxRate:
 		return nil, fmt.Errorf("MaxInFlight must be at most MaxRate (10^12), got %d", r.MaxInFlight)
-	case r.SlotTimeout < 0:
-		return nil, fmt.Errorf("SlotTimeout must be >= 0, got %s", r.SlotTimeout)
+	case r.SeatTimeout < 0:
+		return nil, fmt.Errorf("SeatTimeout must be >= 0, got %s", r.SeatTimeout)
 	case r.MaxInFlight == 0:
 		return nil, nil
 	}
-	ttl := r.SlotTimeout
+	ttl := r.SeatTimeout
 	if ttl == 0 {
 		ttl = defaultTTL
 	}
 	if ttl < time.Millisecond {
-		return nil, fmt.Errorf("SlotTimeout is 0 and so is the Limiter's (WithSlotTimeout): a slot of a call without a deadline would never expire")
+		return nil, fmt.Errorf("SeatTimeout is 0 and so is the Limiter's (WithSeatTimeout): a seat of a call without a deadline would never expire")
 	}
 	return &inFlight{
 		max: r.MaxInFlight, localMax: ceilDiv(r.MaxInFlight, replicas), ttl: ttl,
@@ -342,7 +342,7 @@ func newInFlight(r Rule, defaultTTL time.Duration, replicas int64) (*inFlight, e
 	}, nil
 }
 
-// slotOutcome is the value of tollgate.slot.outcome.
+// slotOutcome is the value of telemetry.AttrSeatOutcome.
 type slotOutcome uint8
 
 const (
@@ -358,24 +358,6 @@ const (
 
 var slotOutcomeNames = [numSlotOutcomes]string{"acquired", "denied", "released", "release_failed", "renewed", "renew_failed", "lost"}
 
-// In-flight telemetry names.
-const (
-	// MetricSlots counts in-flight slot events (Rule.MaxInFlight), with
-	// the attributes tollgate.rule and tollgate.slot.outcome: "acquired",
-	// "denied", "released", "release_failed" (the slot expires by itself),
-	// "renewed", "renew_failed" or "lost" (it expired before its call
-	// ended).
-	MetricSlots = "tollgate.slots"
-	// MetricSlotHold is a histogram of how long calls held their slots, in
-	// seconds, with the attribute tollgate.rule.
-	MetricSlotHold = "tollgate.slot.hold"
-	// MetricSlotWait is a histogram of how long stream openings of Shape
-	// rules waited for a slot, in seconds, with the attribute tollgate.rule.
-	MetricSlotWait = "tollgate.slot.wait"
-
-	AttrSlotOutcome = attribute.Key("tollgate.slot.outcome") // see MetricSlots
-)
-
 type slotTelemetry struct {
 	events     metric.Int64Counter
 	hold, wait metric.Float64Histogram
@@ -384,19 +366,19 @@ type slotTelemetry struct {
 func newSlotTelemetry(meter metric.Meter) (slotTelemetry, error) {
 	var t slotTelemetry
 	var err error
-	if t.events, err = meter.Int64Counter(MetricSlots, metric.WithUnit("{event}"),
+	if t.events, err = meter.Int64Counter(telemetry.MetricSeats, metric.WithUnit("{event}"),
 		metric.WithDescription("In-flight slot events, by rule and outcome.")); err != nil {
 		return t, err
 	}
-	if t.hold, err = meter.Float64Histogram(MetricSlotHold, metric.WithUnit("s"),
+	if t.hold, err = meter.Float64Histogram(telemetry.MetricSeatHold, metric.WithUnit("s"),
 		metric.WithDescription("How long calls held their in-flight slots.")); err != nil {
 		return t, err
 	}
-	t.wait, err = meter.Float64Histogram(MetricSlotWait, metric.WithUnit("s"),
+	t.wait, err = meter.Float64Histogram(telemetry.MetricSeatWait, metric.WithUnit("s"),
 		metric.WithDescription("How long stream openings waited for an in-flight slot."))
 	return t, err
 }
 
 func (l *Limiter) recordSlot(ctx context.Context, p *plan, o slotOutcome) {
-	l.slotTel.events.Add(ctx, 1, metric.WithAttributes(AttrRule.String(p.rule.Name), AttrSlotOutcome.String(slotOutcomeNames[o])))
+	l.slotTel.events.Add(ctx, 1, metric.WithAttributes(telemetry.AttrRule.String(p.rule.Name), telemetry.AttrSeatOutcome.String(slotOutcomeNames[o])))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // oneInFlight lets each tenant run one Say at a time, its slot living ttl
@@ -20,7 +21,7 @@ func oneInFlight(ttl time.Duration) interceptor.Rule {
 		Methods:     []string{echo.SayMethod},
 		Key:         keyfunc.Metadata(tenantHeader),
 		MaxInFlight: 1,
-		SlotTimeout: ttl,
+		SeatTimeout: ttl,
 	}
 }
 
@@ -67,10 +68,10 @@ func (u *unit) blocked(tenant string) (release func(), done <-chan error) {
 // when the store moved its expiry on, "renew_failed" when the store
 // failed, "lost" when the slot had expired before the renewal. The hold
 // time is the clock's.
-func TestSlotRenewedRenewFailedLost(t *testing.T) {
+func TestSeatRenewedRenewFailedLost(t *testing.T) {
 	const ttl = 3 * time.Second
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
-	slots := func() map[string]int64 { return u.m.counts(t, interceptor.MetricSlots, interceptor.AttrSlotOutcome) }
+	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
 	release, done := u.blocked("a")
 	if got := u.inUse(t, "in-flight", "a"); got != 1 {
 		t.Fatalf("in use = %d while the call runs, want 1", got)
@@ -101,7 +102,7 @@ func TestSlotRenewedRenewFailedLost(t *testing.T) {
 	u.flush(t)
 	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1, "lost": 1, "released": 1})
 	held := 2*ttl - 1 // every Advance above
-	if n, sum := u.m.histogram(t, interceptor.MetricSlotHold); n != 1 || sum != held.Seconds() {
+	if n, sum := u.m.histogram(t, telemetry.MetricSeatHold); n != 1 || sum != held.Seconds() {
 		t.Errorf("hold = %d values summing to %gs, want 1 of %gs", n, sum, held.Seconds())
 	}
 }
@@ -109,10 +110,10 @@ func TestSlotRenewedRenewFailedLost(t *testing.T) {
 // A release the store fails is retried until SettleRetryFor, then
 // dropped: outcome "release_failed", and the slot stays taken until it
 // expires by itself.
-func TestSlotReleaseFailed(t *testing.T) {
+func TestSeatReleaseFailed(t *testing.T) {
 	const ttl = time.Minute
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
-	slots := func() map[string]int64 { return u.m.counts(t, interceptor.MetricSlots, interceptor.AttrSlotOutcome) }
+	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
 	u.st.failRelease.Store(true)
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)

@@ -37,10 +37,10 @@ type Limiter struct {
 	// admittedTrailers: admitted calls carry the x-ratelimit-* trailers
 	// (WithAdmittedTrailers).
 	admittedTrailers bool
-	tel              telemetry
+	tel              instruments
 	settleTel        settleTelemetry
 	slotTel          slotTelemetry
-	slotTimeout      time.Duration // WithSlotTimeout
+	seatTimeout      time.Duration // WithSeatTimeout
 	storeTimeout     time.Duration // WithStoreTimeout
 	ov               overrides
 	// sender delivers what calls owe once they end; renewals are the
@@ -74,8 +74,8 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: the override refresh must be > 0, got %s", c.overrideRefresh)
 	case c.clock.now == nil:
 		return nil, errors.New("interceptor: the clock (WithClock) is nil")
-	case c.slotTimeout < 0:
-		return nil, fmt.Errorf("interceptor: the slot timeout must be >= 0, got %s", c.slotTimeout)
+	case c.seatTimeout < 0:
+		return nil, fmt.Errorf("interceptor: the seat timeout must be >= 0, got %s", c.seatTimeout)
 	}
 	if err := validateHeader(c.requestIDHeader); err != nil {
 		return nil, err
@@ -110,7 +110,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	if l.slotTel, err = newSlotTelemetry(meterOf(c.meterProvider)); err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	l.slotTimeout, l.storeTimeout = c.slotTimeout, c.storeTimeout
+	l.seatTimeout, l.storeTimeout = c.seatTimeout, c.storeTimeout
 	if l.local == nil {
 		l.local = store.NewMemory()
 	}
@@ -141,7 +141,7 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 	for i, r := range rules {
 		r = r.clone() // the caller's slices stay the caller's
 		r.Shadow = r.Shadow || l.shadow
-		cr, err := compileRule(r, i, l.replicas, l.slotTimeout)
+		cr, err := compileRule(r, i, l.replicas, l.seatTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)
 		}

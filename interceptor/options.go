@@ -9,20 +9,21 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
-	"github.com/tollgate/tollgate/internal/storecall"
 )
 
-// DefaultStoreTimeout is how long one store decision may take before the
-// rule's FailMode applies, when WithStoreTimeout is not given. It is short
-// on purpose: a decision on a healthy Redis takes well under a millisecond,
-// and a hung Redis must not hang every RPC.
-const DefaultStoreTimeout = storecall.DefaultTimeout
-
-// DefaultBreakerFailures and DefaultBreakerCoolDown configure the circuit
-// breaker when WithBreaker is not given.
+// Defaults of WithStoreTimeout and WithBreaker.
 const (
-	DefaultBreakerFailures = storecall.DefaultBreakerFailures
-	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
+	// DefaultStoreTimeout is how long one store decision may take before the
+	// rule's FailMode applies. It is short on purpose: a decision on a
+	// healthy Redis takes well under a millisecond, and a hung Redis must
+	// not hang every RPC.
+	DefaultStoreTimeout = 50 * time.Millisecond
+	// DefaultBreakerFailures consecutive store failures open the circuit
+	// breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerCoolDown is how long the open breaker keeps calls from
+	// the store before one probes it.
+	DefaultBreakerCoolDown = time.Second
 )
 
 // Option configures a Limiter.
@@ -41,7 +42,7 @@ type config struct {
 	tracerProvider   trace.TracerProvider
 	meterProvider    metric.MeterProvider
 	logger           *slog.Logger
-	slotTimeout      time.Duration
+	seatTimeout      time.Duration
 	overrideRefresh  time.Duration
 	clock            clock
 }
@@ -53,7 +54,7 @@ func defaultConfig() config {
 		breakerFailures: DefaultBreakerFailures,
 		breakerCoolDown: DefaultBreakerCoolDown,
 		replicas:        1,
-		slotTimeout:     DefaultSlotTimeout,
+		seatTimeout:     DefaultSeatTimeout,
 		overrideRefresh: DefaultOverrideRefresh,
 		clock:           realClock(),
 	}
@@ -143,18 +144,18 @@ func WithAdmittedTrailers() Option {
 }
 
 // WithLogger sets where the Limiter logs what it cannot return to a caller:
-// a settlement the store could not take (Rule.Settle), a slot it could not
+// a settlement the store could not take (Rule.Settle), a seat it could not
 // release (Rule.MaxInFlight). The default is slog.Default().
 func WithLogger(log *slog.Logger) Option {
 	return func(c *config) { c.logger = log }
 }
 
-// WithSlotTimeout sets how long an in-flight slot (Rule.MaxInFlight) lives
+// WithSeatTimeout sets how long an in-flight seat (Rule.MaxInFlight) lives
 // when its call has no deadline, and between a stream's renewals, for rules
-// whose SlotTimeout is 0 (default DefaultSlotTimeout). A replica that dies
-// holding slots holds them at most this long.
-func WithSlotTimeout(d time.Duration) Option {
-	return func(c *config) { c.slotTimeout = d }
+// whose SeatTimeout is 0 (default DefaultSeatTimeout). A replica that dies
+// holding seats holds them at most this long.
+func WithSeatTimeout(d time.Duration) Option {
+	return func(c *config) { c.seatTimeout = d }
 }
 
 // WithOverrideRefresh sets how old the Limiter's view of the overrides may
@@ -168,7 +169,7 @@ func WithOverrideRefresh(d time.Duration) Option {
 
 // WithClock sets the time the Limiter reads for its own decisions (default
 // time.Now), as store.WithClock does for the Memory store: when an
-// in-flight slot was taken and how long it was held, how old its view of
+// in-flight seat was taken and how long it was held, how old its view of
 // the overrides is and whether one expired, and when end-of-call work the
 // store failed is retried or dropped. Give both the same clock in tests.
 // Deadlines stay those of the calls' contexts.

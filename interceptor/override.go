@@ -19,9 +19,10 @@ import (
 // lost.
 const DefaultOverrideRefresh = time.Second
 
-// Override replaces a rule's limits for one caller, or blocks it, on every
-// replica that shares the store (Limiter.SetOverride, Limiter.Block).
-type Override struct {
+// CallerOverride replaces a rule's limits for one caller, or blocks it, on
+// every replica that shares the store (Limiter.SetOverride, Limiter.Block).
+// tollgate.Override is the store's record of it.
+type CallerOverride struct {
 	// Rule is the rule's name.
 	Rule string
 	// Caller is the identity: its Value, or Anonymous.
@@ -39,7 +40,7 @@ type Override struct {
 // replica sharing the store, until ttl from now (0: until deleted): this
 // replica's next call and, through the store's watch, every other's within
 // a round trip, and at the latest within the refresh delay. The caller's
-// buckets carry over, as when a LimitFunc changes its answer. An unknown
+// buckets carry over, as when PerCaller limits change. An unknown
 // rule is codes.NotFound; no limits (Block blocks), a caller the key
 // function cannot name, a limit that does not validate or cannot admit the
 // rule's Cost, or a negative ttl is codes.InvalidArgument, and nothing is
@@ -105,7 +106,7 @@ func (l *Limiter) DeleteOverride(ctx context.Context, rule string, who Caller) e
 // Overrides returns the overrides of the named rule in force, as the store
 // holds them now. An unknown rule is codes.NotFound; a store failure
 // codes.Unavailable.
-func (l *Limiter) Overrides(ctx context.Context, rule string) ([]Override, error) {
+func (l *Limiter) Overrides(ctx context.Context, rule string) ([]CallerOverride, error) {
 	r := l.book.Load().byName[rule]
 	if r == nil {
 		return nil, unknownRuleError(rule)
@@ -117,13 +118,13 @@ func (l *Limiter) Overrides(ctx context.Context, rule string) ([]Override, error
 	if err != nil {
 		return nil, storeError(rule, err)
 	}
-	out := make([]Override, 0, len(os))
+	out := make([]CallerOverride, 0, len(os))
 	for _, o := range os {
 		who, ok := r.call.caller(o.Key)
 		if !ok {
 			continue // another rule's, by a name this one does not make
 		}
-		out = append(out, Override{Rule: rule, Caller: who, Limits: o.Limits, Blocked: len(o.Limits) == 0, Expires: o.Expires})
+		out = append(out, CallerOverride{Rule: rule, Caller: who, Limits: o.Limits, Blocked: len(o.Limits) == 0, Expires: o.Expires})
 	}
 	return out, nil
 }

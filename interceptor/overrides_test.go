@@ -46,7 +46,7 @@ func replicas(t *testing.T, refresh time.Duration) (clk *interceptor.FakeClock, 
 	clk = interceptor.NewFakeClock(start)
 	m := rebased{store.NewMemory(store.WithClock(clk.Now)), clk}
 	r := perTenant()
-	r.Limit = tollgate.PerHour(10)
+	r.Limits = interceptor.Fixed(tollgate.PerHour(10))
 	opts := []interceptor.Option{interceptor.WithFakeClock(clk), interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh)}
 	return clk, newLimiter(t, m, opts...), newLimiter(t, unwatched{m}, opts...)
 }

@@ -35,7 +35,7 @@ type Caller struct {
 
 // Quota is the state of one limit of a rule for one identity.
 type Quota struct {
-	// Limit is the limit (for a LimitFunc or LimitsFunc rule, the one its
+	// Limit is the limit (for PerCaller limits, the one its
 	// function returns for the identity now).
 	Limit tollgate.Limit
 	// PerMessage reports that Limit is the rule's PerMessage limit, whose
@@ -51,7 +51,7 @@ type Quota struct {
 	// plus Cost when the call would be admitted.
 	Available int64
 	// InFlight reports that this Quota is the rule's in-flight limit
-	// (Rule.MaxInFlight) instead of a rate: Limit is zero, InUse slots of
+	// (Rule.MaxInFlight) instead of a rate: Limit is zero, InUse seats of
 	// MaxInFlight are held, Available are free and Decision says whether a
 	// call would get one.
 	InFlight           bool
@@ -88,7 +88,7 @@ func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRul
 // Peek returns the state of every limit in force for who under the named
 // rule, without debiting anything or recording a request id: an override's
 // limits instead of the rule's (Quota.Override), a block as one Quota with
-// Blocked set, and the slots it holds under the rule's in-flight limit. An
+// Blocked set, and the seats it holds under the rule's in-flight limit. An
 // unknown rule is a codes.NotFound status naming it; an identity the key
 // function cannot find is codes.InvalidArgument; a store failure is
 // codes.Unavailable.

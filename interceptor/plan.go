@@ -35,7 +35,7 @@ func (s scope) String() string {
 // can make one rule's key equal another rule's, another scope's, or the
 // anonymous one.
 //
-// A rule with Limits or LimitsFunc gives each limit its own state, a part
+// A rule with several Fixed limits, or PerCaller ones, gives each limit its own state, a part
 // of the identity named by the limit's period (store.PartKey): the
 // identity stays the keys' leading part, which the Redis store makes their
 // hash tag of, so one identity's limits share one Cluster slot and one
@@ -55,13 +55,13 @@ type plan struct {
 	// store key of ShareMissing's anonymous identity.
 	prefix, anon string
 	// limits are the static limits; when choose is not nil it chooses them
-	// per identity instead (LimitFunc and LimitsFunc, both as one function
-	// of several limits), and chooser names the rule field it came from.
+	// per identity instead (PerCaller), and chooser names it.
 	limits  []limitPlan
 	choose  func(ctx context.Context, key string) ([]tollgate.Limit, error)
 	chooser string
-	// multi: every limit's key is a part of the identity's (Limits and
-	// LimitsFunc; a single Limit keeps the identity's key as it is).
+	// multi: every limit's key is a part of the identity's (several Fixed
+	// limits, and PerCaller; one Fixed limit keeps the identity's key as
+	// it is).
 	multi bool
 	// explicitLocal is the rule's LocalLimit where it applies (the call
 	// scope); nil means the limit divided by the replicas.
@@ -174,7 +174,7 @@ func newPlan(r *rule, s scope, limits []tollgate.Limit, choose limitChooser, rep
 	p := &plan{rule: r, scope: s, prefix: head + "k:", anon: head + "a", replicas: replicas, priced: s == scopeCall}
 	if s == scopeCall {
 		p.explicitLocal = r.LocalLimit
-		p.multi = r.Limits != nil || r.LimitsFunc != nil
+		p.multi = r.Limits.kind == limitsPerCaller || len(r.Limits.fixed) > 1
 		p.choose, p.chooser = choose.fn, choose.name
 	}
 	for _, l := range limits {

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Two limits on one identity: a denial names every limit that denies, waits
@@ -27,8 +28,7 @@ import (
 func TestMultiLimitDenialAndTrailers(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	r := perTenant()
-	r.Limit = tollgate.Limit{}
-	r.Limits = []tollgate.Limit{{Rate: 1, Period: time.Minute, Burst: 1}, tollgate.PerHour(2)}
+	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Minute, Burst: 1}, tollgate.PerHour(2))
 	c := serve(t, newLimiter(t, store.NewMemory(store.WithClock(clock.Now)), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 
@@ -85,7 +85,7 @@ func TestShadowRules(t *testing.T) {
 	m := newMeter(t)
 	enforcing := perTenant()
 	trial := perTenant()
-	trial.Name, trial.Limit, trial.Shadow = "trial", tollgate.PerHour(1), true
+	trial.Name, trial.Limits, trial.Shadow = "trial", interceptor.Fixed(tollgate.PerHour(1)), true
 	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(enforcing, trial), interceptor.WithAdmittedTrailers(),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider)))
 	ctx := tenant(context.Background(), "a")
@@ -119,10 +119,10 @@ func TestShadowRules(t *testing.T) {
 		a := spanAttrs(s)
 		if s.Name() == "ratelimit trial" {
 			shadowSpans++
-			if a[interceptor.AttrShadow] != "true" {
+			if a[telemetry.AttrShadow] != "true" {
 				t.Errorf("trial span without tollgate.shadow: %v", a)
 			}
-		} else if _, ok := a[interceptor.AttrShadow]; ok {
+		} else if _, ok := a[telemetry.AttrShadow]; ok {
 			t.Errorf("enforcing span %s has tollgate.shadow: %v", s.Name(), a)
 		}
 	}
@@ -136,7 +136,7 @@ func TestShadowRules(t *testing.T) {
 func TestWithShadow(t *testing.T) {
 	m := newMeter(t)
 	global := perTenant()
-	global.Name, global.Key, global.Limit = "global", keyfunc.Method(), tollgate.PerHour(2)
+	global.Name, global.Key, global.Limits = "global", keyfunc.Method(), interceptor.Fixed(tollgate.PerHour(2))
 	st := store.NewMemory()
 	l := newLimiter(t, st, interceptor.WithRules(perTenant(), global), interceptor.WithShadow(), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l)
@@ -164,7 +164,7 @@ func TestFailModesAcrossRules(t *testing.T) {
 		var out []interceptor.Rule
 		for _, mode := range modes {
 			r := perTenant()
-			r.Name, r.FailMode, r.Limit = mode.String(), mode, tollgate.PerHour(2)
+			r.Name, r.FailMode, r.Limits = mode.String(), mode, interceptor.Fixed(tollgate.PerHour(2))
 			out = append(out, r)
 		}
 		return out
@@ -241,7 +241,7 @@ func (s *recordingStore) last() []tollgate.Request {
 func TestReplayTTLAndKeys(t *testing.T) {
 	st := &recordingStore{Store: store.NewMemory()}
 	r := perTenant()
-	r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerSecond(5), tollgate.PerHour(20), {Algorithm: tollgate.FixedWindow, Rate: 100, Period: 24 * time.Hour}}
+	r.Limits = interceptor.Fixed(tollgate.PerSecond(5), tollgate.PerHour(20), tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100, Period: 24 * time.Hour})
 	c := serve(t, newLimiter(t, st, interceptor.WithRules(r)))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "req-1")
 
@@ -271,12 +271,11 @@ func TestReplayTTLAndKeys(t *testing.T) {
 	}
 }
 
-// LimitsFunc chooses one or several limits per identity, all enforced
+// PerCaller chooses one or several limits per identity, all enforced
 // together; a bad answer fails the call with Internal.
-func TestLimitsFunc(t *testing.T) {
+func TestPerCallerLimits(t *testing.T) {
 	r := perTenant()
-	r.Limit = tollgate.Limit{}
-	r.LimitsFunc = func(_ context.Context, tenant string) ([]tollgate.Limit, error) {
+	r.Limits = interceptor.PerCaller(func(_ context.Context, tenant string) ([]tollgate.Limit, error) {
 		switch tenant {
 		case "gold":
 			return []tollgate.Limit{tollgate.PerHour(3)}, nil
@@ -286,7 +285,7 @@ func TestLimitsFunc(t *testing.T) {
 			return []tollgate.Limit{tollgate.PerHour(3), tollgate.PerHour(4)}, nil
 		}
 		return nil, errors.New("no tier")
-	}
+	})
 	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r)))
 	calls := func(tenantName string) (admitted int, last error) {
 		for range 4 {
@@ -307,7 +306,7 @@ func TestLimitsFunc(t *testing.T) {
 	_, err := calls("broken")
 	wantCode(t, err, codes.Internal, "same algorithm and period")
 	_, err = calls("none")
-	wantCode(t, err, codes.Internal, "LimitsFunc failed: no tier")
+	wantCode(t, err, codes.Internal, "PerCaller failed: no tier")
 }
 
 // Two rules limit each message of a stream, decided together: a message
@@ -344,9 +343,9 @@ func TestStreamMessagesUnderTwoRules(t *testing.T) {
 func TestTwoRulesDeny(t *testing.T) {
 	m := newMeter(t)
 	a, b, roomy := perTenant(), perTenant(), perTenant()
-	a.Name, a.Limit = "a", tollgate.PerHour(1)
-	b.Name, b.Limit = "b", tollgate.PerMinute(1)
-	roomy.Name, roomy.Limit = "roomy", tollgate.PerHour(100)
+	a.Name, a.Limits = "a", interceptor.Fixed(tollgate.PerHour(1))
+	b.Name, b.Limits = "b", interceptor.Fixed(tollgate.PerMinute(1))
+	roomy.Name, roomy.Limits = "roomy", interceptor.Fixed(tollgate.PerHour(100))
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: the waits below are exact
 	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
 	l := newLimiter(t, mem, interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
@@ -376,7 +375,7 @@ func TestTwoRulesDeny(t *testing.T) {
 // under several rules and limits: admitted again, debited once.
 func TestRequestIDReplayUnderSeveralRules(t *testing.T) {
 	r := perTenant()
-	r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerMinute(2), tollgate.PerHour(3)}
+	r.Limits = interceptor.Fixed(tollgate.PerMinute(2), tollgate.PerHour(3))
 	global := perTenant()
 	global.Name, global.Key = "global", keyfunc.Method()
 	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r, global))

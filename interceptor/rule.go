@@ -5,37 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // FailMode says what a rule does when the store cannot decide: it returned
 // an error other than tollgate.ErrInvalidRequest, it passed its deadline
-// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). Its
-// String is the tollgate.fail_mode span attribute: "open", "closed" or
-// "local". Package rls's FailMode is the same type.
-type FailMode = storecall.FailMode
+// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). The
+// zero value is FailOpen. Its String is the tollgate.fail_mode span
+// attribute (telemetry.AttrFailMode).
+type FailMode uint8
 
 const (
 	// FailOpen admits the call. The span and the tollgate.decisions metric
 	// record it (fail mode "open", outcome "fail_open"). Pick it when
 	// serving without a limit for a while is better than not serving.
-	FailOpen = storecall.FailOpen
+	FailOpen FailMode = iota
 	// FailClosed refuses the call with codes.Unavailable: the limiter, not
 	// the client, is at fault, and Unavailable is the code clients retry.
 	// Pick it when an unmetered call costs more than a refused one.
-	FailClosed = storecall.FailClosed
+	FailClosed
 	// FailLocal decides in process, under the rule's LocalLimit, with a
 	// store private to this Limiter: each replica enforces its own cap until
 	// the shared store answers again.
-	FailLocal = storecall.FailLocal
+	FailLocal
 )
+
+// String returns "open", "closed" or "local".
+func (m FailMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return "failmode(" + strconv.Itoa(int(m)) + ")"
+}
 
 // StreamMode says what happens to a stream message that its rule's
 // PerMessage limit does not admit.
@@ -62,7 +75,7 @@ const (
 	// message naming the rule and what is missing. It is the default.
 	RejectMissing MissingKeyPolicy = iota
 	// ShareMissing limits every caller without the value as one anonymous
-	// identity: they share one bucket under the rule's Limit, separate from
+	// identity: they share one bucket under the rule's Limits, separate from
 	// every identified caller's bucket.
 	ShareMissing
 )
@@ -71,14 +84,14 @@ const (
 // when MaxShapeWait is 0.
 const DefaultMaxShapeWait = 5 * time.Second
 
-// MaxRuleNameLen is the longest Rule.Name New accepts, in bytes.
-const MaxRuleNameLen = 128
+// maxRuleNameLen is the longest Rule.Name New accepts, in bytes.
+const maxRuleNameLen = 128
 
 // Rule limits the calls to some methods, per identity.
 type Rule struct {
 	// Name identifies the rule in spans, metrics and errors, and keeps its
 	// buckets apart from every other rule's. It must be unique within a
-	// Limiter, at most MaxRuleNameLen bytes of UTF-8, without control
+	// Limiter, at most 128 bytes of UTF-8, without control
 	// characters.
 	Name string
 	// Methods are the full method names the rule applies to, either exact
@@ -104,44 +117,26 @@ type Rule struct {
 	Key keyfunc.Func
 	// OnMissingKey says what to do when Key returns keyfunc.ErrMissing.
 	OnMissingKey MissingKeyPolicy
-	// Limit is enforced for every key. Set exactly one of Limit, Limits,
-	// LimitFunc and LimitsFunc.
-	Limit tollgate.Limit
-	// Limits are enforced together for every key: a call is admitted only
-	// if every limit admits its cost, and a denied call debits none of them
-	// ("10 per second and 10,000 per day"). Each limit has its own state;
-	// two limits with the same Algorithm and Period (or Calendar) would
-	// share it, so New rejects them.
-	Limits []tollgate.Limit
-	// LimitFunc, when set, returns the limit for one key at request time
-	// (tiers per tenant, for example). It gets the Key function's value, or
-	// "" for the anonymous identity of ShareMissing. Its result is
-	// validated on every call; an invalid limit fails the call with
-	// codes.Internal. An error that is a gRPC status is returned to the
-	// client as it is; any other error becomes codes.Internal. The limiter
-	// caches nothing it returns: cache in the function, bounded, if needed.
-	LimitFunc func(ctx context.Context, key string) (tollgate.Limit, error)
-	// LimitsFunc is LimitFunc for tiers of several limits, enforced
-	// together as Limits are. It must return 1 to tollgate.MaxAllowAll
-	// limits, no two with the same Algorithm and Period (or Calendar);
-	// otherwise the call fails with codes.Internal.
-	LimitsFunc func(ctx context.Context, key string) ([]tollgate.Limit, error)
+	// Limits are the rule's rate limits for every key: Fixed ones, or ones
+	// chosen PerCaller. The zero value is none, for a rule with only
+	// MaxInFlight; a rule needs one or the other.
+	Limits Limits
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
 	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
 	// MaxInFlight, when above 0, is how many calls of one identity may run
 	// at once across every replica sharing the store (a stream counts from
-	// its opening to its end). A call finding none of its slots free is
+	// its opening to its end). A call finding none of its seats free is
 	// refused with codes.ResourceExhausted; one refused by the rule's rate
-	// limits takes no slot, and one refused for lack of a slot debits no
-	// rate. A rule may have only this, with no Limit. The store must be a
+	// limits takes no seat, and one refused for lack of a seat debits no
+	// rate. A rule may have only this, with no Limits. The store must be a
 	// tollgate.SlotStore.
 	MaxInFlight int64
-	// SlotTimeout is how long a slot lives when its call has no deadline (a
-	// unary call with one holds it until its deadline and a second more),
-	// renewed every third of it while the call runs, so that a replica that
-	// dies frees its slots by then. 0 means the Limiter's (WithSlotTimeout).
-	SlotTimeout time.Duration
+	// SeatTimeout is how long an in-flight seat lives when its call has no
+	// deadline (a unary call with one holds it until its deadline and a
+	// second more), renewed every third of it while the call runs, so that a
+	// replica that dies frees its seats by then. 0 means the Limiter's (WithSeatTimeout).
+	SeatTimeout time.Duration
 	// Settle, when set, gives the call's final cost once its handler has
 	// returned (a stream's: once it has ended), with the handler's response
 	// and error: the store gives back, or debits past empty, the difference
@@ -165,8 +160,8 @@ type Rule struct {
 	// is the limit itself when WithReplicas is not given: with N replicas the
 	// fleet then admits up to N times the limit while the store is down.
 	// When set it is the one local cap, whatever the number of limits.
-	// New checks that Cost fits it; a call whose CostFunc or LimitFunc makes
-	// it too small for the call is refused as FailClosed would.
+	// New checks that Cost fits it; a call whose CostFunc or PerCaller limits
+	// make it too small for the call is refused as FailClosed would.
 	LocalLimit *tollgate.Limit
 	// PerMessage, when set, limits every message a client sends on a stream
 	// (each RecvMsg costs 1), in a bucket per key separate from the one the
@@ -189,7 +184,7 @@ type Rule struct {
 // clone returns r with nothing shared: its slices and the limits it points
 // to are copied.
 func (r Rule) clone() Rule {
-	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), slices.Clone(r.Limits)
+	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), r.Limits.clone()
 	if r.LocalLimit != nil {
 		l := *r.LocalLimit
 		r.LocalLimit = &l
@@ -213,7 +208,7 @@ type rule struct {
 
 // compileRule validates r and precomputes what the hot path needs. replicas
 // is WithReplicas' value.
-func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (*rule, error) {
+func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (*rule, error) {
 	if err := validateName(r.Name); err != nil {
 		return nil, fmt.Errorf("rule %d: %w", index, err)
 	}
@@ -248,7 +243,7 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 	if c.maxShapeWait == 0 {
 		c.maxShapeWait = DefaultMaxShapeWait
 	}
-	flight, err := newInFlight(r, slotTimeout, replicas)
+	flight, err := newInFlight(r, seatTimeout, replicas)
 	if err != nil {
 		return nil, fail("%w", err)
 	}
@@ -257,7 +252,7 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 		return nil, fail("%w", err)
 	}
 	if r.Settle != nil && limits == nil && choose.fn == nil {
-		return nil, fail("Settle needs a rate limit to settle (Limit, Limits, LimitFunc or LimitsFunc): MaxInFlight's slots are not settled")
+		return nil, fail("Settle needs a rate limit to settle (Limits): MaxInFlight's seats are not settled")
 	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	c.call.inFlight = flight
@@ -287,63 +282,41 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 	return c, nil
 }
 
-// limitChooser is a rule's function choosing limits per identity:
-// LimitFunc and LimitsFunc both as one function of several limits, with the
-// name of the field it came from; fn is nil for static limits.
+// limitChooser is a rule's function choosing limits per identity
+// (PerCaller), with the name errors give it; fn is nil for fixed limits.
 type limitChooser struct {
 	name string
 	fn   func(ctx context.Context, key string) ([]tollgate.Limit, error)
 }
 
-// limitSource compiles the one way r gives its limits (Limit, Limits,
-// LimitFunc or LimitsFunc) into static limits, each admitting cost, or a
-// chooser.
+// limitSource compiles r's Limits into fixed limits, each admitting cost,
+// or a chooser.
 func (r *Rule) limitSource(cost int64, inFlight bool) ([]tollgate.Limit, limitChooser, error) {
-	var ways []string
-	for _, w := range []struct {
-		name string
-		set  bool
-	}{{"Limit", r.Limit != (tollgate.Limit{})}, {"Limits", r.Limits != nil}, {"LimitFunc", r.LimitFunc != nil}, {"LimitsFunc", r.LimitsFunc != nil}} {
-		if w.set {
-			ways = append(ways, w.name)
+	ls := r.Limits
+	switch ls.kind {
+	case limitsPerCaller:
+		if ls.perCaller == nil {
+			return nil, limitChooser{}, errors.New("Limits: PerCaller's function is nil")
 		}
-	}
-	if len(ways) > 1 {
-		return nil, limitChooser{}, fmt.Errorf("set exactly one of Limit, Limits, LimitFunc and LimitsFunc; %s are set", strings.Join(ways, " and "))
-	}
-	switch {
-	case r.LimitFunc != nil:
-		f := r.LimitFunc
-		return nil, limitChooser{name: "LimitFunc", fn: func(ctx context.Context, key string) ([]tollgate.Limit, error) {
-			l, err := f(ctx, key)
-			return []tollgate.Limit{l}, err
-		}}, nil
-	case r.LimitsFunc != nil:
-		return nil, limitChooser{name: "LimitsFunc", fn: r.LimitsFunc}, nil
-	case r.Limits != nil:
-		if len(r.Limits) == 0 || len(r.Limits) > tollgate.MaxAllowAll {
-			return nil, limitChooser{}, fmt.Errorf("Limits has %d limits: give 1 to %d", len(r.Limits), tollgate.MaxAllowAll)
+		return nil, limitChooser{name: "PerCaller", fn: ls.perCaller}, nil
+	case limitsFixed:
+		if len(ls.fixed) == 0 || len(ls.fixed) > tollgate.MaxAllowAll {
+			return nil, limitChooser{}, fmt.Errorf("Limits has %d limits: give 1 to %d", len(ls.fixed), tollgate.MaxAllowAll)
 		}
-		for i, l := range r.Limits {
+		for i, l := range ls.fixed {
 			if err := checkLimit(l, cost); err != nil {
 				return nil, limitChooser{}, fmt.Errorf("Limits[%d]: %w", i, err)
 			}
 		}
-		if err := distinctLimits(r.Limits); err != nil {
+		if err := distinctLimits(ls.fixed); err != nil {
 			return nil, limitChooser{}, fmt.Errorf("Limits: %w", err)
 		}
-		return r.Limits, limitChooser{}, nil
+		return ls.fixed, limitChooser{}, nil
 	}
-	if len(ways) == 0 && inFlight {
+	if inFlight {
 		return nil, limitChooser{}, nil // an in-flight limit alone
 	}
-	if len(ways) == 0 {
-		return nil, limitChooser{}, errors.New("no limit: set one of Limit, Limits, LimitFunc or LimitsFunc, or MaxInFlight")
-	}
-	if err := checkLimit(r.Limit, cost); err != nil {
-		return nil, limitChooser{}, fmt.Errorf("Limit: %w", err)
-	}
-	return []tollgate.Limit{r.Limit}, limitChooser{}, nil
+	return nil, limitChooser{}, errors.New("no limit: set Limits (Fixed or PerCaller), or MaxInFlight")
 }
 
 // distinctLimits reports an error when two limits would share one state:
@@ -401,8 +374,8 @@ func validateName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("Name is empty: every rule needs a name for its spans, metrics and keys")
-	case len(name) > MaxRuleNameLen:
-		return fmt.Errorf("Name is %d bytes, more than %d", len(name), MaxRuleNameLen)
+	case len(name) > maxRuleNameLen:
+		return fmt.Errorf("Name is %d bytes, more than %d", len(name), maxRuleNameLen)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("Name %q is not valid UTF-8", name)
 	case strings.ContainsFunc(name, unicode.IsControl):

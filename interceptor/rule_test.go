@@ -27,7 +27,7 @@ func replacing(name string, methods []string, replaces ...string) Rule {
 }
 
 func testRule(name string, methods ...string) Rule {
-	return Rule{Name: name, Methods: methods, Key: keyfunc.Method(), Limit: tollgate.PerSecond(10)}
+	return Rule{Name: name, Methods: methods, Key: keyfunc.Method(), Limits: Fixed(tollgate.PerSecond(10))}
 }
 
 // names returns the names of the rules in set, "" for none.
@@ -122,17 +122,18 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no rules", nil, nopStore{}, "no rules"},
 		{"empty name", []Option{WithRules(with(func(r *Rule) { r.Name = "" }))}, nopStore{}, "rule 0: Name is empty"},
 		{"control char", []Option{WithRules(with(func(r *Rule) { r.Name = "a\x00b" }))}, nopStore{}, "control character"},
-		{"long name", []Option{WithRules(with(func(r *Rule) { r.Name = strings.Repeat("n", MaxRuleNameLen+1) }))}, nopStore{}, "more than 128"},
+		{"long name", []Option{WithRules(with(func(r *Rule) { r.Name = strings.Repeat("n", maxRuleNameLen+1) }))}, nopStore{}, "more than 128"},
 		{"bad utf8", []Option{WithRules(with(func(r *Rule) { r.Name = "\xff" }))}, nopStore{}, "UTF-8"},
 		{"duplicate", []Option{WithRules(ok, testRule("r", "/x.Y/Z"))}, nopStore{}, `rule "r": the name is used by an earlier rule`},
 		{"nil key", []Option{WithRules(with(func(r *Rule) { r.Key = nil }))}, nopStore{}, `rule "r": Key is nil`},
-		{"bad limit", []Option{WithRules(with(func(r *Rule) { r.Limit = tollgate.Limit{Rate: 0, Period: time.Second} }))}, nopStore{}, `rule "r": Limit:`},
-		{"cost above capacity", []Option{WithRules(with(func(r *Rule) { r.Cost = 11 }))}, nopStore{}, `rule "r": Limit: cost 11 exceeds the capacity 10`},
+		{"bad limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Fixed(tollgate.Limit{Rate: 0, Period: time.Second}) }))}, nopStore{}, `rule "r": Limits[0]:`},
+		{"cost above capacity", []Option{WithRules(with(func(r *Rule) { r.Cost = 11 }))}, nopStore{}, `rule "r": Limits[0]: cost 11 exceeds the capacity 10`},
 		{"settle in-flight only", []Option{WithRules(with(func(r *Rule) {
-			r.Limit, r.MaxInFlight = tollgate.Limit{}, 2
+			r.Limits, r.MaxInFlight = Limits{}, 2
 			r.Settle = SettleReported
 		}))}, store.NewMemory(), `rule "r": Settle needs a rate limit to settle`},
-		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limit = tollgate.Limit{} }))}, nopStore{}, `rule "r": no limit: set one of Limit, Limits, LimitFunc or LimitsFunc, or MaxInFlight`},
+		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Limits{} }))}, nopStore{}, `rule "r": no limit: set Limits (Fixed or PerCaller), or MaxInFlight`},
+		{"nil PerCaller", []Option{WithRules(with(func(r *Rule) { r.Limits = PerCaller(nil) }))}, nopStore{}, `rule "r": Limits: PerCaller's function is nil`},
 		{"negative cost", []Option{WithRules(with(func(r *Rule) { r.Cost = -1 }))}, nopStore{}, `rule "r": Cost must be >= 0`},
 		{"no slash", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"a.B/C"} }))}, nopStore{}, `rule "r": method "a.B/C" is not of the form`},
 		{"no method", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"/a.B/"} }))}, nopStore{}, "is not of the form"},
@@ -154,17 +155,16 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"replaces itself", []Option{WithRules(replacing("x", nil, "x"))}, nopStore{}, `rule "x" replaces itself`},
 		{"replaces disjoint", []Option{WithRules(replacing("x", []string{"/a.B/D"}, "r"), ok)}, nopStore{}, `rule "x" replaces "r", but no method matches both`},
 		{"replace cycle", []Option{WithRules(replacing("x", []string{"/a.B/*"}, "y"), replacing("y", []string{"/a.B/C", "/a.B/D"}, "x"))}, nopStore{}, `rules replace each other in a cycle: "x" replaces "y" replaces "x"`},
-		{"two options", []Option{WithRules(with(func(r *Rule) { r.Limits = []tollgate.Limit{tollgate.PerSecond(1)} }))}, nopStore{}, `rule "r": set exactly one of Limit, Limits, LimitFunc and LimitsFunc`},
-		{"empty limits", []Option{WithRules(with(func(r *Rule) { r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{} }))}, nopStore{}, `rule "r": Limits has 0 limits`},
+		{"empty limits", []Option{WithRules(with(func(r *Rule) { r.Limits = Fixed() }))}, nopStore{}, `rule "r": Limits has 0 limits`},
 		{"bad limits", []Option{WithRules(with(func(r *Rule) {
-			r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerSecond(1), {Rate: 1}}
+			r.Limits = Fixed(tollgate.PerSecond(1), tollgate.Limit{Rate: 1})
 		}))}, nopStore{}, `rule "r": Limits[1]:`},
 		{"limits sharing state", []Option{WithRules(with(func(r *Rule) {
-			r.Limit, r.Limits = tollgate.Limit{}, []tollgate.Limit{tollgate.PerSecond(10), tollgate.PerHour(9), {Rate: 20, Period: time.Second}}
+			r.Limits = Fixed(tollgate.PerSecond(10), tollgate.PerHour(9), tollgate.Limit{Rate: 20, Period: time.Second})
 		}))}, nopStore{}, `rule "r": Limits: limits 0 (token_bucket 10/1s burst 10) and 2 (token_bucket 20/1s burst 20) have the same algorithm and period`},
 		{"negative in-flight", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = -1 }))}, nopStore{}, `rule "r": MaxInFlight must be >= 0`},
-		{"negative slot timeout", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight, r.SlotTimeout = 2, -time.Second }))}, nopStore{}, `rule "r": SlotTimeout must be >= 0`},
-		{"no slot timeout", []Option{WithSlotTimeout(0), WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": SlotTimeout is 0 and so is the Limiter's`},
+		{"negative seat timeout", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight, r.SeatTimeout = 2, -time.Second }))}, nopStore{}, `rule "r": SeatTimeout must be >= 0`},
+		{"no seat timeout", []Option{WithSeatTimeout(0), WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": SeatTimeout is 0 and so is the Limiter's`},
 		{"in-flight without slots", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": MaxInFlight needs a store that bounds calls in flight`},
 		{"store timeout", []Option{WithRules(ok), WithStoreTimeout(0)}, nopStore{}, "store timeout"},
 		{"breaker cool-down", []Option{WithRules(ok), WithBreaker(3, 0)}, nopStore{}, "cool-down"},
@@ -189,9 +189,9 @@ func TestNewAcceptsGoodConfig(t *testing.T) {
 	per := tollgate.Limit{Rate: 5, Period: time.Second}
 	local := tollgate.PerSecond(2)
 	l, err := New(nopStore{}, WithReplicas(4), WithBreaker(0, 0), WithRules(
-		Rule{Name: "per-tenant ✓", Methods: []string{"/a.B/C", "/a.B/D"}, Key: keyfunc.Metadata("x-tenant"), Limit: tollgate.PerMinute(100), Cost: 3, FailMode: FailLocal},
-		Rule{Name: "stream", Methods: []string{"/a.S/*"}, Key: keyfunc.Method(), Limit: tollgate.PerSecond(1), PerMessage: &per, StreamMode: Shape, FailMode: FailLocal},
-		Rule{Name: "dynamic", Key: keyfunc.Method(), LimitFunc: func(context.Context, string) (tollgate.Limit, error) { return per, nil }, LocalLimit: &local, FailMode: FailLocal},
+		Rule{Name: "per-tenant ✓", Methods: []string{"/a.B/C", "/a.B/D"}, Key: keyfunc.Metadata("x-tenant"), Limits: Fixed(tollgate.PerMinute(100)), Cost: 3, FailMode: FailLocal},
+		Rule{Name: "stream", Methods: []string{"/a.S/*"}, Key: keyfunc.Method(), Limits: Fixed(tollgate.PerSecond(1)), PerMessage: &per, StreamMode: Shape, FailMode: FailLocal},
+		Rule{Name: "dynamic", Key: keyfunc.Method(), Limits: PerCaller(func(context.Context, string) ([]tollgate.Limit, error) { return []tollgate.Limit{per}, nil }), LocalLimit: &local, FailMode: FailLocal},
 	))
 	if err != nil {
 		t.Fatal(err)

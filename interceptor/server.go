@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/telemetry"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 )
@@ -94,7 +95,7 @@ func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (
 		res, after := l.decide(ctx, &set.calls, method, nil, true)
 		if res.err == nil || !res.slotWait {
 			if waited > 0 {
-				l.slotTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(AttrRule.String(set.calls.plans[0].rule.Name)))
+				l.slotTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(telemetry.AttrRule.String(set.calls.plans[0].rule.Name)))
 			}
 			return res, after
 		}

@@ -42,7 +42,7 @@ func TestSetRules(t *testing.T) {
 	wantCode(t, u.call("a", echo.SayMethod, ok), codes.ResourceExhausted, "exceeded")
 
 	bad := perTenant()
-	bad.Limit = tollgate.Limit{Rate: -1}
+	bad.Limits = interceptor.Fixed(tollgate.Limit{Rate: -1})
 	if err := u.l.SetRules(wider, bad); err == nil {
 		t.Fatal("SetRules accepted a duplicate name and a bad limit")
 	}
@@ -73,20 +73,20 @@ func TestRulesIsADeepCopy(t *testing.T) {
 	local := tollgate.PerHour(1)
 	r := perTenant()
 	r.Methods = []string{echo.SayMethod, echo.CountMethod}
-	r.Limit = tollgate.Limit{}
-	r.Limits = []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}
+	fixed := []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}
+	r.Limits = interceptor.Fixed(fixed...)
 	r.LocalLimit = &local
 	r.FailMode = interceptor.FailLocal
 	u := newUnit(t, interceptor.WithRules(r))
-	r.Methods[0], r.Limits[0], local.Rate = "/x.Y/Z", tollgate.PerHour(1000), 1000
+	r.Methods[0], fixed[0], local.Rate = "/x.Y/Z", tollgate.PerHour(1000), 1000
 
 	got := u.l.Rules()
 	got[0].Methods[1] = "/x.Y/Z"
-	got[0].Limits[1] = tollgate.PerHour(1000)
+	got[0].Limits.Fixed()[1] = tollgate.PerHour(1000)
 	got[0].LocalLimit.Rate = 1000
 	again := u.l.Rules()[0]
 	if !slices.Equal(again.Methods, []string{echo.SayMethod, echo.CountMethod}) ||
-		!slices.Equal(again.Limits, []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}) ||
+		!slices.Equal(again.Limits.Fixed(), []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}) ||
 		*again.LocalLimit != tollgate.PerHour(1) {
 		t.Fatalf("Rules = %+v, LocalLimit %v: a write into a copy reached the Limiter", again, *again.LocalLimit)
 	}

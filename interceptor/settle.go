@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // ReportCost adds n to the final cost of the call ctx belongs to, for rules
@@ -156,7 +156,7 @@ func withReport(ctx context.Context) context.Context {
 // of range is logged, counted and dropped (the reservation stands).
 func (l *Limiter) settleCost(ctx context.Context, s *settlement, cost int64) bool {
 	_, sp := l.tel.tracer.Start(ctx, "ratelimit settle "+s.p.rule.Name, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(AttrRule.String(s.p.rule.Name), AttrCost.Int64(s.reserved), AttrFinalCost.Int64(cost)))
+		trace.WithAttributes(telemetry.AttrRule.String(s.p.rule.Name), telemetry.AttrCost.Int64(s.reserved), telemetry.AttrFinalCost.Int64(cost)))
 	defer sp.End()
 	if cost < 0 || cost > tollgate.MaxRate {
 		sp.SetStatus(otelcodes.Error, "the final cost is out of range")
@@ -202,45 +202,25 @@ type settleTelemetry struct {
 }
 
 func newSettleTelemetry(meter metric.Meter) (settleTelemetry, error) {
-	settles, err := meter.Int64Counter(MetricSettles, metric.WithUnit("{settlement}"),
+	settles, err := meter.Int64Counter(telemetry.MetricSettles, metric.WithUnit("{settlement}"),
 		metric.WithDescription("Settlements of final costs, by rule and outcome."))
 	if err != nil {
 		return settleTelemetry{}, err
 	}
-	units, err := meter.Int64Counter(MetricSettledUnits, metric.WithUnit("{unit}"),
+	units, err := meter.Int64Counter(telemetry.MetricSettledUnits, metric.WithUnit("{unit}"),
 		metric.WithDescription("Units reserved at admission and settled as final cost, by rule and kind."))
 	return settleTelemetry{settles: settles, units: units}, err
 }
 
 func (l *Limiter) recordSettle(ctx context.Context, p *plan, reserved, final int64, o settleOutcome) {
-	rule := AttrRule.String(p.rule.Name)
-	l.settleTel.settles.Add(ctx, 1, metric.WithAttributes(rule, AttrSettleOutcome.String(settleOutcomeNames[o])))
+	rule := telemetry.AttrRule.String(p.rule.Name)
+	l.settleTel.settles.Add(ctx, 1, metric.WithAttributes(rule, telemetry.AttrSettleOutcome.String(settleOutcomeNames[o])))
 	switch o {
 	case settleApplied:
-		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, AttrCostKind.String("reserved")))
-		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, AttrCostKind.String("final")))
+		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, telemetry.AttrCostKind.String("reserved")))
+		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, telemetry.AttrCostKind.String("final")))
 	case settleDropped:
-		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, AttrCostKind.String("dropped_reserved")))
-		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, AttrCostKind.String("dropped_final")))
+		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, telemetry.AttrCostKind.String("dropped_reserved")))
+		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, telemetry.AttrCostKind.String("dropped_final")))
 	}
 }
-
-// Settlement telemetry names.
-const (
-	// MetricSettles counts settlements (Rule.Settle), with the attributes
-	// tollgate.rule and tollgate.settle.outcome: "applied", "retried" (the
-	// store failed; the settlement waits for another try), "dropped" (the
-	// store failed too long, too many waited, or Close ended first: the
-	// reservation stands) or "invalid".
-	MetricSettles = "tollgate.settles"
-	// MetricSettledUnits counts the units of settlements, with the
-	// attributes tollgate.rule and tollgate.cost.kind: for applied ones
-	// "reserved" (what admission debited) and "final" (what the call
-	// cost); for dropped ones "dropped_reserved" (what stays debited) and
-	// "dropped_final" (what the call cost, never applied).
-	MetricSettledUnits = "tollgate.settled.units"
-
-	AttrFinalCost     = attribute.Key("tollgate.final_cost")     // units a settlement made the call's cost
-	AttrSettleOutcome = attribute.Key("tollgate.settle.outcome") // see MetricSettles
-	AttrCostKind      = attribute.Key("tollgate.cost.kind")      // see MetricSettledUnits
-)

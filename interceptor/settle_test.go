@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // settleFree is perTenant with a Settle that makes every call free: a
@@ -29,7 +30,7 @@ func TestSettleRetriedThenApplied(t *testing.T) {
 	}
 	first := 2 * interceptor.FirstRetry
 	u.clk.WaitTimer(t, start.Add(first))
-	wantCounts(t, "settles", u.m.counts(t, interceptor.MetricSettles, interceptor.AttrSettleOutcome), map[string]int64{"retried": 1})
+	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 1})
 	if got := u.available(t, "per-tenant", "a"); got != 2 {
 		t.Fatalf("available = %d, want 2: the settlement is not applied yet", got)
 	}
@@ -41,13 +42,13 @@ func TestSettleRetriedThenApplied(t *testing.T) {
 	u.clk.Advance(1)
 	// The second attempt fails too; the wait doubles.
 	u.clk.WaitTimer(t, start.Add(first+2*first))
-	wantCounts(t, "settles", u.m.counts(t, interceptor.MetricSettles, interceptor.AttrSettleOutcome), map[string]int64{"retried": 2})
+	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 2})
 
 	u.st.failSettle.Store(false)
 	u.clk.Advance(2 * first)
 	u.flush(t)
-	wantCounts(t, "settles", u.m.counts(t, interceptor.MetricSettles, interceptor.AttrSettleOutcome), map[string]int64{"retried": 2, "applied": 1})
-	wantCounts(t, "units", u.m.counts(t, interceptor.MetricSettledUnits, interceptor.AttrCostKind), map[string]int64{"reserved": 1, "final": 0})
+	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 2, "applied": 1})
+	wantCounts(t, "units", u.m.counts(t, telemetry.MetricSettledUnits, telemetry.AttrCostKind), map[string]int64{"reserved": 1, "final": 0})
 	if n := u.st.settleCalls.Load(); n != 3 {
 		t.Errorf("%d settle attempts, want 3", n)
 	}
@@ -68,13 +69,13 @@ func TestSettleDroppedAfterRetryFor(t *testing.T) {
 	// At the deadline it is retried, not dropped; the wait doubled.
 	u.clk.Advance(interceptor.SettleRetryFor)
 	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+4*interceptor.FirstRetry))
-	wantCounts(t, "settles", u.m.counts(t, interceptor.MetricSettles, interceptor.AttrSettleOutcome), map[string]int64{"retried": 2})
+	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 2})
 	// The attempt past it fails: dropped.
 	u.clk.Advance(4 * interceptor.FirstRetry)
 	u.flush(t)
 	closeLimiter(t, u.l) // the drop is recorded once the sender's goroutine ended
-	wantCounts(t, "settles", u.m.counts(t, interceptor.MetricSettles, interceptor.AttrSettleOutcome), map[string]int64{"retried": 3, "dropped": 1})
-	wantCounts(t, "units", u.m.counts(t, interceptor.MetricSettledUnits, interceptor.AttrCostKind), map[string]int64{"dropped_reserved": 1, "dropped_final": 0})
+	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 3, "dropped": 1})
+	wantCounts(t, "units", u.m.counts(t, telemetry.MetricSettledUnits, telemetry.AttrCostKind), map[string]int64{"dropped_reserved": 1, "dropped_final": 0})
 	if got := u.available(t, "per-tenant", "a"); got != 2 {
 		t.Errorf("available = %d, want 2: the reservation stands", got)
 	}
@@ -97,5 +98,5 @@ func TestSettleReported(t *testing.T) {
 	if got := u.available(t, "per-tenant", "a"); got != 0 {
 		t.Errorf("available = %d, want 0: the call cost 3", got)
 	}
-	wantCounts(t, "units", u.m.counts(t, interceptor.MetricSettledUnits, interceptor.AttrCostKind), map[string]int64{"reserved": 1, "final": 3})
+	wantCounts(t, "units", u.m.counts(t, telemetry.MetricSettledUnits, telemetry.AttrCostKind), map[string]int64{"reserved": 1, "final": 3})
 }

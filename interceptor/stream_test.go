@@ -28,7 +28,7 @@ func chatRule(perMessage *tollgate.Limit, mode interceptor.StreamMode) intercept
 		Name:       "chat",
 		Methods:    []string{echo.ChatMethod},
 		Key:        keyfunc.Metadata(tenantHeader),
-		Limit:      tollgate.PerHour(2),
+		Limits:     interceptor.Fixed(tollgate.PerHour(2)),
 		PerMessage: perMessage,
 		StreamMode: mode,
 	}

@@ -14,39 +14,11 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/storecall"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // instrumentationName names the tracer and the meter.
 const instrumentationName = "github.com/tollgate/tollgate/interceptor"
-
-// Metric names, shared with package rls.
-const (
-	// MetricDecisions counts decisions, with the attributes tollgate.rule,
-	// tollgate.scope, tollgate.outcome and tollgate.allowed.
-	MetricDecisions = storecall.MetricDecisions
-	// MetricStoreDuration is a histogram of how long the shared store took
-	// to answer (or fail), in seconds, with the attributes tollgate.rule and
-	// tollgate.store.result ("ok" or "error"). Calls the breaker kept from
-	// the store are not in it.
-	MetricStoreDuration = storecall.MetricStoreDuration
-)
-
-// Attribute keys on spans and metrics, shared with package rls.
-const (
-	AttrRule         = storecall.AttrRule         // the rule's Name
-	AttrScope        = storecall.AttrScope        // "call" (a unary call or a stream's opening) or "message" (one stream message)
-	AttrAlgorithm    = storecall.AttrAlgorithm    // tollgate.Algorithm.String()
-	AttrLimit        = storecall.AttrLimit        // tollgate.Limit.String()
-	AttrCost         = storecall.AttrCost         // units the call asked for
-	AttrAllowed      = storecall.AttrAllowed      // whether the call went on
-	AttrRemaining    = storecall.AttrRemaining    // Decision.Remaining
-	AttrRetryAfterMs = storecall.AttrRetryAfterMs // Decision.RetryAfter in milliseconds
-	AttrReplayed     = storecall.AttrReplayed     // Decision.Replayed
-	AttrFailMode     = storecall.AttrFailMode     // "none" when the store decided, else FailMode.String()
-	AttrOutcome      = storecall.AttrOutcome      // see outcome
-	AttrStoreResult  = storecall.AttrStoreResult  // "ok" or "error"
-	AttrShadow       = storecall.AttrShadow       // true on spans of shadow rules (Rule.Shadow, WithShadow)
-)
 
 // outcome is the value of tollgate.outcome: what became of one decision.
 type outcome = storecall.Outcome
@@ -59,7 +31,7 @@ const (
 	outcomeFailClosed   = storecall.OutcomeFailClosed   // the store could not decide; Unavailable by FailClosed
 	outcomeFailLocal    = storecall.OutcomeFailLocal    // the store could not decide; the local store did
 	outcomeInvalid      = storecall.OutcomeInvalid      // no decision possible: bad request id, missing key, bad cost or limit
-	outcomeError        = storecall.OutcomeError        // a rule's Key or LimitFunc failed
+	outcomeError        = storecall.OutcomeError        // a rule's Key or PerCaller function failed
 	outcomeCanceled     = storecall.OutcomeCanceled     // the caller went away before the store answered
 	outcomeSkipped      = storecall.OutcomeSkipped      // this rule would have admitted the call, another refused it: nothing debited
 	outcomeShadowDenied = storecall.OutcomeShadowDenied // a shadow rule denied the call, which went on
@@ -67,23 +39,23 @@ const (
 	numOutcomes         = storecall.NumOutcomes
 )
 
-// telemetry holds the instruments every rule records into.
-type telemetry struct {
+// instruments holds the tracer and instruments every rule records into.
+type instruments struct {
 	tracer   trace.Tracer
 	provider trace.TracerProvider // tracer's
 	tracing  tracing
 	storecall.Instruments
 }
 
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (telemetry, error) {
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (instruments, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	ins, err := storecall.NewInstruments(mp, instrumentationName)
 	if err != nil {
-		return telemetry{}, err
+		return instruments{}, err
 	}
-	return telemetry{tracer: tp.Tracer(instrumentationName), provider: tp, tracing: tracingOf(tp), Instruments: ins}, nil
+	return instruments{tracer: tp.Tracer(instrumentationName), provider: tp, tracing: tracingOf(tp), Instruments: ins}, nil
 }
 
 // tracing says whether decisions start spans. A no-op tracer's Start still
@@ -123,7 +95,7 @@ func tracingOf(tp trace.TracerProvider) tracing {
 
 // start starts p's decision span under ctx; when tracing is off, it returns
 // ctx and a span that records nothing, without allocating either.
-func (t *telemetry) start(ctx context.Context, p *plan) (context.Context, trace.Span) {
+func (t *instruments) start(ctx context.Context, p *plan) (context.Context, trace.Span) {
 	if t.tracing == tracingOff || t.tracing == tracingUntilGlobal && otel.GetTracerProvider() == t.provider {
 		return ctx, noop.Span{}
 	}
@@ -132,17 +104,17 @@ func (t *telemetry) start(ctx context.Context, p *plan) (context.Context, trace.
 
 func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit, shadow bool) planTelemetry {
 	t := planTelemetry{spanName: "ratelimit " + rule}
-	name := AttrRule.String(rule)
-	attrs := []attribute.KeyValue{name, AttrScope.String(s.String())}
+	name := telemetry.AttrRule.String(rule)
+	attrs := []attribute.KeyValue{name, telemetry.AttrScope.String(s.String())}
 	// The limit is known here when there is one and no function chooses it;
 	// otherwise each span names the most restrictive limit of its decision.
 	if len(limits) == 1 {
-		attrs = append(attrs, AttrAlgorithm.String(limits[0].Algorithm.String()), AttrLimit.String(limits[0].String()))
+		attrs = append(attrs, telemetry.AttrAlgorithm.String(limits[0].Algorithm.String()), telemetry.AttrLimit.String(limits[0].String()))
 	} else {
 		t.limitPerCall = true
 	}
 	if shadow {
-		attrs = append(attrs, AttrShadow.Bool(true))
+		attrs = append(attrs, telemetry.AttrShadow.Bool(true))
 	}
 	t.spanStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
 	for o := range numOutcomes {
@@ -179,16 +151,16 @@ func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, p *plan, 
 		failMode = p.rule.FailMode.String()
 	}
 	attrs := []attribute.KeyValue{
-		AttrCost.Int64(res.cost),
-		AttrAllowed.Bool(allowed == 1),
-		AttrRemaining.Int64(res.decision.Remaining),
-		AttrRetryAfterMs.Int64(int64(roundUp(res.decision.RetryAfter, time.Millisecond) / time.Millisecond)),
-		AttrReplayed.Bool(res.decision.Replayed),
-		AttrFailMode.String(failMode),
-		AttrOutcome.String(res.outcome.String()),
+		telemetry.AttrCost.Int64(res.cost),
+		telemetry.AttrAllowed.Bool(allowed == 1),
+		telemetry.AttrRemaining.Int64(res.decision.Remaining),
+		telemetry.AttrRetryAfterMs.Int64(int64(roundUp(res.decision.RetryAfter, time.Millisecond) / time.Millisecond)),
+		telemetry.AttrReplayed.Bool(res.decision.Replayed),
+		telemetry.AttrFailMode.String(failMode),
+		telemetry.AttrOutcome.String(res.outcome.String()),
 	}
 	if p.tel.limitPerCall && res.limit.Rate > 0 {
-		attrs = append(attrs, AttrAlgorithm.String(res.limit.Algorithm.String()), AttrLimit.String(res.limit.String()))
+		attrs = append(attrs, telemetry.AttrAlgorithm.String(res.limit.Algorithm.String()), telemetry.AttrLimit.String(res.limit.String()))
 	}
 	span.SetAttributes(attrs...)
 	if res.cause != nil {

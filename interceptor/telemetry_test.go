@@ -3,6 +3,7 @@ package interceptor_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
@@ -13,8 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // tracer returns a tracer provider whose spans sr records.
@@ -41,7 +44,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	tp, sr := tracer(t)
 	m := newMeter(t)
 	r := perTenant()
-	r.Limit.Rate, r.Limit.Burst = 1, 1
+	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1})
 	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
@@ -83,12 +86,12 @@ func TestSpansAndMetrics(t *testing.T) {
 		t.Errorf("decision spans share parents: %v", parents)
 	}
 	want := []map[attribute.Key]string{
-		{interceptor.AttrRule: "per-tenant", interceptor.AttrScope: "call", interceptor.AttrAlgorithm: "token_bucket",
-			interceptor.AttrLimit: "token_bucket 1/1h0m0s burst 1", interceptor.AttrCost: "1", interceptor.AttrAllowed: "true",
-			interceptor.AttrRemaining: "0", interceptor.AttrRetryAfterMs: "0", interceptor.AttrReplayed: "false",
-			interceptor.AttrFailMode: "none", interceptor.AttrOutcome: "allowed"},
-		{interceptor.AttrAllowed: "false", interceptor.AttrRemaining: "0", interceptor.AttrFailMode: "none", interceptor.AttrOutcome: "denied"},
-		{interceptor.AttrAllowed: "false", interceptor.AttrOutcome: "invalid"},
+		{telemetry.AttrRule: "per-tenant", telemetry.AttrScope: "call", telemetry.AttrAlgorithm: "token_bucket",
+			telemetry.AttrLimit: "token_bucket 1/1h0m0s burst 1", telemetry.AttrCost: "1", telemetry.AttrAllowed: "true",
+			telemetry.AttrRemaining: "0", telemetry.AttrRetryAfterMs: "0", telemetry.AttrReplayed: "false",
+			telemetry.AttrFailMode: "none", telemetry.AttrOutcome: "allowed"},
+		{telemetry.AttrAllowed: "false", telemetry.AttrRemaining: "0", telemetry.AttrFailMode: "none", telemetry.AttrOutcome: "denied"},
+		{telemetry.AttrAllowed: "false", telemetry.AttrOutcome: "invalid"},
 	}
 	for i, w := range want {
 		got := spanAttrs(decisions[i])
@@ -98,7 +101,7 @@ func TestSpansAndMetrics(t *testing.T) {
 			}
 		}
 	}
-	if ms := spanAttrs(decisions[1])[interceptor.AttrRetryAfterMs]; ms == "0" || ms == "" {
+	if ms := spanAttrs(decisions[1])[telemetry.AttrRetryAfterMs]; ms == "0" || ms == "" {
 		t.Errorf("denied span retry_after_ms = %q, want > 0", ms)
 	}
 	// A denial is the limiter working, not an error; an invalid call is.

@@ -35,7 +35,7 @@ func perTenant() interceptor.Rule {
 		Name:    "per-tenant",
 		Methods: []string{echo.SayMethod},
 		Key:     keyfunc.Metadata(tenantHeader),
-		Limit:   tollgate.PerHour(3),
+		Limits:  interceptor.Fixed(tollgate.PerHour(3)),
 	}
 }
 
@@ -150,7 +150,7 @@ func TestMissingKey(t *testing.T) {
 	reject := perTenant()
 	share := perTenant()
 	share.Name, share.Methods, share.OnMissingKey = "shared", []string{echo.CountMethod}, interceptor.ShareMissing
-	share.Limit = tollgate.PerHour(2)
+	share.Limits = interceptor.Fixed(tollgate.PerHour(2))
 	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(reject, share)))
 	ctx := context.Background()
 
@@ -192,9 +192,9 @@ func TestOversizedKeyIsInvalidArgument(t *testing.T) {
 func TestKeyFuncErrors(t *testing.T) {
 	denied := status.Error(codes.PermissionDenied, "no such tenant")
 	rules := []interceptor.Rule{
-		{Name: "status", Methods: []string{echo.SayMethod}, Limit: tollgate.PerHour(1),
+		{Name: "status", Methods: []string{echo.SayMethod}, Limits: interceptor.Fixed(tollgate.PerHour(1)),
 			Key: func(context.Context, string) (string, error) { return "", denied }},
-		{Name: "plain", Methods: []string{echo.CountMethod}, Limit: tollgate.PerHour(1),
+		{Name: "plain", Methods: []string{echo.CountMethod}, Limits: interceptor.Fixed(tollgate.PerHour(1)),
 			Key: func(context.Context, string) (string, error) { return "", context.Canceled }},
 	}
 	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(rules...)))
@@ -235,7 +235,7 @@ func TestRequestIDReplay(t *testing.T) {
 
 func TestCostFunc(t *testing.T) {
 	r := perTenant()
-	r.Limit = tollgate.PerHour(10)
+	r.Limits = interceptor.Fixed(tollgate.PerHour(10))
 	r.CostFunc = func(_ context.Context, method string, req any) int64 {
 		if method != echo.SayMethod {
 			panic(method)
@@ -274,20 +274,20 @@ func TestCostFunc(t *testing.T) {
 	}
 }
 
-func TestLimitFunc(t *testing.T) {
+// TestPerCallerLimit: one limit chosen per caller.
+func TestPerCallerLimit(t *testing.T) {
 	r := perTenant()
-	r.Limit = tollgate.Limit{} // ignored when LimitFunc is set
-	r.LimitFunc = func(_ context.Context, key string) (tollgate.Limit, error) {
+	r.Limits = interceptor.PerCaller(func(_ context.Context, key string) ([]tollgate.Limit, error) {
 		switch key {
 		case "gold":
-			return tollgate.PerHour(5), nil
+			return []tollgate.Limit{tollgate.PerHour(5)}, nil
 		case "broken":
-			return tollgate.Limit{Rate: -1, Period: time.Second}, nil
+			return []tollgate.Limit{{Rate: -1, Period: time.Second}}, nil
 		case "unknown":
-			return tollgate.Limit{}, status.Error(codes.PermissionDenied, "unknown tenant")
+			return nil, status.Error(codes.PermissionDenied, "unknown tenant")
 		}
-		return tollgate.PerHour(1), nil
-	}
+		return []tollgate.Limit{tollgate.PerHour(1)}, nil
+	})
 	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := context.Background()
 	admitted := func(name string) int {
@@ -316,7 +316,7 @@ func TestLimitFunc(t *testing.T) {
 		t.Errorf("free admitted %d, want 1", n)
 	}
 	_, _, err := say(tenant(ctx, "broken"), c, "hi")
-	wantCode(t, err, codes.Internal, "LimitFunc returned an invalid limit")
+	wantCode(t, err, codes.Internal, "PerCaller returned an invalid limit")
 	_, _, err = say(tenant(ctx, "unknown"), c, "hi")
 	wantCode(t, err, codes.PermissionDenied, "unknown tenant")
 }
@@ -326,7 +326,7 @@ func TestLimitFunc(t *testing.T) {
 func TestConcurrentCallsAdmitExactlyTheQuota(t *testing.T) {
 	st := store.NewMemory()
 	r := perTenant()
-	r.Limit = tollgate.PerHour(100)
+	r.Limits = interceptor.Fixed(tollgate.PerHour(100))
 	clients := []*echo.Client{
 		serve(t, newLimiter(t, st, interceptor.WithRules(r))),
 		serve(t, newLimiter(t, st, interceptor.WithRules(r))),

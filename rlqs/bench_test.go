@@ -44,7 +44,7 @@ func BenchmarkReplicas(b *testing.B) {
 	const replicas, callers = 4, 64
 	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
 	rule := perTenant(interceptor.FailClosed)
-	rule.Limit = tollgate.PerSecond(100_000_000)
+	rule.Limits = interceptor.Fixed(tollgate.PerSecond(100_000_000))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
 	setups := map[string][]*echo.Client{}
 	srv := redistest.Single(b)

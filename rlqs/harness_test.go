@@ -87,7 +87,7 @@ func perTenant(fail interceptor.FailMode) interceptor.Rule {
 		Name:     "per-tenant",
 		Methods:  []string{echo.AllMethods},
 		Key:      keyfunc.Metadata("x-tenant"),
-		Limit:    tollgate.PerSecond(100),
+		Limits:   interceptor.Fixed(tollgate.PerSecond(100)),
 		FailMode: fail,
 	}
 }

@@ -1,39 +1,52 @@
 package rls
 
 import (
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/storecall"
 )
 
 // FailMode says what the server answers when the store cannot decide (an
-// error, its deadline passed, or the breaker is open). It is package
-// interceptor's FailMode, the same values with the same meaning; the server
-// offers FailClosed (its default) and FailOpen.
-type FailMode = storecall.FailMode
+// error, its deadline passed, or the breaker is open): FailClosed (the
+// default) or FailOpen. The zero value is FailOpen.
+type FailMode uint8
 
 const (
+	// FailOpen answers OK, with each limited descriptor's current_limit and
+	// no remaining count.
+	FailOpen FailMode = iota
 	// FailClosed returns codes.Unavailable, so that Envoy's own
 	// failure_mode_deny decides: by default Envoy lets the request through,
 	// with failure_mode_deny: true it refuses it. This is what
 	// envoyproxy/ratelimit does when Redis fails, and the default.
-	FailClosed = storecall.FailClosed
+	FailClosed
 	// FailError is another name for FailClosed: the server answers with an
 	// error, Unavailable.
 	FailError = FailClosed
-	// FailOpen answers OK, with each limited descriptor's current_limit and
-	// no remaining count.
-	FailOpen = storecall.FailOpen
 )
+
+// String returns "open" or "closed", as package interceptor's FailMode
+// names the same modes.
+func (m FailMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "failmode(" + strconv.Itoa(int(m)) + ")"
+}
 
 // Defaults of WithStoreTimeout and WithBreaker: package interceptor's.
 const (
-	DefaultStoreTimeout    = storecall.DefaultTimeout
-	DefaultBreakerFailures = storecall.DefaultBreakerFailures
-	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
+	DefaultStoreTimeout    = interceptor.DefaultStoreTimeout
+	DefaultBreakerFailures = interceptor.DefaultBreakerFailures
+	DefaultBreakerCoolDown = interceptor.DefaultBreakerCoolDown
 )
 
 // Default header names of WithResponseHeaders: the names Envoy's rate limit
@@ -61,7 +74,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		failMode:    FailClosed,
-		storeCalls:  storecall.Default(),
+		storeCalls:  storecall.Config{Timeout: DefaultStoreTimeout, BreakerFailures: DefaultBreakerFailures, BreakerCoolDown: DefaultBreakerCoolDown},
 		headerNames: [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
 	}
 }

@@ -321,7 +321,7 @@ func (st *quotaStream) ttl(b *streamBucket) time.Duration {
 	return max(time.Second, (time.Duration(st.q.opts.reports)*interval + time.Second - 1).Truncate(time.Second))
 }
 
-// record counts action (nil: none sent) in MetricQuotaActions and returns
+// record counts action (nil: none sent) in telemetry.MetricRLSQuotaActions and returns
 // it.
 func (st *quotaStream) record(ctx context.Context, action *rlqspb.RateLimitQuotaResponse_BucketAction) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	domain := ""

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 func usage(bucket map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
@@ -249,18 +250,18 @@ func TestQuotaTelemetry(t *testing.T) {
 	got := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != rls.MetricQuotaActions {
+			if m.Name != telemetry.MetricRLSQuotaActions {
 				continue
 			}
 			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				a, _ := p.Attributes.Value(rls.AttrAction)
-				d, _ := p.Attributes.Value(rls.AttrDomain)
+				a, _ := p.Attributes.Value(telemetry.AttrRLSAction)
+				d, _ := p.Attributes.Value(telemetry.AttrRLSDomain)
 				got[d.AsString()+"/"+a.AsString()] += p.Value
 			}
 		}
 	}
 	want := map[string]int64{"edge/token_bucket": 1, "edge/allow_all": 1, "edge/deny_all": 1}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("%s: %v, want %v", rls.MetricQuotaActions, got, want)
+		t.Fatalf("%s: %v, want %v", telemetry.MetricRLSQuotaActions, got, want)
 	}
 }

@@ -33,7 +33,7 @@ type Server struct {
 	config atomic.Pointer[Config]
 	opts   options
 	calls  *storecall.Policy
-	tel    *telemetry
+	tel    *instruments
 }
 
 var _ pb.RateLimitServiceServer = (*Server)(nil)

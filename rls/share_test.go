@@ -44,7 +44,7 @@ descriptors:
 			Name:    domain,
 			Methods: []string{echo.AllMethods},
 			Key:     rls.Descriptor(rls.EntryFunc{Key: "tenant", Value: keyfunc.Metadata("x-tenant")}),
-			Limit:   tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 10, Period: 24 * time.Hour},
+			Limits:  interceptor.Fixed(tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 10, Period: 24 * time.Hour}),
 		}), interceptor.WithStoreTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)

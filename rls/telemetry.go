@@ -6,22 +6,16 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate/internal/storecall"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // instrumentationName names the tracer and the meter.
 const instrumentationName = "github.com/tollgate/tollgate/rls"
-
-// AttrDomain is the span attribute naming the request's domain.
-const AttrDomain = attribute.Key("tollgate.rls.domain")
-
-// AttrDescriptors is the span attribute counting the request's descriptors.
-const AttrDescriptors = attribute.Key("tollgate.rls.descriptors")
 
 // outcome is the value of tollgate.outcome, with package interceptor's
 // names. A request has the outcomes allowed, denied, shadow_denied,
@@ -29,17 +23,17 @@ const AttrDescriptors = attribute.Key("tollgate.rls.descriptors")
 // hits_addend 0 is peeked.
 type outcome = storecall.Outcome
 
-// telemetry records spans, decisions and store latency under package
+// instruments records spans, decisions and store latency under package
 // interceptor's metric names and attributes, so one dashboard shows the
 // edge and the services: tollgate.decisions with tollgate.rule (here the
 // descriptor's configuration path, as "domain.key_value.key"),
 // tollgate.outcome and tollgate.allowed, and tollgate.store.duration with
 // tollgate.store.result.
-type telemetry struct {
+type instruments struct {
 	tracer    trace.Tracer
 	spanStart []trace.SpanStartOption
 	storecall.Instruments
-	// quotaActions counts the quota service's actions (MetricQuotaActions).
+	// quotaActions counts the quota service's actions (telemetry.MetricRLSQuotaActions).
 	quotaActions metric.Int64Counter
 	// store caches each domain's latency options, [ok, error].
 	store sync.Map // string -> *[2][]metric.RecordOption
@@ -55,7 +49,7 @@ type decisionKey struct {
 	outcome outcome
 }
 
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*instruments, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
@@ -66,12 +60,12 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	quotaActions, err := mp.Meter(instrumentationName).Int64Counter(MetricQuotaActions,
+	quotaActions, err := mp.Meter(instrumentationName).Int64Counter(telemetry.MetricRLSQuotaActions,
 		metric.WithUnit("{action}"), metric.WithDescription("Rate limit quota service actions sent, by domain and action."))
 	if err != nil {
 		return nil, err
 	}
-	return &telemetry{
+	return &instruments{
 		tracer:       tp.Tracer(instrumentationName),
 		spanStart:    []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)},
 		Instruments:  ins,
@@ -79,24 +73,16 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	}, nil
 }
 
-// MetricQuotaActions counts the rate limit quota service's bucket actions,
-// with AttrDomain and AttrAction: token_bucket, allow_all, deny_all,
-// abandon, or none when the store could not grant and nothing was sent.
-const MetricQuotaActions = "tollgate.rls.quota.actions"
-
-// AttrAction is the metric attribute naming a quota service action.
-const AttrAction = attribute.Key("tollgate.rls.action")
-
 // recordAction counts one quota service action in domain (a configured
 // one, or "" for the others: the attribute sets stay few).
-func (t *telemetry) recordAction(ctx context.Context, domain, action string) {
-	t.quotaActions.Add(ctx, 1, metric.WithAttributes(AttrDomain.String(domain), AttrAction.String(action)))
+func (t *instruments) recordAction(ctx context.Context, domain, action string) {
+	t.quotaActions.Add(ctx, 1, metric.WithAttributes(telemetry.AttrRLSDomain.String(domain), telemetry.AttrRLSAction.String(action)))
 }
 
 // recordStore records one store call's latency when it is the store's,
 // with the domain as tollgate.rule. Only configured domains reach the
 // store, so the cache is bounded by the configurations loaded.
-func (t *telemetry) recordStore(ctx context.Context, domain string, r storecall.Result, elapsed time.Duration) {
+func (t *instruments) recordStore(ctx context.Context, domain string, r storecall.Result, elapsed time.Duration) {
 	if !r.Measured() {
 		return
 	}
@@ -113,7 +99,7 @@ func (t *telemetry) recordStore(ctx context.Context, domain string, r storecall.
 	t.StoreDuration.Record(ctx, elapsed.Seconds(), v.(*[2][]metric.RecordOption)[i]...)
 }
 
-func (t *telemetry) decisionOptions(rule string, o outcome, cache bool) []metric.AddOption {
+func (t *instruments) decisionOptions(rule string, o outcome, cache bool) []metric.AddOption {
 	k := decisionKey{rule, o}
 	if cache {
 		if v, ok := t.options.Load(k); ok {
@@ -149,13 +135,13 @@ func (s *Server) recordChecks(ctx context.Context, checks []check) {
 }
 
 // recordCall puts the request's outcome on its span.
-func (t *telemetry) recordCall(span trace.Span, domain string, descriptors int, o outcome, err error) {
+func (t *instruments) recordCall(span trace.Span, domain string, descriptors int, o outcome, err error) {
 	if !span.IsRecording() {
 		return
 	}
 	span.SetAttributes(
-		AttrDomain.String(domain),
-		AttrDescriptors.Int(descriptors),
+		telemetry.AttrRLSDomain.String(domain),
+		telemetry.AttrRLSDescriptors.Int(descriptors),
 		storecall.AttrOutcome.String(o.String()),
 		storecall.AttrAllowed.Bool(o != storecall.OutcomeDenied && err == nil),
 	)

@@ -13,9 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // TestTelemetry: one span per call, one tollgate.decisions count per
@@ -58,18 +58,18 @@ func TestTelemetry(t *testing.T) {
 		for _, m := range sm.Metrics {
 			switch data := m.Data.(type) {
 			case metricdata.Sum[int64]:
-				if m.Name != interceptor.MetricDecisions {
+				if m.Name != telemetry.MetricDecisions {
 					continue
 				}
 				for _, dp := range data.DataPoints {
-					decisions[fmt.Sprintf("%s/%s/%s", get(dp.Attributes, interceptor.AttrRule), get(dp.Attributes, interceptor.AttrOutcome), get(dp.Attributes, interceptor.AttrAllowed))] += dp.Value
+					decisions[fmt.Sprintf("%s/%s/%s", get(dp.Attributes, telemetry.AttrRule), get(dp.Attributes, telemetry.AttrOutcome), get(dp.Attributes, telemetry.AttrAllowed))] += dp.Value
 				}
 			case metricdata.Histogram[float64]:
-				if m.Name != interceptor.MetricStoreDuration {
+				if m.Name != telemetry.MetricStoreDuration {
 					continue
 				}
 				for _, dp := range data.DataPoints {
-					storeCalls[get(dp.Attributes, interceptor.AttrRule)+"/"+get(dp.Attributes, interceptor.AttrStoreResult)] += dp.Count
+					storeCalls[get(dp.Attributes, telemetry.AttrRule)+"/"+get(dp.Attributes, telemetry.AttrStoreResult)] += dp.Count
 				}
 			}
 		}
@@ -96,7 +96,7 @@ func TestTelemetry(t *testing.T) {
 	for _, kv := range spans[2].Attributes() {
 		last[kv.Key] = kv.Value.Emit()
 	}
-	if spans[2].Name() != "ratelimit api" || last[interceptor.AttrOutcome] != "denied" || last[rls.AttrDomain] != "api" || last[rls.AttrDescriptors] != "3" {
+	if spans[2].Name() != "ratelimit api" || last[telemetry.AttrOutcome] != "denied" || last[telemetry.AttrRLSDomain] != "api" || last[telemetry.AttrRLSDescriptors] != "3" {
 		t.Fatalf("span %s %v", spans[2].Name(), last)
 	}
 }
@@ -104,4 +104,13 @@ func TestTelemetry(t *testing.T) {
 func get(set attribute.Set, k attribute.Key) string {
 	v, _ := set.Value(k)
 	return v.Emit()
+}
+
+// TestFailModeNames: the modes are named as package interceptor names them.
+func TestFailModeNames(t *testing.T) {
+	for m, want := range map[rls.FailMode]string{rls.FailOpen: "open", rls.FailClosed: "closed", 9: "failmode(9)"} {
+		if m.String() != want {
+			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
+		}
+	}
 }

@@ -202,7 +202,7 @@ func WithLogger(l *slog.Logger) RedisOption {
 }
 
 // WithMeterProvider sets where the Redis store exports its gauges, such as
-// MetricUnpersisted (default otel.GetMeterProvider()).
+// telemetry.MetricUnpersisted (default otel.GetMeterProvider()).
 func WithMeterProvider(mp metric.MeterProvider) RedisOption {
 	return redisOption(func(r *Redis) { r.persistence.meter = mp })
 }

@@ -9,10 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // LongWindow is the shortest period of a limit whose count a restart of a
@@ -20,11 +20,6 @@ import (
 // that Redis persists its data when it first decides such a limit (or a
 // calendar window). docs/redis.md#persistence has the measurements.
 const LongWindow = time.Hour
-
-// MetricUnpersisted is the gauge the Redis store sets, once per node at the
-// first decision of a long limit: 1 when the node reports neither AOF nor
-// RDB snapshots, 0 when it persists, with the attribute "redis.node".
-const MetricUnpersisted = "tollgate.redis.unpersisted"
 
 // persistenceTimeout bounds the check.
 const persistenceTimeout = 2 * time.Second
@@ -70,7 +65,7 @@ func (r *Redis) checkPersistence(ctx context.Context) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	gauge, _ := mp.Meter("github.com/tollgate/tollgate/store").Int64Gauge(MetricUnpersisted,
+	gauge, _ := mp.Meter("github.com/tollgate/tollgate/store").Int64Gauge(telemetry.MetricUnpersisted,
 		metric.WithDescription("1 when a Redis node holding limits of an hour or longer keeps neither an AOF nor RDB snapshots: a restart forgets their counts"))
 	check := func(ctx context.Context, c *redis.Client) error {
 		node := c.Options().Addr
@@ -88,7 +83,7 @@ func (r *Redis) checkPersistence(ctx context.Context) {
 				"redis.node", node)
 		}
 		if gauge != nil {
-			gauge.Record(ctx, v, metric.WithAttributes(attribute.String("redis.node", node)))
+			gauge.Record(ctx, v, metric.WithAttributes(telemetry.AttrRedisNode.String(node)))
 		}
 		return nil
 	}

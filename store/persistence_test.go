@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // syncBuffer is a log destination written by the check's goroutine.
@@ -36,7 +37,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// unpersisted returns MetricUnpersisted by node.
+// unpersisted returns telemetry.MetricUnpersisted by node.
 func unpersisted(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -46,7 +47,7 @@ func unpersisted(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != MetricUnpersisted {
+			if m.Name != telemetry.MetricUnpersisted {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
@@ -93,7 +94,7 @@ func TestPersistenceWarning(t *testing.T) {
 			t.Fatalf("log = %q, want one warning naming the node and the fix", logs.String())
 		}
 		if got := unpersisted(t, reader); got[srv.Addr()] != 1 || len(got) != 1 {
-			t.Fatalf("%s = %v, want 1 for %s", MetricUnpersisted, got, srv.Addr())
+			t.Fatalf("%s = %v, want 1 for %s", telemetry.MetricUnpersisted, got, srv.Addr())
 		}
 	})
 	t.Run("aof", func(t *testing.T) {
@@ -105,7 +106,7 @@ func TestPersistenceWarning(t *testing.T) {
 			t.Fatalf("log = %q, want no warning for a Redis with AOF", logs.String())
 		}
 		if got := unpersisted(t, reader); got[srv.Addr()] != 0 || len(got) != 1 {
-			t.Fatalf("%s = %v, want 0 for %s", MetricUnpersisted, got, srv.Addr())
+			t.Fatalf("%s = %v, want 0 for %s", telemetry.MetricUnpersisted, got, srv.Addr())
 		}
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -116,7 +117,7 @@ func TestPersistenceWarning(t *testing.T) {
 			t.Fatalf("log = %q, want a warning for each of the 3 primaries", logs.String())
 		}
 		if got := unpersisted(t, reader); len(got) != 3 {
-			t.Fatalf("%s = %v, want 3 primaries at 1", MetricUnpersisted, got)
+			t.Fatalf("%s = %v, want 3 primaries at 1", telemetry.MetricUnpersisted, got)
 		}
 	})
 }

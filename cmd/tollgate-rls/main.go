@@ -43,7 +43,6 @@ import (
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
@@ -54,6 +53,7 @@ import (
 
 	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/rls"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Environment variables that select a Redis store, as the example server
@@ -260,24 +260,19 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 func reload(ctx context.Context, srv *rls.Server, dir string, logger *log.Logger, reloads metric.Int64Counter) {
 	next, err := rls.LoadDir(dir)
 	if err != nil {
-		reloads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", "error")))
+		reloads.Add(ctx, 1, metric.WithAttributes(telemetry.AttrResult.String("error")))
 		logger.Printf("reload rejected, previous configuration kept: %v", err)
 		return
 	}
 	srv.SetConfig(next)
-	reloads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", "ok")))
+	reloads.Add(ctx, 1, metric.WithAttributes(telemetry.AttrResult.String("ok")))
 	logger.Printf("reloaded %s: domains %s", dir, strings.Join(next.Domains(), ", "))
 }
-
-// MetricConfigReloads counts configuration reloads, with the attribute
-// result: "ok", or "error" when a file was bad and the previous
-// configuration kept serving.
-const MetricConfigReloads = "tollgate.rls.config.reloads"
 
 // noReloads counts nothing: the command serves no metrics.
 var noReloads metric.Int64Counter = noop.Int64Counter{}
 
 func reloadCounter(mp metric.MeterProvider) (metric.Int64Counter, error) {
-	return mp.Meter("github.com/tollgate/tollgate/cmd/tollgate-rls").Int64Counter(MetricConfigReloads,
+	return mp.Meter("github.com/tollgate/tollgate/cmd/tollgate-rls").Int64Counter(telemetry.MetricRLSConfigReloads,
 		metric.WithUnit("{reload}"), metric.WithDescription("Configuration reloads, by result."))
 }

@@ -12,14 +12,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-)
 
-// MetricTLSReloads counts the reloads of a listener's rotated TLS files,
-// by listener and result ("ok", or "error" when the rotated files were
-// refused and the last good ones still serve).
-const MetricTLSReloads = "tollgate.tls.reloads"
+	"github.com/tollgate/tollgate/telemetry"
+)
 
 // TLSFiles names a listener's certificate and key and, for mutual TLS, the
 // certificate authority that must have signed every client's certificate.
@@ -45,13 +41,13 @@ func (f TLSFiles) Mode() string {
 }
 
 // ReloadReporter returns what Config calls after each reload of rotated
-// files: it logs the outcome on logger and counts it in MetricTLSReloads
+// files: it logs the outcome on logger and counts it in telemetry.MetricTLSReloads
 // of mp (nil: otel's global provider) for the named listener.
 func ReloadReporter(logger *log.Logger, mp metric.MeterProvider, listener string) func(error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	counter, _ := mp.Meter("github.com/tollgate/tollgate/serving").Int64Counter(MetricTLSReloads,
+	counter, _ := mp.Meter("github.com/tollgate/tollgate/serving").Int64Counter(telemetry.MetricTLSReloads,
 		metric.WithDescription("Reloads of a listener's rotated TLS files, by result (error: refused, the last good files still serve)"))
 	return func(err error) {
 		result := "ok"
@@ -62,7 +58,7 @@ func ReloadReporter(logger *log.Logger, mp metric.MeterProvider, listener string
 			logger.Printf("%s listener: serving the rotated TLS files", listener)
 		}
 		if counter != nil {
-			counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("listener", listener), attribute.String("result", result)))
+			counter.Add(context.Background(), 1, metric.WithAttributes(telemetry.AttrListener.String(listener), telemetry.AttrResult.String(result)))
 		}
 	}
 }

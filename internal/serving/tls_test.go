@@ -15,9 +15,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
-// reloads returns MetricTLSReloads by result.
+// reloads returns telemetry.MetricTLSReloads by result.
 func reloads(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -27,7 +28,7 @@ func reloads(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 	out := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name != MetricTLSReloads {
+			if m.Name != telemetry.MetricTLSReloads {
 				continue
 			}
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
@@ -96,7 +97,7 @@ func TestTLSRotationIsLoggedAndCounted(t *testing.T) {
 		t.Fatalf("after a good rotation: serving %d, want 2", got)
 	}
 	if got := reloads(t, reader); got["error"] != 1 || got["ok"] != 1 {
-		t.Fatalf("%s = %v, want one error and one ok", MetricTLSReloads, got)
+		t.Fatalf("%s = %v, want one error and one ok", telemetry.MetricTLSReloads, got)
 	}
 	for files, want := range map[TLSFiles]string{{}: "plaintext", {Cert: "c", Key: "k"}: "TLS", {Cert: "c", Key: "k", ClientCA: "ca"}: "mutual TLS"} {
 		if got := files.Mode(); got != want {

@@ -16,23 +16,12 @@ import (
 	"github.com/tollgate/tollgate/internal/breaker"
 )
 
-// Defaults of the policy.
-const (
-	// DefaultTimeout bounds one store call. It is short on purpose: a
-	// decision on a healthy Redis takes well under a millisecond, and a hung
-	// Redis must not hang every call waiting on it.
-	DefaultTimeout = 50 * time.Millisecond
-	// DefaultBreakerFailures consecutive failures open the breaker, for
-	// DefaultBreakerCoolDown.
-	DefaultBreakerFailures = 5
-	DefaultBreakerCoolDown = time.Second
-)
-
 // ErrBreakerOpen is the cause recorded for a call the breaker kept from the
 // store.
 var ErrBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly and is not asked until the cool-down passes")
 
-// Config is a Policy's settings.
+// Config is a Policy's settings. Its defaults are those of the packages
+// that take it (interceptor.DefaultStoreTimeout, ...), given by value.
 type Config struct {
 	// Timeout bounds each call (> 0).
 	Timeout time.Duration
@@ -41,11 +30,6 @@ type Config struct {
 	// probes the store.
 	BreakerFailures int
 	BreakerCoolDown time.Duration
-}
-
-// Default returns the default settings.
-func Default() Config {
-	return Config{Timeout: DefaultTimeout, BreakerFailures: DefaultBreakerFailures, BreakerCoolDown: DefaultBreakerCoolDown}
 }
 
 // Policy calls one store: every caller of that store shares its breaker.

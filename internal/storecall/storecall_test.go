@@ -13,6 +13,9 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
+// defaultConfig is package interceptor's default settings.
+var defaultConfig = Config{Timeout: 50 * time.Millisecond, BreakerFailures: 5, BreakerCoolDown: time.Second}
+
 // nopStore stands for a store on a network: the policy gives its calls a
 // deadline.
 type nopStore struct{ tollgate.Store }
@@ -91,7 +94,7 @@ func TestDeadline(t *testing.T) {
 		"lease over Memory":    mustLease(t, store.NewMemory()),
 		"lease over a network": mustLease(t, nopStore{}),
 	} {
-		c, ok := newPolicy(t, st, Default()).Begin(ctx)
+		c, ok := newPolicy(t, st, defaultConfig).Begin(ctx)
 		if !ok {
 			t.Fatalf("%s: Begin refused", name)
 		}
@@ -146,35 +149,7 @@ func TestResultClasses(t *testing.T) {
 	}
 }
 
-// TestStricter: across requests decided together, FailClosed wins over
-// FailLocal, which wins over FailOpen, whatever the order.
-func TestStricter(t *testing.T) {
-	modes := []FailMode{FailOpen, FailClosed, FailLocal}
-	want := [3][3]FailMode{
-		{FailOpen, FailClosed, FailLocal},
-		{FailClosed, FailClosed, FailClosed},
-		{FailLocal, FailClosed, FailLocal},
-	}
-	for i, m := range modes {
-		for j, o := range modes {
-			if got := m.Stricter(o); got != want[i][j] {
-				t.Errorf("%s.Stricter(%s) = %s, want %s", m, o, got, want[i][j])
-			}
-		}
-	}
-}
-
 func TestNames(t *testing.T) {
-	for m, want := range map[FailMode]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local", 9: "failmode(9)"} {
-		if m.String() != want {
-			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
-		}
-	}
-	for m, want := range map[FailMode]Outcome{FailOpen: OutcomeFailOpen, FailClosed: OutcomeFailClosed, FailLocal: OutcomeFailLocal} {
-		if m.Outcome() != want {
-			t.Errorf("%s: outcome %s, want %s", m, m.Outcome(), want)
-		}
-	}
 	seen := map[string]bool{}
 	for o := range NumOutcomes {
 		if name := o.String(); name == "" || seen[name] {
@@ -192,7 +167,7 @@ func TestNames(t *testing.T) {
 // deadline, a store call under the policy costs no allocation, so that the
 // interceptors' admitted call does not pay for it (BenchmarkUnaryAdmit).
 func TestBeginEndAllocateNothing(t *testing.T) {
-	p := newPolicy(t, store.NewMemory(), Default())
+	p := newPolicy(t, store.NewMemory(), defaultConfig)
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() {
 		c, ok := p.Begin(ctx)
@@ -206,7 +181,7 @@ func TestBeginEndAllocateNothing(t *testing.T) {
 
 func BenchmarkBeginEnd(b *testing.B) {
 	for _, st := range []tollgate.Store{store.NewMemory(), nopStore{}} {
-		p, _ := New(st, Default())
+		p, _ := New(st, defaultConfig)
 		b.Run(fmt.Sprintf("%T", st), func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {

@@ -6,34 +6,29 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tollgate/tollgate/telemetry"
 )
 
-// Metric names.
+// The names decisions and store latency are recorded under, shared by
+// package interceptor and package rls.
 const (
-	// MetricDecisions counts decisions, with the attributes AttrRule,
-	// AttrScope, AttrOutcome and AttrAllowed.
-	MetricDecisions = "tollgate.decisions"
-	// MetricStoreDuration is a histogram of how long the shared store took
-	// to answer (or fail), in seconds, with the attributes AttrRule and
-	// AttrStoreResult. Calls the breaker kept from the store are not in it.
-	MetricStoreDuration = "tollgate.store.duration"
-)
+	MetricDecisions     = telemetry.MetricDecisions
+	MetricStoreDuration = telemetry.MetricStoreDuration
 
-// Attribute keys on spans and metrics.
-const (
-	AttrRule         = attribute.Key("tollgate.rule")           // the rule's name
-	AttrScope        = attribute.Key("tollgate.scope")          // "call" (a unary call or a stream's opening) or "message" (one stream message)
-	AttrAlgorithm    = attribute.Key("tollgate.algorithm")      // tollgate.Algorithm.String()
-	AttrLimit        = attribute.Key("tollgate.limit")          // tollgate.Limit.String()
-	AttrCost         = attribute.Key("tollgate.cost")           // units the call asked for
-	AttrAllowed      = attribute.Key("tollgate.allowed")        // whether the call went on
-	AttrRemaining    = attribute.Key("tollgate.remaining")      // Decision.Remaining
-	AttrRetryAfterMs = attribute.Key("tollgate.retry_after_ms") // Decision.RetryAfter in milliseconds
-	AttrReplayed     = attribute.Key("tollgate.replayed")       // Decision.Replayed
-	AttrFailMode     = attribute.Key("tollgate.fail_mode")      // FailModeNone when the store decided, else FailMode.String()
-	AttrOutcome      = attribute.Key("tollgate.outcome")        // Outcome.String()
-	AttrStoreResult  = attribute.Key("tollgate.store.result")   // StoreOK or StoreError
-	AttrShadow       = attribute.Key("tollgate.shadow")         // true on spans of shadow rules
+	AttrRule         = telemetry.AttrRule
+	AttrScope        = telemetry.AttrScope
+	AttrAlgorithm    = telemetry.AttrAlgorithm
+	AttrLimit        = telemetry.AttrLimit
+	AttrCost         = telemetry.AttrCost
+	AttrAllowed      = telemetry.AttrAllowed
+	AttrRemaining    = telemetry.AttrRemaining
+	AttrRetryAfterMs = telemetry.AttrRetryAfterMs
+	AttrReplayed     = telemetry.AttrReplayed
+	AttrFailMode     = telemetry.AttrFailMode
+	AttrOutcome      = telemetry.AttrOutcome
+	AttrStoreResult  = telemetry.AttrStoreResult
+	AttrShadow       = telemetry.AttrShadow
 )
 
 // Attribute values.

@@ -54,7 +54,7 @@ func redisServer(name string, opts ...interceptor.Option) server {
 		c := redis.NewClient(cloneOptions(m.opts))
 		st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
 		lim, err := interceptor.New(st, append(opts, interceptor.WithRules(interceptor.Rule{
-			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
+			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limits: interceptor.Fixed(storeLimit(tollgate.GCRA)),
 		}))...)
 		if err != nil {
 			_ = c.Close()
@@ -70,7 +70,7 @@ func redisServer(name string, opts ...interceptor.Option) server {
 func memoryServer(name string, opts ...interceptor.Option) server {
 	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
-			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
+			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limits: interceptor.Fixed(storeLimit(tollgate.GCRA)),
 		}))...)
 		if err != nil {
 			return nil, nil, err

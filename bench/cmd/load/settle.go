@@ -195,7 +195,7 @@ func settleServer(name string, reference, settle, inFlight bool) server {
 	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
 		st := store.NewRedis(c, store.WithPrefix(prefix()))
-		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: settleLimit(0), Cost: 500}
+		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limits: interceptor.Fixed(settleLimit(0)), Cost: 500}
 		if settle {
 			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
 		}

@@ -57,7 +57,7 @@ func tenantRule(cfg Config) interceptor.Rule {
 		Name:     RuleName,
 		Methods:  []string{echo.AllMethods},
 		Key:      keyfunc.Metadata(cfg.TenantHeader),
-		Limit:    cfg.Limit,
+		Limits:   interceptor.Fixed(cfg.Limit),
 		FailMode: cfg.FailMode,
 	}
 }

@@ -1,0 +1,165 @@
+// Package telemetry names every span attribute and metric tollgate emits,
+// in one place, for dashboards, alerts and tests that read them.
+//
+// Package interceptor starts one span per decision, named "ratelimit
+// <rule>", and package rls one per request; both record into
+// MetricDecisions and MetricStoreDuration with the same attributes, so one
+// dashboard shows the edge and the services. The other metrics belong to
+// one feature each and say so.
+//
+// Metric instruments are created on meters named after the package that
+// records them ("github.com/tollgate/tollgate/interceptor", ".../rls",
+// ".../store"); tracers likewise.
+package telemetry
+
+import "go.opentelemetry.io/otel/attribute"
+
+// Metrics of decisions, package interceptor's and package rls's.
+const (
+	// MetricDecisions counts decisions ({decision}), with the attributes
+	// AttrRule, AttrScope, AttrOutcome and AttrAllowed.
+	MetricDecisions = "tollgate.decisions"
+	// MetricStoreDuration is a histogram of how long the shared store took
+	// to answer or fail, in seconds (buckets from 50µs to 1s), with the
+	// attributes AttrRule and AttrStoreResult. Calls the circuit breaker
+	// kept from the store are not in it.
+	MetricStoreDuration = "tollgate.store.duration"
+)
+
+// Metrics of settlements (interceptor.Rule.Settle).
+const (
+	// MetricSettles counts settlements ({settlement}), with the attributes
+	// AttrRule and AttrSettleOutcome.
+	MetricSettles = "tollgate.settles"
+	// MetricSettledUnits counts the units of settlements ({unit}), with the
+	// attributes AttrRule and AttrCostKind.
+	MetricSettledUnits = "tollgate.settled.units"
+)
+
+// Metrics of in-flight seats (interceptor.Rule.MaxInFlight). Before v1
+// they were tollgate.slots, tollgate.slot.hold and tollgate.slot.wait.
+const (
+	// MetricSeats counts in-flight seat events ({event}), with the
+	// attributes AttrRule and AttrSeatOutcome.
+	MetricSeats = "tollgate.seats"
+	// MetricSeatHold is a histogram of how long calls held their seats, in
+	// seconds, with the attribute AttrRule.
+	MetricSeatHold = "tollgate.seat.hold"
+	// MetricSeatWait is a histogram of how long stream openings of Shape
+	// rules waited for a seat, in seconds, with the attribute AttrRule.
+	MetricSeatWait = "tollgate.seat.wait"
+)
+
+// Metrics of the Redis store, the rate limit service and its server.
+const (
+	// MetricUnpersisted is the gauge the Redis store sets, once per node at
+	// the first decision of a long limit (store.LongWindow): 1 when the node
+	// reports neither AOF nor RDB snapshots, 0 when it persists, with the
+	// attribute AttrRedisNode.
+	MetricUnpersisted = "tollgate.redis.unpersisted"
+	// MetricRLSQuotaActions counts the rate limit quota service's bucket
+	// actions ({action}), with the attributes AttrRLSDomain and
+	// AttrRLSAction.
+	MetricRLSQuotaActions = "tollgate.rls.quota.actions"
+	// MetricRLSConfigReloads counts tollgate-rls's configuration reloads
+	// ({reload}), with the attribute AttrResult: "ok", or "error" when a
+	// file was bad and the previous configuration kept serving.
+	MetricRLSConfigReloads = "tollgate.rls.config.reloads"
+	// MetricTLSReloads counts tollgate-rls's reloads of a listener's rotated
+	// TLS files, with the attributes AttrListener and AttrResult: "ok", or
+	// "error" when the rotated files were refused and the last good ones
+	// still serve.
+	MetricTLSReloads = "tollgate.tls.reloads"
+)
+
+// Attributes of decisions, on spans and on MetricDecisions and
+// MetricStoreDuration.
+const (
+	// AttrRule is the rule's name (interceptor.Rule.Name); in package rls,
+	// the descriptor's configuration path, "domain.key_value.key".
+	AttrRule = attribute.Key("tollgate.rule")
+	// AttrScope is "call" (a unary call or a stream's opening) or "message"
+	// (one stream message, interceptor.Rule.PerMessage).
+	AttrScope = attribute.Key("tollgate.scope")
+	// AttrAlgorithm is the limit's tollgate.Algorithm.String(): the limit
+	// decided, or the most restrictive one of several (spans only).
+	AttrAlgorithm = attribute.Key("tollgate.algorithm")
+	// AttrLimit is the limit's tollgate.Limit.String() (spans only).
+	AttrLimit = attribute.Key("tollgate.limit")
+	// AttrCost is the units the call asked for (spans only).
+	AttrCost = attribute.Key("tollgate.cost")
+	// AttrAllowed is whether the call went on.
+	AttrAllowed = attribute.Key("tollgate.allowed")
+	// AttrRemaining is tollgate.Decision.Remaining, units left (spans only).
+	AttrRemaining = attribute.Key("tollgate.remaining")
+	// AttrRetryAfterMs is tollgate.Decision.RetryAfter in milliseconds,
+	// rounded up (spans only).
+	AttrRetryAfterMs = attribute.Key("tollgate.retry_after_ms")
+	// AttrReplayed is tollgate.Decision.Replayed: a retry admitted earlier
+	// under the same request id, not debited again (spans only).
+	AttrReplayed = attribute.Key("tollgate.replayed")
+	// AttrFailMode is "none" when the store decided, else the fail mode
+	// that did: "open", "closed" or "local" (spans only).
+	AttrFailMode = attribute.Key("tollgate.fail_mode")
+	// AttrOutcome is what became of one decision: "allowed", "denied",
+	// "replayed", "fail_open", "fail_closed", "fail_local", "invalid" (a
+	// malformed request, a bad key, cost or limit), "error" (a function of
+	// the rule failed), "canceled" (the caller went away first), "skipped"
+	// (this rule would have admitted, another refused: nothing debited),
+	// "shadow_denied", "blocked" (an override blocks the caller); in
+	// package rls also "peeked" (hits_addend 0) and "refunded"
+	// (is_negative_hits).
+	AttrOutcome = attribute.Key("tollgate.outcome")
+	// AttrStoreResult is "ok" when the store answered, "error" when it
+	// failed or passed its deadline (MetricStoreDuration only).
+	AttrStoreResult = attribute.Key("tollgate.store.result")
+	// AttrShadow is true on the spans of shadow decisions
+	// (interceptor.Rule.Shadow, interceptor.WithShadow, rls's shadow mode).
+	AttrShadow = attribute.Key("tollgate.shadow")
+)
+
+// Attributes of settlements and in-flight seats.
+const (
+	// AttrSettleOutcome is what became of one settlement: "applied",
+	// "retried" (the store failed; it waits for another try), "dropped"
+	// (the store failed too long, too many waited, or Close ended first:
+	// the reservation stands) or "invalid" (the rule's Settle returned a
+	// cost out of range).
+	AttrSettleOutcome = attribute.Key("tollgate.settle.outcome")
+	// AttrCostKind says which units MetricSettledUnits counts: for applied
+	// settlements "reserved" (what admission debited) and "final" (what the
+	// call cost); for dropped ones "dropped_reserved" (what stays debited)
+	// and "dropped_final" (what the call cost, never applied).
+	AttrCostKind = attribute.Key("tollgate.cost.kind")
+	// AttrFinalCost is the final cost a settlement gave the call, in units
+	// (on the span "ratelimit settle <rule>", beside AttrRule and AttrCost,
+	// the units reserved).
+	AttrFinalCost = attribute.Key("tollgate.final_cost")
+	// AttrSeatOutcome is one in-flight seat event: "acquired", "denied"
+	// (none free), "released", "release_failed" (the store could not take
+	// it back: it expires by itself), "renewed", "renew_failed" or "lost"
+	// (it expired before its call ended). Before v1 it was
+	// tollgate.slot.outcome.
+	AttrSeatOutcome = attribute.Key("tollgate.seat.outcome")
+)
+
+// Attributes of the rate limit service, the Redis store and tollgate-rls.
+const (
+	// AttrRLSDomain is the domain of a rate limit service request (spans,
+	// MetricRLSQuotaActions).
+	AttrRLSDomain = attribute.Key("tollgate.rls.domain")
+	// AttrRLSDescriptors is the number of descriptors of a rate limit
+	// service request (spans).
+	AttrRLSDescriptors = attribute.Key("tollgate.rls.descriptors")
+	// AttrRLSAction is a quota service action: "token_bucket", "allow_all",
+	// "deny_all", "abandon", or "none" when the store could not grant and
+	// nothing was sent.
+	AttrRLSAction = attribute.Key("tollgate.rls.action")
+	// AttrRedisNode is the address of a Redis node (MetricUnpersisted).
+	AttrRedisNode = attribute.Key("redis.node")
+	// AttrListener names a tollgate-rls listener (MetricTLSReloads).
+	AttrListener = attribute.Key("listener")
+	// AttrResult is "ok" or "error" (MetricRLSConfigReloads,
+	// MetricTLSReloads).
+	AttrResult = attribute.Key("result")
+)
