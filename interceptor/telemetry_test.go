@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/interceptor"
-	"github.com/tollgate/tollgate/store"
 )
 
 // tracer returns a tracer provider whose spans sr records.
@@ -42,7 +41,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	m := newMeter(t)
 	r := perTenant()
 	r.Limit.Rate, r.Limit.Burst = 1, 1
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r),
+	l := newLimiter(t, newMemory(t), interceptor.WithRules(r),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 	ctx := tenant(context.Background(), "a")

@@ -15,7 +15,6 @@ import (
 
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 )
 
 // TestTelemetry: one span per call, one tollgate.decisions count per
@@ -34,7 +33,7 @@ func TestTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,10 @@ func grpcServers() []server {
 func redisServer(name string, opts ...interceptor.Option) server {
 	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
+		st, err := redisStore(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
+		if err != nil {
+			return nil, nil, err
+		}
 		lim, err := interceptor.New(st, append(opts, interceptor.WithRules(interceptor.Rule{
 			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
 		}))...)
@@ -69,7 +72,11 @@ func redisServer(name string, opts ...interceptor.Option) server {
 // Redis's.
 func memoryServer(name string, opts ...interceptor.Option) server {
 	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
-		lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
+		st, err := store.NewMemory()
+		if err != nil {
+			return nil, nil, err
+		}
+		lim, err := interceptor.New(st, append(opts, interceptor.WithRules(interceptor.Rule{
 			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: storeLimit(tollgate.GCRA),
 		}))...)
 		if err != nil {

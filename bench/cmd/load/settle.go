@@ -174,7 +174,10 @@ func (f *finisher) close() {
 func settledSubject(name string, mode settleMode, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: true, make: func(m *measurer, _ func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+		if err != nil {
+			return nil, nil, err
+		}
 		s := settled{st: st, mode: mode}
 		if mode == decisionTail || mode == togetherTail {
 			s.tail = newFinisher(st)
@@ -194,7 +197,10 @@ func settledSubject(name string, mode settleMode, opts ...store.RedisOption) sub
 func settleServer(name string, reference, settle, inFlight bool) server {
 	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		st, err := redisStore(c, store.WithPrefix(prefix()))
+		if err != nil {
+			return nil, nil, err
+		}
 		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limit: settleLimit(0), Cost: 500}
 		if settle {
 			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
