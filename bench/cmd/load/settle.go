@@ -262,18 +262,7 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		settleServer("gRPC: the same rule, MaxInFlight", false, false, true),
 		settleServer("gRPC: the same rule, MaxInFlight and settled", false, true, true),
 	}
-	gsubjects := make([]subject, len(servers))
-	for i, s := range servers {
-		gsubjects[i] = subject{name: s.name, reference: s.reference}
-	}
-	r, err := m.compare(ctx, "settle", "random", settleCallers, gsubjects, func(s subject) (*sample, error) {
-		for _, srv := range servers {
-			if srv.name == s.name {
-				return m.grpcCell(ctx, srv, ids, settleCallers)
-			}
-		}
-		return nil, fmt.Errorf("no server %q", s.name)
-	})
+	r, err := m.compareServers(ctx, "settle", servers, ids, settleCallers)
 	fmt.Fprintln(os.Stderr, "load: settle done")
 	return append(rows, r...), err
 }
