@@ -50,20 +50,20 @@ func redisStore(t *testing.T) tollgate.Store {
 	o.ContextTimeoutEnabled = true
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
-	return store.NewRedis(c)
+	return newRedis(t, c)
 }
 
 // clusterStore returns a Redis store with opts on the shared 3-primary
 // Cluster, with a client that honours context deadlines too. The root
-// tests run on it in the default key layout and in the grouped one
-// (store.WithClusterGroups), where decisions of one group share batch
-// script calls.
+// tests run on it in the default key layout and in the tagged one
+// (store.WithClusterTags), where decisions behind one shared tag share
+// batch script calls.
 func clusterStore(t *testing.T, opts ...store.RedisOption) tollgate.Store {
 	o := redistest.SharedCluster(t).Options()
 	o.ContextTimeoutEnabled = true
 	c := redis.NewClusterClient(o)
 	t.Cleanup(func() { _ = c.Close() })
-	return store.NewRedis(c, opts...)
+	return newRedis(t, c, opts...)
 }
 
 // rule limits Say per tenant; the rule name is unique per test and run, so
@@ -400,7 +400,7 @@ func TestRedisDown(t *testing.T) {
 	o.ContextTimeoutEnabled = true
 	client := redis.NewClient(o)
 	t.Cleanup(func() { _ = client.Close() })
-	st := store.NewRedis(client)
+	st := newRedis(t, client)
 	srv.Stop(t)
 
 	const deadline, margin = 100 * time.Millisecond, 2 * time.Second

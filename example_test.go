@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -32,9 +33,12 @@ func ExampleLimit() {
 // A Store answers a Request with a Decision; Cost asks for several units at
 // once, and a denial says exactly how long to wait.
 func ExampleStore() {
-	var st tollgate.Store = store.NewMemory(store.WithClock(func() time.Time {
+	st, err := store.NewMemory(store.WithClock(func() time.Time {
 		return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	}))
+	if err != nil {
+		log.Fatal(err)
+	}
 	req := tollgate.Request{Key: "export-jobs", Limit: tollgate.PerHour(10), Cost: 4}
 	for range 3 {
 		d, err := st.Allow(context.Background(), req)

@@ -23,7 +23,6 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // inFlightRule bounds one tenant's calls of every method to max at once.
@@ -275,7 +274,7 @@ func TestInFlightFailedReleaseIsRetried(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	const ttl = 5 * time.Second
 	r := inFlightRule(t, 1, ttl)
-	l := limiter(t, store.NewRedis(rc), interceptor.WithRules(r), interceptor.WithStoreTimeout(100*time.Millisecond))
+	l := limiter(t, newRedis(t, rc), interceptor.WithRules(r), interceptor.WithStoreTimeout(100*time.Millisecond))
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	c := serve(t, l, &echo.Server{Before: func(context.Context, string) error {

@@ -3,6 +3,7 @@ package tollgate_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -13,7 +14,10 @@ import (
 // length: a denial on 29 February 2024 says to come back on 1 March.
 func ExampleMonthly() {
 	now := time.Date(2024, 2, 29, 18, 0, 0, 0, time.UTC)
-	st := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	st, err := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
 	req := tollgate.Request{Key: "tenant-7", Limit: tollgate.Monthly(1_000_000), Cost: 1_000_000}
 
 	d, _ := st.Allow(context.Background(), req)
@@ -31,7 +35,10 @@ func ExampleMonthly() {
 // microseconds since.
 func ExampleLimit_large() {
 	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	st := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	st, err := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
 	l := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1_000_000_000_000, Period: 24 * time.Hour}
 	d, _ := st.Allow(context.Background(), tollgate.Request{Key: "k", Limit: l, Cost: l.Capacity()})
 	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter)

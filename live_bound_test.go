@@ -33,7 +33,7 @@ func sentinelStore(t *testing.T) tollgate.Store {
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = c.Close() })
-	return store.NewRedis(c)
+	return newRedis(t, c)
 }
 
 // onEveryDeployment runs test on every store and on Sentinel.
@@ -184,7 +184,7 @@ func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 		code codes.Code
 	}{{interceptor.FailOpen, codes.OK}, {interceptor.FailClosed, codes.Unavailable}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
-			st := &failingVersion{Memory: store.NewMemory()}
+			st := &failingVersion{Memory: newMemory(t)}
 			r := rule(t, tollgate.PerHour(1))
 			r.FailMode = tc.mode
 			l := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh), interceptor.WithStoreTimeout(50*time.Millisecond))

@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"slices"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
-	"github.com/tollgate/tollgate/store"
-	"slices"
 )
 
 // A rule of 10 per window is raised to 30 by SetRules while 64 callers go
@@ -63,7 +63,7 @@ func TestSetRulesUnderLoad(t *testing.T) {
 // rule, and the rules in force do not change.
 func TestSetRulesRefusesBadRules(t *testing.T) {
 	r := rule(t, tollgate.PerHour(1))
-	l := limiter(t, store.NewMemory(), interceptor.WithRules(r))
+	l := limiter(t, newMemory(t), interceptor.WithRules(r))
 	c := serve(t, l, &echo.Server{}, nil)
 	bad := r
 	bad.Limits = interceptor.Fixed(tollgate.Limit{Rate: -1, Period: time.Second})

@@ -29,16 +29,16 @@ import (
 )
 
 // onEveryStore runs test on the Memory store, a single Redis node and a
-// Redis Cluster in the default and the grouped key layouts.
+// Redis Cluster in the default and the tagged key layouts.
 func onEveryStore(t *testing.T, test func(t *testing.T, st tollgate.Store)) {
 	for _, s := range []struct {
 		name string
 		new  func(*testing.T) tollgate.Store
 	}{
-		{"memory", func(*testing.T) tollgate.Store { return store.NewMemory() }},
+		{"memory", func(t *testing.T) tollgate.Store { return newMemory(t) }},
 		{"single", redisStore},
 		{"cluster", func(t *testing.T) tollgate.Store { return clusterStore(t) }},
-		{"cluster-grouped", func(t *testing.T) tollgate.Store { return clusterStore(t, store.WithClusterGroups(6)) }},
+		{"cluster-tagged", func(t *testing.T) tollgate.Store { return clusterStore(t, store.WithClusterTags(6)) }},
 	} {
 		t.Run(s.name, func(t *testing.T) { test(t, s.new(t)) })
 	}

@@ -114,7 +114,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 	const quota = 10
 
 	t.Run("reply lost to the read timeout", func(t *testing.T) {
-		st := store.NewRedis(resendingClient(t, srv, 100*time.Millisecond))
+		st := newRedis(t, resendingClient(t, srv, 100*time.Millisecond))
 		r := rule(t, tollgate.PerHour(quota))
 		r.FailMode = interceptor.FailOpen
 		c := serve(t, limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(5*time.Second)), &echo.Server{}, nil)
@@ -137,7 +137,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 	})
 
 	t.Run("retried by gRPC past the store deadline", func(t *testing.T) {
-		st := store.NewRedis(resendingClient(t, srv, time.Second))
+		st := newRedis(t, resendingClient(t, srv, time.Second))
 		r := rule(t, tollgate.PerHour(quota))
 		r.FailMode = interceptor.FailClosed
 		l := limiter(t, st, interceptor.WithRules(r),

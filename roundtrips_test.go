@@ -15,7 +15,6 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/store"
 )
 
 // scriptCalls is how many EVALSHA and EVAL s has run since its statistics
@@ -63,7 +62,7 @@ func TestOneScriptCallBeforeAndOneAfter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, servers := tc.client(t)
-			st := store.NewRedis(client)
+			st := newRedis(t, client)
 			r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 1_000_000, Period: 24 * time.Hour})
 			r.Cost, r.Settle, r.MaxInFlight = 100, interceptor.SettleReported, 4
 			l := limiter(t, st, interceptor.WithRules(r))

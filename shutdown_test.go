@@ -99,14 +99,14 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 	}{
 		{"single", func(t *testing.T) (tollgate.Store, []*redis.Client) {
 			srv := redistest.Start(t)
-			return store.NewRedis(srv.Client(t)), []*redis.Client{srv.Client(t)}
+			return newRedis(t, srv.Client(t)), []*redis.Client{srv.Client(t)}
 		}},
 		{"sentinel", func(t *testing.T) (tollgate.Store, []*redis.Client) {
 			srv := redistest.Start(t)
 			sentinel := redistest.Sentinel(t, srv)
 			c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: []string{sentinel.Addr()}})
 			t.Cleanup(func() { _ = c.Close() })
-			return store.NewRedis(c), []*redis.Client{srv.Client(t)}
+			return newRedis(t, c), []*redis.Client{srv.Client(t)}
 		}},
 		{"cluster", func(t *testing.T) (tollgate.Store, []*redis.Client) {
 			cl := redistest.NewClusterTimeout(t, 0, 5*time.Second)
@@ -114,9 +114,9 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 			for _, n := range cl.Nodes {
 				admins = append(admins, n.Client(t))
 			}
-			return store.NewRedis(cl.Client(t), store.WithClusterGroups(3)), admins
+			return newRedis(t, cl.Client(t), store.WithClusterTags(3)), admins
 		}},
-		{"memory", func(t *testing.T) (tollgate.Store, []*redis.Client) { return store.NewMemory(), nil }},
+		{"memory", func(t *testing.T) (tollgate.Store, []*redis.Client) { return newMemory(t), nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, admins := tc.setup(t)
@@ -171,7 +171,7 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 	o := srv.Options() // go-redis's defaults: deadlines are not honoured on the socket
 	client := redis.NewClient(o)
 	t.Cleanup(func() { _ = client.Close() })
-	st := store.NewRedis(client)
+	st := newRedis(t, client)
 	r := meteredRule(t)
 
 	// 250ms: an admission on a busy machine is not failed open, and a
@@ -216,7 +216,7 @@ func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = client.Close() })
-	st := store.NewRedis(client)
+	st := newRedis(t, client)
 	r := rule(t, tollgate.PerSecond(1000))
 	r.MaxInFlight, r.FailMode = 4, interceptor.FailClosed
 	const deadline = 50 * time.Millisecond

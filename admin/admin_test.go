@@ -22,7 +22,6 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -30,12 +29,12 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // stores returns the stores every test runs on.
 func stores() map[string]func(t *testing.T) tollgate.Store {
 	return map[string]func(t *testing.T) tollgate.Store{
-		"memory": func(*testing.T) tollgate.Store { return store.NewMemory() },
-		"single": func(t *testing.T) tollgate.Store { return store.NewRedis(redistest.Single(t).Client(t)) },
+		"memory": func(t *testing.T) tollgate.Store { return newMemory(t) },
+		"single": func(t *testing.T) tollgate.Store { return newRedis(t, redistest.Single(t).Client(t)) },
 		"cluster": func(t *testing.T) tollgate.Store {
 			c := redis.NewClusterClient(redistest.SharedCluster(t).Options())
 			t.Cleanup(func() { _ = c.Close() })
-			return store.NewRedis(c)
+			return newRedis(t, c)
 		},
 	}
 }

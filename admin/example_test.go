@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"log"
 
 	"google.golang.org/grpc/status"
 
@@ -18,7 +19,10 @@ import (
 // gives it back. In a server, admin.Register serves the same methods on a
 // grpc.Server of its own, behind authorization.
 func ExampleNewServer() {
-	st := store.NewMemory()
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
 	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),

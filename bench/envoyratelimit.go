@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,9 +24,7 @@ const EnvoyRatelimitInstallHint = "envoyproxy/ratelimit's server not found: go i
 type EnvoyRatelimit struct {
 	// Addr is its gRPC address.
 	Addr string
-	cmd  *exec.Cmd
-	dir  string
-	done chan struct{}
+	proc *process
 }
 
 // envoyRatelimitBin finds the server: ENVOY_RATELIMIT_BIN, else service_cmd
@@ -77,14 +73,9 @@ func StartEnvoyRatelimit(redisAddr string, files map[string]string) (*EnvoyRatel
 			return nil, err
 		}
 	}
-	ports := make([]int, 3)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
@@ -96,13 +87,11 @@ func StartEnvoyRatelimit(redisAddr string, files map[string]string) (*EnvoyRatel
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(ports[2]),
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("starting envoyproxy/ratelimit: %w", err)
+	proc, err := startProcess(cmd, dir, "envoyproxy/ratelimit")
+	if err != nil {
+		return nil, err
 	}
-	e := &EnvoyRatelimit{Addr: "127.0.0.1:" + strconv.Itoa(ports[1]), cmd: cmd, dir: dir, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(e.done) }()
+	e := &EnvoyRatelimit{Addr: "127.0.0.1:" + strconv.Itoa(ports[1]), proc: proc}
 	cc, err := grpc.NewClient(e.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.Close()
@@ -117,7 +106,7 @@ func StartEnvoyRatelimit(redisAddr string, files map[string]string) (*EnvoyRatel
 			return e, nil
 		}
 		select {
-		case <-e.done:
+		case <-proc.done:
 			return nil, errors.New("envoyproxy/ratelimit exited at start-up")
 		case <-ctx.Done():
 			e.Close()
@@ -128,8 +117,4 @@ func StartEnvoyRatelimit(redisAddr string, files map[string]string) (*EnvoyRatel
 }
 
 // Close stops the server and removes its files.
-func (e *EnvoyRatelimit) Close() {
-	_ = e.cmd.Process.Kill()
-	<-e.done
-	_ = os.RemoveAll(e.dir)
-}
+func (e *EnvoyRatelimit) Close() { e.proc.close() }

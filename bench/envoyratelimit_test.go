@@ -53,8 +53,8 @@ func TestCountOverLimitAnswersAsEnvoyRatelimit(t *testing.T) {
 	reference := pb.NewRateLimitServiceClient(cc)
 
 	for name, st := range map[string]tollgate.Store{
-		"memory": store.NewMemory(),
-		"redis":  store.NewRedis(c, store.WithPrefix(fmt.Sprintf("conformance%d:", time.Now().UnixNano()))),
+		"memory": newMemory(t),
+		"redis":  newRedis(t, c, store.WithPrefix(fmt.Sprintf("conformance%d:", time.Now().UnixNano()))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			// The answers are compared, not the time they take: a busy machine

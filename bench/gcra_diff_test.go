@@ -42,7 +42,7 @@ const gcraTolerance = 3 * time.Millisecond
 func TestGCRAMatchesRedisRate(t *testing.T) {
 	c := newClient(t)
 	rr := redis_rate.NewLimiter(c)
-	tg := store.NewRedis(c, store.WithPrefix(runPrefix("gcra-diff")), store.WithDenyCache(0))
+	tg := newRedis(t, c, store.WithPrefix(runPrefix("gcra-diff")), store.WithDenyCache(0))
 	cases := []struct {
 		name  string
 		limit tollgate.Limit

@@ -36,7 +36,7 @@ func BenchmarkGRPC(b *testing.B) {
 			return []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(l)}
 		}},
 		{"tollgate", func(b *testing.B) []grpc.UnaryServerInterceptor {
-			lim, err := interceptor.New(store.NewRedis(newClient(b), store.WithPrefix(runPrefix("grpc"))),
+			lim, err := interceptor.New(newRedis(b, newClient(b), store.WithPrefix(runPrefix("grpc"))),
 				interceptor.WithRules(interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limits: interceptor.Fixed(limit)}))
 			if err != nil {
 				b.Fatal(err)
@@ -55,7 +55,7 @@ func BenchmarkGRPC(b *testing.B) {
 func BenchmarkGRPCMemory(b *testing.B) {
 	memory := func(opts ...interceptor.Option) func(b *testing.B) []grpc.UnaryServerInterceptor {
 		return func(b *testing.B) []grpc.UnaryServerInterceptor {
-			lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
+			lim, err := interceptor.New(newMemory(b), append(opts, interceptor.WithRules(interceptor.Rule{
 				Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limits: interceptor.Fixed(generous(tollgate.GCRA)),
 			}))...)
 			if err != nil {

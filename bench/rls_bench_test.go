@@ -52,7 +52,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			// The baseline waits for Redis as long as Redis takes; so does
 			// this server here (1s), rather than failing a call slowed by a
 			// busy machine after 50ms.
-			srv, err := rls.NewServer(store.NewRedis(newClient(b), store.WithPrefix(runPrefix(b.Name()))),
+			srv, err := rls.NewServer(newRedis(b, newClient(b), store.WithPrefix(runPrefix(b.Name()))),
 				rls.WithConfig(cfg), rls.WithStoreTimeout(time.Second))
 			if err != nil {
 				b.Fatal(err)

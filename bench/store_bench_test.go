@@ -52,7 +52,7 @@ type benchSubject struct {
 func benchSubjects() []benchSubject {
 	var subjects []benchSubject
 	subjects = append(subjects, benchSubject{name: "memory", make: func(b *testing.B) Decider {
-		return Tollgate{Store: store.NewMemory(), Limit: generous(tollgate.TokenBucket)}
+		return Tollgate{Store: newMemory(b), Limit: generous(tollgate.TokenBucket)}
 	}})
 	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
 		for _, withID := range []bool{false, true} {
@@ -61,7 +61,7 @@ func benchSubjects() []benchSubject {
 				name += "+request-id"
 			}
 			subjects = append(subjects, benchSubject{name: name, requestID: withID, make: func(b *testing.B) Decider {
-				st := store.NewRedis(newClient(b), store.WithPrefix(runPrefix(b.Name())))
+				st := newRedis(b, newClient(b), store.WithPrefix(runPrefix(b.Name())))
 				return Tollgate{Store: st, Limit: generous(alg)}
 			}})
 		}

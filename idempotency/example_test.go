@@ -29,7 +29,11 @@ import (
 // tenant pays once. The ids here come from a counter to keep the output
 // fixed; by default they are random (NewID).
 func ExampleUnaryClientInterceptor() {
-	limiter, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),
 		Limits: interceptor.Fixed(tollgate.PerMinute(3)),

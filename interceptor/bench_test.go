@@ -11,7 +11,6 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // trailerSink stands in for the transport stream grpc.SetTrailer writes to,
@@ -56,7 +55,7 @@ func BenchmarkUnaryAdmitTrailers(b *testing.B) {
 func benchmarkAdmit(b *testing.B, rules ...interceptor.Rule) { benchmarkAdmitWith(b, nil, rules...) }
 
 func benchmarkAdmitWith(b *testing.B, opts []interceptor.Option, rules ...interceptor.Rule) {
-	l, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(rules...))...)
+	l, err := interceptor.New(newMemory(b), append(opts, interceptor.WithRules(rules...))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func benchmarkAdmitWith(b *testing.B, opts []interceptor.Option, rules ...interc
 
 // BenchmarkUnaryUnmatched is the cost for a method no rule matches.
 func BenchmarkUnaryUnmatched(b *testing.B) {
-	l, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
+	l, err := interceptor.New(newMemory(b), interceptor.WithRules(interceptor.Rule{
 		Name: "say", Methods: []string{echo.SayMethod}, Key: keyfunc.Method(), Limits: interceptor.Fixed(tollgate.PerSecond(1)),
 	}))
 	if err != nil {

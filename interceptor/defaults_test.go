@@ -21,7 +21,7 @@ import (
 // says it was one); a denial carries them all.
 func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: exact waits
-	c := serve(t, newLimiter(t, store.NewMemory(store.WithClock(func() time.Time { return now })), interceptor.WithRules(perTenant())))
+	c := serve(t, newLimiter(t, newMemory(t, store.WithClock(func() time.Time { return now })), interceptor.WithRules(perTenant())))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "call-1")
 	for i, want := range []metadata.MD{{}, {interceptor.TrailerReplayed: {"1"}}} {
 		trailer, header, err := say(ctx, c, "hi")
@@ -60,7 +60,7 @@ func TestSpansOnceGlobalProviderIsSet(t *testing.T) {
 	}
 	// Later tests and benchmarks see a provider that records nothing.
 	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant())))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(perTenant())))
 	ctx := tenant(context.Background(), "a")
 	if _, _, err := say(ctx, c, "hi"); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,11 @@ import (
 // An override raises one tenant's limit and a block refuses another, on
 // every Limiter sharing the store; Peek shows what is in force for each.
 func ExampleLimiter_Block() {
-	limiter, err := interceptor.New(store.NewMemory(), interceptor.WithRules(interceptor.Rule{
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),
 		Limits: interceptor.Fixed(tollgate.PerHour(100)),

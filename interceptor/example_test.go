@@ -36,7 +36,11 @@ func ExampleNew() {
 	// ContextTimeoutEnabled lets the limiter's store deadline reach the
 	// socket: without it go-redis waits for its own ReadTimeout.
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	limiter, err := interceptor.New(store.NewRedis(rdb),
+	st, err := store.NewRedis(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := interceptor.New(st,
 		interceptor.WithRules(
 			interceptor.Rule{
 				Name:     "per-tenant",
@@ -80,7 +84,11 @@ func ExampleNew() {
 // admitted only when every enforcing limit admits it, and Peek shows what
 // is left without spending it.
 func ExampleLimiter_Peek() {
-	limiter, err := interceptor.New(store.NewMemory(), interceptor.WithRules(
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := interceptor.New(st, interceptor.WithRules(
 		interceptor.Rule{
 			Name:   "per-tenant",
 			Key:    keyfunc.Metadata("x-tenant"),
@@ -125,7 +133,10 @@ func ExampleLimiter_Peek() {
 // gets the rich denial every client can read.
 func ExampleLimiter_UnaryServerInterceptor() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	mem, err := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
 	limiter, err := interceptor.New(mem, interceptor.WithRules(interceptor.Rule{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),

@@ -15,7 +15,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/store"
 	"github.com/tollgate/tollgate/telemetry"
 )
 
@@ -68,7 +67,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r := perTenant()
 			r.FailMode = tc.mode
 			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
-			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
+			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
 				interceptor.WithReplicas(2), // FailLocal: 4 an hour across 2 replicas is 2 here
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
 				interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
@@ -138,7 +137,7 @@ func TestHungRedisAndBreaker(t *testing.T) {
 	r.FailMode = interceptor.FailClosed
 	r.Limits = interceptor.Fixed(tollgate.PerHour(1000))
 	const coolDown = 200 * time.Millisecond
-	st := store.NewRedis(redisClient(t, srv.Addr()))
+	st := newRedis(t, redisClient(t, srv.Addr()))
 	// Load the script and open a connection before the clock matters.
 	if _, err := st.Allow(context.Background(), tollgate.Request{Key: "warm-up", Limit: tollgate.PerHour(1)}); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/store"
 )
 
 // observedStore passes every decision to a real store and remembers when
@@ -168,7 +167,7 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 	var targets []*faultTarget
 	var clients []func(ctx context.Context) rpcRecord
 	for _, mode := range []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocal} {
-		st := &observedStore{Store: store.NewRedis(redisClient(t, srv.Addr()))}
+		st := &observedStore{Store: newRedis(t, redisClient(t, srv.Addr()))}
 		// Load the script and open a connection before the clock matters.
 		if _, err := st.Allow(context.Background(), tollgate.Request{Key: "warm-up", Limit: tollgate.PerHour(1)}); err != nil {
 			t.Fatal(err)

@@ -112,7 +112,9 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	}
 	l.seatTimeout, l.storeTimeout = c.seatTimeout, c.storeTimeout
 	if l.local == nil {
-		l.local = store.NewMemory()
+		if l.local, err = store.NewMemory(); err != nil {
+			return nil, fmt.Errorf("interceptor: %w", err)
+		}
 	}
 	book, err := l.compile(c.rules)
 	if err != nil {

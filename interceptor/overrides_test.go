@@ -44,7 +44,7 @@ func near(a, b time.Time) bool { return a.Sub(b).Abs() < time.Millisecond }
 // polled only refreshes its view every refresh.
 func replicas(t *testing.T, refresh time.Duration) (clk *interceptor.FakeClock, watched, polled *interceptor.Limiter) {
 	clk = interceptor.NewFakeClock(start)
-	m := rebased{store.NewMemory(store.WithClock(clk.Now)), clk}
+	m := rebased{newMemory(t, store.WithClock(clk.Now)), clk}
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.PerHour(10))
 	opts := []interceptor.Option{interceptor.WithFakeClock(clk), interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh)}

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/internal/partkey"
 )
 
 // scope is what one decision is about.
@@ -36,14 +36,14 @@ func (s scope) String() string {
 // anonymous one.
 //
 // A rule with several Fixed limits, or PerCaller ones, gives each limit its own state, a part
-// of the identity named by the limit's period (store.PartKey): the
+// of the identity named by the limit's period (partkey.Join): the
 // identity stays the keys' leading part, which the Redis store makes their
 // hash tag of, so one identity's limits share one Cluster slot and one
 // script call decides them; and no two limits share a bucket.
 var scopeLetter = [...]byte{scopeCall: 'c', scopeMessage: 'm'}
 
 // limitPart names the state of limit l within its identity.
-func limitPart(l tollgate.Limit) string { return store.LimitPart(l) }
+func limitPart(l tollgate.Limit) string { return partkey.ForLimit(l) }
 
 // plan is how a rule decides one scope, fixed by New: the limits, the store
 // keys, what a decision costs and the telemetry it records. A decision
@@ -164,7 +164,7 @@ func (lp *limitPlan) key(identity string) string {
 	if lp.part == "" {
 		return identity
 	}
-	return store.PartKey(identity, lp.part)
+	return partkey.Join(identity, lp.part)
 }
 
 // newPlan returns the plan of r for scope s with its static limits, or,

@@ -29,7 +29,7 @@ func TestMultiLimitDenialAndTrailers(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Minute, Burst: 1}, tollgate.PerHour(2))
-	c := serve(t, newLimiter(t, store.NewMemory(store.WithClock(clock.Now)), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t, store.WithClock(clock.Now)), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 
 	trailer, _, err := say(ctx, c, "hi")
@@ -86,7 +86,7 @@ func TestShadowRules(t *testing.T) {
 	enforcing := perTenant()
 	trial := perTenant()
 	trial.Name, trial.Limits, trial.Shadow = "trial", interceptor.Fixed(tollgate.PerHour(1)), true
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(enforcing, trial), interceptor.WithAdmittedTrailers(),
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(enforcing, trial), interceptor.WithAdmittedTrailers(),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider)))
 	ctx := tenant(context.Background(), "a")
 	for i := range 3 {
@@ -137,7 +137,7 @@ func TestWithShadow(t *testing.T) {
 	m := newMeter(t)
 	global := perTenant()
 	global.Name, global.Key, global.Limits = "global", keyfunc.Method(), interceptor.Fixed(tollgate.PerHour(2))
-	st := store.NewMemory()
+	st := newMemory(t)
 	l := newLimiter(t, st, interceptor.WithRules(perTenant(), global), interceptor.WithShadow(), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l)
 	for i := range 5 {
@@ -183,7 +183,7 @@ func TestFailModesAcrossRules(t *testing.T) {
 			if tc.modes[0] == tc.modes[1] {
 				rs[1].Name = "open2"
 			}
-			l := newLimiter(t, store.NewRedis(redisClient(t, closedPort(t))), interceptor.WithRules(rs...),
+			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(rs...),
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0))
 			c := serve(t, l)
 			admitted := 0
@@ -239,7 +239,7 @@ func (s *recordingStore) last() []tollgate.Request {
 // the call has a deadline, for the store's own TTL otherwise; each limit of
 // a multi-limit rule has its own key, after the identity.
 func TestReplayTTLAndKeys(t *testing.T) {
-	st := &recordingStore{Store: store.NewMemory()}
+	st := &recordingStore{Store: newMemory(t)}
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.PerSecond(5), tollgate.PerHour(20), tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100, Period: 24 * time.Hour})
 	c := serve(t, newLimiter(t, st, interceptor.WithRules(r)))
@@ -286,7 +286,7 @@ func TestPerCallerLimits(t *testing.T) {
 		}
 		return nil, errors.New("no tier")
 	})
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r)))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(r)))
 	calls := func(tenantName string) (admitted int, last error) {
 		for range 4 {
 			_, _, err := say(tenant(context.Background(), tenantName), c, "hi")
@@ -316,7 +316,7 @@ func TestStreamMessagesUnderTwoRules(t *testing.T) {
 	a := chatRule(&one, interceptor.Police)
 	b := chatRule(&two, interceptor.Police)
 	b.Name = "chat2"
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(a, b))
+	l := newLimiter(t, newMemory(t), interceptor.WithRules(a, b))
 	c := serve(t, l)
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -347,7 +347,7 @@ func TestTwoRulesDeny(t *testing.T) {
 	b.Name, b.Limits = "b", interceptor.Fixed(tollgate.PerMinute(1))
 	roomy.Name, roomy.Limits = "roomy", interceptor.Fixed(tollgate.PerHour(100))
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: the waits below are exact
-	mem := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	mem := newMemory(t, store.WithClock(func() time.Time { return now }))
 	l := newLimiter(t, mem, interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "x")
@@ -378,7 +378,7 @@ func TestRequestIDReplayUnderSeveralRules(t *testing.T) {
 	r.Limits = interceptor.Fixed(tollgate.PerMinute(2), tollgate.PerHour(3))
 	global := perTenant()
 	global.Name, global.Key = "global", keyfunc.Method()
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r, global))
+	l := newLimiter(t, newMemory(t), interceptor.WithRules(r, global))
 	c := serve(t, l)
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "req-7")
 	for i := range 3 {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // nopStore fails every decision; New never calls it. Methods other than
@@ -131,7 +130,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"settle in-flight only", []Option{WithRules(with(func(r *Rule) {
 			r.Limits, r.MaxInFlight = Limits{}, 2
 			r.Settle = SettleReported
-		}))}, store.NewMemory(), `rule "r": Settle needs a rate limit to settle`},
+		}))}, newMemory(t), `rule "r": Settle needs a rate limit to settle`},
 		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Limits{} }))}, nopStore{}, `rule "r": no limit: set Limits (Fixed or PerCaller), or MaxInFlight`},
 		{"nil PerCaller", []Option{WithRules(with(func(r *Rule) { r.Limits = PerCaller(nil) }))}, nopStore{}, `rule "r": Limits: PerCaller's function is nil`},
 		{"negative cost", []Option{WithRules(with(func(r *Rule) { r.Cost = -1 }))}, nopStore{}, `rule "r": Cost must be >= 0`},

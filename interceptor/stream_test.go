@@ -35,7 +35,7 @@ func chatRule(perMessage *tollgate.Limit, mode interceptor.StreamMode) intercept
 }
 
 func TestStreamOpenIsLimited(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(nil, interceptor.Police)), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(nil, interceptor.Police)), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 	for i := range 2 {
 		s, err := c.Chat(ctx)
@@ -74,7 +74,7 @@ func TestStreamOpenIsLimited(t *testing.T) {
 
 func TestStreamPerMessagePolice(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 3}
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(chatRule(&per, interceptor.Police))))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(&per, interceptor.Police))))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestStreamPerMessageShape(t *testing.T) {
 	// holds messages back instead of failing the stream.
 	per := tollgate.Limit{Rate: 5, Period: time.Second, Burst: 1}
 	clk := interceptor.NewFakeClock(start)
-	l := newLimiter(t, store.NewMemory(store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
+	l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
 		interceptor.WithRules(chatRule(&per, interceptor.Shape)))
 	c := serve(t, l)
 	s, err := c.Chat(tenant(context.Background(), "a"))
@@ -169,7 +169,7 @@ func TestStreamShapeBound(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
 	r := chatRule(&per, interceptor.Shape)
 	r.MaxShapeWait = 10 * time.Millisecond
-	c, ended := serveObserved(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r)))
+	c, ended := serveObserved(t, newLimiter(t, newMemory(t), interceptor.WithRules(r)))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestStreamShapeHonoursCancellation(t *testing.T) {
 	r := chatRule(&per, interceptor.Shape)
 	r.MaxShapeWait = 2 * time.Hour
 	clk := interceptor.NewFakeClock(start)
-	c, ended := serveObserved(t, newLimiter(t, store.NewMemory(store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
+	c, ended := serveObserved(t, newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
 	ctx, cancel := context.WithCancel(tenant(context.Background(), "a"))
 	defer cancel()
 	s, err := c.Chat(ctx)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
-	"github.com/tollgate/tollgate/store"
 	"github.com/tollgate/tollgate/telemetry"
 )
 
@@ -45,7 +44,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	m := newMeter(t)
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1})
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(r),
+	l := newLimiter(t, newMemory(t), interceptor.WithRules(r),
 		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
 	c := serve(t, l, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 	ctx := tenant(context.Background(), "a")

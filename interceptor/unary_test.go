@@ -25,7 +25,6 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // perTenant limits Say to 3 calls an hour per tenant: nothing refills
@@ -60,7 +59,7 @@ func closeLimiter(t *testing.T, l *interceptor.Limiter) {
 }
 
 func TestPerTenantQuotaAndRichDenial(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers()))
 	ctx := context.Background()
 	a := tenant(ctx, "a")
 	for i := range 3 {
@@ -126,7 +125,7 @@ func TestPerTenantQuotaAndRichDenial(t *testing.T) {
 }
 
 func TestUnmatchedMethodsAreNotLimited(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant())))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(perTenant())))
 	ctx := tenant(context.Background(), "a")
 	for i := range 10 {
 		var trailer metadata.MD
@@ -151,7 +150,7 @@ func TestMissingKey(t *testing.T) {
 	share := perTenant()
 	share.Name, share.Methods, share.OnMissingKey = "shared", []string{echo.CountMethod}, interceptor.ShareMissing
 	share.Limits = interceptor.Fixed(tollgate.PerHour(2))
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(reject, share)))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(reject, share)))
 	ctx := context.Background()
 
 	_, _, err := say(ctx, c, "who am I")
@@ -184,7 +183,7 @@ func TestMissingKey(t *testing.T) {
 }
 
 func TestOversizedKeyIsInvalidArgument(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant())))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(perTenant())))
 	_, _, err := say(tenant(context.Background(), strings.Repeat("t", keyfunc.MaxValueLen+1)), c, "hi")
 	wantCode(t, err, codes.InvalidArgument, `rate limit "per-tenant" cannot identify the caller`)
 }
@@ -197,7 +196,7 @@ func TestKeyFuncErrors(t *testing.T) {
 		{Name: "plain", Methods: []string{echo.CountMethod}, Limits: interceptor.Fixed(tollgate.PerHour(1)),
 			Key: func(context.Context, string) (string, error) { return "", context.Canceled }},
 	}
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(rules...)))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(rules...)))
 	_, _, err := say(context.Background(), c, "hi")
 	wantCode(t, err, codes.PermissionDenied, "no such tenant")
 	s, err := c.Count(context.Background(), 1)
@@ -208,7 +207,7 @@ func TestKeyFuncErrors(t *testing.T) {
 }
 
 func TestRequestIDReplay(t *testing.T) {
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers()))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "call-1")
 	trailer, _, err := say(ctx, c, "hi")
 	if err != nil {
@@ -246,7 +245,7 @@ func TestCostFunc(t *testing.T) {
 		}
 		return int64(len(v))
 	}
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 	trailer, _, err := say(ctx, c, "four")
 	if err != nil {
@@ -288,7 +287,7 @@ func TestPerCallerLimit(t *testing.T) {
 		}
 		return []tollgate.Limit{tollgate.PerHour(1)}, nil
 	})
-	c := serve(t, newLimiter(t, store.NewMemory(), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(r), interceptor.WithAdmittedTrailers()))
 	ctx := context.Background()
 	admitted := func(name string) int {
 		n := 0
@@ -324,7 +323,7 @@ func TestPerCallerLimit(t *testing.T) {
 // Many goroutines on one tenant, through two Limiters (two replicas) on one
 // store, admit exactly the quota.
 func TestConcurrentCallsAdmitExactlyTheQuota(t *testing.T) {
-	st := store.NewMemory()
+	st := newMemory(t)
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.PerHour(100))
 	clients := []*echo.Client{
@@ -359,7 +358,7 @@ func TestConcurrentCallsAdmitExactlyTheQuota(t *testing.T) {
 // go-grpc-middleware's ratelimit interceptor with the adapter: the same
 // decisions and trailers, but the status is flattened to text.
 func TestMiddlewareLimiterAdapter(t *testing.T) {
-	l := newLimiter(t, store.NewMemory(), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers())
+	l := newLimiter(t, newMemory(t), interceptor.WithRules(perTenant()), interceptor.WithAdmittedTrailers())
 	c := serveWith(t, &echo.Server{}, grpc.ChainUnaryInterceptor(ratelimit.UnaryServerInterceptor(l.MiddlewareLimiter())))
 	ctx := tenant(context.Background(), "a")
 	for i := range 3 {

@@ -89,7 +89,7 @@ var start = time.Unix(1_760_000_000, 0)
 func newUnit(t *testing.T, opts ...interceptor.Option) *unit {
 	t.Helper()
 	clk := interceptor.NewFakeClock(start)
-	u := &unit{clk: clk, st: &faultyStore{Memory: store.NewMemory(store.WithClock(clk.Now))}, m: newMeter(t)}
+	u := &unit{clk: clk, st: &faultyStore{Memory: newMemory(t, store.WithClock(clk.Now))}, m: newMeter(t)}
 	opts = append([]interceptor.Option{interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(u.m.provider), interceptor.WithBreaker(0, 0)}, opts...)
 	u.l = newLimiter(t, u.st, opts...)
 	return u

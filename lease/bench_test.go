@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/store"
 )
 
 // BenchmarkHotIdentity decides one hot identity from parallel goroutines,
@@ -20,7 +19,7 @@ func BenchmarkHotIdentity(b *testing.B) {
 		tier bool
 	}{{"memory", false}, {"memory+lease", true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var st tollgate.Store = store.NewMemory()
+			var st tollgate.Store = newMemory(b)
 			if bc.tier {
 				st = mustNew(b, st)
 			}

@@ -26,7 +26,11 @@ func (c *callCounter) Allow(ctx context.Context, req tollgate.Request) (tollgate
 // Redis): a tenant decided more than 100 times a second admits from leases,
 // a few hundred decisions per shared-store call once its leases have grown.
 func ExampleNew() {
-	shared := &callCounter{Store: store.NewMemory()}
+	mem, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	shared := &callCounter{Store: mem}
 	tier, err := lease.New(shared,
 		lease.WithHotThreshold(100, time.Second), // the defaults, spelled out
 		lease.WithLifetime(time.Second),

@@ -67,7 +67,7 @@ func mustNew(t testing.TB, inner tollgate.Store, opts ...Option) *Store {
 }
 
 func TestNewRejectsInvalidOptions(t *testing.T) {
-	inner := store.NewMemory()
+	inner := newMemory(t)
 	for _, tc := range []struct {
 		opt  Option
 		want string
@@ -99,7 +99,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 // its decisions is one decision of the inner store.
 func TestColdIdentityGoesToInnerStore(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(10, time.Second), WithClock(clock.Now))
 	req := tollgate.Request{Key: "cold", Limit: tollgate.PerSecond(10_000)}
 	ctx := context.Background()
@@ -123,7 +123,7 @@ func TestColdIdentityGoesToInnerStore(t *testing.T) {
 // asking the inner store; Remaining counts the lease and the store's rest.
 func TestHotIdentityAdmitsFromLease(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(10, time.Second), WithClock(clock.Now),
 		WithLifetime(time.Second), WithMaxShare(0.01))
 	req := tollgate.Request{Key: "hot", Limit: tollgate.PerSecond(100_000)}
@@ -181,7 +181,7 @@ func TestHotIdentityAdmitsFromLease(t *testing.T) {
 func TestFourTiersAdmitTheQuotaExactly(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0)) // frozen: no refill, no lease expires
 	for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow} {
-		inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+		inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 		limit := tollgate.Limit{Algorithm: alg, Rate: 10_000, Period: time.Hour}
 		tiers := make([]*Store, 4)
 		for i := range tiers {
@@ -222,7 +222,7 @@ func checkTotals(t *testing.T, name string, tiers []*Store, inner *counting, adm
 // a time: the last unit of the quota is still admitted.
 func TestAtTheLimitEveryUnitIsAdmitted(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
 	// Another client takes 997 of 1000: 3 left.
 	limit := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1000, Period: time.Hour}
@@ -250,7 +250,7 @@ func TestAtTheLimitEveryUnitIsAdmitted(t *testing.T) {
 // being hot goes back to the inner store, and its unspent units are lost.
 func TestLeaseExpiresAndColdIdentityLeaves(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
 	req := tollgate.Request{Key: "k", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1000, Period: time.Hour}}
 	ctx := context.Background()
@@ -301,7 +301,7 @@ func TestLeaseExpiresAndColdIdentityLeaves(t *testing.T) {
 func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0)) // on a whole second
 	clock.Advance(900 * time.Millisecond)
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Minute))
 	req := tollgate.Request{Key: "w", Limit: tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 1000, Period: time.Second}}
 	ctx := context.Background()
@@ -320,7 +320,7 @@ func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
 // Reset drops the lease: after it, the identity is debited afresh.
 func TestResetDropsTheLease(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
 	req := tollgate.Request{Key: "r", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Hour}}
 	ctx := context.Background()
@@ -354,7 +354,7 @@ func TestResetDropsTheLease(t *testing.T) {
 // A request with a RequestID goes to the inner store, which replays it.
 func TestRequestIDGoesToInnerStore(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now))
 	req := tollgate.Request{Key: "id", Limit: tollgate.PerSecond(1000), RequestID: "call-1"}
 	ctx := context.Background()
@@ -372,7 +372,7 @@ func TestRequestIDGoesToInnerStore(t *testing.T) {
 // Invalid requests are refused as the inner store would; AllowAll passes
 // through.
 func TestInvalidRequestsAndAllowAll(t *testing.T) {
-	s := mustNew(t, store.NewMemory(), WithHotThreshold(0, time.Second))
+	s := mustNew(t, newMemory(t), WithHotThreshold(0, time.Second))
 	_, err := s.Allow(context.Background(), tollgate.Request{Key: "x", Limit: tollgate.PerSecond(10), Cost: 11})
 	if !errors.Is(err, tollgate.ErrInvalidRequest) {
 		t.Errorf("cost above capacity: %v, want ErrInvalidRequest", err)
@@ -389,7 +389,7 @@ func TestInvalidRequestsAndAllowAll(t *testing.T) {
 // The table holds at most WithMaxLeases identities.
 func TestLeasesAreBounded(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	s := mustNew(t, store.NewMemory(store.WithClock(clock.Now)), WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxLeases(8))
+	s := mustNew(t, newMemory(t, store.WithClock(clock.Now)), WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxLeases(8))
 	for i := range 100 {
 		clock.Advance(time.Millisecond)
 		req := tollgate.Request{Key: "id-" + string(rune('A'+i)), Limit: tollgate.PerSecond(1000)}
@@ -439,7 +439,7 @@ func (g *gated) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 // fresh quota.
 func TestLeaseOverlappingResetIsNotKept(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &gated{Store: store.NewMemory(store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
+	inner := &gated{Store: newMemory(t, store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxShare(0.5))
 	req := tollgate.Request{Key: "r", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Hour}}
 	ctx := context.Background()
@@ -465,7 +465,7 @@ func TestLeaseOverlappingResetIsNotKept(t *testing.T) {
 // lease, and a retry is debited again; cold ones keep their ids.
 func TestDebitRetriesWhenHot(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(2, time.Second), WithClock(clock.Now), WithDebitRetriesWhenHot())
 	req := tollgate.Request{Key: "id", Limit: tollgate.PerSecond(1000), RequestID: "call-1"}
 	ctx := context.Background()
@@ -492,7 +492,7 @@ func TestDebitRetriesWhenHot(t *testing.T) {
 // time left, then is decided on the inner store alone.
 func TestSlowLeaseIsNotWaitedForPastHalfTheDeadline(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &gated{Store: store.NewMemory(store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
+	inner := &gated{Store: newMemory(t, store.WithClock(clock.Now)), asked: make(chan struct{}), release: make(chan struct{})}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now))
 	req := tollgate.Request{Key: "slow", Limit: tollgate.PerSecond(1000)}
 	done := make(chan struct{})
@@ -515,7 +515,7 @@ func TestSlowLeaseIsNotWaitedForPastHalfTheDeadline(t *testing.T) {
 // pay, expired or used up.
 func TestNextLeaseTakesOver(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	inner := &counting{Store: store.NewMemory(store.WithClock(clock.Now))}
+	inner := &counting{Store: newMemory(t, store.WithClock(clock.Now))}
 	s := mustNew(t, inner, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithLifetime(time.Second))
 	req := tollgate.Request{Key: "n", Limit: tollgate.PerSecond(10_000)}
 	ctx := context.Background()
@@ -549,7 +549,7 @@ func TestNextLeaseTakesOver(t *testing.T) {
 // is admitted more than its quota, and no unit is lost but those held.
 func TestFullTableLosesNothing(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0)) // frozen: no refill
-	shared := store.NewMemory(store.WithClock(clock.Now))
+	shared := newMemory(t, store.WithClock(clock.Now))
 	tiers := make([]*Store, 4)
 	for i := range tiers {
 		tiers[i] = mustNew(t, shared, WithHotThreshold(0, time.Second), WithClock(clock.Now), WithMaxLeases(2), WithMaxShare(0.05))

@@ -33,7 +33,7 @@ func redisTiers(t *testing.T, cluster bool, opts ...Option) ([]*Store, []*counti
 			c = redis.NewClient(redistest.Single(t).Options())
 		}
 		t.Cleanup(func() { _ = c.Close() })
-		inners[i] = &counting{Store: store.NewRedis(c, store.WithPrefix(prefix))}
+		inners[i] = &counting{Store: newRedis(t, c, store.WithPrefix(prefix))}
 		tiers[i] = mustNew(t, inners[i], opts...)
 	}
 	return tiers, inners
@@ -59,7 +59,7 @@ func forEachBackend(t *testing.T, test func(t *testing.T, tiers []*Store, inners
 	t.Run("memory", func(t *testing.T) {
 		inners := make([]*counting, replicas)
 		tiers := make([]*Store, replicas)
-		shared := store.NewMemory()
+		shared := newMemory(t)
 		for i := range tiers {
 			inners[i] = &counting{Store: shared}
 			tiers[i] = mustNew(t, inners[i])

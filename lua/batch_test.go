@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/internal/batchreply"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/lua"
 )
@@ -493,7 +494,7 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 }
 
 // decodeBatch decodes a batch script reply of n decisions with
-// lua.BatchDecision into each decision's five integers, as its decide call
+// batchreply.Decision into each decision's five integers, as its decide call
 // would answer them, and fails t unless the reply is exactly n answers and
 // the server time.
 func decodeBatch(t *testing.T, what string, reply []int64, n int) [][]int64 {
@@ -501,7 +502,7 @@ func decodeBatch(t *testing.T, what string, reply []int64, n int) [][]int64 {
 	out := make([][]int64, n)
 	next := 0
 	for i := range n {
-		d, nx, ok := lua.BatchDecision(reply, next)
+		d, nx, ok := batchreply.Decision(reply, next)
 		if !ok {
 			t.Fatalf("%s: batch reply %v: decision %d of %d does not decode at %d", what, reply, i, n, next)
 		}

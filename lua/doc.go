@@ -92,7 +92,7 @@
 //	                 rate, period, capacity, cost
 //
 // The reply is each decision's answer in turn, then the server time; an
-// answer is compact (BatchDecision decodes it):
+// answer is compact (internal/batchreply decodes it):
 //
 //	-1                                    out of range: its profile's limit,
 //	                                      TTL or cost

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"strings"
 )
 
 //go:generate go test -count=1 -run ^TestGenerated$ . -update
@@ -69,26 +70,12 @@ var hashes = func() (h [len(sources)]string) {
 	return h
 }()
 
-// String returns the script's name: "decide", "batch", "settle", "slot",
-// "reset", "admit", "finish" or "share".
+// String returns the script's name, its driver's file name without
+// ".lua": "decide", "batch", "settle", "slot", "reset", "admit", "finish"
+// or "share".
 func (s Script) String() string {
-	switch s {
-	case Decide:
-		return "decide"
-	case Batch:
-		return "batch"
-	case Settle:
-		return "settle"
-	case Slot:
-		return "slot"
-	case Reset:
-		return "reset"
-	case Admit:
-		return "admit"
-	case Finish:
-		return "finish"
-	case Share:
-		return "share"
+	if int(s) < len(drivers) {
+		return strings.TrimSuffix(drivers[s], ".lua")
 	}
 	return fmt.Sprintf("script(%d)", uint8(s))
 }

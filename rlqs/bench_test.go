@@ -53,17 +53,17 @@ func BenchmarkReplicas(b *testing.B) {
 	for _, mode := range modes {
 		var quota *grpc.ClientConn
 		if mode == "rlqs" {
-			quota = quotaServerOf(b, store.NewRedis(srv.Client(b), store.WithPrefix(prefix)), high)
+			quota = quotaServerOf(b, newRedis(b, srv.Client(b), store.WithPrefix(prefix)), high)
 		}
 		for range replicas {
 			var st tollgate.Store
 			switch mode {
 			case "memory":
-				st = store.NewMemory()
+				st = newMemory(b)
 			case "redis":
-				st = store.NewRedis(srv.Client(b), store.WithPrefix(prefix))
+				st = newRedis(b, srv.Client(b), store.WithPrefix(prefix))
 			case "lease":
-				tier, err := lease.New(store.NewRedis(srv.Client(b), store.WithPrefix(prefix)))
+				tier, err := lease.New(newRedis(b, srv.Client(b), store.WithPrefix(prefix)))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -122,9 +122,9 @@ func BenchmarkReplicas(b *testing.B) {
 // from its assignment.
 func BenchmarkAllow(b *testing.B) {
 	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
-	c := newClient(b, quotaServerOf(b, store.NewMemory(), high))
+	c := newClient(b, quotaServerOf(b, newMemory(b), high))
 	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100_000_000)}
-	for name, st := range map[string]tollgate.Store{"memory": store.NewMemory(), "rlqs": c} {
+	for name, st := range map[string]tollgate.Store{"memory": newMemory(b), "rlqs": c} {
 		if _, err := st.Allow(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}

@@ -21,7 +21,7 @@ type BucketIDFunc func(key string) map[string]string
 // RuleBucketID is the default BucketIDFunc. A key package interceptor
 // built for rule R and the identity V (R, a NUL, "ck:", V) is the bucket
 // {"rule": R, "key": V}, which tollgate-rls reads as the descriptor (rule,
-// R), (key, V); a limit's part (store.PartKey) adds {"limit": part}. Any
+// R), (key, V); a limit's part (partkey.Join) adds {"limit": part}. Any
 // other key is the bucket {"key": key}.
 func RuleBucketID(key string) map[string]string {
 	key, part, hasPart := strings.Cut(key, "\x1f")

@@ -117,12 +117,16 @@ func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client,
 	case o.bucketID == nil || o.clock == nil:
 		return nil, errors.New("rlqs: the bucket id function and the clock must not be nil")
 	}
+	local, err := store.NewMemory(store.WithClock(o.clock))
+	if err != nil {
+		return nil, fmt.Errorf("rlqs: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		rlqs:    rlqspb.NewRateLimitQuotaServiceClient(conn),
 		domain:  domain,
 		opts:    o,
-		local:   store.NewMemory(store.WithClock(o.clock)),
+		local:   local,
 		buckets: map[string]*bucket{},
 		keys:    map[string]string{},
 		wake:    make(chan struct{}, 1),

@@ -67,11 +67,11 @@ func callsIn(v string) int64 {
 func TestRedisCallsIndependentOfCallRate(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Single(t)
-		callsAtTwoRates(t, store.NewRedis(srv.Client(t), store.WithPrefix(redistest.KeyPrefix(t))), func() int64 { return scriptCalls(t, srv) })
+		callsAtTwoRates(t, newRedis(t, srv.Client(t), store.WithPrefix(redistest.KeyPrefix(t))), func() int64 { return scriptCalls(t, srv) })
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cc := redistest.SharedCluster(t).Client(t)
-		callsAtTwoRates(t, store.NewRedis(cc, store.WithPrefix(redistest.KeyPrefix(t))), func() int64 { return clusterScriptCalls(t, cc) })
+		callsAtTwoRates(t, newRedis(t, cc, store.WithPrefix(redistest.KeyPrefix(t))), func() int64 { return clusterScriptCalls(t, cc) })
 	})
 }
 

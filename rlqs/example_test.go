@@ -28,7 +28,8 @@ descriptors:
       - key: key
         rate_limit: {unit: second, requests_per_unit: 2}
 `)})
-	srv, _ := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg))
+	st, _ := store.NewMemory()
+	srv, _ := rls.NewServer(st, rls.WithConfig(cfg))
 	quota, _ := rls.NewQuotaServer(srv)
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()

@@ -108,12 +108,12 @@ func replica(t testing.TB, st tollgate.Store, rules ...interceptor.Rule) *echo.C
 func stores(t *testing.T) map[string]func() tollgate.Store {
 	prefix := redistest.KeyPrefix(t)
 	return map[string]func() tollgate.Store{
-		"memory": func() tollgate.Store { return store.NewMemory() },
+		"memory": func() tollgate.Store { return newMemory(t) },
 		"redis": func() tollgate.Store {
-			return store.NewRedis(redistest.Single(t).Client(t), store.WithPrefix(prefix))
+			return newRedis(t, redistest.Single(t).Client(t), store.WithPrefix(prefix))
 		},
 		"cluster": func() tollgate.Store {
-			return store.NewRedis(redistest.SharedCluster(t).Client(t), store.WithPrefix(prefix))
+			return newRedis(t, redistest.SharedCluster(t).Client(t), store.WithPrefix(prefix))
 		},
 	}
 }

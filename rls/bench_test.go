@@ -9,7 +9,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 )
 
 // BenchmarkShouldRateLimit is the server's own cost per call on the Memory
@@ -19,7 +18,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg))
+	srv, err := rls.NewServer(newMemory(b), rls.WithConfig(cfg))
 	if err != nil {
 		b.Fatal(err)
 	}

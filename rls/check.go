@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/internal/storecall"
-	"github.com/tollgate/tollgate/store"
 )
 
 // kind is what the server does with one request descriptor.
@@ -104,7 +104,7 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]check, error) {
 		for j, l := range r.limits {
 			k := key
 			if l.part != "" {
-				k = store.PartKey(key, l.part)
+				k = partkey.Join(key, l.part)
 			}
 			c.reqs[j] = tollgate.Request{Key: k, Limit: l.limit, Cost: cost, Overdraw: c.kind == kindOverdraw}
 		}
@@ -134,7 +134,7 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]check, error) {
 	return checks, nil
 }
 
-// maxPartLen bounds what store.PartKey adds to a descriptor's key for one
+// maxPartLen bounds what partkey.Join adds to a descriptor's key for one
 // of several limits: a separator and a period's name.
 const maxPartLen = 64
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/internal/partkey"
 )
 
 // maxDepth bounds the nesting of descriptors in a configuration file; no
@@ -152,7 +152,7 @@ func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed, countOve
 			r.deny = true
 		}
 		for j, o := range r.limits {
-			if o.limit.Algorithm == l.limit.Algorithm && store.LimitPart(o.limit) == store.LimitPart(l.limit) {
+			if o.limit.Algorithm == l.limit.Algorithm && partkey.ForLimit(o.limit) == partkey.ForLimit(l.limit) {
 				return nil, c.errorf(ly.Pos.line(), path, "limits %d (%s) and %d (%s) have the same algorithm and period, so they would share one state", j, o.limit, i, l.limit)
 			}
 		}
@@ -163,7 +163,7 @@ func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed, countOve
 	}
 	if len(r.limits) > 1 {
 		for i := range r.limits {
-			r.limits[i].part = store.LimitPart(r.limits[i].limit)
+			r.limits[i].part = partkey.ForLimit(r.limits[i].limit)
 		}
 	}
 	return r, nil

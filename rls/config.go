@@ -198,6 +198,6 @@ type ruleLimit struct {
 	// response, never modified.
 	current *pb.RateLimitResponse_RateLimit
 	// part names the limit's state within the descriptor's key
-	// (store.LimitPart); empty when the rule has one limit.
+	// (partkey.ForLimit); empty when the rule has one limit.
 	part string
 }

@@ -33,7 +33,11 @@ descriptors:
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg))
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := rls.NewServer(st, rls.WithConfig(cfg))
 	if err != nil {
 		log.Fatal(err)
 	}

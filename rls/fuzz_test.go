@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 )
 
 // FuzzParseConfig: any bytes either load or are refused with a
@@ -31,7 +30,7 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			return
 		}
-		srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithResponseHeaders("", "", ""))
+		srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithResponseHeaders("", "", ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +57,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithResponseHeaders("", "", ""))
+	srv, err := rls.NewServer(newMemory(f), rls.WithConfig(cfg), rls.WithResponseHeaders("", "", ""))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -37,13 +37,13 @@ var fixedNow = time.Date(2026, 3, 4, 12, 30, 15, 500_000_000, time.UTC)
 func backends() []backend {
 	return []backend{
 		{name: "memory", store: func(t *testing.T) tollgate.Store {
-			return store.NewMemory(store.WithClock(func() time.Time { return fixedNow }))
+			return newMemory(t, store.WithClock(func() time.Time { return fixedNow }))
 		}},
 		{name: "redis", clocked: true, store: func(t *testing.T) tollgate.Store {
-			return store.NewRedis(redistest.Single(t).Client(t))
+			return newRedis(t, redistest.Single(t).Client(t))
 		}},
 		{name: "cluster", clocked: true, store: func(t *testing.T) tollgate.Store {
-			return store.NewRedis(redistest.SharedCluster(t).Client(t))
+			return newRedis(t, redistest.SharedCluster(t).Client(t))
 		}},
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 )
 
 // TestQuotaStoreUnanswering pauses Redis (CLIENT PAUSE) under a quota
@@ -35,7 +34,7 @@ func TestQuotaStoreUnanswering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := rls.NewServer(store.NewRedis(srv.Client(t)), rls.WithConfig(cfg), rls.WithStoreTimeout(100*time.Millisecond), rls.WithBreaker(0, 0), rls.WithFailMode(tc.mode))
+			s, err := rls.NewServer(newRedis(t, srv.Client(t)), rls.WithConfig(cfg), rls.WithStoreTimeout(100*time.Millisecond), rls.WithBreaker(0, 0), rls.WithFailMode(tc.mode))
 			if err != nil {
 				t.Fatal(err)
 			}

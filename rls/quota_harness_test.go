@@ -58,7 +58,7 @@ func quotaBackends(t *testing.T) []quotaBackend {
 	prefix := redistest.KeyPrefix(t)
 	return []quotaBackend{
 		{name: "memory", stores: func(t *testing.T, n int, clock *fakeclock.Clock) []tollgate.Store {
-			m := store.NewMemory(store.WithClock(clock.Now))
+			m := newMemory(t, store.WithClock(clock.Now))
 			out := make([]tollgate.Store, n)
 			for i := range out {
 				out[i] = m
@@ -69,7 +69,7 @@ func quotaBackends(t *testing.T) []quotaBackend {
 			srv := redistest.Single(t)
 			out := make([]tollgate.Store, n)
 			for i := range out {
-				out[i] = store.NewRedis(srv.Client(t), store.WithPrefix(prefix))
+				out[i] = newRedis(t, srv.Client(t), store.WithPrefix(prefix))
 			}
 			return out
 		}, keys: func(t *testing.T) int {
@@ -83,7 +83,7 @@ func quotaBackends(t *testing.T) []quotaBackend {
 			cl := redistest.SharedCluster(t)
 			out := make([]tollgate.Store, n)
 			for i := range out {
-				out[i] = store.NewRedis(cl.Client(t), store.WithPrefix(prefix))
+				out[i] = newRedis(t, cl.Client(t), store.WithPrefix(prefix))
 			}
 			return out
 		}, keys: func(t *testing.T) int {

@@ -19,7 +19,6 @@ import (
 	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 	"github.com/tollgate/tollgate/telemetry"
 )
 
@@ -229,7 +228,7 @@ func TestQuotaTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 )
 
 const limitsYAML = `
@@ -308,7 +307,7 @@ func TestFailPolicy(t *testing.T) {
 	}
 	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x"), d("nothing", "y")}}
 
-	st := &failingStore{Store: store.NewMemory()}
+	st := &failingStore{Store: newMemory(t)}
 	srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithBreaker(3, time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -322,7 +321,7 @@ func TestFailPolicy(t *testing.T) {
 		t.Fatalf("store asked %d times by 10 calls; want 3 (the breaker opens after 3 failures)", got)
 	}
 
-	st = &failingStore{Store: store.NewMemory()}
+	st = &failingStore{Store: newMemory(t)}
 	srv, err = rls.NewServer(st, rls.WithConfig(cfg), rls.WithFailMode(rls.FailOpen))
 	if err != nil {
 		t.Fatal(err)
@@ -364,7 +363,7 @@ func TestStoreDeadline(t *testing.T) {
 }
 
 func TestNewServerRejectsBadOptions(t *testing.T) {
-	st := store.NewMemory()
+	st := newMemory(t)
 	for name, opts := range map[string][]rls.Option{
 		"timeout":     {rls.WithStoreTimeout(0)},
 		"breaker":     {rls.WithBreaker(-1, time.Second)},
@@ -430,7 +429,7 @@ func TestReload(t *testing.T) {
 // TestRedisDown: a stopped Redis gives the fail mode's answer, quickly.
 func TestRedisDown(t *testing.T) {
 	srvRedis := redistest.Start(t)
-	st := store.NewRedis(srvRedis.Client(t))
+	st := newRedis(t, srvRedis.Client(t))
 	srvRedis.Stop(t)
 	cfg, err := rls.ParseConfig(rls.File{Name: "api.yaml", Data: []byte(limitsYAML)})
 	if err != nil {

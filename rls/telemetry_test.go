@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/store"
 	"github.com/tollgate/tollgate/telemetry"
 )
 
@@ -34,7 +33,7 @@ func TestTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(store.NewMemory(), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
 	if err != nil {
 		t.Fatal(err)
 	}

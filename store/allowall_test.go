@@ -10,12 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 func TestRedisAllowAllPeekReset(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
-		st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+		st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 		ctx := context.Background()
 		// Two identities, on different slots of a Cluster (their tags
 		// differ), and a window on the first identity: one slot, two keys.
@@ -94,19 +95,19 @@ func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
-// TestRedisPartKeysOneCall: two token-bucket limits of one identity, each
-// under a PartKey, are decided in one script call on a Cluster too (their
-// keys share the identity's slot), and 64 callers under 5/s and 20/hour
-// get exactly 20 admissions.
-func TestRedisPartKeysOneCall(t *testing.T) {
+// TestRedisPartsOneCall: two token-bucket limits of one identity, each
+// under a part key (partkey.Join), are decided in one script call on a
+// Cluster too (their keys share the identity's slot), and 64 callers under
+// 5/s and 20/hour get exactly 20 admissions.
+func TestRedisPartsOneCall(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		counter := &scriptCounter{}
 		c.AddHook(counter)
 		prefix := redistest.KeyPrefix(t)
-		st := NewRedis(c, WithPrefix(prefix), WithBatching(0, 0))
+		st := newRedis(t, c, WithPrefix(prefix), WithBatching(0, 0))
 		ctx := context.Background()
-		second := tollgate.Request{Key: PartKey("tenant-7", "second"), Limit: tollgate.PerSecond(5)}
-		hour := tollgate.Request{Key: PartKey("tenant-7", "hour"), Limit: tollgate.PerHour(20)}
+		second := tollgate.Request{Key: partkey.Join("tenant-7", "second"), Limit: tollgate.PerSecond(5)}
+		hour := tollgate.Request{Key: partkey.Join("tenant-7", "hour"), Limit: tollgate.PerHour(20)}
 		set := []tollgate.Request{second, hour}
 		k1, k2 := decisionKeys(prefix, 0, second.Key, "")[0], decisionKeys(prefix, 0, hour.Key, "")[0]
 		if k1 == k2 || slot(k1) != slot(k2) {

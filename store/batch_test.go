@@ -78,7 +78,7 @@ func batchedExactQuota(t *testing.T, clients []redis.UniversalClient) {
 	for _, c := range clients {
 		counters = append(counters, countPipelines(c))
 		// No deny cache: every call must reach Redis and be judged there.
-		stores = append(stores, NewRedis(c, WithPrefix(prefix), WithDenyCache(0)))
+		stores = append(stores, newRedis(t, c, WithPrefix(prefix), WithDenyCache(0)))
 	}
 	exactQuota(t, stores)
 	total := &pipelineCounter{}
@@ -101,7 +101,7 @@ func TestBatchedExactQuota(t *testing.T) {
 // checks that no error reached a caller although nodes answered NOSCRIPT.
 func flushDuringBatchedLoad(t *testing.T, client redis.UniversalClient, nodes []*redistest.Server) {
 	p := countPipelines(client)
-	st := NewRedis(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	st := newRedis(t, client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 	ctx := context.Background()
 	noscriptBefore := int64(0)
 	for _, n := range nodes {
@@ -160,7 +160,7 @@ func TestBatchedCallersLeaveOnTime(t *testing.T) {
 	srv := redistest.Start(t) // private: it is put to sleep
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Second, ContextTimeoutEnabled: false})
 	defer c.Close()
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 	ctx := context.Background()
 	limit := tollgate.PerSecond(1000)
 	if _, err := st.Allow(ctx, tollgate.Request{Key: "warm-up", Limit: limit}); err != nil {
@@ -247,7 +247,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // the journal's share of a decision).
 func TestAllowAllocations(t *testing.T) {
 	c := redistest.Single(t).Client(t)
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithJournal(0))
+	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithJournal(0))
 	ctx := context.Background()
 	req := tollgate.Request{Key: "allocs", Limit: tollgate.PerSecond(1_000_000), RequestID: "0123456789abcdef0123456789abcdef"}
 	allocs := testing.AllocsPerRun(200, func() {

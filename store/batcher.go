@@ -204,7 +204,7 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 // *redis.Client the single decisions among the calls travel as batch
 // script calls of up to maxShared decisions (see WithBatchScript and
 // shared), and its slot calls, and its admit calls, as one script call
-// each (fold); on a ClusterClient in the grouped layout likewise for each
+// each (fold); on a ClusterClient in the tagged layout likewise for each
 // slot; every other call is a script call of its own.
 //
 // The pipeline outlives any one caller's context: it runs until the latest
@@ -248,10 +248,10 @@ func (r *Redis) runBatch(batch []*call) {
 // usesBatchScript reports whether the store sends a batch's single
 // decisions as batch script calls, unless WithBatchScript turned it off: to
 // a *redis.Client, whose commands all go to one server, one call; to a
-// ClusterClient in the grouped layout (WithClusterGroups), one per slot.
+// ClusterClient in the tagged layout (WithClusterTags), one per slot.
 func (r *Redis) usesBatchScript() bool {
 	_, single := r.client.(*redis.Client)
-	return !r.noBatchScript && (single || r.cluster != nil && r.groupPrefixes != nil)
+	return !r.noBatchScript && (single || r.cluster != nil && r.tagPrefixes != nil)
 }
 
 // batchContext returns the context a pipeline runs under: no caller's

@@ -10,7 +10,7 @@ import (
 const maxShared = 128
 
 // profileArgs is how many ARGV a profile of the batch script takes: mode,
-// replay TTL, then a group's.
+// replay TTL, then an entry's (a decision's limit and cost, groupArgs).
 const profileArgs = 2 + groupArgs
 
 // shared is single decisions of one batch sent as one batch script call,
@@ -24,7 +24,7 @@ type shared struct {
 }
 
 // shareCalls splits batch into batch script calls of the single decisions
-// (one group each; at most maxShared per call, and only when there are at
+// (one entry each; at most maxShared per call, and only when there are at
 // least two) and the calls sent on their own. With bySlot (a Cluster) only
 // decisions on one slot share a call.
 func shareCalls(batch []*call, bySlot bool) ([]*shared, []*call) {
@@ -57,16 +57,26 @@ func shareCalls(batch []*call, bySlot bool) ([]*shared, []*call) {
 // share appends to out the batch script calls of singles, decisions of one
 // slot, and to own the one left alone.
 func share(singles []*call, out []*shared, own []*call) ([]*shared, []*call) {
-	for len(singles) > 0 {
-		n := min(len(singles), maxShared)
-		if n == 1 {
-			own = append(own, singles[0])
-			break
-		}
-		out = append(out, newShared(singles[:n]))
-		singles = singles[n:]
+	if alone := inChunks(singles, func(cs []*call) { out = append(out, newShared(cs)) }); alone != nil {
+		own = append(own, alone)
 	}
 	return out, own
+}
+
+// inChunks calls add with each piece of calls, in order, of at least two
+// and at most maxShared calls, one script call each (a batch script call,
+// or a fold), and returns the last call when it would be alone in its piece
+// (nil otherwise): a script call of one is sent as that call's own.
+func inChunks(calls []*call, add func([]*call)) (alone *call) {
+	for len(calls) > 1 {
+		n := min(len(calls), maxShared)
+		add(calls[:n])
+		calls = calls[n:]
+	}
+	if len(calls) == 1 {
+		return calls[0]
+	}
+	return nil
 }
 
 // newShared lays out calls, single decisions, as one batch script call:
@@ -91,7 +101,7 @@ func newShared(calls []*call) *shared {
 		nkeys += len(c.keys)
 		nargv += len(c.argv)
 		place := 0
-		if len(c.argv) == c.mode.header()+groupArgs { // one whole decision
+		if len(c.argv) == c.mode.header()+groupArgs { // one whole decision: one entry
 			for p, first := range firsts {
 				if slices.Equal(first.argv, c.argv) { // the whole profile: mode, TTL with markers, limit, cost
 					place = p + 1

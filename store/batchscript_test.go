@@ -55,7 +55,7 @@ func batchScriptShares(t *testing.T, c redis.UniversalClient, nodes []*redistest
 	for _, on := range []bool{true, false} {
 		for _, withID := range []bool{false, true} {
 			t.Run(fmt.Sprintf("batch-script=%v/request-id=%v", on, withID), func(t *testing.T) {
-				st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
+				st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
 				if st.usesBatchScript() != (on && shares) {
 					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.usesBatchScript())
 				}
@@ -130,7 +130,7 @@ func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
 func TestBatchScriptFailsAsAWhole(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
+	st := newRedis(t, c, WithPrefix(prefix), WithDenyCache(0))
 	if !st.usesBatchScript() {
 		t.Fatal("a store on a single node does not use the batch script")
 	}
@@ -160,7 +160,7 @@ func TestBatchScriptDecisionErrorIsItsOwn(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
 	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
+	st := newRedis(t, c, WithPrefix(prefix), WithDenyCache(0))
 	marker := decisionKeys(prefix, tollgate.TokenBucket, "poisoned", "x")[1]
 	if err := c.Set(ctx, marker, "1.5", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 	}
 	h := &commandCounter{}
 	c.AddHook(h)
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 	var batch []*call
 	for i := range 300 {
 		batch = append(batch, batchCalls(t, st, "", "d-"+strconv.Itoa(i%150))...)
@@ -268,8 +268,8 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
-	alone := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	alone := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 	limits := []tollgate.Limit{
 		tollgate.PerSecond(10),
 		{Algorithm: tollgate.GCRA, Rate: 3, Period: time.Hour, Burst: 2},

@@ -123,7 +123,7 @@ func usedMemory(t *testing.T, srv *redistest.Server) int64 {
 // ever lacks a TTL and that, once the TTLs pass, Redis holds nothing.
 func churnRedis(t *testing.T, identities int, minDuration time.Duration, callers int) {
 	srv := redistest.Start(t) // private: its whole keyspace is this run's
-	st := NewRedis(srv.Client(t), WithReplayTTL(churnTTL))
+	st := newRedis(t, srv.Client(t), WithReplayTTL(churnTTL))
 	baseline := usedMemory(t, srv)
 	var peakKeys, peakMemory, noTTL atomic.Int64
 	sample := func() {
@@ -178,7 +178,7 @@ func heapInUse() uint64 {
 // one with short-lived state, which later decisions reclaim.
 func churnMemory(t *testing.T, identities int, minDuration time.Duration, bound int) {
 	before := heapInUse()
-	m := NewMemory(WithMaxKeys(bound))
+	m := newMemory(t, WithMaxKeys(bound))
 	var peak atomic.Int64
 	sample := func() { peak.Store(max(peak.Load(), int64(m.Len()))) }
 	stop := sampleEvery(20*time.Millisecond, sample)
@@ -198,7 +198,7 @@ func churnMemory(t *testing.T, identities int, minDuration time.Duration, bound 
 
 	// Short-lived state: once its TTL passed, ordinary decisions on a few
 	// live identities reclaim it, with no goroutine of the store's own.
-	short := NewMemory(WithReplayTTL(churnTTL))
+	short := newMemory(t, WithReplayTTL(churnTTL))
 	n := min(identities, 20_000)
 	churnLoad(t, short, "short:", n, 0, churnTTL, runtime.GOMAXPROCS(0), 0)
 	afterRun := short.Len()

@@ -31,7 +31,7 @@ func TestDeadlineWithoutContextTimeouts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer client.Close()
-			st := NewRedis(client, tc.opts...)
+			st := newRedis(t, client, tc.opts...)
 			req := tollgate.Request{Key: redistest.KeyPrefix(t) + "hung", Limit: tollgate.PerSecond(10)}
 			if _, err := st.Allow(context.Background(), req); err != nil {
 				t.Fatal(err) // loads the script while Redis answers
@@ -104,7 +104,7 @@ func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client, servers := tc.setup(t)
 			defer client.Close()
-			everyCallBounded(t, NewRedis(client), servers)
+			everyCallBounded(t, newRedis(t, client), servers)
 		})
 	}
 }

@@ -25,11 +25,11 @@ type fakeDeny struct {
 	asked int // decisions that reached the store
 }
 
-func newFakeDeny(size int) *fakeDeny {
+func newFakeDeny(t testing.TB, size int) *fakeDeny {
 	f := &fakeDeny{now: time.Unix(1_700_000_000, 0), dc: newDenyCache(size)}
 	f.epoch = f.now
 	f.dc.clock = func() int64 { return int64(f.now.Sub(f.epoch)) }
-	f.mem = NewMemory(WithClock(func() time.Time { return f.now }))
+	f.mem = newMemory(t, WithClock(func() time.Time { return f.now }))
 	return f
 }
 
@@ -70,8 +70,8 @@ func TestDenyCacheNeverChangesAnAdmission(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg), 42))
-			cached := newFakeDeny(64)
-			plain := NewMemory(WithClock(func() time.Time { return cached.now }))
+			cached := newFakeDeny(t, 64)
+			plain := newMemory(t, WithClock(func() time.Time { return cached.now }))
 			limits := []tollgate.Limit{
 				{Algorithm: alg, Rate: 5, Period: 50 * time.Millisecond, Burst: 8},
 				{Algorithm: alg, Rate: 3, Period: 7 * time.Millisecond, Burst: 3},
@@ -136,7 +136,7 @@ func TestDenyCacheNeverChangesAnAdmission(t *testing.T) {
 // request was sent, and the same cost is then asked of the store, which
 // admits it at d exactly.
 func TestDenyCacheExpiresBeforeTheStoreAdmits(t *testing.T) {
-	f := newFakeDeny(8)
+	f := newFakeDeny(t, 8)
 	req := tollgate.Request{Key: "k", Limit: tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Second, Burst: 1}}
 	if d, _ := f.allow(t, req); !d.Allowed {
 		t.Fatalf("first call %+v, want admitted", d)
@@ -319,7 +319,7 @@ func TestDenyCacheExactQuotaOnRedis(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	var stores []*Redis
 	for range clients {
-		stores = append(stores, NewRedis(srv.Client(t), WithPrefix(prefix)))
+		stores = append(stores, newRedis(t, srv.Client(t), WithPrefix(prefix)))
 	}
 	ctx := context.Background()
 	const calls = 64 * 50
@@ -371,7 +371,7 @@ func TestDenyCacheExactQuotaOnRedis(t *testing.T) {
 // that was admitted is replayed by Redis even while the cache holds a
 // denial for its identity.
 func TestDenyCacheLeavesReplaysToRedis(t *testing.T) {
-	st := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	ctx := context.Background()
 	l := quotaLimit(tollgate.GCRA, 1)
 	if d, err := st.Allow(ctx, tollgate.Request{Key: "k", Limit: l, RequestID: "call-1"}); err != nil || !d.Allowed {
@@ -391,7 +391,7 @@ func TestDenyCacheLeavesReplaysToRedis(t *testing.T) {
 // TestDenyCacheWaiterLeavesOnTime checks that a caller waiting for another
 // caller's probe returns its own context's error when that ends.
 func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
-	st := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	l := tollgate.PerSecond(1)
 	req, _ := tollgate.Request{Key: "k", Limit: l}.Normalized()
 	k := st.deny.key(req.Key, l.Algorithm)

@@ -3,19 +3,25 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"log"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/store"
 )
 
 // Two limits of one tenant and a global one, all or nothing: the third set
-// is denied by the global limit and debits none of the three.
+// is denied by the global limit and debits none of the three. The tenant's
+// limits are parts of its identity (its Key, the byte 0x1F and the part's
+// name), which the Redis store keeps on one hash tag.
 func ExampleMemory_AllowAll() {
-	st := store.NewMemory()
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 	set := []tollgate.Request{
-		{Key: store.PartKey("tenant-7", "second"), Limit: tollgate.PerSecond(5)},
-		{Key: store.PartKey("tenant-7", "hour"), Limit: tollgate.PerHour(20)},
+		{Key: "tenant-7\x1fsecond", Limit: tollgate.PerSecond(5)},
+		{Key: "tenant-7\x1fhour", Limit: tollgate.PerHour(20)},
 		{Key: "global", Limit: tollgate.PerHour(2)},
 	}
 	for range 3 {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -14,7 +15,10 @@ import (
 // after that wait it is admitted. The clock is fixed so the output is too.
 func ExampleNewMemory() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	st := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	st, err := store.NewMemory(store.WithClock(func() time.Time { return now }))
+	if err != nil {
+		log.Fatal(err)
+	}
 	req := tollgate.Request{Key: "tenant-a", Limit: tollgate.PerMinute(2)}
 
 	for range 3 {
@@ -37,7 +41,10 @@ func ExampleNewMemory() {
 // A retry that carries the request id of a call already admitted is
 // answered as a replay, without a second debit.
 func ExampleMemory_Allow_requestID() {
-	st := store.NewMemory()
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
 	req := tollgate.Request{Key: "tenant-a", Limit: tollgate.PerHour(10), RequestID: "0f3a9c"}
 
 	first, _ := st.Allow(context.Background(), req)

@@ -44,9 +44,13 @@ const replayChunk = 64
 // whose request-id marker it holds; the others are, the safe side for
 // those that did arrive. docs/reliability.md has what a failover can still
 // over-admit. An admission older than window is forgotten even when no
-// replica acknowledged it: window should exceed the replicas' lag.
+// replica acknowledged it: window should exceed the replicas' lag. A
+// negative window is an error.
 func WithJournal(window time.Duration) RedisOption {
-	return redisOption(func(r *Redis) { r.journalWindow = max(window, 0) })
+	if window < 0 {
+		return badOption{invalidOption("WithJournal", window, "0 (off) or more")}
+	}
+	return redisOption(func(r *Redis) { r.journalWindow = window })
 }
 
 // RedisStats counts what a Redis store did about failovers.

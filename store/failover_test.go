@@ -197,7 +197,7 @@ func TestFailoverDemotedPrimaryLeftAtOnce(t *testing.T) {
 		},
 	})
 	t.Cleanup(func() { _ = c.Close() })
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 	closeStore(t, st)
 
 	l := startLedger(st, ledgerIdentities, ledgerCallers)
@@ -261,7 +261,7 @@ func sentinelSet(t *testing.T) (primary, replica, sentinel *redistest.Server, st
 		ContextTimeoutEnabled: true,
 	})
 	t.Cleanup(func() { _ = c.Close() })
-	st = NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+	st = newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 	closeStore(t, st)
 	return primary, replica, sentinel, st
 }
@@ -441,7 +441,7 @@ func TestFailoverClusterLagging(t *testing.T) {
 func TestFailoverReplicaAnswersReadOnly(t *testing.T) {
 	primary := redistest.Start(t)
 	replica := redistest.Replica(t, primary)
-	st := NewRedis(replica.Client(t), WithPrefix(redistest.KeyPrefix(t)), WithJournal(0))
+	st := newRedis(t, replica.Client(t), WithPrefix(redistest.KeyPrefix(t)), WithJournal(0))
 	var mu sync.Mutex
 	kinds := map[string]int{}
 	var wg sync.WaitGroup

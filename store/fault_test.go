@@ -241,7 +241,7 @@ func clusterStore(t *testing.T, cl *redistest.Cluster, opts ...RedisOption) (*re
 	cc := redis.NewClusterClient(o)
 	t.Cleanup(func() { _ = cc.Close() })
 	prefix := redistest.KeyPrefix(t)
-	return cc, NewRedis(cc, append([]RedisOption{WithPrefix(prefix)}, opts...)...), prefix
+	return cc, newRedis(t, cc, append([]RedisOption{WithPrefix(prefix)}, opts...)...), prefix
 }
 
 // identitiesOnPrimaries returns 24 identities and, for each, the address of
@@ -323,7 +323,7 @@ func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 // go test -v -run ClusterFailoverUnderLoad ./store prints the figures.
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Run("default", func(t *testing.T) { clusterFailover(t) })
-	t.Run("grouped", func(t *testing.T) { clusterFailover(t, WithClusterGroups(6)) })
+	t.Run("tagged", func(t *testing.T) { clusterFailover(t, WithClusterTags(6)) })
 }
 
 func clusterFailover(t *testing.T, opts ...RedisOption) {
@@ -476,7 +476,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		ContextTimeoutEnabled: true,
 	})
 	defer c.Close()
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 
 	ids := make([]string, 24)
 	all := make([]int, len(ids))
@@ -527,9 +527,8 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 // to the second with redis-cli --cluster reshard while 8 callers decide on
 // 24 identities, 8 of them on the slots that move (with 2000 idle
 // identities' states moving beside them), in the default layout
-// and in the grouped one (WithClusterGroups(3): group 0's tag is on slot
-// 900, so a whole group moves while its identities share batch script
-// calls). No identity is over-admitted; a decision that fails during the
+// and in the tagged one (WithClusterTags(3): shared tag 0 is on slot 900,
+// so all its identities move while they share batch script calls). No identity is over-admitted; a decision that fails during the
 // move (its outcome unknown to its caller) debits at most its cost; and
 // every moved identity is served from its new primary afterwards.
 //
@@ -538,14 +537,14 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	for _, layout := range []struct {
 		name string
 		opts []RedisOption
-	}{{"default", nil}, {"grouped", []RedisOption{WithClusterGroups(3)}}} {
+	}{{"default", nil}, {"tagged", []RedisOption{WithClusterTags(3)}}} {
 		t.Run(layout.name, func(t *testing.T) {
 			cl := redistest.NewCluster(t, 0)
 			o := cl.Options()
 			o.ContextTimeoutEnabled = true
 			cc := redis.NewClusterClient(o)
 			t.Cleanup(func() { _ = cc.Close() })
-			st := NewRedis(cc, append([]RedisOption{WithPrefix(redistest.KeyPrefix(t))}, layout.opts...)...)
+			st := newRedis(t, cc, append([]RedisOption{WithPrefix(redistest.KeyPrefix(t))}, layout.opts...)...)
 			const moved = 901 // slots 0..900 move
 			var ids []string
 			var moving []int

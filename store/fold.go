@@ -40,15 +40,8 @@ func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
 	}
 	var out []*fold
 	for _, k := range order {
-		cs := bySlotCalls[k]
-		for len(cs) > 0 {
-			n := min(len(cs), maxShared)
-			if n == 1 {
-				rest = append(rest, cs[0])
-				break
-			}
-			out = append(out, newFold(cs[:n]))
-			cs = cs[n:]
+		if alone := inChunks(bySlotCalls[k], func(cs []*call) { out = append(out, newFold(cs)) }); alone != nil {
+			rest = append(rest, alone)
 		}
 	}
 	return out, rest

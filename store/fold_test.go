@@ -19,7 +19,7 @@ func foldedStores(t *testing.T, srv *redistest.Server, n int) ([]*Redis, func() 
 	prefix := redistest.KeyPrefix(t)
 	var stores []*Redis
 	for range n {
-		stores = append(stores, NewRedis(srv.Client(t), WithPrefix(prefix), WithDenyCache(0)))
+		stores = append(stores, newRedis(t, srv.Client(t), WithPrefix(prefix), WithDenyCache(0)))
 	}
 	scripts := func() int64 {
 		a, _, _ := commandStats(t, srv, "evalsha")
@@ -142,9 +142,9 @@ func (f *foldCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// On a Cluster in the grouped layout, slot calls fold by Cluster slot: the
+// On a Cluster in the tagged layout, slot calls fold by Cluster slot: the
 // calls on one identity's slot share a script call, and stay exact.
-func TestFoldedSlotCallsOnAGroupedCluster(t *testing.T) {
+func TestFoldedSlotCallsOnATaggedCluster(t *testing.T) {
 	ctx := context.Background()
 	var stores []*Redis
 	f := &foldCounter{}
@@ -152,7 +152,7 @@ func TestFoldedSlotCallsOnAGroupedCluster(t *testing.T) {
 	for range 3 {
 		c := redistest.SharedCluster(t).Client(t)
 		c.AddHook(f)
-		stores = append(stores, NewRedis(c, WithPrefix(prefix), WithDenyCache(0), WithClusterGroups(6)))
+		stores = append(stores, newRedis(t, c, WithPrefix(prefix), WithDenyCache(0), WithClusterTags(6)))
 	}
 	var ids atomic.Int64
 	admitted := redistest.Hammer(t, len(stores), 96, 1, func(i int) (bool, error) {

@@ -84,7 +84,7 @@ func TestJournalGoroutineEnds(t *testing.T) {
 	ctx := context.Background()
 	req := tollgate.Request{Key: "idle", Limit: tollgate.PerSecond(1000)}
 
-	st := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	for range 10 {
 		if _, err := st.Allow(ctx, req); err != nil {
 			t.Fatal(err)
@@ -98,7 +98,7 @@ func TestJournalGoroutineEnds(t *testing.T) {
 	primary := redistest.Start(t)
 	replica := redistest.Replica(t, primary)
 	awaitAcknowledged(t, primary, "synced")
-	st = NewRedis(primary.Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	st = newRedis(t, primary.Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	replica.Freeze(t)
 	defer replica.Thaw(t)
 	for range 10 {

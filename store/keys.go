@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 )
 
 // Redis key names; every key is listed in docs/internals.md#redis-keys. The
@@ -61,7 +62,7 @@ var safeTagByte = func() (t [256]bool) {
 	return t
 }()
 
-// safePartByte marks the bytes a part (see PartKey) may show as
+// safePartByte marks the bytes a part (see partkey.Join) may show as
 // themselves: those of a tag but ":", so that a part never reads as the
 // ":r:" of a request-id marker.
 var safePartByte = func() [256]bool {
@@ -196,7 +197,7 @@ func recordKey(stateKey, requestID string) string {
 
 // fillKeys is fillDecisionKeys for the key named code.
 func fillKeys(dst *[2]string, prefix, code, identity, requestID string) int {
-	head, part, hasPart := strings.Cut(identity, partSeparator)
+	head, part, hasPart := strings.Cut(identity, partkey.Separator)
 	escapedLen := escapedTagLen(head)
 	tagLen := escapedLen
 	if tagLen < 0 {
@@ -237,19 +238,6 @@ func fillKeys(dst *[2]string, prefix, code, identity, requestID string) int {
 	*dst = [2]string{all[:baseLen], all[baseLen:]}
 	return 2
 }
-
-// partSeparator splits a Key into the identity that names its hash tag and
-// a part with state of its own (see PartKey).
-const partSeparator = "\x1f"
-
-// PartKey returns the Request.Key of the part named part of identity: its
-// own state (a bucket, a window) that the Redis store keeps on identity's
-// hash tag. So several limits of one identity, each under its own PartKey,
-// are decided by AllowAll in one script call on a Redis Cluster too, as the
-// keys of one slot. A PartKey is identity, the byte 0x1F and part: the Redis
-// store derives a Key's hash tag from the bytes before its first 0x1F and
-// names its state after all of it, so any Key keeps state of its own.
-func PartKey(identity, part string) string { return identity + partSeparator + part }
 
 // escapedPartLen returns the length of part's escaped form (safePartByte),
 // or -1 when it must be hashed (escaped longer than maxVerbatimTag).
@@ -299,22 +287,22 @@ func hashTag(key string) string {
 // slot is the Cluster slot of key.
 func slot(key string) int { return int(crc16(hashTag(key)) % 16384) }
 
-// The grouped layout (WithClusterGroups): an identity's keys are its keys
-// of the default layout behind a group's hash tag,
+// The tagged layout (WithClusterTags): an identity's keys are its keys of
+// the default layout behind one of n shared hash tags,
 //
 //	<prefix>{!<i>}{<tag>}/<part>:<code>
 //
-// Redis Cluster hashes the first braces only, so every key of group k is on
-// one slot; the rest of the name is the default layout's, so the state of
-// one identity is still a key of its own. Group k's tag is "!<i>" with the
-// least i that puts it on a slot in the k-th of n equal ranges of the slot
-// space. No default-layout tag starts with "!" (it is neither a safe
-// tag byte nor the hashed-tag marker), and the overrides' own tags start
-// "!ov": the layouts never share a key.
+// Redis Cluster hashes the first braces only, so every key behind shared
+// tag k is on one slot; the rest of the name is the default layout's, so
+// the state of one identity is still a key of its own. Shared tag k is
+// "!<i>" with the least i that puts it on a slot in the k-th of n equal
+// ranges of the slot space. No default-layout tag starts with "!" (it is
+// neither a safe tag byte nor the hashed-tag marker), and the overrides'
+// own tags start "!ov": the layouts never share a key.
 
-// groupPrefixes returns each of n groups' prefix, prefix and its tag in
-// braces; nil when n is 0.
-func groupPrefixes(prefix string, n int) []string {
+// tagPrefixes returns the prefix of each of n shared tags: prefix and the
+// tag in braces; nil when n is 0.
+func tagPrefixes(prefix string, n int) []string {
 	if n == 0 {
 		return nil
 	}
@@ -328,14 +316,14 @@ func groupPrefixes(prefix string, n int) []string {
 	return out
 }
 
-// groupOf is the group, of n, of identity's keys: FNV-1a of the bytes before
-// its first part separator (see PartKey), so the parts of one identity share
-// its group, modulo n.
-func groupOf(identity string, n int) int {
+// tagOf is the shared tag, of n, of identity's keys: FNV-1a of the bytes
+// before its first part separator (see partkey.Join), so the parts of one
+// identity share its tag, modulo n.
+func tagOf(identity string, n int) int {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(identity); i++ {
 		c := identity[i]
-		if c == partSeparator[0] {
+		if c == partkey.Separator[0] {
 			break
 		}
 		h = (h ^ uint64(c)) * 1099511628211
@@ -344,10 +332,10 @@ func groupOf(identity string, n int) int {
 }
 
 // keyPrefix is what identity's keys start with: the store's prefix, or in
-// the grouped layout its group's prefix.
+// the tagged layout its shared tag's prefix.
 func (r *Redis) keyPrefix(identity string) string {
-	if r.groupPrefixes == nil {
+	if r.tagPrefixes == nil {
 		return r.prefix
 	}
-	return r.groupPrefixes[groupOf(identity, len(r.groupPrefixes))]
+	return r.tagPrefixes[tagOf(identity, len(r.tagPrefixes))]
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -136,7 +137,7 @@ func FuzzKeys(f *testing.F) {
 		if strings.ContainsAny(tag, "{}") || tag == "" {
 			t.Fatalf("tag %q is empty or holds a brace", tag)
 		}
-		head, part, hasPart := strings.Cut(identity, partSeparator)
+		head, part, hasPart := strings.Cut(identity, partkey.Separator)
 		if !hasPart && "tollgate:{"+tag+"}:"+algorithmCode[alg] != keys[0] {
 			t.Fatalf("state key %q is not prefix, tag and algorithm", keys[0])
 		}
@@ -164,7 +165,7 @@ func FuzzKeys(f *testing.F) {
 		}
 
 		otherKeys := decisionKeys("tollgate:", alg, other, requestID)
-		otherHead, _, _ := strings.Cut(other, partSeparator)
+		otherHead, _, _ := strings.Cut(other, partkey.Separator)
 		if (otherHead == head) != (hashTag(otherKeys[0]) == tag) {
 			t.Fatalf("identities %q and %q have tags %q and %q", head, otherHead, tag, hashTag(otherKeys[0]))
 		}
@@ -198,59 +199,59 @@ func BenchmarkDecisionKeys(b *testing.B) {
 	}
 }
 
-// The grouped layout: n tags, one in each n-th of the slot space, chosen
+// The tagged layout: n tags, one in each n-th of the slot space, chosen
 // the same way by every process; an identity's keys, its parts' included,
-// all behind its group's tag and then named as in the default layout; and
-// no grouped key is a default-layout key.
-func TestGroupedLayout(t *testing.T) {
+// all behind its shared tag and then named as in the default layout; and
+// no tagged key is a default-layout key.
+func TestTaggedLayout(t *testing.T) {
 	for _, n := range []int{1, 3, 6, 48, 16384} {
-		ps := groupPrefixes("p:", n)
+		ps := tagPrefixes("p:", n)
 		if len(ps) != n {
-			t.Fatalf("%d groups: %d prefixes", n, len(ps))
+			t.Fatalf("%d tags: %d prefixes", n, len(ps))
 		}
 		seen := map[int]bool{}
 		for k, p := range ps {
 			s := slot(p + "x")
 			if s < k*16384/n || s >= (k+1)*16384/n || seen[s] {
-				t.Fatalf("%d groups: group %d (%s) on slot %d, outside its range or shared", n, k, p, s)
+				t.Fatalf("%d tags: tag %d (%s) on slot %d, outside its range or shared", n, k, p, s)
 			}
 			seen[s] = true
 		}
-		if again := groupPrefixes("p:", n); !slices.Equal(again, ps) {
-			t.Fatalf("%d groups: the tags differ between two computations", n)
+		if again := tagPrefixes("p:", n); !slices.Equal(again, ps) {
+			t.Fatalf("%d tags: the tags differ between two computations", n)
 		}
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used: the keys are named without Redis
 	defer c.Close()
-	grouped := NewRedis(c, WithPrefix("p:"), WithClusterGroups(6))
-	plain := NewRedis(c, WithPrefix("p:"))
-	for _, id := range []string{"tenant-a", "", "{x}", "!1", strings.Repeat("long", 40), PartKey("tenant-a", "hour")} {
-		gk := decisionKeys(grouped.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
+	tagged := newRedis(t, c, WithPrefix("p:"), WithClusterTags(6))
+	plain := newRedis(t, c, WithPrefix("p:"))
+	for _, id := range []string{"tenant-a", "", "{x}", "!1", strings.Repeat("long", 40), partkey.Join("tenant-a", "hour")} {
+		gk := decisionKeys(tagged.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
 		pk := decisionKeys(plain.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
-		prefix := grouped.groupPrefixes[groupOf(id, 6)]
+		prefix := tagged.tagPrefixes[tagOf(id, 6)]
 		for i := range gk {
 			if gk[i] != prefix+strings.TrimPrefix(pk[i], "p:") {
-				t.Errorf("%q: grouped key %q, want %q and the default key's name", id, gk[i], prefix)
+				t.Errorf("%q: tagged key %q, want %q and the default key's name", id, gk[i], prefix)
 			}
 			if slot(gk[i]) != slot(prefix) {
-				t.Errorf("%q: grouped key %q off its group's slot", id, gk[i])
+				t.Errorf("%q: tagged key %q off its shared tag's slot", id, gk[i])
 			}
 			if hashTag(pk[i])[0] == '!' {
-				t.Errorf("%q: a default-layout key %q has a group's tag", id, pk[i])
+				t.Errorf("%q: a default-layout key %q has a shared tag", id, pk[i])
 			}
 		}
 	}
-	if groupOf(PartKey("tenant-a", "hour"), 6) != groupOf("tenant-a", 6) {
-		t.Error("an identity's part is in another group")
+	if tagOf(partkey.Join("tenant-a", "hour"), 6) != tagOf("tenant-a", 6) {
+		t.Error("an identity's part is behind another tag")
 	}
-	// Identities spread over the groups.
+	// Identities spread over the tags.
 	count := make([]int, 6)
 	for i := range 6000 {
-		count[groupOf("user-"+strconv.Itoa(i), 6)]++
+		count[tagOf("user-"+strconv.Itoa(i), 6)]++
 	}
 	for k, c := range count {
 		if c < 800 || c > 1200 {
-			t.Errorf("group %d holds %d of 6000 identities", k, c)
+			t.Errorf("tag %d holds %d of 6000 identities", k, c)
 		}
 	}
 }

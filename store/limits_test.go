@@ -32,7 +32,7 @@ func bigQuotaExact(t *testing.T, c redis.UniversalClient) {
 	prefix := redistest.KeyPrefix(t)
 	var stores []*Redis
 	for _, cc := range clientsLike(t, c, clients) {
-		stores = append(stores, NewRedis(cc, WithPrefix(prefix)))
+		stores = append(stores, newRedis(t, cc, WithPrefix(prefix)))
 	}
 	ctx := context.Background()
 	for _, alg := range algorithms {
@@ -107,7 +107,7 @@ func TestLargeLimitsExact(t *testing.T) {
 					t.Fatal(err)
 				}
 				now := start
-				m := NewMemory(WithClock(func() time.Time { return now }))
+				m := newMemory(t, WithClock(func() time.Time { return now }))
 				ctx := context.Background()
 				capacity := l.Capacity()
 				p, r := big.NewInt(l.Period.Microseconds()), big.NewInt(l.Rate)
@@ -174,7 +174,7 @@ func TestCalendarWalkMemory(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%s", tc.limit, tc.boundary.Format(time.DateOnly)), func(t *testing.T) {
 			before := tc.boundary.Add(-time.Hour)
 			now := before
-			m := NewMemory(WithClock(func() time.Time { return now }))
+			m := newMemory(t, WithClock(func() time.Time { return now }))
 			ctx := context.Background()
 			req := tollgate.Request{Key: "k", Limit: tc.limit, Cost: 2}
 			if d, err := m.Allow(ctx, req); err != nil || !d.Allowed || d.ResetAfter != time.Hour {
@@ -206,7 +206,7 @@ func TestCalendarWalkMemory(t *testing.T) {
 // just after the decision.
 func TestCalendarResetMatchesRedisTime(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
-		st := NewRedis(c, WithPrefix(redistest.KeyPrefix(t)))
+		st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 		ctx := context.Background()
 		for _, l := range []tollgate.Limit{tollgate.Daily(1), tollgate.Weekly(1), tollgate.Monthly(1), tollgate.Yearly(1)} {
 			key := "cal-" + l.Calendar.String()

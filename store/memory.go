@@ -46,8 +46,9 @@ const (
 	maxRawIdentity = sha256.Size * 2
 )
 
-// NewMemory returns an empty in-process store.
-func NewMemory(opts ...MemoryOption) *Memory {
+// NewMemory returns an empty in-process store. An option given a value
+// outside its range is an error (ErrInvalidOption).
+func NewMemory(opts ...MemoryOption) (*Memory, error) {
 	m := &Memory{
 		clock:   time.Now,
 		maxKeys: DefaultMaxKeys,
@@ -55,7 +56,9 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		seed:    maphash.MakeSeed(),
 	}
 	for _, o := range opts {
-		o.applyMemory(m)
+		if err := o.applyMemory(m); err != nil {
+			return nil, err
+		}
 	}
 	// Small stores get one shard, so that the bound evicts the entry
 	// closest to expiry store-wide; large ones spread over 64.
@@ -69,7 +72,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 			sh.limit++
 		}
 	}
-	return m
+	return m, nil
 }
 
 // Allow makes one decision. It returns an error wrapping

@@ -21,7 +21,7 @@ func newFakeClock() *fakeclock.Clock { return fakeclock.New(time.Unix(1_760_000_
 func TestMemoryConformance(t *testing.T) {
 	clock := newFakeClock()
 	storetest.Run(t, storetest.Harness{
-		Store:      store.NewMemory(store.WithClock(clock.Now)),
+		Store:      newMemory(t, store.WithClock(clock.Now)),
 		Advance:    clock.Advance,
 		MaxReplays: store.DefaultMaxReplays,
 	})
@@ -30,7 +30,7 @@ func TestMemoryConformance(t *testing.T) {
 func TestMemoryConformanceOtherReplays(t *testing.T) {
 	clock := newFakeClock()
 	storetest.Run(t, storetest.Harness{
-		Store:      store.NewMemory(store.WithClock(clock.Now), store.WithMaxReplays(1)),
+		Store:      newMemory(t, store.WithClock(clock.Now), store.WithMaxReplays(1)),
 		Advance:    clock.Advance,
 		MaxReplays: 1,
 	})
@@ -52,7 +52,7 @@ var distinctKeys = 1_000_000
 
 func TestMemoryMaxKeysBound(t *testing.T) {
 	const bound = 1000
-	m := store.NewMemory(store.WithMaxKeys(bound))
+	m := newMemory(t, store.WithMaxKeys(bound))
 	limit := tollgate.PerHour(10)
 	for i := range distinctKeys {
 		allow(t, m, tollgate.Request{Key: fmt.Sprint("k", i), Limit: limit, RequestID: "id"})
@@ -69,7 +69,7 @@ func TestMemoryMaxKeysBound(t *testing.T) {
 
 func TestMemoryMaxKeysEvictsClosestToExpiry(t *testing.T) {
 	clock := newFakeClock()
-	m := store.NewMemory(store.WithClock(clock.Now), store.WithMaxKeys(2))
+	m := newMemory(t, store.WithClock(clock.Now), store.WithMaxKeys(2))
 	long := tollgate.Limit{Rate: 1, Period: time.Hour}
 	short := tollgate.Limit{Rate: 1, Period: time.Minute}
 	allow(t, m, tollgate.Request{Key: "long", Limit: long})
@@ -88,7 +88,7 @@ func TestMemoryMaxKeysEvictsClosestToExpiry(t *testing.T) {
 
 func TestMemoryIdleExpiry(t *testing.T) {
 	clock := newFakeClock()
-	m := store.NewMemory(store.WithClock(clock.Now))
+	m := newMemory(t, store.WithClock(clock.Now))
 	// 10 per second: one admission refills in 100ms, and its state lives
 	// as long as its Redis key would: 100ms, plus the scripts' 1ms margin.
 	limit := tollgate.PerSecond(10)
@@ -117,7 +117,7 @@ func TestMemoryIdleExpiry(t *testing.T) {
 
 func TestMemoryReplayTTL(t *testing.T) {
 	clock := newFakeClock()
-	m := store.NewMemory(store.WithClock(clock.Now), store.WithReplayTTL(time.Second))
+	m := newMemory(t, store.WithClock(clock.Now), store.WithReplayTTL(time.Second))
 	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "r1"}
 	if d := allow(t, m, req); !d.Allowed || d.Replayed || d.Remaining != 9 {
 		t.Fatalf("first: %+v", d)
@@ -133,7 +133,7 @@ func TestMemoryReplayTTL(t *testing.T) {
 }
 
 func TestMemoryReplaysOff(t *testing.T) {
-	m := store.NewMemory(store.WithMaxReplays(0))
+	m := newMemory(t, store.WithMaxReplays(0))
 	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "r1"}
 	for i := range 3 {
 		if d := allow(t, m, req); d.Replayed || d.Remaining != int64(8-i)+1 {
@@ -145,7 +145,7 @@ func TestMemoryReplaysOff(t *testing.T) {
 func TestMemoryCanceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := store.NewMemory().Allow(ctx, tollgate.Request{Key: "k", Limit: tollgate.PerSecond(1)})
+	_, err := newMemory(t).Allow(ctx, tollgate.Request{Key: "k", Limit: tollgate.PerSecond(1)})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v; want context.Canceled", err)
 	}
@@ -154,7 +154,7 @@ func TestMemoryCanceledContext(t *testing.T) {
 // Many goroutines on many keys at once: each key admits exactly its quota,
 // whichever shard it lands in.
 func TestMemoryConcurrentKeys(t *testing.T) {
-	m := store.NewMemory()
+	m := newMemory(t)
 	const keys, perKey, quota = 64, 40, 25
 	admitted := make([]int, keys)
 	var mu sync.Mutex
@@ -185,7 +185,7 @@ func TestMemoryConcurrentKeys(t *testing.T) {
 func BenchmarkMemoryAllow(b *testing.B) {
 	for _, keys := range []int{1, 10_000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
-			m := store.NewMemory()
+			m := newMemory(b)
 			names := make([]string, keys)
 			for i := range names {
 				names[i] = fmt.Sprint("bench", i)
@@ -211,7 +211,7 @@ func BenchmarkMemoryAllow(b *testing.B) {
 
 func TestMemoryMarkerFollowsReplayTTL(t *testing.T) {
 	clock := newFakeClock()
-	m := store.NewMemory(store.WithClock(clock.Now), store.WithReplayTTL(10*time.Second))
+	m := newMemory(t, store.WithClock(clock.Now), store.WithReplayTTL(10*time.Second))
 	// 1.402001s is kept 1.5s, rounded up to a tenth of a second as in Redis.
 	req := tollgate.Request{Key: "k", Limit: tollgate.PerHour(10), RequestID: "id", ReplayTTL: 1402*time.Millisecond + time.Microsecond}
 	if d := allow(t, m, req); !d.Allowed || d.Replayed {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -53,11 +54,21 @@ const MaxDenyCacheTTL = 10 * time.Second
 // WithMaxKeys says otherwise: about a million identities and request ids.
 const DefaultMaxKeys = 1 << 20
 
+// ErrInvalidOption is wrapped by the error NewRedis and NewMemory return
+// when an option is given a value outside its range; the error names the
+// option, the value and the range.
+var ErrInvalidOption = errors.New("store: invalid option")
+
+// invalidOption is the error of option given value: want says the range.
+func invalidOption(option string, value any, want string) error {
+	return fmt.Errorf("%w: %s(%v): want %s", ErrInvalidOption, option, value, want)
+}
+
 // RedisOption configures a Redis store (NewRedis).
-type RedisOption interface{ applyRedis(*Redis) }
+type RedisOption interface{ applyRedis(*Redis) error }
 
 // MemoryOption configures a Memory store (NewMemory).
-type MemoryOption interface{ applyMemory(*Memory) }
+type MemoryOption interface{ applyMemory(*Memory) error }
 
 // Option configures either store: it is both a RedisOption and a
 // MemoryOption, so that a Memory store standing in for Redis (in tests, or as
@@ -69,66 +80,82 @@ type Option interface {
 
 type redisOption func(*Redis)
 
-func (o redisOption) applyRedis(r *Redis) { o(r) }
+func (o redisOption) applyRedis(r *Redis) error { o(r); return nil }
 
 type memoryOption func(*Memory)
 
-func (o memoryOption) applyMemory(m *Memory) { o(m) }
+func (o memoryOption) applyMemory(m *Memory) error { o(m); return nil }
 
 type replayOption func(*replays)
 
-func (o replayOption) applyRedis(r *Redis)   { o(&r.replays) }
-func (o replayOption) applyMemory(m *Memory) { o(&m.replays) }
+func (o replayOption) applyRedis(r *Redis) error   { o(&r.replays); return nil }
+func (o replayOption) applyMemory(m *Memory) error { o(&m.replays); return nil }
+
+// badOption is an option of either store given a value outside its range:
+// the store's constructor returns its error.
+type badOption struct{ err error }
+
+func (o badOption) applyRedis(*Redis) error   { return o.err }
+func (o badOption) applyMemory(*Memory) error { return o.err }
 
 // WithMaxReplays sets how many times a request admitted with a RequestID is
 // replayed (allowed again without a debit) for later requests carrying the
 // same id (default DefaultMaxReplays). One admission thus buys at most 1+n
 // calls with that id within the replay TTL. 0 turns request ids off: each
-// request is judged and debited on its own. Negative values count as 0.
+// request is judged and debited on its own. A negative n is an error.
 func WithMaxReplays(n int) Option {
-	return replayOption(func(p *replays) { p.max = int64(max(n, 0)) })
+	if n < 0 {
+		return badOption{invalidOption("WithMaxReplays", n, "0 (request ids off) or more")}
+	}
+	return replayOption(func(p *replays) { p.max = int64(n) })
 }
 
 // WithReplayTTL sets how long after an admission its RequestID keeps
 // replaying (default DefaultReplayTTL). It is used in whole milliseconds,
-// rounded up, and at least 1ms. It should cover the caller's whole retry
+// rounded up; d must be above 0. It should cover the caller's whole retry
 // window: a retry arriving later is judged, and debited, afresh.
 func WithReplayTTL(d time.Duration) Option {
+	if d <= 0 {
+		return badOption{invalidOption("WithReplayTTL", d, "a duration above 0")}
+	}
 	return replayOption(func(p *replays) { p.ttl = d })
 }
 
 // WithPrefix sets the string every key starts with (default DefaultPrefix),
 // to share one Redis between applications or environments. The prefix must
 // not contain "{" or "}": the hash tag that keeps a decision's keys on one
-// Cluster slot must be the first braces in every key. WithPrefix panics if
-// it does.
+// Cluster slot must be the first braces in every key. A prefix with braces
+// is an error.
 func WithPrefix(prefix string) RedisOption {
 	if strings.ContainsAny(prefix, "{}") {
-		panic(fmt.Sprintf("tollgate: store.WithPrefix(%q): the prefix must not contain braces, which would move the Cluster hash tag", prefix))
+		return badOption{invalidOption("WithPrefix", fmt.Sprintf("%q", prefix), `a prefix without "{" or "}", which would move the Cluster hash tag`)}
 	}
 	return redisOption(func(r *Redis) { r.prefix = prefix })
 }
 
-// MaxClusterGroups is the most hash-tag groups WithClusterGroups takes: one
-// per Cluster slot.
-const MaxClusterGroups = 16384
+// MaxClusterTags is the most hash tags WithClusterTags takes: one per
+// Cluster slot.
+const MaxClusterTags = 16384
 
-// WithClusterGroups turns on the grouped key layout: every identity's keys
-// go under one of n hash tags, chosen by a hash of the identity, instead of
-// a tag of its own. Identities of one group share a Cluster slot, so on a
-// ClusterClient concurrent decisions of one group share one batch script
-// call, as every decision does on a single node; a Cluster then moves
-// whole groups when it rebalances. The n tags are spread evenly over the
-// slot space (tag k is on a slot in its n-th of it), so the default
-// assignment of slots to primaries gives each primary n / primaries of
-// them. Every replica sharing the state must use the same n: changing n,
-// or turning the layout on or off, moves every identity to a key it never
-// had (its state starts afresh, full buckets and empty windows). n of 0,
-// the default, keeps each identity on a tag of its own (see Redis); n
-// above MaxClusterGroups counts as MaxClusterGroups. docs/deployment.md
-// says how to choose n.
-func WithClusterGroups(n int) RedisOption {
-	return redisOption(func(r *Redis) { r.groupCount = min(max(n, 0), MaxClusterGroups) })
+// WithClusterTags turns on the tagged key layout: every identity's keys go
+// behind one of n hash tags, chosen by a hash of the identity, instead of
+// a tag of its own. Identities behind one tag share a Cluster slot, so on
+// a ClusterClient concurrent decisions behind one tag share one batch
+// script call, as every decision does on a single node; a Cluster then
+// moves a tag's identities together when it rebalances. The n tags are
+// spread evenly over the slot space (tag k is on a slot in its n-th of
+// it), so the default assignment of slots to primaries gives each primary
+// n / primaries of them. Every replica sharing the state must use the same
+// n: changing n, or turning the layout on or off, moves every identity to
+// a key it never had (its state starts afresh, full buckets and empty
+// windows). n of 0, the default, keeps each identity on a tag of its own
+// (see Redis); n below 0 or above MaxClusterTags is an error.
+// docs/deployment.md says how to choose n.
+func WithClusterTags(n int) RedisOption {
+	if n < 0 || n > MaxClusterTags {
+		return badOption{invalidOption("WithClusterTags", n, fmt.Sprintf("0 (off) to %d", MaxClusterTags))}
+	}
+	return redisOption(func(r *Redis) { r.tagCount = n })
 }
 
 // WithBatching sets how concurrent decisions share round trips. A decision
@@ -143,12 +170,15 @@ func WithClusterGroups(n int) RedisOption {
 // keys it serves.
 //
 // The defaults are DefaultBatchSize and DefaultMaxPipelines. maxBatch or
-// maxPipelines below 1 turns batching off: every decision is its own
-// round trip (Script.Run), as go-redis's AutoPipeliner needs when the store
-// is given one as its client.
+// maxPipelines of 0 turns batching off: every decision is its own round
+// trip (Script.Run), as go-redis's AutoPipeliner needs when the store is
+// given one as its client. A negative value is an error.
 func WithBatching(maxBatch, maxPipelines int) RedisOption {
+	if maxBatch < 0 || maxPipelines < 0 {
+		return badOption{invalidOption("WithBatching", fmt.Sprintf("%d, %d", maxBatch, maxPipelines), "0 (off) or more for each")}
+	}
 	return redisOption(func(r *Redis) {
-		if maxBatch < 1 || maxPipelines < 1 {
+		if maxBatch == 0 || maxPipelines == 0 {
 			r.batch = nil
 			return
 		}
@@ -174,7 +204,7 @@ func WithBatchScript(on bool) RedisOption {
 
 // WithDenyCache sets how many denials the store remembers in process
 // (rounded up to a multiple of denyWays; default DefaultDenyCacheSize); 0
-// turns the cache off.
+// turns the cache off, and a negative size is an error.
 //
 // While a denial Redis gave is in force, the store answers requests with the
 // same Key and Limit and at least the same Cost from memory, with the
@@ -186,6 +216,9 @@ func WithBatchScript(on bool) RedisOption {
 // for the identity while the others wait for its answer. docs/store.md has
 // the reasoning.
 func WithDenyCache(size int) RedisOption {
+	if size < 0 {
+		return badOption{invalidOption("WithDenyCache", size, "0 (off) or more")}
+	}
 	return redisOption(func(r *Redis) {
 		r.deny = nil
 		if size > 0 {
@@ -196,41 +229,45 @@ func WithDenyCache(size int) RedisOption {
 
 // WithLogger sets where the Redis store logs what an operator must act on,
 // such as a Redis that does not persist long limits (default
-// slog.Default()).
+// slog.Default()); nil is an error.
 func WithLogger(l *slog.Logger) RedisOption {
+	if l == nil {
+		return badOption{invalidOption("WithLogger", "nil", "a logger")}
+	}
 	return redisOption(func(r *Redis) { r.persistence.log = l })
 }
 
 // WithMeterProvider sets where the Redis store exports its gauges, such as
-// telemetry.MetricUnpersisted (default otel.GetMeterProvider()).
+// telemetry.MetricUnpersisted (default otel.GetMeterProvider()); nil is an error.
 func WithMeterProvider(mp metric.MeterProvider) RedisOption {
+	if mp == nil {
+		return badOption{invalidOption("WithMeterProvider", "nil", "a meter provider")}
+	}
 	return redisOption(func(r *Redis) { r.persistence.meter = mp })
 }
 
 // WithClock sets the clock the store reads (default time.Now), for tests and
 // simulations; it must be safe for concurrent use. Only its microseconds
-// since the Unix epoch are used.
+// since the Unix epoch are used. A nil clock is an error.
 func WithClock(now func() time.Time) MemoryOption {
-	return memoryOption(func(m *Memory) {
-		if now != nil {
-			m.clock = now
-		}
-	})
+	if now == nil {
+		return badOption{invalidOption("WithClock", "nil", "a clock")}
+	}
+	return memoryOption(func(m *Memory) { m.clock = now })
 }
 
 // WithMaxKeys bounds how many entries (identity states and remembered
-// request ids) the store holds; n ≤ 0 means DefaultMaxKeys. When a new
-// entry would exceed the bound, the entry closest to expiry in its shard is
-// dropped first: a bucket about to be full again, a window about to end, a
+// request ids) the store holds (default DefaultMaxKeys); n below 1 is an
+// error. When a new entry would exceed the bound, the entry closest to
+// expiry in its shard is dropped first: a bucket about to be full again, a window about to end, a
 // request id about to be forgotten. Its identity then starts afresh (a full
 // bucket, an empty window; an id judged anew), so a store too small for its
 // traffic admits a little more than its limits rather than grow.
 func WithMaxKeys(n int) MemoryOption {
-	return memoryOption(func(m *Memory) {
-		if n > 0 {
-			m.maxKeys = n
-		}
-	})
+	if n < 1 {
+		return badOption{invalidOption("WithMaxKeys", n, "1 or more")}
+	}
+	return memoryOption(func(m *Memory) { m.maxKeys = n })
 }
 
 // replays is the request-id configuration both stores share.

@@ -55,7 +55,7 @@ func TestRedisWatchOverrides(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ca, cb := newClients(t)
 			prefix := redistest.KeyPrefix(t)
-			a, b := NewRedis(ca, WithPrefix(prefix)), NewRedis(cb, WithPrefix(prefix))
+			a, b := newRedis(t, ca, WithPrefix(prefix)), newRedis(t, cb, WithPrefix(prefix))
 			var heard atomic.Int64
 			stop := b.WatchOverrides(func() { heard.Add(1) })
 			defer stop()
@@ -81,7 +81,7 @@ func TestRedisWatchOverrides(t *testing.T) {
 	}
 	t.Run("resubscribes", func(t *testing.T) {
 		srv := redistest.Start(t)
-		st := NewRedis(srv.Client(t))
+		st := newRedis(t, srv.Client(t))
 		var heard atomic.Int64
 		stop := st.WatchOverrides(func() { heard.Add(1) })
 		defer stop()
@@ -96,7 +96,7 @@ func TestRedisWatchOverrides(t *testing.T) {
 // A Memory store's watch is called after each change, in the goroutine
 // that made it; stop ends it.
 func TestMemoryWatchOverrides(t *testing.T) {
-	m := NewMemory()
+	m := newMemory(t)
 	var heard atomic.Int64
 	stop := m.WatchOverrides(func() { heard.Add(1) })
 	ctx := context.Background()
@@ -126,7 +126,7 @@ func TestRedisOverridesBoundedByDeadline(t *testing.T) {
 	o.ReadTimeout = 2 * time.Second // ContextTimeoutEnabled unset: only this ends a hung read
 	c := redis.NewClient(o)
 	defer c.Close()
-	st := NewRedis(c)
+	st := newRedis(t, c)
 	ctx := context.Background()
 	if err := st.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(1)}}, 0); err != nil {
 		t.Fatal(err)
@@ -162,8 +162,8 @@ func TestDeleteOverrideRefusesOversizedKey(t *testing.T) {
 	key := strings.Repeat("k", tollgate.MaxKeyLen+1)
 	srv := redistest.Single(t)
 	prefix := redistest.KeyPrefix(t)
-	r := NewRedis(srv.Client(t), WithPrefix(prefix))
-	for name, st := range map[string]tollgate.OverrideStore{"memory": NewMemory(), "redis": r} {
+	r := newRedis(t, srv.Client(t), WithPrefix(prefix))
+	for name, st := range map[string]tollgate.OverrideStore{"memory": newMemory(t), "redis": r} {
 		ctx := context.Background()
 		before, err := st.OverridesVersion(ctx)
 		if err != nil {
@@ -182,8 +182,8 @@ func TestDeleteOverrideRefusesOversizedKey(t *testing.T) {
 // stores alike.
 func TestSlotCallsRefuseOversizedKey(t *testing.T) {
 	key := strings.Repeat("k", tollgate.MaxKeyLen+1)
-	r := NewRedis(redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
-	for name, st := range map[string]tollgate.SlotStore{"memory": NewMemory(), "redis": r} {
+	r := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	for name, st := range map[string]tollgate.SlotStore{"memory": newMemory(t), "redis": r} {
 		ctx := context.Background()
 		if _, err := st.SlotsInUse(ctx, key); !errors.Is(err, tollgate.ErrInvalidRequest) {
 			t.Errorf("%s: SlotsInUse of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)

@@ -70,7 +70,7 @@ func TestPersistenceWarning(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		t.Cleanup(func() { _ = mp.Shutdown(ctx) })
-		return NewRedis(c, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithMeterProvider(mp)), &logs, reader
+		return newRedis(t, c, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithMeterProvider(mp)), &logs, reader
 	}
 	decide := func(st *Redis, l tollgate.Limit) {
 		t.Helper()
@@ -163,7 +163,7 @@ func TestRestartCostByPersistence(t *testing.T) {
 			srv := redistest.Start(t, cfg.args...)
 			// Redis's own persistence alone: the journal would debit again
 			// on the restarted server what it still holds.
-			st := NewRedis(srv.Client(t), WithJournal(0))
+			st := newRedis(t, srv.Client(t), WithJournal(0))
 			var replica *redistest.Server
 			if event == "failover" {
 				replica = redistest.Replica(t, srv)
@@ -191,7 +191,7 @@ func TestRestartCostByPersistence(t *testing.T) {
 				if err := replica.Client(t).ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 					t.Fatal(err)
 				}
-				st = NewRedis(replica.Client(t), WithJournal(0))
+				st = newRedis(t, replica.Client(t), WithJournal(0))
 			}
 			want := map[string]int64{"crash": cfg.crash, "clean": cfg.clean, "failover": cfg.failover}[event]
 			var got []string

@@ -29,9 +29,10 @@ import (
 // 64 bytes of letters, digits and "-_.:/@=+,", K percent-escaped when that
 // fits in 64 bytes, and otherwise "#" and a 128-bit hash of K. One hash tag
 // keeps a decision on one Cluster slot, and no identity can produce another
-// identity's tag. A Key made by PartKey(K, P) has the tag of K and the state
-// <prefix>{<tag>}/<P escaped>:<a>, so the parts of one identity share its
-// slot. Every key a script writes expires once it no longer matters.
+// identity's tag. A Key K, the byte 0x1F and P (a part P of identity K)
+// has the tag of K and the state <prefix>{<tag>}/<P escaped>:<a>, so the
+// parts of one identity share its slot, and AllowAll decides several
+// limits of one identity in one script call on a Cluster too. Every key a script writes expires once it no longer matters.
 //
 // A decision is debited at most once. go-redis re-sends a command whose
 // reply did not arrive (MaxRetries, and a ClusterClient's MaxRedirects),
@@ -69,10 +70,10 @@ type Redis struct {
 	deny *denyCache
 	// levels orders the parts of a set spread over slots (see AllowAll).
 	levels *levels
-	// groupCount is WithClusterGroups' n; groupPrefixes, when it is above
-	// 0, is each group's prefix: the store's and the group's hash tag.
-	groupCount    int
-	groupPrefixes []string
+	// tagCount is WithClusterTags' n; tagPrefixes, when it is above 0, is
+	// each shared tag's prefix: the store's and the tag in braces.
+	tagCount    int
+	tagPrefixes []string
 	// Failover handling (failover.go): the client's hooks, the journal's
 	// window (WithJournal) and its watcher, nil when off.
 	hooks         *clientHooks
@@ -91,8 +92,13 @@ type Redis struct {
 // options that loads the scripts on each new connection, so create the
 // store before c is used by other goroutines; and it keeps recent
 // admissions to debit them again after a failover (WithJournal), with a
-// goroutine that Close stops.
-func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
+// goroutine that Close stops. A nil c, or an option given a value outside
+// its range, is an error (ErrInvalidOption); the store is then not
+// created.
+func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
+	if c == nil {
+		return nil, errors.New("store: NewRedis: the client is nil")
+	}
 	r := &Redis{
 		client:  c,
 		prefix:  DefaultPrefix,
@@ -105,13 +111,15 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) *Redis {
 	}
 	r.persistence.done = make(chan struct{})
 	for _, o := range opts {
-		o.applyRedis(r)
+		if err := o.applyRedis(r); err != nil {
+			return nil, err
+		}
 	}
 	r.deadlineSafe = honoursDeadlines(c)
 	r.cluster, _ = c.(*redis.ClusterClient)
-	r.groupPrefixes = groupPrefixes(r.prefix, r.groupCount)
+	r.tagPrefixes = tagPrefixes(r.prefix, r.tagCount)
 	r.startJournal() // failover.go
-	return r
+	return r, nil
 }
 
 // honoursDeadlines reports whether c ends a command's socket I/O when the

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -29,7 +30,7 @@ func BenchmarkRedisAllow(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			c := redis.NewClient(bc.opts)
 			defer c.Close()
-			st := NewRedis(c, WithPrefix(redistest.KeyPrefix(b)))
+			st := newRedis(b, c, WithPrefix(redistest.KeyPrefix(b)))
 			ctx := context.Background()
 			req := tollgate.Request{Key: "bench:user-42", Limit: tollgate.PerSecond(1_000_000)}
 			b.ReportAllocs()
@@ -49,7 +50,7 @@ func BenchmarkRedisAllow(b *testing.B) {
 
 // BenchmarkRedisLimitsPerCall compares, in one run on a private node, the
 // Redis time of a call under one limit (Allow of a plain key) with a call
-// under two limits of one identity (AllowAll of two PartKeys, one script
+// under two limits of one identity (AllowAll of two part keys, one script
 // call), a settled call (its decision and its settlement) and an in-flight
 // slot taken and given back, over 1000 identities: redis-µs/call is INFO
 // commandstats' usec per EVALSHA (the script's own time), redis-µs/op the
@@ -58,7 +59,7 @@ func BenchmarkRedisAllow(b *testing.B) {
 func BenchmarkRedisLimitsPerCall(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
-	st := NewRedis(c, WithBatching(0, 0), WithDenyCache(0))
+	st := newRedis(b, c, WithBatching(0, 0), WithDenyCache(0))
 	ctx := context.Background()
 	// Quotas no call exhausts, refilling slower than each identity is
 	// called again, so that every call reads and writes a live state.
@@ -89,7 +90,7 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 			return err
 		}},
 		{"two-limits-one-identity", func(id string) error {
-			_, err := st.AllowAll(ctx, []tollgate.Request{{Key: PartKey(id, "s"), Limit: limit}, {Key: PartKey(id, "h"), Limit: other}})
+			_, err := st.AllowAll(ctx, []tollgate.Request{{Key: partkey.Join(id, "s"), Limit: limit}, {Key: partkey.Join(id, "h"), Limit: other}})
 			return err
 		}},
 		{"settled", func(id string) error {
@@ -138,7 +139,7 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 // part of a set used to be decided).
 func BenchmarkClusterSetAcrossSlots(b *testing.B) {
 	c := redistest.SharedCluster(b).Client(b)
-	st := NewRedis(c, WithPrefix(redistest.KeyPrefix(b)))
+	st := newRedis(b, c, WithPrefix(redistest.KeyPrefix(b)))
 	ctx := context.Background()
 	limit := tollgate.PerSecond(1_000_000)
 	tenant := tollgate.Request{Key: "tenant-a", Limit: limit}

@@ -48,7 +48,7 @@ func TestRedisExactQuotaUnderConcurrency(t *testing.T) {
 		prefix := redistest.KeyPrefix(t)
 		var stores []*Redis
 		for _, c := range clientsLike(t, c, clients) {
-			stores = append(stores, NewRedis(c, WithPrefix(prefix)))
+			stores = append(stores, newRedis(t, c, WithPrefix(prefix)))
 		}
 		exactQuota(t, stores)
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -75,7 +76,7 @@ func checkEveryKeyExpires(t *testing.T, c *redis.Client, prefix string) (state, 
 func TestRedisEveryKeyExpires(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t)
-		decisionMix(t, NewRedis(c, WithPrefix(prefix)))
+		decisionMix(t, newRedis(t, c, WithPrefix(prefix)))
 		var state, ids int
 		primaries := primariesOf(t, c)
 		for _, c := range primaries {
@@ -128,7 +129,7 @@ func hostileIdentities() []string {
 }
 
 func TestRedisHostileIdentitiesCluster(t *testing.T) {
-	st := NewRedis(redistest.SharedCluster(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	st := newRedis(t, redistest.SharedCluster(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	ctx := context.Background()
 	identities := hostileIdentities()
 	for _, alg := range algorithms {
@@ -151,9 +152,9 @@ func TestRedisHostileIdentitiesCluster(t *testing.T) {
 	// one slot per identity, one script call, distinct state per part.
 	for _, id := range identities {
 		set := []tollgate.Request{
-			{Key: PartKey(id, "a"), Limit: quotaLimit(tollgate.TokenBucket, 3), RequestID: "set"},
-			{Key: PartKey(id, "}{\x00%7B\x1f"), Limit: quotaLimit(tollgate.TokenBucket, 4), RequestID: "set"},
-			{Key: PartKey(id, "a:r:x"), Limit: quotaLimit(tollgate.TokenBucket, 5), RequestID: "set"},
+			{Key: partkey.Join(id, "a"), Limit: quotaLimit(tollgate.TokenBucket, 3), RequestID: "set"},
+			{Key: partkey.Join(id, "}{\x00%7B\x1f"), Limit: quotaLimit(tollgate.TokenBucket, 4), RequestID: "set"},
+			{Key: partkey.Join(id, "a:r:x"), Limit: quotaLimit(tollgate.TokenBucket, 5), RequestID: "set"},
 		}
 		ds, err := st.AllowAll(ctx, set)
 		if err != nil {
@@ -171,7 +172,7 @@ func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {
 	primary := redistest.Start(t)
 	replica := redistest.Replica(t, primary)
 	pc, rc := primary.Client(t), replica.Client(t)
-	decisionMix(t, NewRedis(pc))
+	decisionMix(t, newRedis(t, pc))
 	ctx := context.Background()
 	if n, err := pc.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT 1 = %d, %v; want the replica to acknowledge", n, err)
@@ -218,7 +219,7 @@ func flushScripts(t *testing.T, admin *redis.Client, stop <-chan struct{}, wg *s
 func TestRedisScriptFlushDuringLoad(t *testing.T) {
 	srv := redistest.Start(t) // private: the script cache is flushed and errors counted
 	admin := srv.Client(t)
-	stores := []*Redis{NewRedis(srv.Client(t)), NewRedis(srv.Client(t))}
+	stores := []*Redis{newRedis(t, srv.Client(t)), newRedis(t, srv.Client(t))}
 	ctx := context.Background()
 
 	stop := make(chan struct{})
@@ -262,7 +263,7 @@ func TestRedisPeekWritesNothing(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		prefix := redistest.KeyPrefix(t)
-		st := NewRedis(c, WithPrefix(prefix))
+		st := newRedis(t, c, WithPrefix(prefix))
 		l := tollgate.PerMinute(2)
 		if _, err := st.Allow(ctx, tollgate.Request{Key: "peeked", Limit: l, Cost: 2}); err != nil {
 			t.Fatal(err)

@@ -86,7 +86,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	const capacity = 10
 	limit := quotaLimit(tollgate.TokenBucket, capacity)
 	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(tc.client, WithPrefix(prefix), WithDenyCache(0))
+	st := newRedis(t, tc.client, WithPrefix(prefix), WithDenyCache(0))
 	openIdleConns(t, tc.client, 8)
 	const tag = "resend-"
 	// Load the script on every node, so that every copy below runs.
@@ -261,6 +261,6 @@ func requestIDReplays(t *testing.T, st *Redis) {
 
 func TestRedisRequestIDReplays(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
-		requestIDReplays(t, NewRedis(c, WithPrefix(redistest.KeyPrefix(t))))
+		requestIDReplays(t, newRedis(t, c, WithPrefix(redistest.KeyPrefix(t))))
 	})
 }

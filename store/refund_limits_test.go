@@ -20,7 +20,7 @@ func TestRefundLargeAndCalendarLimits(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		prefix := redistest.KeyPrefix(t)
-		st := NewRedis(c, WithPrefix(prefix))
+		st := newRedis(t, c, WithPrefix(prefix))
 		big := func(alg tollgate.Algorithm) tollgate.Limit {
 			// 10^9 over 366 days: 3.2·10^22 µs·units, far past 2^53.
 			return tollgate.Limit{Algorithm: alg, Rate: 1_000_000_000, Period: tollgate.MaxPeriod}

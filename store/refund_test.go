@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -59,7 +60,7 @@ func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		prefix := redistest.KeyPrefix(t)
-		st := NewRedis(c, WithPrefix(prefix))
+		st := newRedis(t, c, WithPrefix(prefix))
 		for _, alg := range algorithms {
 			req := tollgate.Request{Key: "refund-" + alg.String(), Limit: quotaLimit(alg, 10), Cost: 3}
 			reqs := []tollgate.Request{req}
@@ -144,7 +145,7 @@ func TestAllowAllAcrossSlotsExactUnderLoad(t *testing.T) {
 func acrossSlotsExact(t *testing.T, denyCacheSize int) {
 	c := redistest.SharedCluster(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
-	st := NewRedis(c, WithPrefix(prefix), WithDenyCache(denyCacheSize))
+	st := newRedis(t, c, WithPrefix(prefix), WithDenyCache(denyCacheSize))
 	ctx := context.Background()
 	slotOf := func(key string, alg tollgate.Algorithm) int { return slot(decisionKeys(prefix, alg, key, "")[0]) }
 	x := tollgate.Request{Key: "x", Limit: quotaLimit(tollgate.TokenBucket, 1)}
@@ -255,9 +256,9 @@ func TestAllowAllGivesPartsBack(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		prefix := redistest.KeyPrefix(t)
-		st := NewRedis(c, WithPrefix(prefix), WithDenyCache(0))
-		second := tollgate.Request{Key: PartKey("tenant-a", "second"), Limit: quotaLimit(tollgate.TokenBucket, 5)}
-		hour := tollgate.Request{Key: PartKey("tenant-a", "hour"), Limit: quotaLimit(tollgate.FixedWindow, 20)}
+		st := newRedis(t, c, WithPrefix(prefix), WithDenyCache(0))
+		second := tollgate.Request{Key: partkey.Join("tenant-a", "second"), Limit: quotaLimit(tollgate.TokenBucket, 5)}
+		hour := tollgate.Request{Key: partkey.Join("tenant-a", "hour"), Limit: quotaLimit(tollgate.FixedWindow, 20)}
 		other := "spent-0"
 		for i := 1; slot(decisionKeys(prefix, 0, other, "")[0]) == slot(decisionKeys(prefix, 0, second.Key, "")[0]); i++ {
 			other = "spent-" + strconv.Itoa(i)

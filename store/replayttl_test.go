@@ -17,7 +17,7 @@ import (
 func TestRedisMarkerFollowsReplayTTL(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t)
-		st := NewRedis(c, WithPrefix(prefix), WithReplayTTL(10*time.Second))
+		st := newRedis(t, c, WithPrefix(prefix), WithReplayTTL(10*time.Second))
 		ctx := context.Background()
 		pttl := func(key, id string, alg tollgate.Algorithm) time.Duration {
 			t.Helper()

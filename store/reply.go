@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/lua"
+	"github.com/tollgate/tollgate/internal/batchreply"
 )
 
 // errBadReply means a script answered something other than lua/doc.go
@@ -24,7 +24,7 @@ var (
 )
 
 // groupReply is what the decide script answers for one group (lua/doc.go),
-// field by field, as lua.BatchDecision also decodes a batch decision's
+// field by field, as batchreply.Decision also decodes a batch decision's
 // answer.
 type groupReply [5]int64
 
@@ -81,7 +81,7 @@ func (s *shared) read(cmd redis.Cmder) {
 		if err != nil {
 			break
 		}
-		g, n, ok := lua.BatchDecision(v, next)
+		g, n, ok := batchreply.Decision(v, next)
 		if !ok {
 			err = errBadReply
 			break

@@ -28,7 +28,7 @@ type shareBackend struct {
 
 func shareBackends(t *testing.T) []shareBackend {
 	clock := fakeclock.New(time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC))
-	mem := NewMemory(WithClock(clock.Now))
+	mem := newMemory(t, WithClock(clock.Now))
 	prefix := redistest.KeyPrefix(t)
 	single := redistest.Single(t).Client(t)
 	cluster := redistest.SharedCluster(t).Client(t)
@@ -39,14 +39,14 @@ func shareBackends(t *testing.T) []shareBackend {
 			defer mem.shares.mu.Unlock()
 			return len(mem.shares.keys)
 		}},
-		{name: "redis", store: NewRedis(single, WithPrefix(prefix)), advance: sleep, keys: func(t *testing.T) int {
+		{name: "redis", store: newRedis(t, single, WithPrefix(prefix)), advance: sleep, keys: func(t *testing.T) int {
 			ks, err := single.Keys(context.Background(), prefix+"*").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			return len(ks)
 		}},
-		{name: "cluster", store: NewRedis(cluster, WithPrefix(prefix)), advance: sleep, keys: func(t *testing.T) int {
+		{name: "cluster", store: newRedis(t, cluster, WithPrefix(prefix)), advance: sleep, keys: func(t *testing.T) int {
 			var mu sync.Mutex
 			n := 0
 			err := cluster.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
@@ -277,7 +277,7 @@ func TestShareScriptMatchesMemory(t *testing.T) {
 // 100ms deadline still returns at it, with the deadline's error.
 func TestShareBoundedByDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	st := NewRedis(srv.Client(t))
+	st := newRedis(t, srv.Client(t))
 	reportShare(t, st, "k", "m", 10, 1, time.Minute) // the script loaded, the connection open
 	srv.Pause(t, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

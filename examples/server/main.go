@@ -13,28 +13,15 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
+	"github.com/tollgate/tollgate/internal/cmdmain"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "server:", err)
-		stop()
-		os.Exit(1)
-	}
+	cmdmain.Run("server", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv) })
 }
 
 // run parses args and the environment, then serves until ctx is done. The

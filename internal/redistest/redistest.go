@@ -106,11 +106,7 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 // and waits for it to exit. It fails the test for an external server.
 func (s *Server) Stop(t testing.TB) {
 	t.Helper()
-	if s.base != nil {
-		t.Fatalf("redistest: cannot stop %s: it was given by REDIS_URL, not started by the test", s.addr)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.lockOwned(t, "stop")()
 	s.stopLocked()
 }
 
@@ -119,17 +115,24 @@ func (s *Server) Stop(t testing.TB) {
 // until it answers PING. The data set starts empty: persistence is off.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	if s.base != nil {
-		t.Fatalf("redistest: cannot restart %s: it was given by REDIS_URL, not started by the test", s.addr)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.lockOwned(t, "restart")()
 	s.stopLocked()
 	p, err := spawn(s.dir, s.port, s.lead, s.args)
 	if err != nil {
 		t.Fatalf("redistest: restart %s: %v", s.addr, err)
 	}
 	s.proc = p
+}
+
+// lockOwned locks s for what (stop, restart) and returns its unlock; it
+// fails the test for an external server, which this package did not start.
+func (s *Server) lockOwned(t testing.TB, what string) (unlock func()) {
+	t.Helper()
+	if s.base != nil {
+		t.Fatalf("redistest: cannot %s %s: it was given by REDIS_URL, not started by the test", what, s.addr)
+	}
+	s.mu.Lock()
+	return s.mu.Unlock
 }
 
 func (s *Server) stopLocked() {

@@ -117,14 +117,23 @@ func (r Redis) Store(ctx context.Context, logger *log.Logger) (tollgate.Store, f
 		logger.Printf("store: Redis primary %q from Sentinels %s (%s)", r.SentinelMaster, strings.Join(r.SentinelAddrs, ","), EnvRedisSentinelAddrs)
 	default:
 		logger.Printf("store: in-process memory (set %s, %s or %s for Redis)", EnvRedisURL, EnvRedisClusterAddrs, EnvRedisSentinelAddrs)
-		return store.NewMemory(), func() {}, nil
+		st, err := store.NewMemory()
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, func() {}, nil
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := client.Ping(pingCtx).Err(); err != nil {
 		logger.Printf("warning: Redis does not answer (%v); the fail mode applies until it does", err)
 	}
-	return store.NewRedis(client), func() {
+	st, err := store.NewRedis(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return st, func() {
 		if err := client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			logger.Printf("closing Redis client: %v", err)
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/lease"
-	"github.com/tollgate/tollgate/store"
 )
 
 // defaultConfig is package interceptor's default settings.
@@ -90,8 +89,8 @@ func TestDeadline(t *testing.T) {
 	// In process: the Memory store, and the local tier over it; the tier
 	// over a store on a network is not.
 	for name, st := range map[string]tollgate.Store{
-		"store.Memory":         store.NewMemory(),
-		"lease over Memory":    mustLease(t, store.NewMemory()),
+		"store.Memory":         newMemory(t),
+		"lease over Memory":    mustLease(t, newMemory(t)),
 		"lease over a network": mustLease(t, nopStore{}),
 	} {
 		c, ok := newPolicy(t, st, defaultConfig).Begin(ctx)
@@ -167,7 +166,7 @@ func TestNames(t *testing.T) {
 // deadline, a store call under the policy costs no allocation, so that the
 // interceptors' admitted call does not pay for it (BenchmarkUnaryAdmit).
 func TestBeginEndAllocateNothing(t *testing.T) {
-	p := newPolicy(t, store.NewMemory(), defaultConfig)
+	p := newPolicy(t, newMemory(t), defaultConfig)
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() {
 		c, ok := p.Begin(ctx)
@@ -180,7 +179,7 @@ func TestBeginEndAllocateNothing(t *testing.T) {
 }
 
 func BenchmarkBeginEnd(b *testing.B) {
-	for _, st := range []tollgate.Store{store.NewMemory(), nopStore{}} {
+	for _, st := range []tollgate.Store{newMemory(b), nopStore{}} {
 		p, _ := New(st, defaultConfig)
 		b.Run(fmt.Sprintf("%T", st), func(b *testing.B) {
 			ctx := context.Background()

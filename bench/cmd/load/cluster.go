@@ -17,13 +17,13 @@ import (
 // clusterPrimaries is the size of the cluster section's Cluster.
 const clusterPrimaries = 3
 
-// clusterGroups are the WithClusterGroups n of the grouped rows: one and
+// clusterTags are the WithClusterTags n of the tagged rows: one and
 // two hash tags per primary; -variants adds four and sixteen.
-var clusterGroups = []int{clusterPrimaries, 2 * clusterPrimaries}
+var clusterTags = []int{clusterPrimaries, 2 * clusterPrimaries}
 
 // clusterSection measures decisions on a 3-primary Cluster it starts (its
 // own redis-servers, whatever -redis says): redis_rate, tollgate in its
-// default layout and in the grouped layout (WithClusterGroups), on random
+// default layout and in the tagged layout (WithClusterTags), on random
 // identities, with Redis figures summed over the primaries.
 func (m *measurer) clusterSection(ctx context.Context) ([]row, error) {
 	cl, err := bench.StartCluster(clusterPrimaries)
@@ -49,13 +49,16 @@ func (m *measurer) clusterSection(ctx context.Context) ([]row, error) {
 	tg := func(name string, alg tollgate.Algorithm, requestID bool, opts ...store.RedisOption) subject {
 		return subject{name: name, requestID: requestID, make: func(_ *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 			c := newClient()
-			st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+			st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+			if err != nil {
+				return nil, nil, err
+			}
 			return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
 		}}
 	}
-	groups := clusterGroups
+	tags := clusterTags
 	if m.cfg.variants {
-		groups = append(groups, 4*clusterPrimaries, 16*clusterPrimaries)
+		tags = append(tags, 4*clusterPrimaries, 16*clusterPrimaries)
 	}
 	for _, alg := range []tollgate.Algorithm{tollgate.GCRA, tollgate.TokenBucket} {
 		for _, id := range []bool{false, true} {
@@ -64,12 +67,12 @@ func (m *measurer) clusterSection(ctx context.Context) ([]row, error) {
 				suffix = " +request id"
 			}
 			subjects = append(subjects, tg("tollgate "+alg.String()+suffix, alg, id))
-			for _, n := range groups {
-				subjects = append(subjects, tg("tollgate "+alg.String()+" grouped ("+strconv.Itoa(n)+" tags)"+suffix, alg, id, store.WithClusterGroups(n)))
+			for _, n := range tags {
+				subjects = append(subjects, tg("tollgate "+alg.String()+" tagged ("+strconv.Itoa(n)+" tags)"+suffix, alg, id, store.WithClusterTags(n)))
 			}
 			if m.cfg.variants {
-				subjects = append(subjects, tg("tollgate "+alg.String()+" grouped ("+strconv.Itoa(clusterPrimaries)+" tags), one round trip at a time"+suffix,
-					alg, id, store.WithClusterGroups(clusterPrimaries), store.WithBatching(store.DefaultBatchSize, 1)))
+				subjects = append(subjects, tg("tollgate "+alg.String()+" tagged ("+strconv.Itoa(clusterPrimaries)+" tags), one round trip at a time"+suffix,
+					alg, id, store.WithClusterTags(clusterPrimaries), store.WithBatching(store.DefaultBatchSize, 1)))
 			}
 		}
 	}

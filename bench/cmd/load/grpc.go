@@ -52,7 +52,10 @@ func grpcServers() []server {
 func redisServer(name string, opts ...interceptor.Option) server {
 	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
+		st, err := redisStore(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
+		if err != nil {
+			return nil, nil, err
+		}
 		lim, err := interceptor.New(st, append(opts, interceptor.WithRules(interceptor.Rule{
 			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limits: interceptor.Fixed(storeLimit(tollgate.GCRA)),
 		}))...)
@@ -69,7 +72,11 @@ func redisServer(name string, opts ...interceptor.Option) server {
 // Redis's.
 func memoryServer(name string, opts ...interceptor.Option) server {
 	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
-		lim, err := interceptor.New(store.NewMemory(), append(opts, interceptor.WithRules(interceptor.Rule{
+		st, err := store.NewMemory()
+		if err != nil {
+			return nil, nil, err
+		}
+		lim, err := interceptor.New(st, append(opts, interceptor.WithRules(interceptor.Rule{
 			Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limits: interceptor.Fixed(storeLimit(tollgate.GCRA)),
 		}))...)
 		if err != nil {
@@ -123,18 +130,25 @@ func (m *measurer) grpcSection(ctx context.Context) ([]row, error) {
 	if m.cfg.variants {
 		servers = append(servers, grpcVariants()...)
 	}
+	rows, err := m.compareServers(ctx, "grpc", servers, tenants, grpcCallers)
+	fmt.Fprintln(os.Stderr, "load: grpc done")
+	return rows, err
+}
+
+// compareServers measures servers beside each other, as the cells of one
+// table of section: callers goroutines calling echo behind each server's
+// interceptors, each call with a random tenant of tenants.
+func (m *measurer) compareServers(ctx context.Context, section string, servers []server, tenants []string, callers int) ([]row, error) {
 	subjects := make([]subject, len(servers))
 	for i, s := range servers {
 		subjects[i] = subject{name: s.name, reference: s.reference}
 	}
-	rows, err := m.compare(ctx, "grpc", "random", grpcCallers, subjects, func(s subject) (*sample, error) {
+	return m.compare(ctx, section, "random", callers, subjects, func(s subject) (*sample, error) {
 		for _, srv := range servers {
 			if srv.name == s.name {
-				return m.grpcCell(ctx, srv, tenants, grpcCallers)
+				return m.grpcCell(ctx, srv, tenants, callers)
 			}
 		}
 		return nil, fmt.Errorf("no server %q", s.name)
 	})
-	fmt.Fprintln(os.Stderr, "load: grpc done")
-	return rows, err
 }

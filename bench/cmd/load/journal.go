@@ -30,7 +30,10 @@ func journalSubject(name string, on bool, peak *journalPeak) subject {
 		if !on {
 			opts = append(opts, store.WithJournal(0))
 		}
-		st := store.NewRedis(c, opts...)
+		st, err := redisStore(c, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		if on {

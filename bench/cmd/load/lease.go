@@ -54,7 +54,12 @@ func leaseSubject(name string, tier, reference bool, opts ...lease.Option) subje
 		for range leaseReplicas {
 			c := redis.NewClient(cloneOptions(m.opts))
 			clients = append(clients, c)
-			var st tollgate.Store = store.NewRedis(c, store.WithPrefix(p))
+			rs, err := store.NewRedis(c, store.WithPrefix(p))
+			if err != nil {
+				release()
+				return nil, nil, err
+			}
+			var st tollgate.Store = rs
 			if tier {
 				t, err := lease.New(st, opts...)
 				if err != nil {

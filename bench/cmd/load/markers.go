@@ -49,7 +49,10 @@ func (m *measurer) markersSection(ctx context.Context) ([]string, error) {
 	c := redis.NewClient(cloneOptions(m.opts))
 	defer c.Close()
 	p := prefix()
-	st := store.NewRedis(c, store.WithPrefix(p))
+	st, err := store.NewRedis(c, store.WithPrefix(p))
+	if err != nil {
+		return nil, err
+	}
 	limit := markerLimit()
 	ids := make([]string, markerIdentities)
 	for i := range ids {

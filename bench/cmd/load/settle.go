@@ -174,7 +174,10 @@ func (f *finisher) close() {
 func settledSubject(name string, mode settleMode, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: true, make: func(m *measurer, _ func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix())}, opts...)...)
+		if err != nil {
+			return nil, nil, err
+		}
 		s := settled{st: st, mode: mode}
 		if mode == decisionTail || mode == togetherTail {
 			s.tail = newFinisher(st)
@@ -194,7 +197,10 @@ func settledSubject(name string, mode settleMode, opts ...store.RedisOption) sub
 func settleServer(name string, reference, settle, inFlight bool) server {
 	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, store.WithPrefix(prefix()))
+		st, err := redisStore(c, store.WithPrefix(prefix()))
+		if err != nil {
+			return nil, nil, err
+		}
 		r := interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata(bench.TenantHeader), Limits: interceptor.Fixed(settleLimit(0)), Cost: 500}
 		if settle {
 			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
@@ -256,18 +262,7 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		settleServer("gRPC: the same rule, MaxInFlight", false, false, true),
 		settleServer("gRPC: the same rule, MaxInFlight and settled", false, true, true),
 	}
-	gsubjects := make([]subject, len(servers))
-	for i, s := range servers {
-		gsubjects[i] = subject{name: s.name, reference: s.reference}
-	}
-	r, err := m.compare(ctx, "settle", "random", settleCallers, gsubjects, func(s subject) (*sample, error) {
-		for _, srv := range servers {
-			if srv.name == s.name {
-				return m.grpcCell(ctx, srv, ids, settleCallers)
-			}
-		}
-		return nil, fmt.Errorf("no server %q", s.name)
-	})
+	r, err := m.compareServers(ctx, "settle", servers, ids, settleCallers)
 	fmt.Fprintln(os.Stderr, "load: settle done")
 	return append(rows, r...), err
 }

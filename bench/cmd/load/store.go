@@ -95,11 +95,23 @@ func tollgateSubject(name string, alg tollgate.Algorithm, requestID bool, opts .
 // request id of a call with a 1 s deadline: its time left plus its margin.
 const deadlineReplayTTL = 1500 * time.Millisecond
 
+// redisStore is store.NewRedis on c, c closed when the store cannot be made.
+func redisStore(c redis.UniversalClient, opts ...store.RedisOption) (*store.Redis, error) {
+	st, err := store.NewRedis(c, opts...)
+	if err != nil {
+		_ = c.Close()
+	}
+	return st, err
+}
+
 // replayTTLSubject is tollgateSubject whose request ids have replayTTL.
 func replayTTLSubject(name string, alg tollgate.Algorithm, requestID bool, replayTTL time.Duration, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: requestID, make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
+		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
+		if err != nil {
+			return nil, nil, err
+		}
 		return bench.Tollgate{Store: st, Limit: limit(alg), ReplayTTL: replayTTL}, func() { _ = c.Close() }, nil
 	}}
 }
@@ -114,7 +126,11 @@ func autoPipelineSubject(alg tollgate.Algorithm) subject {
 			_ = c.Close()
 			return nil, nil, err
 		}
-		st := store.NewRedis(ap, store.WithPrefix(prefix()), store.WithBatching(0, 0), store.WithDenyCache(store.DefaultDenyCacheSize))
+		st, err := store.NewRedis(ap, store.WithPrefix(prefix()), store.WithBatching(0, 0), store.WithDenyCache(store.DefaultDenyCacheSize))
+		if err != nil {
+			_ = c.Close()
+			return nil, nil, err
+		}
 		return bench.Tollgate{Store: st, Limit: limit(alg)}, func() { _ = c.Close() }, nil
 	}}
 }

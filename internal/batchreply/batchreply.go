@@ -1,8 +1,11 @@
-package lua
+// Package batchreply decodes the reply of the batch script (lua.Batch) one
+// decision at a time, for the Redis store and the scripts' tests.
+package batchreply
 
-// BatchDecision decodes the batch script's answer for one decision, which
-// starts at reply[i] (doc.go, Batch), into the five integers a decide call
-// answers for one group: allowed, remaining, retry, reset and replayed. It
+// Decision decodes the batch script's answer for one decision, which
+// starts at reply[i] (lua/doc.go, Batch), into the five integers a decide
+// call answers for one entry: allowed, remaining, retry, reset and
+// replayed. It
 // returns them and the index where the next decision's answer starts. ok is
 // false when reply ends before the decision's answer does, or when its code
 // is not one the batch script sends; then d and next mean nothing.
@@ -11,7 +14,7 @@ package lua
 // answers allowed alone (-1 or -2); one that was judged answers a code,
 // remaining*4 + allowed*2 + replayed, then its reset, then its retry only
 // when denied (an admitted decision's retry is 0).
-func BatchDecision(reply []int64, i int) (d [5]int64, next int, ok bool) {
+func Decision(reply []int64, i int) (d [5]int64, next int, ok bool) {
 	if i < 0 || i >= len(reply) {
 		return d, i, false
 	}

@@ -1,15 +1,15 @@
-package lua_test
+package batchreply_test
 
 import (
 	"testing"
 
-	"github.com/tollgate/tollgate/lua"
+	"github.com/tollgate/tollgate/internal/batchreply"
 )
 
-// TestBatchDecisionDecodes decodes every kind of answer the batch script
+// TestDecisionDecodes decodes every kind of answer the batch script
 // sends, one after the other as in a reply, and refuses replies that end
 // too early or hold a code the script never sends.
-func TestBatchDecisionDecodes(t *testing.T) {
+func TestDecisionDecodes(t *testing.T) {
 	reply := []int64{
 		7*4 + 2, 1_500, // admitted, 7 left, full again in 1.5 ms
 		3*4 + 2 + 1, 900, // a replay: admitted, 3 left
@@ -29,7 +29,7 @@ func TestBatchDecisionDecodes(t *testing.T) {
 	}
 	next := 0
 	for i, w := range want {
-		d, n, ok := lua.BatchDecision(reply, next)
+		d, n, ok := batchreply.Decision(reply, next)
 		if !ok || d != w {
 			t.Fatalf("decision %d at %d: %v, %v; want %v", i, next, d, ok, w)
 		}
@@ -49,11 +49,11 @@ func TestBatchDecisionDecodes(t *testing.T) {
 		{"a code below -2", []int64{-3, 0, 0}},
 		{"a denied replay", []int64{1, 5, 5}},
 	} {
-		if d, _, ok := lua.BatchDecision(bad.reply, 0); ok {
+		if d, _, ok := batchreply.Decision(bad.reply, 0); ok {
 			t.Errorf("%s %v: decoded as %v", bad.name, bad.reply, d)
 		}
 	}
-	if _, _, ok := lua.BatchDecision([]int64{2, 5}, 2); ok {
+	if _, _, ok := batchreply.Decision([]int64{2, 5}, 2); ok {
 		t.Error("decoded past the reply's end")
 	}
 }

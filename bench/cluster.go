@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of primaries only, started for a measurement.
+type Cluster struct {
+	// Nodes are its primaries, in the order of the slot ranges they serve.
+	Nodes []*Server
+}
+
+// StartCluster starts n redis-servers in cluster mode (StartRedis), gives
+// node i the i-th of n equal ranges of the slot space, as redis-cli
+// --cluster create does, joins them, and returns once every node reports
+// the cluster ok. Close stops every node.
+func StartCluster(n int) (*Cluster, error) {
+	cl := &Cluster{}
+	for range n {
+		s, err := StartRedis("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			cl.Close()
+			return nil, err
+		}
+		cl.Nodes = append(cl.Nodes, s)
+	}
+	ctx := context.Background()
+	for i, s := range cl.Nodes {
+		c := redis.NewClient(s.Options())
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+		for _, o := range cl.Nodes[:i] {
+			if err == nil {
+				host, port, _ := net.SplitHostPort(o.Addr)
+				err = c.ClusterMeet(ctx, host, port).Err()
+			}
+		}
+		_ = c.Close()
+		if err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("forming the cluster on %s: %w", s.Addr, err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range cl.Nodes {
+		c := redis.NewClient(s.Options())
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				cl.Close()
+				return nil, fmt.Errorf("cluster not ok on %s within 30s: %v %s", s.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return cl, nil
+}
+
+// Options returns ClusterClient options for the cluster as the measurements
+// use them: go-redis defaults, context deadlines honoured on the socket.
+func (cl *Cluster) Options() *redis.ClusterOptions {
+	var addrs []string
+	for _, s := range cl.Nodes {
+		addrs = append(addrs, s.Addr)
+	}
+	return &redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}
+}
+
+// Close stops every node.
+func (cl *Cluster) Close() {
+	for _, s := range cl.Nodes {
+		s.Close()
+	}
+}
