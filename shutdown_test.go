@@ -193,7 +193,7 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err := l2.Close(short)
-	if err == nil || !strings.Contains(err.Error(), "20 settlements and 0 slot releases") {
+	if err == nil || !strings.Contains(err.Error(), "20 settlements and 0 seat releases") {
 		t.Errorf("Close during the pause: %v, want the 20 settlements owed named", err)
 	}
 	if time.Now().After(ends) {

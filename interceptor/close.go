@@ -5,13 +5,13 @@ import (
 	"fmt"
 )
 
-// Close shuts the Limiter down: it stops renewing the in-flight slots of
-// calls still running, delivers the settlements and slot releases calls
+// Close shuts the Limiter down: it stops renewing the in-flight seats of
+// calls still running, delivers the settlements and seat releases calls
 // owe (retrying a failing store until ctx ends), and stops every goroutine
 // and timer the Limiter started. Call it after the server stopped taking
 // calls (grpc.Server.GracefulStop). When ctx ends first it returns an
 // error naming the settlements and releases still owed, which are dropped,
-// logged and counted (a dropped release's slot expires by itself). Calls
+// logged and counted (a dropped release's seat expires by itself). Calls
 // that end after Close have their end-of-call work tried once, at once.
 // Close is safe to call more than once.
 func (l *Limiter) Close(ctx context.Context) error {
@@ -22,7 +22,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	return l.sender.close(l, ctx)
 }
 
-// Flush waits until the settlements and slot releases of the calls that
+// Flush waits until the settlements and seat releases of the calls that
 // ended before it was called have been delivered to the store, asking for
 // them to go at once, or until ctx ends (its error). A Peek after Flush
 // sees them; so does any call on any replica.
@@ -70,5 +70,5 @@ func (q *sender) abandon(ctx context.Context) error {
 	if settles+releases == 0 {
 		return nil
 	}
-	return fmt.Errorf("interceptor: Close: %w: %d settlements and %d slot releases still owed were dropped", ctx.Err(), settles, releases)
+	return fmt.Errorf("interceptor: Close: %w: %d settlements and %d seat releases still owed were dropped", ctx.Err(), settles, releases)
 }

@@ -51,7 +51,7 @@ type Quota struct {
 	// plus Cost when the call would be admitted.
 	Available int64
 	// InFlight reports that this Quota is the rule's in-flight limit
-	// (Rule.MaxInFlight) instead of a rate: Limit is zero, InUse slots of
+	// (Rule.MaxInFlight) instead of a rate: Limit is zero, InUse seats of
 	// MaxInFlight are held, Available are free and Decision says whether a
 	// call would get one.
 	InFlight           bool
@@ -88,7 +88,7 @@ func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRul
 // Peek returns the state of every limit in force for who under the named
 // rule, without debiting anything or recording a request id: an override's
 // limits instead of the rule's (Quota.Override), a block as one Quota with
-// Blocked set, and the slots it holds under the rule's in-flight limit. An
+// Blocked set, and the seats it holds under the rule's in-flight limit. An
 // unknown rule is a codes.NotFound status naming it; an identity the key
 // function cannot find is codes.InvalidArgument; a store failure is
 // codes.Unavailable.
@@ -101,7 +101,7 @@ func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, e
 			out = append(out, Quota{Blocked: true, Cost: max(p.rule.Cost, 1), Expires: it.expires})
 			return nil
 		case req.Limit == (tollgate.Limit{}):
-			inUse, err := l.store.(tollgate.SlotStore).SlotsInUse(ctx, req.Key)
+			inUse, err := l.store.(tollgate.SeatStore).SeatsInUse(ctx, req.Key)
 			if err != nil {
 				return err
 			}
@@ -135,7 +135,7 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 	return l.eachLimit(ctx, rule, who, func(_ *plan, it limitItem) error {
 		req := it.req
 		if it.blocked || req.Limit == (tollgate.Limit{}) {
-			return nil // slots belong to calls still running
+			return nil // seats belong to calls still running
 		}
 		if err := l.local.Reset(ctx, req); err != nil {
 			return err

@@ -135,7 +135,7 @@ type Rule struct {
 	// refused with codes.ResourceExhausted; one refused by the rule's rate
 	// limits takes no slot, and one refused for lack of a slot debits no
 	// rate. A rule may have only this, with no Limit. The store must be a
-	// tollgate.SlotStore.
+	// tollgate.SeatStore.
 	MaxInFlight int64
 	// SlotTimeout is how long a slot lives when its call has no deadline (a
 	// unary call with one holds it until its deadline and a second more),
@@ -257,7 +257,7 @@ func compileRule(r Rule, index int, replicas int64, slotTimeout time.Duration) (
 		return nil, fail("%w", err)
 	}
 	if r.Settle != nil && limits == nil && choose.fn == nil {
-		return nil, fail("Settle needs a rate limit to settle (Limit, Limits, LimitFunc or LimitsFunc): MaxInFlight's slots are not settled")
+		return nil, fail("Settle needs a rate limit to settle (Limit, Limits, LimitFunc or LimitsFunc): MaxInFlight's seats are not settled")
 	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	c.call.inFlight = flight

@@ -165,7 +165,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative in-flight", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = -1 }))}, nopStore{}, `rule "r": MaxInFlight must be >= 0`},
 		{"negative slot timeout", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight, r.SlotTimeout = 2, -time.Second }))}, nopStore{}, `rule "r": SlotTimeout must be >= 0`},
 		{"no slot timeout", []Option{WithSlotTimeout(0), WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": SlotTimeout is 0 and so is the Limiter's`},
-		{"in-flight without slots", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": MaxInFlight needs a store that bounds calls in flight`},
+		{"in-flight without seats", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": MaxInFlight needs a store that bounds calls in flight`},
 		{"store timeout", []Option{WithRules(ok), WithStoreTimeout(0)}, nopStore{}, "store timeout"},
 		{"breaker cool-down", []Option{WithRules(ok), WithBreaker(3, 0)}, nopStore{}, "cool-down"},
 		{"breaker failures", []Option{WithRules(ok), WithBreaker(-1, time.Second)}, nopStore{}, "breaker failures"},

@@ -77,14 +77,14 @@ type settlement struct {
 }
 
 // afterCall is what a call owes its rules once it ends: the settlements
-// of rules with Settle, and the slots it holds.
+// of rules with Settle, and the seats it holds.
 type afterCall struct {
 	settles []settlement
-	slots   []*heldSlot
+	seats   []*heldSeat
 }
 
 // owed returns what the checks of a call decided as res owe once it ends,
-// or nil. A refused call owes nothing: its slots are given back now.
+// or nil. A refused call owes nothing: its seats are given back now.
 func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterCall {
 	if res.err != nil {
 		l.releaseAll(ctx, checks)
@@ -92,8 +92,8 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 	}
 	var a afterCall
 	for _, c := range checks {
-		if c.slot.holding() {
-			a.slots = append(a.slots, l.holdSlot(ctx, c))
+		if c.seat.holding() {
+			a.seats = append(a.seats, l.holdSeat(ctx, c))
 		}
 		if c.p.rule.Settle == nil || c.p.scope != scopeCall {
 			continue
@@ -114,7 +114,7 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 			reserved: c.res.cost, local: st == l.local,
 		})
 	}
-	if a.settles == nil && a.slots == nil {
+	if a.settles == nil && a.seats == nil {
 		return nil
 	}
 	return &a
@@ -123,12 +123,12 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 // end hands what a call owes once its handler returned resp and err to
 // the Limiter's sender (see sender): the response does not wait for it.
 // The final costs are read now, under ctx (the handler's, carrying its
-// report); the slots stop being renewed and their hold times are recorded.
+// report); the seats stop being renewed and their hold times are recorded.
 func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
 	if a == nil {
 		return
 	}
-	e := &ending{slots: a.slots}
+	e := &ending{seats: a.seats}
 	for i := range a.settles {
 		s := &a.settles[i]
 		cost, ok := s.p.rule.Settle(ctx, resp, err)
@@ -139,7 +139,7 @@ func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
 			e.settles = append(e.settles, owedSettle{settlement: *s, cost: cost})
 		}
 	}
-	for _, h := range a.slots {
+	for _, h := range a.seats {
 		h.end()
 	}
 	l.sender.add(l, e)

@@ -21,44 +21,44 @@ func (s *Store) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted
 	return s.inner.SettleAll(ctx, reqs, admitted, costs)
 }
 
-// errNoSlots and errNoOverrides are the errors of an inner store that
-// does not keep slots or overrides.
+// errNoSeats and errNoOverrides are the errors of an inner store that
+// does not keep seats or overrides.
 var (
-	errNoSlots     = errors.New("lease: the inner store does not bound calls in flight (tollgate.SlotStore)")
+	errNoSeats     = errors.New("lease: the inner store does not bound calls in flight (tollgate.SeatStore)")
 	errNoOverrides = errors.New("lease: the inner store does not keep overrides (tollgate.OverrideStore)")
 )
 
-// AcquireSlot, RenewSlot, ReleaseSlot and SlotsInUse are the inner store's
-// (tollgate.SlotStore): slots are never leased.
-func (s *Store) AcquireSlot(ctx context.Context, sl tollgate.Slot) (tollgate.SlotDecision, error) {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.AcquireSlot(ctx, sl)
+// AcquireSeat, RenewSeat, ReleaseSeat and SeatsInUse are the inner store's
+// (tollgate.SeatStore): seats are never leased.
+func (s *Store) AcquireSeat(ctx context.Context, sl tollgate.Seat) (tollgate.SeatDecision, error) {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.AcquireSeat(ctx, sl)
 	}
-	return tollgate.SlotDecision{}, errNoSlots
+	return tollgate.SeatDecision{}, errNoSeats
 }
 
-// RenewSlot is the inner store's.
-func (s *Store) RenewSlot(ctx context.Context, sl tollgate.Slot) (bool, error) {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.RenewSlot(ctx, sl)
+// RenewSeat is the inner store's.
+func (s *Store) RenewSeat(ctx context.Context, sl tollgate.Seat) (bool, error) {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.RenewSeat(ctx, sl)
 	}
-	return false, errNoSlots
+	return false, errNoSeats
 }
 
-// ReleaseSlot is the inner store's.
-func (s *Store) ReleaseSlot(ctx context.Context, sl tollgate.Slot) error {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.ReleaseSlot(ctx, sl)
+// ReleaseSeat is the inner store's.
+func (s *Store) ReleaseSeat(ctx context.Context, sl tollgate.Seat) error {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.ReleaseSeat(ctx, sl)
 	}
-	return errNoSlots
+	return errNoSeats
 }
 
-// SlotsInUse is the inner store's.
-func (s *Store) SlotsInUse(ctx context.Context, key string) (int64, error) {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.SlotsInUse(ctx, key)
+// SeatsInUse is the inner store's.
+func (s *Store) SeatsInUse(ctx context.Context, key string) (int64, error) {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.SeatsInUse(ctx, key)
 	}
-	return 0, errNoSlots
+	return 0, errNoSeats
 }
 
 // SetOverride, DeleteOverride, Overrides and OverridesVersion are the

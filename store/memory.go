@@ -32,7 +32,7 @@ type Memory struct {
 	seed      maphash.Seed
 	shards    []memShard
 	next      atomic.Uint64 // the shard the next decision sweeps
-	slots     memSlots      // in-flight slots (slots_memory.go)
+	seats     memSeats      // in-flight seats (seats_memory.go)
 	overrides memOverrides  // overrides_memory.go
 	watchers  memWatchers   // overrides_watch.go
 	shares    memShares     // share_memory.go

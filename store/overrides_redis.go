@@ -18,7 +18,7 @@ import (
 //
 //	<prefix>{<key's tag>}:ov:<hash of group>   its limits, with the override's TTL
 //
-// on the identity's own slot; each group has an index, a hash of every key
+// on the identity's own seat; each group has an index, a hash of every key
 // it overrides to the same limits, and one version counts every change:
 //
 //	<prefix>{!ov!<hash of group>}:index

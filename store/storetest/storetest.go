@@ -59,7 +59,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("empty key", s.emptyKey)
 	s.runAllowAll(t)
 	t.Run("settle", s.runSettle)
-	t.Run("slots", s.runSlots)
+	t.Run("seats", s.runSeats)
 	t.Run("overrides", s.runOverrides)
 	for _, alg := range algorithms {
 		t.Run("concurrency/"+alg.String(), func(t *testing.T) { s.concurrency(t, alg) })
