@@ -92,14 +92,15 @@ type SeatAllower interface {
 	AllowAllWithSeat(ctx context.Context, s Seat, reqs []Request) (SeatDecision, []Decision, error)
 }
 
-// SeatSettler is a SeatStore that ends calls in one step (one script call
-// on Redis where their keys allow): their settlements, then the release of
-// their seats, so that no seat is freed before its call's settlement is
-// recorded.
+// SeatSettler is a SeatStore and a Settler that ends calls in one step
+// (one script call on Redis where their keys allow): their settlements,
+// then the release of their seats, so that no seat is freed before its
+// call's settlement is recorded.
 type SeatSettler interface {
 	SeatStore
+	Settler
 	// SettleAllAndRelease settles reqs as SettleAll does (none: nothing
 	// to settle; the answers are then empty) and then releases the seats
 	// of release, reporting each seat's Held.
-	SettleAllAndRelease(ctx context.Context, reqs []Request, admitted []Decision, costs []int64, release []Seat) ([]Decision, error)
+	SettleAllAndRelease(ctx context.Context, reqs []Request, admitted []Admission, costs []int64, release []Seat) ([]Decision, error)
 }

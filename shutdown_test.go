@@ -143,7 +143,7 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 				}
 			}
 			if admins != nil {
-				if _, err := st.Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limit, RequestID: "p"}, tollgate.Decision{}, 0); err == nil {
+				if _, err := st.(tollgate.Settler).Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limit, RequestID: "p"}, tollgate.Admission{}, 0); err == nil {
 					t.Fatal("Redis took a write: the test proves nothing")
 				}
 			}

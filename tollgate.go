@@ -333,7 +333,7 @@ type Decision struct {
 	// earlier: this one is allowed again without being debited.
 	Replayed bool
 	// Debt is how many units the identity owes past empty, after a
-	// settlement or an overdraw took more than it had (Store.Settle,
+	// settlement or an overdraw took more than it had (Settler.Settle,
 	// Request.Overdraw): its Remaining is 0 until the refill has paid them.
 	// Settle and Peek report it; other answers report 0.
 	Debt int64
@@ -365,17 +365,42 @@ type Store interface {
 	// Reset forgets the state of req's Key under req's Limit.Algorithm: the
 	// identity is back to a full bucket or an empty window.
 	Reset(ctx context.Context, req Request) error
+}
+
+// Admission is what a settlement needs of an admitted request's Decision
+// (see Decision.Admission): when the store decided, and how far from full
+// it left the identity. The zero Admission is an admission nobody kept: a
+// settlement counts it as made now, from an empty bucket.
+type Admission struct {
+	// At is the store's clock when it admitted (Decision.At); zero for
+	// unknown.
+	At time.Time
+	// ResetAfter is the admission's Decision.ResetAfter: how far from full
+	// it left a bucket. Windows do not read it.
+	ResetAfter time.Duration
+}
+
+// Admission returns what a settlement of the request d admitted needs of
+// d: its At and ResetAfter.
+func (d Decision) Admission() Admission { return Admission{At: d.At, ResetAfter: d.ResetAfter} }
+
+// Settler is a Store that also settles: it makes the cost of a request it
+// admitted final once the call has ended, giving back what the call did
+// not use or debiting what it used beyond. Memory, Redis and lease.Store
+// implement it.
+type Settler interface {
+	Store
 	// Settle makes cost, 0 to MaxRate, the final cost of req, a request
-	// the store admitted with admitted, its Decision (its At and
-	// ResetAfter are read; a zero Decision means an admission nobody kept:
-	// as if now, from an empty bucket). A smaller cost gives the
-	// difference back, never creating quota that was not debited: a
-	// bucket never above its capacity (less any refill it could have lost
-	// to it since), a window only while the window debited is stored. A
-	// larger one debits the rest even past empty: the identity is in debt,
-	// with Remaining 0, until the refill has paid it back. The Decision
-	// says whether a request of req.Cost would be admitted now (and when,
-	// RetryAfter, if not), and the units available now.
+	// the store admitted, as admitted says (see Admission; its zero value
+	// means an admission nobody kept: as if now, from an empty bucket). A
+	// smaller cost gives the difference back, never creating quota that
+	// was not debited: a bucket never above its capacity (less any refill
+	// it could have lost to it since), a window only while the window
+	// debited is stored. A larger one debits the rest even past empty: the
+	// identity is in debt, with Remaining 0, until the refill has paid it
+	// back. The Decision says whether a request of req.Cost would be
+	// admitted now (and when, RetryAfter, if not), and the units available
+	// now.
 	//
 	// With a RequestID a settlement is idempotent for the store's replay
 	// TTL: settling the id again applies only the difference from the cost
@@ -384,11 +409,11 @@ type Store interface {
 	// twice, and the caller must not resend it. The store cannot tell
 	// whether req was really admitted: settling a denied request debits
 	// what it was never given.
-	Settle(ctx context.Context, req Request, admitted Decision, cost int64) (Decision, error)
+	Settle(ctx context.Context, req Request, admitted Admission, cost int64) (Decision, error)
 	// SettleAll settles a set AllowAll admitted, reqs[i] with admitted[i]
 	// at costs[i], as Settle does, in one step where the set was decided in
 	// one.
-	SettleAll(ctx context.Context, reqs []Request, admitted []Decision, costs []int64) ([]Decision, error)
+	SettleAll(ctx context.Context, reqs []Request, admitted []Admission, costs []int64) ([]Decision, error)
 }
 
 // InProcess is a Store that decides in this process without waiting on a

@@ -97,13 +97,13 @@ func (l *Limiter) finishTogether(ctx context.Context, st tollgate.SeatSettler, e
 // policy, and records its outcome in them.
 func (l *Limiter) finish(ctx context.Context, st tollgate.SeatSettler, ends []*ending) {
 	var reqs []tollgate.Request
-	var decs []tollgate.Decision
+	var adms []tollgate.Admission
 	var costs []int64
 	var seats []tollgate.Seat
 	for _, e := range ends {
 		for _, s := range e.settles {
 			reqs = append(reqs, s.reqs...)
-			decs = append(decs, s.decs...)
+			adms = append(adms, s.adms...)
 			for range s.reqs {
 				costs = append(costs, s.cost)
 			}
@@ -113,7 +113,7 @@ func (l *Limiter) finish(ctx context.Context, st tollgate.SeatSettler, ends []*e
 		}
 	}
 	_, _, err := l.calls.Do(ctx, func(ctx context.Context) error {
-		_, err := st.SettleAllAndRelease(ctx, reqs, decs, costs, seats)
+		_, err := st.SettleAllAndRelease(ctx, reqs, adms, costs, seats)
 		return err
 	})
 	if errors.Is(err, tollgate.ErrInvalidRequest) && len(ends) > 1 {
@@ -180,20 +180,20 @@ func (l *Limiter) settleShared(ctx context.Context, ss []*owedSettle) {
 func (l *Limiter) callSettle(ctx context.Context, ss []*owedSettle) error {
 	st := ss[0].st
 	if len(ss) == 1 && len(ss[0].reqs) == 1 {
-		_, err := st.Settle(ctx, ss[0].reqs[0], ss[0].decs[0], ss[0].cost)
+		_, err := st.Settle(ctx, ss[0].reqs[0], ss[0].adms[0], ss[0].cost)
 		return err
 	}
 	var reqs []tollgate.Request
-	var decs []tollgate.Decision
+	var adms []tollgate.Admission
 	var costs []int64
 	for _, s := range ss {
 		reqs = append(reqs, s.reqs...)
-		decs = append(decs, s.decs...)
+		adms = append(adms, s.adms...)
 		for range s.reqs {
 			costs = append(costs, s.cost)
 		}
 	}
-	_, err := st.SettleAll(ctx, reqs, decs, costs)
+	_, err := st.SettleAll(ctx, reqs, adms, costs)
 	return err
 }
 

@@ -150,6 +150,9 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 				return nil, fmt.Errorf("interceptor: rule %q: MaxInFlight needs a store that bounds calls in flight (tollgate.SeatStore), which %T is not", r.Name, l.store)
 			}
 		}
+		if err := l.checkSettler(r); err != nil {
+			return nil, err
+		}
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.
 		cr.Key = keyfunc.Checked(r.Key)

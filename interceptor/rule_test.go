@@ -132,6 +132,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			r.Limit, r.MaxInFlight = tollgate.Limit{}, 2
 			r.Settle = SettleReported
 		}))}, store.NewMemory(), `rule "r": Settle needs a rate limit to settle`},
+		{"settle without a settler", []Option{WithRules(with(func(r *Rule) { r.Settle = SettleReported }))}, nopStore{}, `rule "r": Settle needs a store that settles (tollgate.Settler)`},
+		{"settle locally without a settler", []Option{WithLocalStore(nopStore{}), WithRules(with(func(r *Rule) {
+			r.Settle, r.FailMode = SettleReported, FailLocal
+		}))}, store.NewMemory(), `rule "r": Settle with FailLocal needs a local store that settles (tollgate.Settler)`},
 		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limit = tollgate.Limit{} }))}, nopStore{}, `rule "r": no limit: set one of Limit, Limits, LimitFunc or LimitsFunc, or MaxInFlight`},
 		{"negative cost", []Option{WithRules(with(func(r *Rule) { r.Cost = -1 }))}, nopStore{}, `rule "r": Cost must be >= 0`},
 		{"no slash", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"a.B/C"} }))}, nopStore{}, `rule "r": method "a.B/C" is not of the form`},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"sync/atomic"
 
@@ -68,12 +69,22 @@ func SettleFailures(failures ...codes.Code) func(context.Context, any, error) (i
 // FailLocal), their decisions, and the cost reserved.
 type settlement struct {
 	p        *plan
-	st       tollgate.Store
+	st       tollgate.Settler
 	reqs     []tollgate.Request
-	decs     []tollgate.Decision
+	adms     []tollgate.Admission
 	reserved int64
 	// local: st is the FailLocal store.
 	local bool
+}
+
+// admissions returns what settling the requests decs answered needs of
+// them.
+func admissions(decs []tollgate.Decision) []tollgate.Admission {
+	adms := make([]tollgate.Admission, len(decs))
+	for i, d := range decs {
+		adms[i] = d.Admission()
+	}
+	return adms
 }
 
 // afterCall is what a call owes its rules once it ends: the settlements
@@ -98,20 +109,24 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 		if c.p.rule.Settle == nil || c.p.scope != scopeCall {
 			continue
 		}
-		st := l.store
+		st, local := l.store, false
 		switch c.res.outcome {
 		case outcomeAllowed, outcomeReplayed:
 		case outcomeFailLocal:
-			st = l.local
+			st, local = l.local, true
 		default:
 			continue // nothing was debited
 		}
 		if len(c.reqs) == 0 {
 			continue // an in-flight limit alone: no cost to settle
 		}
+		settler, ok := st.(tollgate.Settler)
+		if !ok {
+			continue // not reached: New refuses Settle on a store that does not settle
+		}
 		a.settles = append(a.settles, settlement{
-			p: c.p, st: st, reqs: slices.Clone(c.reqs), decs: slices.Clone(c.decs),
-			reserved: c.res.cost, local: st == l.local,
+			p: c.p, st: settler, reqs: slices.Clone(c.reqs), adms: admissions(c.decs),
+			reserved: c.res.cost, local: local,
 		})
 	}
 	if a.settles == nil && a.seats == nil {
@@ -244,3 +259,18 @@ const (
 	AttrSettleOutcome = attribute.Key("tollgate.settle.outcome") // see MetricSettles
 	AttrCostKind      = attribute.Key("tollgate.cost.kind")      // see MetricSettledUnits
 )
+
+// checkSettler refuses r when it settles (Rule.Settle) on a store that
+// cannot: the shared store, or the local one of FailLocal.
+func (l *Limiter) checkSettler(r Rule) error {
+	if r.Settle == nil {
+		return nil
+	}
+	if _, ok := l.store.(tollgate.Settler); !ok {
+		return fmt.Errorf("interceptor: rule %q: Settle needs a store that settles (tollgate.Settler), which %T is not", r.Name, l.store)
+	}
+	if _, ok := l.local.(tollgate.Settler); !ok && r.FailMode == FailLocal {
+		return fmt.Errorf("interceptor: rule %q: Settle with FailLocal needs a local store that settles (tollgate.Settler), which %T is not", r.Name, l.local)
+	}
+	return nil
+}

@@ -33,7 +33,7 @@ type faultyStore struct {
 	settleCalls                        atomic.Int64
 }
 
-func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
+func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
 	s.settleCalls.Add(1)
 	if s.failSettle.Load() {
 		return tollgate.Decision{}, errInjected
@@ -41,7 +41,7 @@ func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted
 	return s.Memory.Settle(ctx, req, admitted, cost)
 }
 
-func (s *faultyStore) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+func (s *faultyStore) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	s.settleCalls.Add(1)
 	if s.failSettle.Load() {
 		return nil, errInjected
@@ -49,7 +49,7 @@ func (s *faultyStore) SettleAll(ctx context.Context, reqs []tollgate.Request, ad
 	return s.Memory.SettleAll(ctx, reqs, admitted, costs)
 }
 
-func (s *faultyStore) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
+func (s *faultyStore) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	if len(reqs) > 0 {
 		s.settleCalls.Add(1)
 	}

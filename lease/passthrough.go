@@ -10,20 +10,27 @@ import (
 
 // Settle settles req on the inner store: a lease's units were debited
 // there, so the difference is given back or debited there too (see
-// tollgate.Store). A decision admitted from a lease has no store time; the
-// inner store counts it as made now.
-func (s *Store) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
-	return s.inner.Settle(ctx, req, admitted, cost)
+// tollgate.Settler). A decision admitted from a lease has no store time;
+// the inner store counts it as made now.
+func (s *Store) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
+	if in, ok := s.inner.(tollgate.Settler); ok {
+		return in.Settle(ctx, req, admitted, cost)
+	}
+	return tollgate.Decision{}, errNoSettle
 }
 
-// SettleAll settles a set on the inner store (see tollgate.Store).
-func (s *Store) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
-	return s.inner.SettleAll(ctx, reqs, admitted, costs)
+// SettleAll settles a set on the inner store (see tollgate.Settler).
+func (s *Store) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
+	if in, ok := s.inner.(tollgate.Settler); ok {
+		return in.SettleAll(ctx, reqs, admitted, costs)
+	}
+	return nil, errNoSettle
 }
 
-// errNoSeats and errNoOverrides are the errors of an inner store that
-// does not keep seats or overrides.
+// errNoSettle, errNoSeats and errNoOverrides are the errors of an inner
+// store that does not settle, keep seats or keep overrides.
 var (
+	errNoSettle    = errors.New("lease: the inner store does not settle (tollgate.Settler)")
 	errNoSeats     = errors.New("lease: the inner store does not bound calls in flight (tollgate.SeatStore)")
 	errNoOverrides = errors.New("lease: the inner store does not keep overrides (tollgate.OverrideStore)")
 )

@@ -339,10 +339,10 @@ func (c *Client) Reset(ctx context.Context, req tollgate.Request) error {
 	return c.local.Reset(ctx, req)
 }
 
-// Settle settles req on its local bucket (see tollgate.Store.Settle); the
+// Settle settles req on its local bucket (see tollgate.Settler.Settle); the
 // server hears of the final cost only as the decisions counted.
-func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
-	ds, err := c.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Decision{admitted}, []int64{cost})
+func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
+	ds, err := c.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Admission{admitted}, []int64{cost})
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -351,7 +351,7 @@ func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted toll
 
 // SettleAll settles a set on the local buckets of their token-bucket
 // assignments; the others have nothing to settle.
-func (c *Client) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+func (c *Client) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	local, _, as, err := c.localRequests(ctx, reqs)
 	if err != nil {
 		return nil, err

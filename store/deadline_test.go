@@ -122,11 +122,11 @@ func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
 		{"AllowAll", func(ctx context.Context) error { _, err := st.AllowAll(ctx, two); return err }},
 		{"Peek", func(ctx context.Context) error { _, err := st.Peek(ctx, req); return err }},
 		{"Settle", func(ctx context.Context) error {
-			_, err := st.Settle(ctx, req, tollgate.Decision{Allowed: true}, 3)
+			_, err := st.Settle(ctx, req, tollgate.Admission{}, 3)
 			return err
 		}},
 		{"SettleAll", func(ctx context.Context) error {
-			_, err := st.SettleAll(ctx, two, make([]tollgate.Decision, 2), []int64{1, 1})
+			_, err := st.SettleAll(ctx, two, make([]tollgate.Admission, 2), []int64{1, 1})
 			return err
 		}},
 		{"Overdraw", func(ctx context.Context) error {
@@ -144,7 +144,7 @@ func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
 			return err
 		}},
 		{"SettleAllAndRelease", func(ctx context.Context) error {
-			_, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Decision{{Allowed: true}}, []int64{3}, []tollgate.Seat{seat})
+			_, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Admission{{}}, []int64{3}, []tollgate.Seat{seat})
 			return err
 		}},
 		{"Reset", func(ctx context.Context) error { return st.Reset(ctx, req) }},

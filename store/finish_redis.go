@@ -18,7 +18,7 @@ var finishScript = newScript(lua.Finish, sentOnce)
 // tollgate.SeatSettler): one finish script call on a single node, through
 // Sentinel, or when every key is on one Cluster slot; otherwise SettleAll
 // and then a seat call per release.
-func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
+func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	for i, s := range release {
 		if err := tollgate.ValidateRequestID(s.ID); err != nil {
 			return nil, fmt.Errorf("release %d: %w", i, err)
@@ -113,7 +113,7 @@ func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Seat) bool {
 // settleThenRelease is SettleAllAndRelease in steps, for stores (and
 // Cluster layouts) that cannot take both in one: SettleAll, then each
 // release, stopping at the first error.
-func settleThenRelease(ctx context.Context, st tollgate.SeatStore, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
+func settleThenRelease(ctx context.Context, st tollgate.SeatSettler, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	var ds []tollgate.Decision
 	if len(reqs) > 0 {
 		var err error

@@ -231,7 +231,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 		look := req
 		look.RequestID = ""
 		var s []tollgate.Decision
-		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Decision{{}}, []int64{req.Cost}, false); err == nil {
+		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Admission{{}}, []int64{req.Cost}, false); err == nil {
 			d.Debt = s[0].Debt
 		}
 	}

@@ -101,7 +101,7 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 				return err
 			}
 			req.RequestID = "settle-" + id + "-" + strconv.FormatInt(d.At.UnixNano(), 36)
-			_, err = st.Settle(ctx, req, d, 300)
+			_, err = st.Settle(ctx, req, d.Admission(), 300)
 			return err
 		}},
 		{"seat-acquire-release", func(id string) error {

@@ -187,6 +187,6 @@ func (m *Memory) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []t
 
 // SettleAllAndRelease settles reqs as SettleAll does and then releases
 // the seats of release (see tollgate.SeatSettler).
-func (m *Memory) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
+func (m *Memory) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	return settleThenRelease(ctx, m, reqs, admitted, costs, release)
 }

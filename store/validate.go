@@ -45,7 +45,7 @@ func checkOverdraw(reqs []tollgate.Request) error {
 
 // normalizeSettle checks a set for SettleAll (a set of one for Settle) and
 // returns a normalized copy. Every error wraps tollgate.ErrInvalidRequest.
-func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Request, error) {
+func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Request, error) {
 	switch {
 	case len(reqs) == 0:
 		return nil, fmt.Errorf("%w: SettleAll needs at least one request", tollgate.ErrInvalidRequest)

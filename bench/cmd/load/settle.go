@@ -75,7 +75,7 @@ func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, 
 			s.tail.add(req, ds[0], &seat)
 			return true, nil
 		}
-		_, err = s.st.SettleAllAndRelease(ctx, []tollgate.Request{req}, ds, []int64{7}, []tollgate.Seat{seat})
+		_, err = s.st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Admission{ds[0].Admission()}, []int64{7}, []tollgate.Seat{seat})
 		return true, err
 	}
 	d, err := s.st.Allow(ctx, req)
@@ -84,7 +84,7 @@ func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, 
 	}
 	switch s.mode {
 	case decisionSettle:
-		_, err = s.st.Settle(ctx, req, d, 7)
+		_, err = s.st.Settle(ctx, req, d.Admission(), 7)
 	case decisionTail:
 		s.tail.add(req, d, nil)
 	}
@@ -100,7 +100,7 @@ type finisher struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	reqs []tollgate.Request
-	decs []tollgate.Decision
+	adms []tollgate.Admission
 	rel  []tollgate.Seat
 	stop bool
 	done chan struct{}
@@ -118,7 +118,7 @@ func (f *finisher) add(req tollgate.Request, d tollgate.Decision, seat *tollgate
 	for len(f.reqs) >= 2*tollgate.MaxAllowAll {
 		f.cond.Wait()
 	}
-	f.reqs, f.decs = append(f.reqs, req), append(f.decs, d)
+	f.reqs, f.adms = append(f.reqs, req), append(f.adms, d.Admission())
 	if seat != nil {
 		f.rel = append(f.rel, *seat)
 	}
@@ -138,13 +138,13 @@ func (f *finisher) run() {
 			return
 		}
 		n := min(len(f.reqs), tollgate.MaxAllowAll)
-		reqs, decs := append([]tollgate.Request(nil), f.reqs[:n]...), append([]tollgate.Decision(nil), f.decs[:n]...)
+		reqs, adms := append([]tollgate.Request(nil), f.reqs[:n]...), append([]tollgate.Admission(nil), f.adms[:n]...)
 		var rel []tollgate.Seat
 		if len(f.rel) > 0 {
 			rel = append(rel, f.rel[:n]...)
 			f.rel = f.rel[n:]
 		}
-		f.reqs, f.decs = f.reqs[n:], f.decs[n:]
+		f.reqs, f.adms = f.reqs[n:], f.adms[n:]
 		f.mu.Unlock()
 		f.cond.Broadcast()
 		costs := make([]int64, n)
@@ -152,7 +152,7 @@ func (f *finisher) run() {
 			costs[i] = 7
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := f.st.SettleAllAndRelease(ctx, reqs, decs, costs, rel); err != nil {
+		if _, err := f.st.SettleAllAndRelease(ctx, reqs, adms, costs, rel); err != nil {
 			fmt.Fprintln(os.Stderr, "load: settle: finisher:", err)
 		}
 		cancel()
