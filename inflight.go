@@ -62,9 +62,10 @@ type SeatStore interface {
 	SeatsInUse(ctx context.Context, key string) (int64, error)
 }
 
-// ValidateSlot reports whether s can be asked for, returning an error
-// wrapping ErrInvalidRequest when it cannot.
-func ValidateSlot(s Seat) error {
+// Validate reports whether s can be asked for: a Key of at most MaxKeyLen
+// bytes, Max from 1 to MaxRate, an ID (printable ASCII, as a RequestID) and
+// a TTL of at least 1ms. Every error it returns wraps ErrInvalidRequest.
+func (s Seat) Validate() error {
 	switch {
 	case len(s.Key) > MaxKeyLen:
 		return invalid("key is %d bytes, more than %d", len(s.Key), MaxKeyLen)
@@ -75,7 +76,7 @@ func ValidateSlot(s Seat) error {
 	case s.TTL < time.Millisecond:
 		return invalid("a seat's TTL must be at least 1ms, got %s", s.TTL)
 	}
-	return ValidateRequestID(s.ID)
+	return validRequestID(s.ID)
 }
 
 // SeatAllower is a SeatStore that takes a call's seat and decides its

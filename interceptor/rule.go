@@ -363,7 +363,7 @@ func distinctLimits(limits []tollgate.Limit) error {
 // still wraps tollgate.ErrInvalidRequest but does not say "invalid
 // request": it is a configuration's.
 func checkLimit(l tollgate.Limit, cost int64) error {
-	_, err := tollgate.Request{Limit: l, Cost: cost}.Normalized()
+	err := tollgate.Request{Limit: l, Cost: cost}.Validate()
 	if err != nil {
 		return configError{err}
 	}

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/flight"
 )
 
@@ -139,7 +140,7 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if req.RequestID != "" && !s.cfg.debitRetries {
 		return s.inner.Allow(ctx, req)
 	}
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}

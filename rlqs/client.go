@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -208,7 +209,7 @@ func (c *Client) DecidesInProcess() bool { return true }
 // answer may lift it), a token bucket decides as store.Memory decides a
 // TokenBucket of its tokens.
 func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -305,7 +306,7 @@ func (c *Client) localRequests(ctx context.Context, reqs []tollgate.Request) ([]
 	bs := make([]*bucket, len(reqs))
 	as := make([]*assignment, len(reqs))
 	for i, r := range reqs {
-		r, err := r.Normalized()
+		r, err := check.Normalize(r)
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -35,7 +35,7 @@ const (
 // through Sentinel), otherwise a seat call and then AllowAll, the seat
 // given back when the set is denied.
 func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []tollgate.Request) (tollgate.SeatDecision, []tollgate.Decision, error) {
-	if err := tollgate.ValidateSlot(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return tollgate.SeatDecision{}, nil, err
 	}
 	reqs, err := normalizeAll(reqs)

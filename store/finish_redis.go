@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/lua"
 )
 
@@ -20,7 +21,7 @@ var finishScript = newScript(lua.Finish, sentOnce)
 // and then a seat call per release.
 func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	for i, s := range release {
-		if err := tollgate.ValidateRequestID(s.ID); err != nil {
+		if err := check.RequestID(s.ID); err != nil {
 			return nil, fmt.Errorf("release %d: %w", i, err)
 		}
 		if len(s.Key) > tollgate.MaxKeyLen {

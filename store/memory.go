@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // Memory is an in-process tollgate.Store. It runs the same algorithms as the
@@ -79,7 +80,7 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	if err := ctx.Err(); err != nil {
 		return tollgate.Decision{}, err
 	}
-	req, err := req.Normalized() // not begin: its copies of req cost a decision about 5%
+	req, err := check.Normalize(req) // not begin: its copies of req cost a decision about 5%
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -190,7 +191,7 @@ func begin(ctx context.Context, req tollgate.Request) (tollgate.Request, error) 
 	if err := ctx.Err(); err != nil {
 		return req, err
 	}
-	return req.Normalized()
+	return check.Normalize(req)
 }
 
 // member is one request of a set being decided (an AllowAll set, or the

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/lua"
 )
 
@@ -137,7 +138,7 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 // wrapped, starting "tollgate: redis store:", and never wraps
 // tollgate.ErrInvalidRequest.
 func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -220,7 +221,7 @@ func (r *Redis) refreshRouting(err error) {
 // identity's Debt, which takes a settle script call at the reserved cost
 // (which writes nothing either).
 func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -247,7 +248,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 // store's remembered denial of it runs out on its own (at most
 // MaxDenyCacheTTL).
 func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // memSeats holds a Memory store's in-flight seats: for each key, the ids
@@ -88,7 +89,7 @@ func (m *Memory) AcquireSeat(ctx context.Context, s tollgate.Seat) (tollgate.Sea
 	if err := ctx.Err(); err != nil {
 		return tollgate.SeatDecision{}, err
 	}
-	if err := tollgate.ValidateSlot(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return tollgate.SeatDecision{}, err
 	}
 	now := m.clock().UnixMicro()
@@ -128,7 +129,7 @@ func (m *Memory) RenewSeat(ctx context.Context, s tollgate.Seat) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if err := tollgate.ValidateSlot(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return false, err
 	}
 	now := m.clock().UnixMicro()
@@ -148,7 +149,7 @@ func (m *Memory) ReleaseSeat(ctx context.Context, s tollgate.Seat) error {
 	if err := checkKey(ctx, s.Key); err != nil {
 		return err
 	}
-	if err := tollgate.ValidateRequestID(s.ID); err != nil {
+	if err := check.RequestID(s.ID); err != nil {
 		return err
 	}
 	ms := &m.seats

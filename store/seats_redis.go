@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/lua"
 )
 
@@ -63,7 +64,7 @@ func (r *Redis) RenewSeat(ctx context.Context, s tollgate.Seat) (bool, error) {
 
 // ReleaseSeat frees s.ID's seat (see tollgate.SeatStore).
 func (r *Redis) ReleaseSeat(ctx context.Context, s tollgate.Seat) error {
-	if err := tollgate.ValidateRequestID(s.ID); err != nil {
+	if err := check.RequestID(s.ID); err != nil {
 		return err
 	}
 	s.Max, s.TTL = 1, max(s.Held, 0) // ARGV[4] of a release: the time held
@@ -94,7 +95,7 @@ type seatPart struct {
 // round trips and, folded, script calls (fold.go).
 func (r *Redis) seatCall(ctx context.Context, s tollgate.Seat, op string) (seatReply, error) {
 	if op == seatAcquire || op == seatRenew {
-		if err := tollgate.ValidateSlot(s); err != nil {
+		if err := s.Validate(); err != nil {
 			return seatReply{}, err
 		}
 	} else if len(s.Key) > tollgate.MaxKeyLen {

@@ -266,7 +266,7 @@ func (s *suite) runSeats(t *testing.T) {
 	if n, err := ss.SeatsInUse(ctx, key); err != nil || n != 0 {
 		t.Fatalf("SeatsInUse after the TTL: %d, %v; want 0", n, err)
 	}
-	if err := tollgate.ValidateSlot(tollgate.Seat{Key: key, Max: 0, ID: "x", TTL: time.Second}); !errors.Is(err, tollgate.ErrInvalidRequest) {
+	if err := (tollgate.Seat{Key: key, Max: 0, ID: "x", TTL: time.Second}).Validate(); !errors.Is(err, tollgate.ErrInvalidRequest) {
 		t.Fatalf("Max 0: %v, want ErrInvalidRequest", err)
 	}
 	if _, err := ss.AcquireSeat(ctx, tollgate.Seat{Key: key, Max: 1, ID: "x"}); !errors.Is(err, tollgate.ErrInvalidRequest) {
