@@ -102,7 +102,7 @@ func (s *Server) Options() *redis.Options {
 
 // Cluster is a Redis Cluster of primaries only, started for a measurement.
 type Cluster struct {
-	// Nodes are its primaries, in the order of the seat ranges they serve.
+	// Nodes are its primaries, in the order of the slot ranges they serve.
 	Nodes []*Server
 }
 

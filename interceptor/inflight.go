@@ -342,7 +342,7 @@ func newInFlight(r Rule, defaultTTL time.Duration, replicas int64) (*inFlight, e
 	}, nil
 }
 
-// seatOutcome is the value of tollgate.seat.outcome.
+// seatOutcome is the value of tollgate.slot.outcome.
 type seatOutcome uint8
 
 const (
@@ -360,17 +360,17 @@ var seatOutcomeNames = [numSeatOutcomes]string{"acquired", "denied", "released",
 
 // In-flight telemetry names.
 const (
-	// MetricSlots counts in-flight seat events (Rule.MaxInFlight), with
-	// the attributes tollgate.rule and tollgate.seat.outcome: "acquired",
-	// "denied", "released", "release_failed" (the seat expires by itself),
+	// MetricSlots counts in-flight slot events (Rule.MaxInFlight), with
+	// the attributes tollgate.rule and tollgate.slot.outcome: "acquired",
+	// "denied", "released", "release_failed" (the slot expires by itself),
 	// "renewed", "renew_failed" or "lost" (it expired before its call
 	// ended).
 	MetricSlots = "tollgate.slots"
-	// MetricSlotHold is a histogram of how long calls held their seats, in
+	// MetricSlotHold is a histogram of how long calls held their slots, in
 	// seconds, with the attribute tollgate.rule.
 	MetricSlotHold = "tollgate.slot.hold"
 	// MetricSlotWait is a histogram of how long stream openings of Shape
-	// rules waited for a seat, in seconds, with the attribute tollgate.rule.
+	// rules waited for a slot, in seconds, with the attribute tollgate.rule.
 	MetricSlotWait = "tollgate.slot.wait"
 
 	AttrSlotOutcome = attribute.Key("tollgate.slot.outcome") // see MetricSlots

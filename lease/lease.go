@@ -176,7 +176,7 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		}
 		if n := e.next.Load(); n != nil {
 			// The current lease cannot pay: the next one takes its place.
-			// It leaves the next seat once it is current (moved by this
+			// It leaves e.next once it is current (moved by this
 			// caller or another) or expired, never otherwise: a caller
 			// holding a stale current lease must not drop a next one
 			// taken after it.

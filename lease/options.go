@@ -25,7 +25,7 @@ const (
 const minLease = 2
 
 // hotCells is the size of the table counting decisions per identity; two
-// identities sharing a seat count together (see hotCounter).
+// identities sharing a cell count together (see hotCounter).
 const hotCells = 4096
 
 // Option configures a Store (New).

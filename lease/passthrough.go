@@ -70,25 +70,25 @@ func (s *Store) SeatsInUse(ctx context.Context, key string) (int64, error) {
 
 // SetOverride, DeleteOverride, Overrides and OverridesVersion are the
 // inner store's (tollgate.OverrideStore).
-func (s *Store) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+func (s *Store) SetOverride(ctx context.Context, scope string, o tollgate.Override, ttl time.Duration) error {
 	if in, ok := s.inner.(tollgate.OverrideStore); ok {
-		return in.SetOverride(ctx, group, o, ttl)
+		return in.SetOverride(ctx, scope, o, ttl)
 	}
 	return errNoOverrides
 }
 
 // DeleteOverride is the inner store's.
-func (s *Store) DeleteOverride(ctx context.Context, group, key string) error {
+func (s *Store) DeleteOverride(ctx context.Context, scope, key string) error {
 	if in, ok := s.inner.(tollgate.OverrideStore); ok {
-		return in.DeleteOverride(ctx, group, key)
+		return in.DeleteOverride(ctx, scope, key)
 	}
 	return errNoOverrides
 }
 
 // Overrides is the inner store's.
-func (s *Store) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+func (s *Store) Overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
 	if in, ok := s.inner.(tollgate.OverrideStore); ok {
-		return in.Overrides(ctx, group)
+		return in.Overrides(ctx, scope)
 	}
 	return nil, errNoOverrides
 }

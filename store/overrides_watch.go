@@ -19,7 +19,7 @@ import (
 // reads the overrides again when a message arrives, and when its
 // subscription is (re)established, since messages published while it was
 // away are lost. On a Cluster, PUBLISH reaches every node over the cluster
-// bus, so the subscriber's node (the channel's seat's primary, as go-redis
+// bus, so the subscriber's node (the channel's slot's primary, as go-redis
 // picks it) hears changes published through any node; on Sentinel the
 // subscription follows the primary after a failover, and what was published
 // in between is covered by the resubscription.
