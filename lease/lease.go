@@ -469,4 +469,4 @@ func (s *Store) Reset(ctx context.Context, req tollgate.Request) error {
 	return s.inner.Reset(ctx, req)
 }
 
-var _ tollgate.Store = (*Store)(nil)
+var _ tollgate.Settler = (*Store)(nil)

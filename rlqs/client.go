@@ -93,7 +93,7 @@ type Client struct {
 	done   chan struct{}
 }
 
-var _ tollgate.Store = (*Client)(nil)
+var _ tollgate.Settler = (*Client)(nil)
 
 // New returns a Client reporting usage for domain on conn and starts its
 // stream. Close it to stop the stream.

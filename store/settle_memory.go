@@ -7,8 +7,10 @@ import (
 	"github.com/tollgate/tollgate/internal/algo"
 )
 
+var _ tollgate.SeatSettler = (*Memory)(nil)
+
 // Settle makes cost the final cost of req, admitted with admitted (see
-// tollgate.Store): lua/settle.lua's arithmetic (internal/algo's Settle),
+// tollgate.Settler): lua/settle.lua's arithmetic (internal/algo's Settle),
 // with the same answers.
 func (m *Memory) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
 	ds, err := m.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Admission{admitted}, []int64{cost})
@@ -19,7 +21,7 @@ func (m *Memory) Settle(ctx context.Context, req tollgate.Request, admitted toll
 }
 
 // SettleAll settles a set, each request at its own final cost, in one step
-// (see tollgate.Store).
+// (see tollgate.Settler).
 func (m *Memory) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

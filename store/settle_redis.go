@@ -64,8 +64,10 @@ func readSettle(cmd redis.Cmder, part []int, out []tollgate.Decision) error {
 	return nil
 }
 
+var _ tollgate.SeatSettler = (*Redis)(nil)
+
 // Settle makes cost the final cost of req, admitted with admitted (see
-// tollgate.Store), with one settle script call. With a RequestID the script
+// tollgate.Settler), with one settle script call. With a RequestID the script
 // keeps a record of the cost settled, for the store's replay TTL, so that
 // settling the id again applies only the difference.
 func (r *Redis) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
@@ -77,7 +79,7 @@ func (r *Redis) Settle(ctx context.Context, req tollgate.Request, admitted tollg
 }
 
 // SettleAll settles a set, each request at its own cost (see
-// tollgate.Store): one settle script call on a single node, one per
+// tollgate.Settler): one settle script call on a single node, one per
 // Cluster slot on a ClusterClient.
 func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	reqs, err := normalizeSettle(reqs, admitted, costs)

@@ -126,15 +126,6 @@ func ds1(t *testing.T, st tollgate.Store, req tollgate.Request) []tollgate.Admis
 	return []tollgate.Admission{d.Admission()}
 }
 
-// admissions returns the admissions of ds, for a settlement.
-func admissions(ds []tollgate.Decision) []tollgate.Admission {
-	adms := make([]tollgate.Admission, len(ds))
-	for i, d := range ds {
-		adms[i] = d.Admission()
-	}
-	return adms
-}
-
 // runSeatHolds checks the mean hold time a SeatStore keeps from releases
 // (Seat.Held) and reports with a denial (SeatDecision.Hold): the first
 // hold as it is, then an exponential mean in which each weighs 1/8, in

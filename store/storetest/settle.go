@@ -149,7 +149,8 @@ func (s *suite) settleAll(t *testing.T) {
 		{Key: key + "/b", Limit: quota(tollgate.FixedWindow, 10), Cost: 4},
 	}
 	ds := s.allowAll(t, reqs...)
-	out, err := s.settler().SettleAll(context.Background(), reqs, admissions(ds), []int64{1, 9})
+	adms := []tollgate.Admission{ds[0].Admission(), ds[1].Admission()}
+	out, err := s.settler().SettleAll(context.Background(), reqs, adms, []int64{1, 9})
 	if err != nil {
 		t.Fatal(err)
 	}
