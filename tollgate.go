@@ -386,8 +386,8 @@ func (d Decision) Admission() Admission { return Admission{At: d.At, ResetAfter:
 
 // Settler is a Store that also settles: it makes the cost of a request it
 // admitted final once the call has ended, giving back what the call did
-// not use or debiting what it used beyond. Memory, Redis and lease.Store
-// implement it.
+// not use or debiting what it used beyond. store.Memory, store.Redis,
+// lease.Store and rlqs.Client implement it.
 type Settler interface {
 	Store
 	// Settle makes cost, 0 to MaxRate, the final cost of req, a request
