@@ -140,8 +140,7 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if req.RequestID != "" && !s.cfg.debitRetries {
 		return s.inner.Allow(ctx, req)
 	}
-	req, err := check.Normalize(req)
-	if err != nil {
+	if err := check.NormalizeInPlace(&req); err != nil {
 		return tollgate.Decision{}, err
 	}
 	maxSize := s.maxLease(req.Limit)

@@ -209,8 +209,7 @@ func (c *Client) DecidesInProcess() bool { return true }
 // answer may lift it), a token bucket decides as store.Memory decides a
 // TokenBucket of its tokens.
 func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := check.Normalize(req)
-	if err != nil {
+	if err := check.NormalizeInPlace(&req); err != nil {
 		return tollgate.Decision{}, err
 	}
 	b, a, err := c.plan(ctx, req)

@@ -17,9 +17,10 @@ func Normalize(req tollgate.Request) (tollgate.Request, error) {
 	return req, err
 }
 
-// NormalizeInPlace is Normalize on *req: the decision path of the Memory
-// store uses it, as a copy of the request in and one out cost a decision
-// there a few percent (BenchmarkMemoryAllow).
+// NormalizeInPlace is Normalize on *req: the in-process decision paths
+// (store.Memory, lease.Store, rlqs.Client) use it, as a copy of the
+// request in and one out cost a Memory decision a few percent
+// (BenchmarkMemoryAllow).
 func NormalizeInPlace(req *tollgate.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
