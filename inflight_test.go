@@ -109,7 +109,7 @@ func TestInFlightAcrossReplicas(t *testing.T) {
 		l := limiter(t, st, interceptor.WithRules(r))
 		q := inFlightQuota(t, l, r.Name, "a")
 		if q.InUse != 0 || q.Available != 5 {
-			t.Fatalf("after every call ended: %+v, want 0 slots in use", q)
+			t.Fatalf("after every call ended: %+v, want 0 seats in use", q)
 		}
 	})
 }
@@ -131,9 +131,9 @@ func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string
 }
 
 // A replica whose handlers never return, stopped with its calls still
-// running, frees their slots once they expire (the rule's SeatTimeout, as
+// running, frees their seats once they expire (the rule's SeatTimeout, as
 // the calls have no deadline): another replica then admits.
-func TestInFlightSlotsOfAStoppedReplicaExpire(t *testing.T) {
+func TestInFlightSeatsOfAStoppedReplicaExpire(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		const ttl = 600 * time.Millisecond
 		r := inFlightRule(t, 2, ttl)
@@ -157,7 +157,7 @@ func TestInFlightSlotsOfAStoppedReplicaExpire(t *testing.T) {
 		_, _, err := say(tenant("a"), other)
 		wantCode(t, err, codes.ResourceExhausted, "in-flight")
 		stopped := time.Now()
-		dead.Stop() // the handlers go on: the slots are freed only by expiring
+		dead.Stop() // the handlers go on: the seats are freed only by expiring
 		for {
 			_, _, err := say(tenant("a"), other)
 			if err == nil {
@@ -165,19 +165,19 @@ func TestInFlightSlotsOfAStoppedReplicaExpire(t *testing.T) {
 			}
 			wantCode(t, err, codes.ResourceExhausted, "in-flight")
 			if time.Since(stopped) > ttl+time.Second {
-				t.Fatalf("still refused %s after the replica stopped; its slots should expire within %s", time.Since(stopped), ttl)
+				t.Fatalf("still refused %s after the replica stopped; its seats should expire within %s", time.Since(stopped), ttl)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		if waited := time.Since(stopped); waited < ttl/3 {
-			t.Errorf("admitted %s after the stop: the stopped replica's slots were freed before they could expire", waited)
+			t.Errorf("admitted %s after the stop: the stopped replica's seats were freed before they could expire", waited)
 		}
 	})
 }
 
-// A stream longer than its slot's TTL keeps the slot (renewals), and frees
+// A stream longer than its seat's TTL keeps the seat (renewals), and frees
 // it when it ends.
-func TestInFlightStreamRenewsItsSlot(t *testing.T) {
+func TestInFlightStreamRenewsItsSeat(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		const ttl = 300 * time.Millisecond
 		r := inFlightRule(t, 1, ttl)
@@ -210,14 +210,14 @@ func TestInFlightStreamRenewsItsSlot(t *testing.T) {
 			if _, _, err := say(tenant("a"), c); err == nil {
 				break
 			} else if time.Now().After(deadline) {
-				t.Fatalf("a second after the stream ended: %v; its slot should be free", err)
+				t.Fatalf("a second after the stream ended: %v; its seat should be free", err)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
 }
 
-// A rate-limited call takes no slot, and a call refused for lack of a slot
+// A rate-limited call takes no seat, and a call refused for lack of a seat
 // debits no rate.
 func TestInFlightBesideARate(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
@@ -241,7 +241,7 @@ func TestInFlightBesideARate(t *testing.T) {
 			t.Errorf("QuotaFailure = %v, want the in-flight limit of 1", quota)
 		}
 		if q := peekOne(t, l, r.Name, interceptor.Caller{Value: "a"}, time.Hour); q.Available != 1 {
-			t.Errorf("rate available = %d after a refusal for lack of a slot, want 1: it debited", q.Available)
+			t.Errorf("rate available = %d after a refusal for lack of a seat, want 1: it debited", q.Available)
 		}
 		close(release)
 		if err := <-done; err != nil {
@@ -257,15 +257,15 @@ func TestInFlightBesideARate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if q := inFlightQuota(t, l, r.Name, "a"); q.InUse != 0 {
-			t.Errorf("a call refused by its rate holds a slot: %+v", q)
+			t.Errorf("a call refused by its rate holds a seat: %+v", q)
 		}
 	})
 }
 
-// A slot whose release fails (the store does not answer when the call
+// A seat whose release fails (the store does not answer when the call
 // ends) is released by the Limiter's sender once the store answers: the
 // call's own answer is unchanged, and the next call on the replica is
-// admitted as soon as Redis is back, long before the slot would expire.
+// admitted as soon as Redis is back, long before the seat would expire.
 func TestInFlightFailedReleaseIsRetried(t *testing.T) {
 	srv := redistest.Start(t)
 	o := srv.Options()
@@ -312,9 +312,9 @@ func TestInFlightFailedReleaseIsRetried(t *testing.T) {
 }
 
 // After 20 calls of 200ms on one replica, a replica that served none of
-// the identity's calls suggests, when it finds no free slot, the wait the
-// fleet observed (the mean hold time the store keeps beside the slots),
-// not the held slot's expiry (the call's deadline, 5s, plus a margin).
+// the identity's calls suggests, when it finds no free seat, the wait the
+// fleet observed (the mean hold time the store keeps beside the seats),
+// not the held seat's expiry (the call's deadline, 5s, plus a margin).
 func TestInFlightRetryInfoFromTheFleet(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		t.Parallel()

@@ -17,20 +17,20 @@ type Override struct {
 	Expires time.Time
 }
 
-// OverrideStore is a Store that also keeps overrides, in groups (a rule's
+// OverrideStore is a Store that also keeps overrides, in scopes (a rule's
 // name, say), so that every replica sharing it sees them. Both stores of
 // package store implement it.
 type OverrideStore interface {
 	Store
-	// SetOverride stores o in group, replacing any override of o.Key
+	// SetOverride stores o in scope, replacing any override of o.Key
 	// there; it ends ttl from now (0: never).
-	SetOverride(ctx context.Context, group string, o Override, ttl time.Duration) error
-	// DeleteOverride removes the override of key from group, if any.
-	DeleteOverride(ctx context.Context, group, key string) error
-	// Overrides returns the overrides of group in force.
-	Overrides(ctx context.Context, group string) ([]Override, error)
+	SetOverride(ctx context.Context, scope string, o Override, ttl time.Duration) error
+	// DeleteOverride removes the override of key from scope, if any.
+	DeleteOverride(ctx context.Context, scope, key string) error
+	// Overrides returns the overrides of scope in force.
+	Overrides(ctx context.Context, scope string) ([]Override, error)
 	// OverridesVersion returns a number that changes whenever an override
-	// of any group is set or deleted, so that a replica knows when to read
+	// of any scope is set or deleted, so that a replica knows when to read
 	// them again.
 	OverridesVersion(ctx context.Context) (int64, error)
 }
@@ -42,7 +42,7 @@ type OverrideStore interface {
 // limiter still asks OverridesVersion within its refresh delay.
 type OverrideWatcher interface {
 	OverrideStore
-	// WatchOverrides calls changed soon after an override of any group is
+	// WatchOverrides calls changed soon after an override of any scope is
 	// set or deleted, and whenever a change may have been missed (the
 	// watch reconnected), until stop is called. changed is called one call
 	// at a time and should return quickly. stop ends the watch and returns

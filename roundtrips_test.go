@@ -33,7 +33,7 @@ func scriptCalls(t *testing.T, s *redistest.Server) int64 {
 }
 
 // A rule with a rate, MaxInFlight and Settle costs Redis at most one
-// script call before the handler (the slot and the debit together) and one
+// script call before the handler (the seat and the debit together) and one
 // after (the settlement and the release together): counted by Redis's
 // commandstats over 200 sequential calls, on a single node, through
 // Sentinel, and on a 3-node Cluster of the test's own (one identity's keys

@@ -55,9 +55,9 @@ type ShareStore interface {
 	Share(ctx context.Context, s Share) (ShareGrant, error)
 }
 
-// ValidateShare reports whether s can be given to ShareStore.Share. Every
-// error wraps ErrInvalidRequest.
-func ValidateShare(s Share) error {
+// Validate reports whether s can be given to ShareStore.Share (see the
+// bounds of its fields). Every error it returns wraps ErrInvalidRequest.
+func (s Share) Validate() error {
 	switch {
 	case len(s.Key) > MaxKeyLen:
 		return invalid("share key is %d bytes, more than %d", len(s.Key), MaxKeyLen)
@@ -70,5 +70,5 @@ func ValidateShare(s Share) error {
 	case s.TTL < time.Millisecond || s.TTL > MaxPeriod:
 		return invalid("share TTL must be 1ms to MaxPeriod, got %s", s.TTL)
 	}
-	return ValidateRequestID(s.Member)
+	return validRequestID(s.Member)
 }

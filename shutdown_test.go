@@ -143,7 +143,7 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 				}
 			}
 			if admins != nil {
-				if _, err := st.Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limits.Fixed()[0], RequestID: "p"}, tollgate.Decision{}, 0); err == nil {
+				if _, err := st.(tollgate.Settler).Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limits.Fixed()[0], RequestID: "p"}, tollgate.Admission{}, 0); err == nil {
 					t.Fatal("Redis took a write: the test proves nothing")
 				}
 			}
@@ -193,7 +193,7 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err := l2.Close(short)
-	if err == nil || !strings.Contains(err.Error(), "20 settlements and 0 slot releases") {
+	if err == nil || !strings.Contains(err.Error(), "20 settlements and 0 seat releases") {
 		t.Errorf("Close during the pause: %v, want the 20 settlements owed named", err)
 	}
 	if time.Now().After(ends) {

@@ -276,35 +276,35 @@ type Request struct {
 	Overdraw bool
 }
 
-// Normalized returns the request with Cost 0 replaced by 1, after checking
-// it. Every error wraps ErrInvalidRequest.
-func (r Request) Normalized() (Request, error) {
+// Validate reports whether a store can decide the request: a valid Limit,
+// a Cost of 0 (meaning 1) up to Limit.Capacity() (MaxRate with Overdraw), a
+// Key of at most MaxKeyLen bytes and a RequestID of at most MaxRequestIDLen
+// bytes of printable ASCII (0x21 to 0x7e; empty for none). Every error it
+// returns wraps ErrInvalidRequest.
+func (r Request) Validate() error {
 	if err := r.Limit.Validate(); err != nil {
-		return r, err
+		return err
 	}
-	if r.Cost == 0 {
-		r.Cost = 1
+	cost := r.Cost
+	if cost == 0 {
+		cost = 1
 	}
 	switch {
-	case r.Cost < 0:
-		return r, invalid("cost must be > 0, got %d", r.Cost)
-	case r.Overdraw && r.Cost > MaxRate:
-		return r, invalid("cost must be at most MaxRate (10^12), got %d", r.Cost)
-	case !r.Overdraw && r.Cost > r.Limit.Capacity():
-		return r, invalid("cost %d exceeds the capacity %d of %s: it could never be admitted", r.Cost, r.Limit.Capacity(), r.Limit)
+	case cost < 0:
+		return invalid("cost must be > 0, got %d", cost)
+	case r.Overdraw && cost > MaxRate:
+		return invalid("cost must be at most MaxRate (10^12), got %d", cost)
+	case !r.Overdraw && cost > r.Limit.Capacity():
+		return invalid("cost %d exceeds the capacity %d of %s: it could never be admitted", cost, r.Limit.Capacity(), r.Limit)
 	case len(r.Key) > MaxKeyLen:
-		return r, invalid("key is %d bytes, more than %d", len(r.Key), MaxKeyLen)
+		return invalid("key is %d bytes, more than %d", len(r.Key), MaxKeyLen)
 	}
-	if err := ValidateRequestID(r.RequestID); err != nil {
-		return r, err
-	}
-	return r, nil
+	return validRequestID(r.RequestID)
 }
 
-// ValidateRequestID reports whether id can be used as Request.RequestID: at
-// most MaxRequestIDLen bytes, each printable ASCII (0x21 to 0x7e). The empty
-// id is valid and means "no id". Every error wraps ErrInvalidRequest.
-func ValidateRequestID(id string) error {
+// validRequestID reports whether id can be a RequestID (see
+// Request.Validate).
+func validRequestID(id string) error {
 	if len(id) > MaxRequestIDLen {
 		return invalid("request id is %d bytes, more than %d", len(id), MaxRequestIDLen)
 	}
@@ -333,7 +333,7 @@ type Decision struct {
 	// earlier: this one is allowed again without being debited.
 	Replayed bool
 	// Debt is how many units the identity owes past empty, after a
-	// settlement or an overdraw took more than it had (Store.Settle,
+	// settlement or an overdraw took more than it had (Settler.Settle,
 	// Request.Overdraw): its Remaining is 0 until the refill has paid them.
 	// Settle and Peek report it; other answers report 0.
 	Debt int64
@@ -345,7 +345,7 @@ type Decision struct {
 
 // Store makes rate-limit decisions. Implementations are safe for concurrent
 // use. Allow returns an error wrapping ErrInvalidRequest for a request that
-// can never be decided (see Request.Normalized); any other error means the
+// can never be decided (see Request.Validate); any other error means the
 // store could not decide (unreachable, timed out) and the caller's fail
 // policy applies.
 type Store interface {
@@ -365,17 +365,42 @@ type Store interface {
 	// Reset forgets the state of req's Key under req's Limit.Algorithm: the
 	// identity is back to a full bucket or an empty window.
 	Reset(ctx context.Context, req Request) error
+}
+
+// Admission is what a settlement needs of an admitted request's Decision
+// (see Decision.Admission): when the store decided, and how far from full
+// it left the identity. The zero Admission is an admission nobody kept: a
+// settlement counts it as made now, from an empty bucket.
+type Admission struct {
+	// At is the store's clock when it admitted (Decision.At); zero for
+	// unknown.
+	At time.Time
+	// ResetAfter is the admission's Decision.ResetAfter: how far from full
+	// it left a bucket. Windows do not read it.
+	ResetAfter time.Duration
+}
+
+// Admission returns what a settlement of the request d admitted needs of
+// d: its At and ResetAfter.
+func (d Decision) Admission() Admission { return Admission{At: d.At, ResetAfter: d.ResetAfter} }
+
+// Settler is a Store that also settles: it makes the cost of a request it
+// admitted final once the call has ended, giving back what the call did
+// not use or debiting what it used beyond. store.Memory, store.Redis,
+// lease.Store and rlqs.Client implement it.
+type Settler interface {
+	Store
 	// Settle makes cost, 0 to MaxRate, the final cost of req, a request
-	// the store admitted with admitted, its Decision (its At and
-	// ResetAfter are read; a zero Decision means an admission nobody kept:
-	// as if now, from an empty bucket). A smaller cost gives the
-	// difference back, never creating quota that was not debited: a
-	// bucket never above its capacity (less any refill it could have lost
-	// to it since), a window only while the window debited is stored. A
-	// larger one debits the rest even past empty: the identity is in debt,
-	// with Remaining 0, until the refill has paid it back. The Decision
-	// says whether a request of req.Cost would be admitted now (and when,
-	// RetryAfter, if not), and the units available now.
+	// the store admitted, as admitted says (see Admission; its zero value
+	// means an admission nobody kept: as if now, from an empty bucket). A
+	// smaller cost gives the difference back, never creating quota that
+	// was not debited: a bucket never above its capacity (less any refill
+	// it could have lost to it since), a window only while the window
+	// debited is stored. A larger one debits the rest even past empty: the
+	// identity is in debt, with Remaining 0, until the refill has paid it
+	// back. The Decision says whether a request of req.Cost would be
+	// admitted now (and when, RetryAfter, if not), and the units available
+	// now.
 	//
 	// With a RequestID a settlement is idempotent for the store's replay
 	// TTL: settling the id again applies only the difference from the cost
@@ -384,11 +409,11 @@ type Store interface {
 	// twice, and the caller must not resend it. The store cannot tell
 	// whether req was really admitted: settling a denied request debits
 	// what it was never given.
-	Settle(ctx context.Context, req Request, admitted Decision, cost int64) (Decision, error)
+	Settle(ctx context.Context, req Request, admitted Admission, cost int64) (Decision, error)
 	// SettleAll settles a set AllowAll admitted, reqs[i] with admitted[i]
 	// at costs[i], as Settle does, in one step where the set was decided in
 	// one.
-	SettleAll(ctx context.Context, reqs []Request, admitted []Decision, costs []int64) ([]Decision, error)
+	SettleAll(ctx context.Context, reqs []Request, admitted []Admission, costs []int64) ([]Decision, error)
 }
 
 // InProcess is a Store that decides in this process without waiting on a
@@ -403,31 +428,6 @@ type InProcess interface {
 
 // MaxAllowAll is the most requests one Store.AllowAll call decides.
 const MaxAllowAll = 64
-
-// ValidateSettle reports whether cost can settle req (Store.Settle): req
-// must be a valid request that is not Overdraw, cost at least 0 and at most
-// MaxRate. req's Cost, what was debited, may exceed its capacity (up to
-// MaxRate): a refund of hits counted past the limit gives back more than
-// the capacity. It returns req normalized. Every error wraps
-// ErrInvalidRequest.
-func ValidateSettle(req Request, cost int64) (Request, error) {
-	if req.Overdraw {
-		return req, invalid("an Overdraw request debits its cost whole: there is nothing to settle")
-	}
-	req.Overdraw = true // the range of an overdrawn cost, 1..MaxRate
-	req, err := req.Normalized()
-	req.Overdraw = false
-	if err != nil {
-		return req, err
-	}
-	switch {
-	case cost < 0:
-		return req, invalid("a final cost must be >= 0, got %d", cost)
-	case cost > MaxRate:
-		return req, invalid("a final cost must be at most MaxRate (10^12), got %d", cost)
-	}
-	return req, nil
-}
 
 // ErrInvalidRequest is wrapped by every validation error: a bad Limit, a bad
 // Cost, an oversized Key or a malformed RequestID. errors.Is works.

@@ -7,13 +7,13 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // FuzzRequestID feeds FromIncoming one or two values of the header and
 // checks it against the rule: the id is returned unchanged when every value
-// is the same and tollgate.ValidateRequestID accepts it; otherwise the error
+// is the same and it is a valid request id (check.RequestID); otherwise the error
 // wraps ErrMalformed and no id is returned.
 func FuzzRequestID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second string, repeat bool) {
@@ -23,7 +23,7 @@ func FuzzRequestID(f *testing.F) {
 		}
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{idempotency.DefaultHeader: vals})
 		id, err := idempotency.FromIncoming(ctx, "")
-		ok := (!repeat || first == second) && tollgate.ValidateRequestID(first) == nil
+		ok := (!repeat || first == second) && check.RequestID(first) == nil
 		if ok {
 			if err != nil || id != first {
 				t.Fatalf("values %q: (%q, %v), want (%q, nil)", vals, id, err, first)

@@ -41,12 +41,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tollgate/tollgate/internal/check"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/tollgate/tollgate"
 )
 
 // DefaultHeader is the metadata key that carries the request id.
@@ -60,7 +59,7 @@ var ErrMalformed = errors.New("idempotency: malformed request id")
 // metadata under header (DefaultHeader when header is ""), or "" when there
 // is none (absent, or an empty value).
 //
-// The id must satisfy tollgate.ValidateRequestID: at most
+// The id must be a valid tollgate.Request.RequestID: at most
 // tollgate.MaxRequestIDLen bytes of printable ASCII without spaces. A client
 // may send the header several times only with one value: differing values
 // are malformed rather than resolved by picking one, since a proxy that
@@ -82,7 +81,7 @@ func FromIncoming(ctx context.Context, header string) (string, error) {
 			return "", fmt.Errorf("%w: metadata %q has %d different values", ErrMalformed, header, len(vals))
 		}
 	}
-	if err := tollgate.ValidateRequestID(id); err != nil {
+	if err := check.RequestID(id); err != nil {
 		return "", fmt.Errorf("%w: metadata %q: %w", ErrMalformed, header, err)
 	}
 	return id, nil
@@ -112,9 +111,9 @@ func WithHeader(header string) Option {
 }
 
 // WithGenerator sets the function that makes a new id for each logical
-// call; the default is NewID. Its ids must be unique per call and satisfy
-// tollgate.ValidateRequestID; a call for which it returns an invalid id
-// fails with codes.Internal before anything is sent.
+// call; the default is NewID. Its ids must be unique per call and valid
+// as a tollgate.Request.RequestID; a call for which it returns an invalid
+// id fails with codes.Internal before anything is sent.
 func WithGenerator(generate func() string) Option {
 	return func(o *options) { o.generate = generate }
 }
@@ -143,7 +142,7 @@ func (o options) stamp(ctx context.Context) (context.Context, error) {
 	if id == "" {
 		return nil, status.Error(codes.Internal, "idempotency: the id generator returned an empty id")
 	}
-	if err := tollgate.ValidateRequestID(id); err != nil {
+	if err := check.RequestID(id); err != nil {
 		return nil, status.Errorf(codes.Internal, "idempotency: the id generator returned an unusable id: %v", err)
 	}
 	return metadata.AppendToOutgoingContext(ctx, o.header, id), nil

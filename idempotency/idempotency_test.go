@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/grpctest"
 )
 
@@ -83,7 +84,7 @@ func TestNewID(t *testing.T) {
 		if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 			t.Fatalf("NewID() = %q, want 32 hex digits", id)
 		}
-		if err := tollgate.ValidateRequestID(id); err != nil {
+		if err := check.RequestID(id); err != nil {
 			t.Fatal(err)
 		}
 		if seen[id] {
@@ -198,7 +199,7 @@ func checkRetried(t *testing.T, attempts []attempt, method string) string {
 	if a.method != method || b.method != method {
 		t.Fatalf("attempts on %q and %q, want %q", a.method, b.method, method)
 	}
-	if a.id == "" || tollgate.ValidateRequestID(a.id) != nil {
+	if a.id == "" || check.RequestID(a.id) != nil {
 		t.Fatalf("first attempt carried id %q", a.id)
 	}
 	if a.id != b.id {

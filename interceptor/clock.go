@@ -7,10 +7,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// clock is the Limiter's time for its own decisions: when a slot was taken
+// clock is the Limiter's time for its own decisions: when a seat was taken
 // and for how long it was held, when the overrides were last confirmed and
 // whether one expired, when end-of-call work is retried or dropped, and
-// the timers that renew slots, pace the sender and hold back shaped
+// the timers that renew seats, pace the sender and hold back shaped
 // streams. WithClock replaces what it reads; tests replace its timers too,
 // so that they advance time instead of sleeping. A call's own deadline
 // stays the context's, in real time.

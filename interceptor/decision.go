@@ -36,8 +36,8 @@ type check struct {
 	// refused and waits describe the store call the check was decided in:
 	// the set was refused, and some decision of the set named a wait.
 	refused, waits bool
-	// slot is the in-flight slot of a rule with MaxInFlight; nil without.
-	slot *slotCheck
+	// seat is the in-flight seat of a rule with MaxInFlight; nil without.
+	seat *seatCheck
 	// overridesErr: the overrides could not be confirmed fresh, so the
 	// check is decided by its rule's FailMode (run).
 	overridesErr error
@@ -75,7 +75,7 @@ var errSkipped = errors.New("another rule refused the call; this rule debited no
 // is a stream's opening.
 //
 // When the call is admitted, after is what its rules are owed once it ends
-// (settlements, slots to release), or nil.
+// (settlements, seats to release), or nil.
 func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req any, stream bool) (res result, after *afterCall) {
 	if len(set.plans) == 1 {
 		// One rule, the common case: its check comes from a pool, as a
@@ -178,8 +178,8 @@ func checkKeys(checks []*check, denied bool) []string {
 		for _, r := range c.reqs {
 			keys = append(keys, r.Key)
 		}
-		if c.slot != nil {
-			keys = append(keys, slotKeyMark+c.slot.req.Key)
+		if c.seat != nil {
+			keys = append(keys, seatKeyMark+c.seat.req.Key)
 		}
 	}
 	return keys
@@ -189,8 +189,8 @@ func checkKeys(checks []*check, denied bool) []string {
 func (c *check) retry() {
 	c.res = result{cost: c.res.cost}
 	c.refused, c.waits = false, false
-	if c.slot != nil {
-		c.slot.asked, c.slot.dec = false, tollgate.SlotDecision{}
+	if c.seat != nil {
+		c.seat.asked, c.seat.dec = false, tollgate.SeatDecision{}
 	}
 	switch len(c.reqs) {
 	case 0:
@@ -327,13 +327,13 @@ func ask(ctx context.Context, st tollgate.Store, checks []*check) error {
 
 // judge fills the result of every check from its decisions, all of one
 // store call, and reports whether they admitted the call. A check refused
-// for lack of a slot denies it alone: the others were not asked.
+// for lack of a seat denies it alone: the others were not asked.
 func judge(checks []*check) bool {
 	for _, c := range checks {
-		if c.slot.refused() {
+		if c.seat.refused() {
 			for _, o := range checks {
 				if o == c {
-					o.res.slotDenied(o)
+					o.res.seatDenied(o)
 				} else {
 					o.res.skip()
 				}
@@ -360,9 +360,9 @@ func judge(checks []*check) bool {
 // left) is the one its trailers and span describe.
 func (res *result) decided(c *check) {
 	if len(c.decs) == 0 {
-		// An in-flight limit alone: the slot is the decision.
+		// An in-flight limit alone: the seat is the decision.
 		res.limitHeader = c.p.inFlight.header
-		res.decision = tollgate.Decision{Allowed: true, Remaining: max(c.slot.req.Max-c.slot.dec.InUse, 0)}
+		res.decision = tollgate.Decision{Allowed: true, Remaining: max(c.seat.req.Max-c.seat.dec.InUse, 0)}
 		res.outcome = outcomeAllowed
 		if c.refused {
 			res.decision.Allowed = false

@@ -13,11 +13,11 @@ import (
 // deliver makes one attempt at every end of ends under ctx: the shared
 // store's settlements of them all together (SettleAll, at most
 // tollgate.MaxAllowAll requests per call), the local store's one by one,
-// and then, concurrently, the slot releases of the ends whose settlements
+// and then, concurrently, the seat releases of the ends whose settlements
 // were all applied. What was delivered is removed from its end.
 func (l *Limiter) deliver(ctx context.Context, ends []*ending) {
 	rest := ends
-	if ss, ok := l.store.(tollgate.SlotSettler); ok {
+	if ss, ok := l.store.(tollgate.SeatSettler); ok {
 		rest = l.finishTogether(ctx, ss, ends)
 	}
 	var shared []*owedSettle
@@ -45,9 +45,9 @@ func (l *Limiter) deliver(ctx context.Context, ends []*ending) {
 	for _, e := range ends {
 		e.settles = l.keepUnapplied(e.settles)
 		if len(e.settles) > 0 {
-			continue // its slots wait for its settlements
+			continue // its seats wait for its settlements
 		}
-		for _, h := range e.slots {
+		for _, h := range e.seats {
 			if !h.released {
 				wg.Go(func() { h.released = h.release(ctx) })
 			}
@@ -55,23 +55,23 @@ func (l *Limiter) deliver(ctx context.Context, ends []*ending) {
 	}
 	wg.Wait()
 	for _, e := range ends {
-		kept := e.slots[:0]
-		for _, h := range e.slots {
+		kept := e.seats[:0]
+		for _, h := range e.seats {
 			if !h.released {
 				kept = append(kept, h)
 			}
 		}
-		clear(e.slots[len(kept):])
-		e.slots = kept
+		clear(e.seats[len(kept):])
+		e.seats = kept
 	}
 }
 
-// finishTogether delivers the ends whose settlements and slots are all on
+// finishTogether delivers the ends whose settlements and seats are all on
 // the shared store st in SettleAllAndRelease calls (one script call each
 // on a single node), as many ends per call as tollgate.MaxAllowAll
 // requests allow, and returns the other ends. When the store refuses a
 // call's set as invalid, its ends go one by one.
-func (l *Limiter) finishTogether(ctx context.Context, st tollgate.SlotSettler, ends []*ending) []*ending {
+func (l *Limiter) finishTogether(ctx context.Context, st tollgate.SeatSettler, ends []*ending) []*ending {
 	var rest, together []*ending
 	for _, e := range ends {
 		if e.shared() {
@@ -95,25 +95,25 @@ func (l *Limiter) finishTogether(ctx context.Context, st tollgate.SlotSettler, e
 
 // finish makes one SettleAllAndRelease call of ends under the store
 // policy, and records its outcome in them.
-func (l *Limiter) finish(ctx context.Context, st tollgate.SlotSettler, ends []*ending) {
+func (l *Limiter) finish(ctx context.Context, st tollgate.SeatSettler, ends []*ending) {
 	var reqs []tollgate.Request
-	var decs []tollgate.Decision
+	var adms []tollgate.Admission
 	var costs []int64
-	var slots []tollgate.Slot
+	var seats []tollgate.Seat
 	for _, e := range ends {
 		for _, s := range e.settles {
 			reqs = append(reqs, s.reqs...)
-			decs = append(decs, s.decs...)
+			adms = append(adms, s.adms...)
 			for range s.reqs {
 				costs = append(costs, s.cost)
 			}
 		}
-		for _, h := range e.slots {
-			slots = append(slots, h.slot)
+		for _, h := range e.seats {
+			seats = append(seats, h.seat)
 		}
 	}
 	_, _, err := l.calls.Do(ctx, func(ctx context.Context) error {
-		_, err := st.SettleAllAndRelease(ctx, reqs, decs, costs, slots)
+		_, err := st.SettleAllAndRelease(ctx, reqs, adms, costs, seats)
 		return err
 	})
 	if errors.Is(err, tollgate.ErrInvalidRequest) && len(ends) > 1 {
@@ -126,10 +126,10 @@ func (l *Limiter) finish(ctx context.Context, st tollgate.SlotSettler, ends []*e
 		for i := range e.settles {
 			e.settles[i].applied, e.settles[i].err = err == nil, err
 		}
-		for _, h := range e.slots {
+		for _, h := range e.seats {
 			h.released, h.err = err == nil, err
 			if err == nil {
-				l.recordSlot(ctx, h.p, slotReleased)
+				l.recordSeat(ctx, h.p, seatReleased)
 			}
 		}
 	}
@@ -142,7 +142,7 @@ func (e *ending) shared() bool {
 			return false
 		}
 	}
-	for _, h := range e.slots {
+	for _, h := range e.seats {
 		if h.local {
 			return false
 		}
@@ -180,20 +180,20 @@ func (l *Limiter) settleShared(ctx context.Context, ss []*owedSettle) {
 func (l *Limiter) callSettle(ctx context.Context, ss []*owedSettle) error {
 	st := ss[0].st
 	if len(ss) == 1 && len(ss[0].reqs) == 1 {
-		_, err := st.Settle(ctx, ss[0].reqs[0], ss[0].decs[0], ss[0].cost)
+		_, err := st.Settle(ctx, ss[0].reqs[0], ss[0].adms[0], ss[0].cost)
 		return err
 	}
 	var reqs []tollgate.Request
-	var decs []tollgate.Decision
+	var adms []tollgate.Admission
 	var costs []int64
 	for _, s := range ss {
 		reqs = append(reqs, s.reqs...)
-		decs = append(decs, s.decs...)
+		adms = append(adms, s.adms...)
 		for range s.reqs {
 			costs = append(costs, s.cost)
 		}
 	}
-	_, err := st.SettleAll(ctx, reqs, decs, costs)
+	_, err := st.SettleAll(ctx, reqs, adms, costs)
 	return err
 }
 
@@ -220,7 +220,7 @@ func (e *ending) cause() error {
 			return s.err
 		}
 	}
-	for _, h := range e.slots {
+	for _, h := range e.seats {
 		if h.err != nil {
 			return h.err
 		}
@@ -229,7 +229,7 @@ func (e *ending) cause() error {
 }
 
 // drop gives up what e still owes, logging and counting every settlement
-// (with its units) and every release (the slot expires by itself).
+// (with its units) and every release (the seat expires by itself).
 func (l *Limiter) drop(e *ending, why string) {
 	ctx := context.Background()
 	for _, s := range e.settles {
@@ -237,9 +237,9 @@ func (l *Limiter) drop(e *ending, why string) {
 		l.log.Error("rate limit settle: dropped: "+why+"; the reservation stands",
 			"rule", s.p.rule.Name, "reserved", s.reserved, "cost", s.cost, "error", s.err)
 	}
-	for _, h := range e.slots {
-		l.recordSlot(ctx, h.p, slotReleaseFailed)
-		l.log.Warn("rate limit: an in-flight slot release dropped: "+why+"; it expires by itself",
-			"rule", h.p.rule.Name, "ttl", h.slot.TTL, "error", h.err)
+	for _, h := range e.seats {
+		l.recordSeat(ctx, h.p, seatReleaseFailed)
+		l.log.Warn("rate limit: an in-flight seat release dropped: "+why+"; it expires by itself",
+			"rule", h.p.rule.Name, "ttl", h.seat.TTL, "error", h.err)
 	}
 }

@@ -16,7 +16,7 @@ const (
 
 // FakeClock is a fakeclock.Clock that also arms timers: a timer fires when
 // Advance moves the clock to or past its time, in Advance's goroutine, so
-// that what it does (a slot's renewal, a wake-up of the sender) is done
+// that what it does (a seat's renewal, a wake-up of the sender) is done
 // when Advance returns. Give its Now to the store (store.WithClock) and the
 // clock itself to the Limiter (WithFakeClock).
 type FakeClock struct {

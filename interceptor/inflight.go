@@ -21,23 +21,23 @@ import (
 // Rule.SeatTimeout say otherwise.
 const DefaultSeatTimeout = 30 * time.Second
 
-// slotMargin is added to a call's deadline for its slot's expiry: the
+// seatMargin is added to a call's deadline for its seat's expiry: the
 // handler may return a little after the deadline, give or take the clocks.
-const slotMargin = time.Second
+const seatMargin = time.Second
 
 // inFlight is a plan's in-flight limit: at most max calls of one identity
-// at once (localMax per replica under FailLocal), slots living ttl when
+// at once (localMax per replica under FailLocal), seats living ttl when
 // the call has no deadline.
 type inFlight struct {
 	max, localMax int64
 	ttl           time.Duration
 	header        string // x-ratelimit-limit
-	// hold is the recent mean time a slot was held on this replica, in
-	// nanoseconds: the wait a denial suggests (see slotDenial).
+	// hold is the recent mean time a seat was held on this replica, in
+	// nanoseconds: the wait a denial suggests (see seatDenial).
 	hold atomic.Int64
 }
 
-// held records that a slot was held for d.
+// held records that a seat was held for d.
 func (f *inFlight) held(d time.Duration) {
 	for {
 		old := f.hold.Load()
@@ -51,93 +51,93 @@ func (f *inFlight) held(d time.Duration) {
 	}
 }
 
-// slotCheck is a check's in-flight slot: what it asks for (a stream's: for
+// seatCheck is a check's in-flight seat: what it asks for (a stream's: for
 // its life), the store's answer, and, while the check holds it, where it
 // was taken and when.
-type slotCheck struct {
-	req    tollgate.Slot
+type seatCheck struct {
+	req    tollgate.Seat
 	stream bool
 	asked  bool
-	dec    tollgate.SlotDecision
-	store  tollgate.SlotStore // nil unless held
+	dec    tollgate.SeatDecision
+	store  tollgate.SeatStore // nil unless held
 	local  bool
 	at     time.Time
 }
 
-// refused reports that the store found no free slot for the check.
-func (s *slotCheck) refused() bool { return s != nil && s.asked && !s.dec.Allowed }
+// refused reports that the store found no free seat for the check.
+func (s *seatCheck) refused() bool { return s != nil && s.asked && !s.dec.Allowed }
 
-// holding reports that the check holds its slot.
-func (s *slotCheck) holding() bool { return s != nil && s.store != nil }
+// holding reports that the check holds its seat.
+func (s *seatCheck) holding() bool { return s != nil && s.store != nil }
 
-// prepareSlot fills c's slot request for the identity key under ctx's
+// prepareSeat fills c's seat request for the identity key under ctx's
 // deadline: the call's request id names it, so that a retry reuses it.
-func (c *check) prepareSlot(ctx context.Context, key, requestID string, stream bool) {
+func (c *check) prepareSeat(ctx context.Context, key, requestID string, stream bool) {
 	f := c.p.inFlight
 	ttl := f.ttl
 	if deadline, ok := ctx.Deadline(); ok && !stream {
-		ttl = max(time.Until(deadline), 0) + slotMargin
+		ttl = max(time.Until(deadline), 0) + seatMargin
 	}
 	id := requestID
 	if id == "" {
-		id = newSlotID()
+		id = newSeatID()
 	}
-	c.slot = &slotCheck{req: tollgate.Slot{Key: key, Max: f.max, ID: id, TTL: ttl}, stream: stream}
+	c.seat = &seatCheck{req: tollgate.Seat{Key: key, Max: f.max, ID: id, TTL: ttl}, stream: stream}
 }
 
-// newSlotID names the slot of a call that came without a request id.
-func newSlotID() string {
+// newSeatID names the seat of a call that came without a request id.
+func newSeatID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return "slot-" + base64.RawURLEncoding.EncodeToString(b[:])
+	return "seat-" + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// acquire takes the slots of checks on st, in order: all or none. It
-// reports whether every check got its slot; a check that did not is
-// marked, and the slots taken before it are given back.
+// acquire takes the seats of checks on st, in order: all or none. It
+// reports whether every check got its seat; a check that did not is
+// marked, and the seats taken before it are given back.
 func (l *Limiter) acquire(ctx context.Context, st tollgate.Store, checks []*check, local bool) (bool, error) {
-	ss, _ := st.(tollgate.SlotStore)
+	ss, _ := st.(tollgate.SeatStore)
 	for i, c := range checks {
-		if c.slot == nil {
+		if c.seat == nil {
 			continue
 		}
-		s := c.slot.req
+		s := c.seat.req
 		if local {
 			s.Max = c.p.inFlight.localMax
 		}
-		d, err := ss.AcquireSlot(ctx, s)
+		d, err := ss.AcquireSeat(ctx, s)
 		if err != nil {
 			l.releaseAll(ctx, checks[:i])
 			return false, err
 		}
-		c.slot.asked, c.slot.dec = true, d
-		l.recordSlot(ctx, c.p, map[bool]slotOutcome{true: slotAcquired, false: slotDeniedOutcome}[d.Allowed])
+		c.seat.asked, c.seat.dec = true, d
+		l.recordSeat(ctx, c.p, map[bool]seatOutcome{true: seatAcquired, false: seatDeniedOutcome}[d.Allowed])
 		if !d.Allowed {
 			l.releaseAll(ctx, checks[:i])
 			return false, nil
 		}
-		c.slot.store, c.slot.local, c.slot.at = ss, local, l.clk.now()
+		c.seat.store, c.seat.local, c.seat.at = ss, local, l.clk.now()
 	}
 	return true, nil
 }
 
-// releaseAll gives back the slots checks hold: their call does not go on.
+// releaseAll gives back the seats checks hold: their call does not go on.
 // The releases go to the sender, as a call's end does.
 func (l *Limiter) releaseAll(ctx context.Context, checks []*check) {
 	var e ending
 	for _, c := range checks {
-		if !c.slot.holding() {
+		if !c.seat.holding() {
 			continue
 		}
-		e.slots = append(e.slots, &heldSlot{l: l, ctx: ctx, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at})
-		c.slot.store = nil
+		e.seats = append(e.seats, &heldSeat{l: l, ctx: ctx, p: c.p, st: c.seat.store, seat: c.seat.req, local: c.seat.local, at: c.seat.at})
+		c.seat.store = nil
 	}
 	l.sender.add(l, &e)
 }
 
-// slotCall calls the store for a slot: the shared store under its policy
+// seatCall calls the store for a seat: the shared store under its policy
 // (deadline, breaker), the local one as it is.
-func (l *Limiter) slotCall(ctx context.Context, local bool, call func(context.Context) error) error {
+func (l *Limiter) seatCall(ctx context.Context, local bool, call func(context.Context) error) error {
 	if local {
 		return call(ctx)
 	}
@@ -145,25 +145,25 @@ func (l *Limiter) slotCall(ctx context.Context, local bool, call func(context.Co
 	return err
 }
 
-// slotDenied fills res with the denial of a check refused for lack of a
-// slot.
-func (res *result) slotDenied(c *check) {
+// seatDenied fills res with the denial of a check refused for lack of a
+// seat.
+func (res *result) seatDenied(c *check) {
 	res.outcome = outcomeDenied
-	res.decision = tollgate.Decision{RetryAfter: slotRetryAfter(c)}
+	res.decision = tollgate.Decision{RetryAfter: seatRetryAfter(c)}
 	res.limitHeader = c.p.inFlight.header
-	res.slotWait, res.maxShapeWait = c.p.rule.StreamMode == Shape && c.slot.stream, c.p.rule.maxShapeWait
+	res.seatWait, res.maxShapeWait = c.p.rule.StreamMode == Shape && c.seat.stream, c.p.rule.maxShapeWait
 	res.err = denial([]*check{c})
 }
 
-// slotRetryAfter is the wait a slot denial suggests: how long the
-// identity's calls held their slots lately across the fleet, as the store
-// keeps it (a slot usually frees up about then), or, when the store knows
+// seatRetryAfter is the wait a seat denial suggests: how long the
+// identity's calls held their seats lately across the fleet, as the store
+// keeps it (a seat usually frees up about then), or, when the store knows
 // none, how long this rule's calls held theirs lately on this replica; but
-// never past the first held slot's expiry, when one frees up for sure,
+// never past the first held seat's expiry, when one frees up for sure,
 // and at least a millisecond.
-func slotRetryAfter(c *check) time.Duration {
-	wait := c.slot.dec.RetryAfter
-	hold := c.slot.dec.Hold
+func seatRetryAfter(c *check) time.Duration {
+	wait := c.seat.dec.RetryAfter
+	hold := c.seat.dec.Hold
 	if hold <= 0 {
 		hold = time.Duration(c.p.inFlight.hold.Load())
 	}
@@ -173,19 +173,19 @@ func slotRetryAfter(c *check) time.Duration {
 	return max(wait, time.Millisecond)
 }
 
-// heldSlot is a slot a call holds while its handler runs: renewed before
+// heldSeat is a seat a call holds while its handler runs: renewed before
 // it expires, released by the sender once the call ends.
-type heldSlot struct {
+type heldSeat struct {
 	l     *Limiter
 	ctx   context.Context // the call's: renewals stop once it is done
 	p     *plan
-	st    tollgate.SlotStore
-	slot  tollgate.Slot
+	st    tollgate.SeatStore
+	seat  tollgate.Seat
 	local bool
 	at    time.Time
 
 	mu    sync.Mutex
-	timer timer // nil when the slot is not renewed
+	timer timer // nil when the seat is not renewed
 	done  bool
 
 	// Written by the sender: the latest release attempt's outcome.
@@ -193,14 +193,14 @@ type heldSlot struct {
 	err      error
 }
 
-// holdSlot starts renewing c's slot, which it now holds for the call under
+// holdSeat starts renewing c's seat, which it now holds for the call under
 // ctx. Renewals stop once ctx is done: a handler that goes on after its
-// call was cancelled or ran out of time holds the slot only until it
+// call was cancelled or ran out of time holds the seat only until it
 // expires, as a replica that died would. Close stops them too.
-func (l *Limiter) holdSlot(ctx context.Context, c *check) *heldSlot {
-	h := &heldSlot{l: l, ctx: ctx, p: c.p, st: c.slot.store, slot: c.slot.req, local: c.slot.local, at: c.slot.at}
+func (l *Limiter) holdSeat(ctx context.Context, c *check) *heldSeat {
+	h := &heldSeat{l: l, ctx: ctx, p: c.p, st: c.seat.store, seat: c.seat.req, local: c.seat.local, at: c.seat.at}
 	if !h.local {
-		h.slot.Max = c.p.inFlight.max
+		h.seat.Max = c.p.inFlight.max
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -208,43 +208,43 @@ func (l *Limiter) holdSlot(ctx context.Context, c *check) *heldSlot {
 		h.done = true // the Limiter is closed: nothing renews it
 		return h
 	}
-	h.timer = l.clk.afterFunc(renewEvery(h.slot.TTL), h.renew)
+	h.timer = l.clk.afterFunc(renewEvery(h.seat.TTL), h.renew)
 	return h
 }
 
-// renewEvery is how often a slot of ttl is renewed: a third of it, so that
+// renewEvery is how often a seat of ttl is renewed: a third of it, so that
 // two renewals can fail before it expires.
 func renewEvery(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
 
-// renew moves the slot's expiry on, for calls that outlive it.
-func (h *heldSlot) renew() {
+// renew moves the seat's expiry on, for calls that outlive it.
+func (h *heldSeat) renew() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done || h.ctx.Err() != nil {
 		return
 	}
 	var ok bool
-	err := h.l.slotCall(context.Background(), h.local, func(ctx context.Context) (err error) {
-		ok, err = h.st.RenewSlot(ctx, h.slot)
+	err := h.l.seatCall(context.Background(), h.local, func(ctx context.Context) (err error) {
+		ok, err = h.st.RenewSeat(ctx, h.seat)
 		return err
 	})
 	switch {
 	case err != nil:
-		h.l.recordSlot(context.Background(), h.p, slotRenewFailed)
-		h.l.log.Warn("rate limit: renewing an in-flight slot failed", "rule", h.p.rule.Name, "error", err)
+		h.l.recordSeat(context.Background(), h.p, seatRenewFailed)
+		h.l.log.Warn("rate limit: renewing an in-flight seat failed", "rule", h.p.rule.Name, "error", err)
 	case !ok:
-		h.l.recordSlot(context.Background(), h.p, slotLost)
-		h.l.log.Warn("rate limit: an in-flight slot expired before its call ended", "rule", h.p.rule.Name, "ttl", h.slot.TTL)
+		h.l.recordSeat(context.Background(), h.p, seatLost)
+		h.l.log.Warn("rate limit: an in-flight seat expired before its call ended", "rule", h.p.rule.Name, "ttl", h.seat.TTL)
 	default:
-		h.l.recordSlot(context.Background(), h.p, slotRenewed)
+		h.l.recordSeat(context.Background(), h.p, seatRenewed)
 	}
 	if !h.done {
-		h.timer.Reset(renewEvery(h.slot.TTL))
+		h.timer.Reset(renewEvery(h.seat.TTL))
 	}
 }
 
-// stop ends the slot's renewals.
-func (h *heldSlot) stop() {
+// stop ends the seat's renewals.
+func (h *heldSeat) stop() {
 	h.mu.Lock()
 	h.done = true
 	if h.timer != nil {
@@ -254,55 +254,55 @@ func (h *heldSlot) stop() {
 	h.l.renewals.remove(h)
 }
 
-// end stops renewing the slot and records how long its call held it: the
+// end stops renewing the seat and records how long its call held it: the
 // call has ended. The release is the sender's.
-func (h *heldSlot) end() {
+func (h *heldSeat) end() {
 	h.stop()
 	d := h.l.clk.since(h.at)
-	h.slot.Held = d // the store keeps the fleet's mean from it
+	h.seat.Held = d // the store keeps the fleet's mean from it
 	h.p.inFlight.held(d)
-	h.l.slotTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(telemetry.AttrRule.String(h.p.rule.Name)))
+	h.l.seatTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(telemetry.AttrRule.String(h.p.rule.Name)))
 }
 
-// release makes one attempt at freeing the slot under the store policy,
+// release makes one attempt at freeing the seat under the store policy,
 // and reports whether it was freed.
-func (h *heldSlot) release(ctx context.Context) bool {
-	h.err = h.l.slotCall(ctx, h.local, func(ctx context.Context) error { return h.st.ReleaseSlot(ctx, h.slot) })
+func (h *heldSeat) release(ctx context.Context) bool {
+	h.err = h.l.seatCall(ctx, h.local, func(ctx context.Context) error { return h.st.ReleaseSeat(ctx, h.seat) })
 	if h.err != nil {
 		return false
 	}
-	h.l.recordSlot(ctx, h.p, slotReleased)
+	h.l.recordSeat(ctx, h.p, seatReleased)
 	return true
 }
 
-// renewals holds the slots being renewed, so that Close stops them.
+// renewals holds the seats being renewed, so that Close stops them.
 type renewals struct {
 	mu     sync.Mutex
-	held   map[*heldSlot]struct{}
+	held   map[*heldSeat]struct{}
 	closed bool
 }
 
 // add registers h, unless Close has stopped renewals.
-func (r *renewals) add(h *heldSlot) bool {
+func (r *renewals) add(h *heldSeat) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return false
 	}
 	if r.held == nil {
-		r.held = make(map[*heldSlot]struct{})
+		r.held = make(map[*heldSeat]struct{})
 	}
 	r.held[h] = struct{}{}
 	return true
 }
 
-func (r *renewals) remove(h *heldSlot) {
+func (r *renewals) remove(h *heldSeat) {
 	r.mu.Lock()
 	delete(r.held, h)
 	r.mu.Unlock()
 }
 
-// close stops every renewal, now and to come: the slots of calls still
+// close stops every renewal, now and to come: the seats of calls still
 // running expire at their TTL unless their calls end first.
 func (r *renewals) close() {
 	r.mu.Lock()
@@ -342,43 +342,43 @@ func newInFlight(r Rule, defaultTTL time.Duration, replicas int64) (*inFlight, e
 	}, nil
 }
 
-// slotOutcome is the value of telemetry.AttrSeatOutcome.
-type slotOutcome uint8
+// seatOutcome is the value of telemetry.AttrSeatOutcome.
+type seatOutcome uint8
 
 const (
-	slotAcquired      slotOutcome = iota // a call took a slot
-	slotDeniedOutcome                    // a call found none free
-	slotReleased                         // a call ended and gave its slot back
-	slotReleaseFailed                    // the store could not take it back: it expires by itself
-	slotRenewed                          // a long call moved its slot's expiry on
-	slotRenewFailed                      // the store could not renew it
-	slotLost                             // the slot expired before its call ended
-	numSlotOutcomes
+	seatAcquired      seatOutcome = iota // a call took a seat
+	seatDeniedOutcome                    // a call found none free
+	seatReleased                         // a call ended and gave its seat back
+	seatReleaseFailed                    // the store could not take it back: it expires by itself
+	seatRenewed                          // a long call moved its seat's expiry on
+	seatRenewFailed                      // the store could not renew it
+	seatLost                             // the seat expired before its call ended
+	numSeatOutcomes
 )
 
-var slotOutcomeNames = [numSlotOutcomes]string{"acquired", "denied", "released", "release_failed", "renewed", "renew_failed", "lost"}
+var seatOutcomeNames = [numSeatOutcomes]string{"acquired", "denied", "released", "release_failed", "renewed", "renew_failed", "lost"}
 
-type slotTelemetry struct {
+type seatTelemetry struct {
 	events     metric.Int64Counter
 	hold, wait metric.Float64Histogram
 }
 
-func newSlotTelemetry(meter metric.Meter) (slotTelemetry, error) {
-	var t slotTelemetry
+func newSeatTelemetry(meter metric.Meter) (seatTelemetry, error) {
+	var t seatTelemetry
 	var err error
 	if t.events, err = meter.Int64Counter(telemetry.MetricSeats, metric.WithUnit("{event}"),
-		metric.WithDescription("In-flight slot events, by rule and outcome.")); err != nil {
+		metric.WithDescription("In-flight seat events, by rule and outcome.")); err != nil {
 		return t, err
 	}
 	if t.hold, err = meter.Float64Histogram(telemetry.MetricSeatHold, metric.WithUnit("s"),
-		metric.WithDescription("How long calls held their in-flight slots.")); err != nil {
+		metric.WithDescription("How long calls held their in-flight seats.")); err != nil {
 		return t, err
 	}
 	t.wait, err = meter.Float64Histogram(telemetry.MetricSeatWait, metric.WithUnit("s"),
-		metric.WithDescription("How long stream openings waited for an in-flight slot."))
+		metric.WithDescription("How long stream openings waited for an in-flight seat."))
 	return t, err
 }
 
-func (l *Limiter) recordSlot(ctx context.Context, p *plan, o slotOutcome) {
-	l.slotTel.events.Add(ctx, 1, metric.WithAttributes(telemetry.AttrRule.String(p.rule.Name), telemetry.AttrSeatOutcome.String(slotOutcomeNames[o])))
+func (l *Limiter) recordSeat(ctx context.Context, p *plan, o seatOutcome) {
+	l.seatTel.events.Add(ctx, 1, metric.WithAttributes(telemetry.AttrRule.String(p.rule.Name), telemetry.AttrSeatOutcome.String(seatOutcomeNames[o])))
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/tollgate/tollgate/telemetry"
 )
 
-// oneInFlight lets each tenant run one Say at a time, its slot living ttl
+// oneInFlight lets each tenant run one Say at a time, its seat living ttl
 // between renewals.
 func oneInFlight(ttl time.Duration) interceptor.Rule {
 	return interceptor.Rule{
@@ -25,7 +25,7 @@ func oneInFlight(ttl time.Duration) interceptor.Rule {
 	}
 }
 
-// inUse returns the slots Peek says tenant holds under rule.
+// inUse returns the seats Peek says tenant holds under rule.
 func (u *unit) inUse(t *testing.T, rule, tenant string) int64 {
 	t.Helper()
 	qs, err := u.l.Peek(context.Background(), rule, interceptor.Caller{Value: tenant})
@@ -64,43 +64,43 @@ func (u *unit) blocked(tenant string) (release func(), done <-chan error) {
 	return func() { close(free) }, ended
 }
 
-// A long call's slot is renewed every third of its TTL: outcome "renewed"
+// A long call's seat is renewed every third of its TTL: outcome "renewed"
 // when the store moved its expiry on, "renew_failed" when the store
-// failed, "lost" when the slot had expired before the renewal. The hold
+// failed, "lost" when the seat had expired before the renewal. The hold
 // time is the clock's.
 func TestSeatRenewedRenewFailedLost(t *testing.T) {
 	const ttl = 3 * time.Second
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
-	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
+	seats := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
 	release, done := u.blocked("a")
 	if got := u.inUse(t, "in-flight", "a"); got != 1 {
 		t.Fatalf("in use = %d while the call runs, want 1", got)
 	}
 	wantCode(t, u.call("a", echo.SayMethod, ok), codes.ResourceExhausted, "in-flight")
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "denied": 1})
 
 	u.clk.Advance(ttl / 3) // renewals fire within Advance
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1})
 
 	u.st.failRenew.Store(true)
 	u.clk.Advance(ttl / 3)
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1})
 	u.st.failRenew.Store(false)
 
 	// The last renewal moved the expiry to 1s+ttl; the next one comes
 	// after it.
 	u.clk.Advance(ttl + ttl/3 - 1)
 	if got := u.inUse(t, "in-flight", "a"); got != 0 {
-		t.Errorf("in use = %d after the slot expired, want 0", got)
+		t.Errorf("in use = %d after the seat expired, want 0", got)
 	}
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1, "lost": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1, "lost": 1})
 
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	u.flush(t)
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1, "lost": 1, "released": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "denied": 1, "renewed": 1, "renew_failed": 1, "lost": 1, "released": 1})
 	held := 2*ttl - 1 // every Advance above
 	if n, sum := u.m.histogram(t, telemetry.MetricSeatHold); n != 1 || sum != held.Seconds() {
 		t.Errorf("hold = %d values summing to %gs, want 1 of %gs", n, sum, held.Seconds())
@@ -108,12 +108,12 @@ func TestSeatRenewedRenewFailedLost(t *testing.T) {
 }
 
 // A release the store fails is retried until SettleRetryFor, then
-// dropped: outcome "release_failed", and the slot stays taken until it
+// dropped: outcome "release_failed", and the seat stays taken until it
 // expires by itself.
 func TestSeatReleaseFailed(t *testing.T) {
 	const ttl = time.Minute
 	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
-	slots := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
+	seats := func() map[string]int64 { return u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome) }
 	u.st.failRelease.Store(true)
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
@@ -121,17 +121,17 @@ func TestSeatReleaseFailed(t *testing.T) {
 	u.clk.WaitTimer(t, start.Add(2*interceptor.FirstRetry)) // the first release failed
 	u.clk.Advance(interceptor.SettleRetryFor)
 	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+4*interceptor.FirstRetry))
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1})
 	u.clk.Advance(4 * interceptor.FirstRetry)
 	u.flush(t)
 	closeLimiter(t, u.l)
-	wantCounts(t, "slots", slots(), map[string]int64{"acquired": 1, "release_failed": 1})
+	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "release_failed": 1})
 
 	if got := u.inUse(t, "in-flight", "a"); got != 1 {
-		t.Errorf("in use = %d after the release was dropped, want 1 until the slot expires", got)
+		t.Errorf("in use = %d after the release was dropped, want 1 until the seat expires", got)
 	}
 	u.clk.Advance(ttl)
 	if got := u.inUse(t, "in-flight", "a"); got != 0 {
-		t.Errorf("in use = %d once the slot's TTL passed, want 0", got)
+		t.Errorf("in use = %d once the seat's TTL passed, want 0", got)
 	}
 }

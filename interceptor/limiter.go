@@ -39,12 +39,12 @@ type Limiter struct {
 	admittedTrailers bool
 	tel              instruments
 	settleTel        settleTelemetry
-	slotTel          slotTelemetry
+	seatTel          seatTelemetry
 	seatTimeout      time.Duration // WithSeatTimeout
 	storeTimeout     time.Duration // WithStoreTimeout
 	ov               overrides
 	// sender delivers what calls owe once they end; renewals are the
-	// slots of calls still running (see Close).
+	// seats of calls still running (see Close).
 	sender   sender
 	renewals renewals
 	log      *slog.Logger
@@ -107,7 +107,7 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 	if l.settleTel, err = newSettleTelemetry(meterOf(c.meterProvider)); err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
-	if l.slotTel, err = newSlotTelemetry(meterOf(c.meterProvider)); err != nil {
+	if l.seatTel, err = newSeatTelemetry(meterOf(c.meterProvider)); err != nil {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	l.seatTimeout, l.storeTimeout = c.seatTimeout, c.storeTimeout
@@ -148,9 +148,12 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 			return nil, fmt.Errorf("interceptor: %w", err)
 		}
 		if r.MaxInFlight > 0 {
-			if _, ok := l.store.(tollgate.SlotStore); !ok {
-				return nil, fmt.Errorf("interceptor: rule %q: MaxInFlight needs a store that bounds calls in flight (tollgate.SlotStore), which %T is not", r.Name, l.store)
+			if _, ok := l.store.(tollgate.SeatStore); !ok {
+				return nil, fmt.Errorf("interceptor: rule %q: MaxInFlight needs a store that bounds calls in flight (tollgate.SeatStore), which %T is not", r.Name, l.store)
 			}
+		}
+		if err := l.checkSettler(r); err != nil {
+			return nil, err
 		}
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.
@@ -217,9 +220,9 @@ type result struct {
 	// storeFailed reports that the rule's FailMode applied.
 	storeFailed bool
 	// shape says a denial may be waited out within a stream (every
-	// denying rule is Shape), for at most maxShapeWait; slotWait says the
-	// same of a stream's opening that found no free slot.
-	shape, slotWait bool
+	// denying rule is Shape), for at most maxShapeWait; seatWait says the
+	// same of a stream's opening that found no free seat.
+	shape, seatWait bool
 	maxShapeWait    time.Duration
 	// err is the status returned to the client; nil admits the call.
 	err error

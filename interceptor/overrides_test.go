@@ -25,8 +25,8 @@ type rebased struct {
 	clk *interceptor.FakeClock
 }
 
-func (s rebased) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
-	os, err := s.Memory.Overrides(ctx, group)
+func (s rebased) Overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
+	os, err := s.Memory.Overrides(ctx, scope)
 	for i := range os {
 		if !os[i].Expires.IsZero() {
 			os[i].Expires = s.clk.Now().Add(time.Until(os[i].Expires))

@@ -101,7 +101,7 @@ func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, e
 			out = append(out, Quota{Blocked: true, Cost: max(p.rule.Cost, 1), Expires: it.expires})
 			return nil
 		case req.Limit == (tollgate.Limit{}):
-			inUse, err := l.store.(tollgate.SlotStore).SlotsInUse(ctx, req.Key)
+			inUse, err := l.store.(tollgate.SeatStore).SeatsInUse(ctx, req.Key)
 			if err != nil {
 				return err
 			}
@@ -135,7 +135,7 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 	return l.eachLimit(ctx, rule, who, func(_ *plan, it limitItem) error {
 		req := it.req
 		if it.blocked || req.Limit == (tollgate.Limit{}) {
-			return nil // slots belong to calls still running
+			return nil // seats belong to calls still running
 		}
 		if err := l.local.Reset(ctx, req); err != nil {
 			return err

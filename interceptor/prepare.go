@@ -65,7 +65,7 @@ func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 		c.reqs, c.decs = nil, nil // an in-flight limit alone
 	}
 	if p.inFlight != nil {
-		c.prepareSlot(c.ctx, key, requestID, stream)
+		c.prepareSeat(c.ctx, key, requestID, stream)
 	}
 }
 

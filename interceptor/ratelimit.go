@@ -35,14 +35,14 @@ func (m middlewareLimiter) Limit(ctx context.Context) error {
 		return nil
 	}
 	// ratelimit.Limiter does not see the end of the call: a rule's Settle
-	// does not run, and its reservation stands; a slot could never be
+	// does not run, and its reservation stands; a seat could never be
 	// released, so a rule with MaxInFlight refuses the call.
 	res, after := m.l.decide(ctx, &set.calls, method, nil, false)
-	if after != nil && after.slots != nil {
-		for _, h := range after.slots {
+	if after != nil && after.seats != nil {
+		for _, h := range after.seats {
 			h.end()
 		}
-		return status.Errorf(codes.FailedPrecondition, "rate limit %q bounds calls in flight, and go-grpc-middleware's ratelimit interceptor cannot see a call end: use Limiter.UnaryServerInterceptor", after.slots[0].p.rule.Name)
+		return status.Errorf(codes.FailedPrecondition, "rate limit %q bounds calls in flight, and go-grpc-middleware's ratelimit interceptor cannot see a call end: use Limiter.UnaryServerInterceptor", after.seats[0].p.rule.Name)
 	}
 	if md := res.trailer(m.l.admittedTrailers); md != nil {
 		_ = grpc.SetTrailer(ctx, md)

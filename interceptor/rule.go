@@ -130,7 +130,7 @@ type Rule struct {
 	// refused with codes.ResourceExhausted; one refused by the rule's rate
 	// limits takes no seat, and one refused for lack of a seat debits no
 	// rate. A rule may have only this, with no Limits. The store must be a
-	// tollgate.SlotStore.
+	// tollgate.SeatStore.
 	MaxInFlight int64
 	// SeatTimeout is how long an in-flight seat lives when its call has no
 	// deadline (a unary call with one holds it until its deadline and a
@@ -336,7 +336,7 @@ func distinctLimits(limits []tollgate.Limit) error {
 // still wraps tollgate.ErrInvalidRequest but does not say "invalid
 // request": it is a configuration's.
 func checkLimit(l tollgate.Limit, cost int64) error {
-	_, err := tollgate.Request{Limit: l, Cost: cost}.Normalized()
+	err := tollgate.Request{Limit: l, Cost: cost}.Validate()
 	if err != nil {
 		return configError{err}
 	}

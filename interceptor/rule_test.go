@@ -131,6 +131,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			r.Limits, r.MaxInFlight = Limits{}, 2
 			r.Settle = SettleReported
 		}))}, newMemory(t), `rule "r": Settle needs a rate limit to settle`},
+		{"settle without a settler", []Option{WithRules(with(func(r *Rule) { r.Settle = SettleReported }))}, nopStore{}, `rule "r": Settle needs a store that settles (tollgate.Settler)`},
+		{"settle locally without a settler", []Option{WithLocalStore(nopStore{}), WithRules(with(func(r *Rule) {
+			r.Settle, r.FailMode = SettleReported, FailLocal
+		}))}, newMemory(t), `rule "r": Settle with FailLocal needs a local store that settles (tollgate.Settler)`},
 		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Limits{} }))}, nopStore{}, `rule "r": no limit: set Limits (Fixed or PerCaller), or MaxInFlight`},
 		{"nil PerCaller", []Option{WithRules(with(func(r *Rule) { r.Limits = PerCaller(nil) }))}, nopStore{}, `rule "r": Limits: PerCaller's function is nil`},
 		{"negative cost", []Option{WithRules(with(func(r *Rule) { r.Cost = -1 }))}, nopStore{}, `rule "r": Cost must be >= 0`},

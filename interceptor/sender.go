@@ -23,12 +23,12 @@ const (
 )
 
 // ending is what one call owes once it ended: its settlements (final
-// costs known) and then its slot releases, in that order, so that a slot
+// costs known) and then its seat releases, in that order, so that a seat
 // is not freed before its call's settlement is recorded. Delivered parts
 // are removed; what remains waits for another attempt.
 type ending struct {
 	settles []owedSettle
-	slots   []*heldSlot
+	seats   []*heldSeat
 	// deadline: past it, what remains is dropped; next: the next attempt.
 	deadline, next time.Time
 	wait           time.Duration
@@ -46,13 +46,13 @@ type owedSettle struct {
 }
 
 // owed counts e's settlements and releases.
-func (e *ending) owed() (settles, releases int) { return len(e.settles), len(e.slots) }
+func (e *ending) owed() (settles, releases int) { return len(e.settles), len(e.seats) }
 
 // sender delivers what calls owe once they end, off the response path: the
 // response is sent while the sender applies the call's settlements and then
-// releases its slots. Delivery is at least once (failures are retried with
+// releases its seats. Delivery is at least once (failures are retried with
 // backoff for settleRetryFor) and applied once (every settlement carries a
-// request id; releasing a slot twice is nothing). Its one goroutine runs
+// request id; releasing a seat twice is nothing). Its one goroutine runs
 // only while something is owed; Close drains it. Memory is bounded by
 // maxOwed, and everything dropped is logged and counted.
 type sender struct {
@@ -65,7 +65,7 @@ type sender struct {
 	closed   bool   // Close returned or gave up: deliver inline, once
 	lost     [2]int // settlements and releases dropped because Close gave up
 	// keys counts what is owed by store key (a settlement's requests'
-	// keys, a slot's key after slotKeyMark), so that a denial on a key
+	// keys, a seat's key after seatKeyMark), so that a denial on a key
 	// with end-of-call work owed can wait for it (waitOwed); passed is
 	// closed at the end of every pass of the goroutine.
 	keys    map[string]int
@@ -221,7 +221,7 @@ func (q *sender) settled(l *Limiter, due []*ending, before [][2]int) {
 	}
 	q.mu.Unlock()
 	for _, e := range failed {
-		l.log.Warn("rate limit: the store failed the end of a call; retrying", "settlements", len(e.settles), "releases", len(e.slots), "error", e.cause())
+		l.log.Warn("rate limit: the store failed the end of a call; retrying", "settlements", len(e.settles), "releases", len(e.seats), "error", e.cause())
 	}
 	for _, e := range drops {
 		l.drop(e, "the store failed for too long")
@@ -235,9 +235,9 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// slotKeyMark starts the sender's key of a slot release, apart from the
+// seatKeyMark starts the sender's key of a seat release, apart from the
 // rate keys of settlements.
-const slotKeyMark = "slot\x00"
+const seatKeyMark = "seat\x00"
 
 // keys returns the store keys of what e still owes.
 func (e *ending) keys() []string {
@@ -247,8 +247,8 @@ func (e *ending) keys() []string {
 			out = append(out, r.Key)
 		}
 	}
-	for _, h := range e.slots {
-		out = append(out, slotKeyMark+h.slot.Key)
+	for _, h := range e.seats {
+		out = append(out, seatKeyMark+h.seat.Key)
 	}
 	return out
 }

@@ -86,16 +86,16 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 }
 
 // openStream decides a stream's opening. A Shape rule's stream that finds
-// no free slot waits for one, within the stream's context and the rule's
+// no free seat waits for one, within the stream's context and the rule's
 // MaxShapeWait, asking again after each suggested wait.
 func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (result, *afterCall) {
 	start := l.clk.now()
 	var waited time.Duration
 	for {
 		res, after := l.decide(ctx, &set.calls, method, nil, true)
-		if res.err == nil || !res.slotWait {
+		if res.err == nil || !res.seatWait {
 			if waited > 0 {
-				l.slotTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(telemetry.AttrRule.String(set.calls.plans[0].rule.Name)))
+				l.seatTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(telemetry.AttrRule.String(set.calls.plans[0].rule.Name)))
 			}
 			return res, after
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"sync/atomic"
 
@@ -68,23 +69,33 @@ func SettleFailures(failures ...codes.Code) func(context.Context, any, error) (i
 // FailLocal), their decisions, and the cost reserved.
 type settlement struct {
 	p        *plan
-	st       tollgate.Store
+	st       tollgate.Settler
 	reqs     []tollgate.Request
-	decs     []tollgate.Decision
+	adms     []tollgate.Admission
 	reserved int64
 	// local: st is the FailLocal store.
 	local bool
 }
 
+// admissions returns what settling the requests decs answered needs of
+// them.
+func admissions(decs []tollgate.Decision) []tollgate.Admission {
+	adms := make([]tollgate.Admission, len(decs))
+	for i, d := range decs {
+		adms[i] = d.Admission()
+	}
+	return adms
+}
+
 // afterCall is what a call owes its rules once it ends: the settlements
-// of rules with Settle, and the slots it holds.
+// of rules with Settle, and the seats it holds.
 type afterCall struct {
 	settles []settlement
-	slots   []*heldSlot
+	seats   []*heldSeat
 }
 
 // owed returns what the checks of a call decided as res owe once it ends,
-// or nil. A refused call owes nothing: its slots are given back now.
+// or nil. A refused call owes nothing: its seats are given back now.
 func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterCall {
 	if res.err != nil {
 		l.releaseAll(ctx, checks)
@@ -92,29 +103,33 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 	}
 	var a afterCall
 	for _, c := range checks {
-		if c.slot.holding() {
-			a.slots = append(a.slots, l.holdSlot(ctx, c))
+		if c.seat.holding() {
+			a.seats = append(a.seats, l.holdSeat(ctx, c))
 		}
 		if c.p.rule.Settle == nil || c.p.scope != scopeCall {
 			continue
 		}
-		st := l.store
+		st, local := l.store, false
 		switch c.res.outcome {
 		case outcomeAllowed, outcomeReplayed:
 		case outcomeFailLocal:
-			st = l.local
+			st, local = l.local, true
 		default:
 			continue // nothing was debited
 		}
 		if len(c.reqs) == 0 {
 			continue // an in-flight limit alone: no cost to settle
 		}
+		settler, ok := st.(tollgate.Settler)
+		if !ok {
+			continue // not reached: New refuses Settle on a store that does not settle
+		}
 		a.settles = append(a.settles, settlement{
-			p: c.p, st: st, reqs: slices.Clone(c.reqs), decs: slices.Clone(c.decs),
-			reserved: c.res.cost, local: st == l.local,
+			p: c.p, st: settler, reqs: slices.Clone(c.reqs), adms: admissions(c.decs),
+			reserved: c.res.cost, local: local,
 		})
 	}
-	if a.settles == nil && a.slots == nil {
+	if a.settles == nil && a.seats == nil {
 		return nil
 	}
 	return &a
@@ -123,12 +138,12 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 // end hands what a call owes once its handler returned resp and err to
 // the Limiter's sender (see sender): the response does not wait for it.
 // The final costs are read now, under ctx (the handler's, carrying its
-// report); the slots stop being renewed and their hold times are recorded.
+// report); the seats stop being renewed and their hold times are recorded.
 func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
 	if a == nil {
 		return
 	}
-	e := &ending{slots: a.slots}
+	e := &ending{seats: a.seats}
 	for i := range a.settles {
 		s := &a.settles[i]
 		cost, ok := s.p.rule.Settle(ctx, resp, err)
@@ -139,7 +154,7 @@ func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
 			e.settles = append(e.settles, owedSettle{settlement: *s, cost: cost})
 		}
 	}
-	for _, h := range a.slots {
+	for _, h := range a.seats {
 		h.end()
 	}
 	l.sender.add(l, e)
@@ -223,4 +238,19 @@ func (l *Limiter) recordSettle(ctx context.Context, p *plan, reserved, final int
 		l.settleTel.units.Add(ctx, reserved, metric.WithAttributes(rule, telemetry.AttrCostKind.String("dropped_reserved")))
 		l.settleTel.units.Add(ctx, final, metric.WithAttributes(rule, telemetry.AttrCostKind.String("dropped_final")))
 	}
+}
+
+// checkSettler refuses r when it settles (Rule.Settle) on a store that
+// cannot: the shared store, or the local one of FailLocal.
+func (l *Limiter) checkSettler(r Rule) error {
+	if r.Settle == nil {
+		return nil
+	}
+	if _, ok := l.store.(tollgate.Settler); !ok {
+		return fmt.Errorf("interceptor: rule %q: Settle needs a store that settles (tollgate.Settler), which %T is not", r.Name, l.store)
+	}
+	if _, ok := l.local.(tollgate.Settler); !ok && r.FailMode == FailLocal {
+		return fmt.Errorf("interceptor: rule %q: Settle with FailLocal needs a local store that settles (tollgate.Settler), which %T is not", r.Name, l.local)
+	}
+	return nil
 }

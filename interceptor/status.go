@@ -50,12 +50,12 @@ func denial(checks []*check) error {
 	)
 	for _, c := range checks {
 		name := c.p.rule.Name
-		if c.slot.refused() {
-			wait = max(wait, slotRetryAfter(c))
+		if c.seat.refused() {
+			wait = max(wait, seatRetryAfter(c))
 			names = append(names, strconv.Quote(name))
 			violations = append(violations, &errdetails.QuotaFailure_Violation{
 				Subject:     "rule:" + name,
-				Description: fmt.Sprintf("in flight %d exceeded; retry after %s", c.p.inFlight.max, roundUp(slotRetryAfter(c), time.Millisecond)),
+				Description: fmt.Sprintf("in flight %d exceeded; retry after %s", c.p.inFlight.max, roundUp(seatRetryAfter(c), time.Millisecond)),
 				QuotaId:     name,
 				QuotaValue:  c.p.inFlight.max,
 			})

@@ -71,13 +71,13 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 	}
 }
 
-// askAll asks st for the slots of checks, then, when every slot was
-// given, for their rate limits: a call refused for lack of a slot debits
-// no rate. A store failure gives back the slots taken. local: st is
-// FailLocal's store, whose slots are the per-replica caps.
+// askAll asks st for the seats of checks, then, when every seat was
+// given, for their rate limits: a call refused for lack of a seat debits
+// no rate. A store failure gives back the seats taken. local: st is
+// FailLocal's store, whose seats are the per-replica caps.
 func (l *Limiter) askAll(ctx context.Context, st tollgate.Store, checks []*check, local bool) error {
-	if sa, ok := st.(tollgate.SlotAllower); ok && !local {
-		if done, err := l.askWithSlot(ctx, sa, checks); done {
+	if sa, ok := st.(tollgate.SeatAllower); ok && !local {
+		if done, err := l.askWithSeat(ctx, sa, checks); done {
 			return err
 		}
 	}
@@ -96,21 +96,21 @@ func (l *Limiter) askAll(ctx context.Context, st tollgate.Store, checks []*check
 	return nil
 }
 
-// askWithSlot asks st for the one slot of checks and their rate limits in
-// one step, when exactly one check has a slot and some have rates; it
+// askWithSeat asks st for the one seat of checks and their rate limits in
+// one step, when exactly one check has a seat and some have rates; it
 // reports whether it could (done), and then the store's error.
-func (l *Limiter) askWithSlot(ctx context.Context, st tollgate.SlotAllower, checks []*check) (done bool, err error) {
-	var slotted *check
+func (l *Limiter) askWithSeat(ctx context.Context, st tollgate.SeatAllower, checks []*check) (done bool, err error) {
+	var seatted *check
 	for _, c := range checks {
-		if c.slot != nil {
-			if slotted != nil {
+		if c.seat != nil {
+			if seatted != nil {
 				return false, nil
 			}
-			slotted = c
+			seatted = c
 		}
 	}
 	rated := only(checks, func(c *check) bool { return len(c.reqs) > 0 })
-	if slotted == nil || len(rated) == 0 {
+	if seatted == nil || len(rated) == 0 {
 		return false, nil
 	}
 	reqs := rated[0].reqs
@@ -120,24 +120,24 @@ func (l *Limiter) askWithSlot(ctx context.Context, st tollgate.SlotAllower, chec
 			reqs = append(reqs, c.reqs...)
 		}
 	}
-	sd, decs, err := st.AllowAllWithSlot(ctx, slotted.slot.req, reqs)
+	sd, decs, err := st.AllowAllWithSeat(ctx, seatted.seat.req, reqs)
 	if err != nil {
 		return true, err
 	}
-	s := slotted.slot
+	s := seatted.seat
 	s.asked, s.dec = true, sd
 	if decs == nil {
-		l.recordSlot(ctx, slotted.p, slotDeniedOutcome)
+		l.recordSeat(ctx, seatted.p, seatDeniedOutcome)
 		return true, nil
 	}
 	if len(decs) != len(reqs) {
 		return true, fmt.Errorf("interceptor: the store answered %d decisions for %d requests", len(decs), len(reqs))
 	}
 	if sd.Allowed {
-		l.recordSlot(ctx, slotted.p, slotAcquired)
+		l.recordSeat(ctx, seatted.p, seatAcquired)
 		s.store, s.local, s.at = st, false, l.clk.now()
 	} else {
-		s.dec.Allowed = true // a slot was free; the rates refused the call
+		s.dec.Allowed = true // a seat was free; the rates refused the call
 	}
 	for _, c := range rated {
 		n := len(c.reqs)

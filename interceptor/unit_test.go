@@ -25,7 +25,7 @@ import (
 // errInjected is the failure faultyStore returns while told to.
 var errInjected = errors.New("injected store failure")
 
-// faultyStore is a Memory store whose settlements, slot renewals and slot
+// faultyStore is a Memory store whose settlements, seat renewals and seat
 // releases fail while the test says so, counting the attempts.
 type faultyStore struct {
 	*store.Memory
@@ -33,7 +33,7 @@ type faultyStore struct {
 	settleCalls                        atomic.Int64
 }
 
-func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
+func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
 	s.settleCalls.Add(1)
 	if s.failSettle.Load() {
 		return tollgate.Decision{}, errInjected
@@ -41,7 +41,7 @@ func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted
 	return s.Memory.Settle(ctx, req, admitted, cost)
 }
 
-func (s *faultyStore) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+func (s *faultyStore) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	s.settleCalls.Add(1)
 	if s.failSettle.Load() {
 		return nil, errInjected
@@ -49,7 +49,7 @@ func (s *faultyStore) SettleAll(ctx context.Context, reqs []tollgate.Request, ad
 	return s.Memory.SettleAll(ctx, reqs, admitted, costs)
 }
 
-func (s *faultyStore) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Slot) ([]tollgate.Decision, error) {
+func (s *faultyStore) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	if len(reqs) > 0 {
 		s.settleCalls.Add(1)
 	}
@@ -59,18 +59,18 @@ func (s *faultyStore) SettleAllAndRelease(ctx context.Context, reqs []tollgate.R
 	return s.Memory.SettleAllAndRelease(ctx, reqs, admitted, costs, release)
 }
 
-func (s *faultyStore) RenewSlot(ctx context.Context, sl tollgate.Slot) (bool, error) {
+func (s *faultyStore) RenewSeat(ctx context.Context, sl tollgate.Seat) (bool, error) {
 	if s.failRenew.Load() {
 		return false, errInjected
 	}
-	return s.Memory.RenewSlot(ctx, sl)
+	return s.Memory.RenewSeat(ctx, sl)
 }
 
-func (s *faultyStore) ReleaseSlot(ctx context.Context, sl tollgate.Slot) error {
+func (s *faultyStore) ReleaseSeat(ctx context.Context, sl tollgate.Seat) error {
 	if s.failRelease.Load() {
 		return errInjected
 	}
-	return s.Memory.ReleaseSlot(ctx, sl)
+	return s.Memory.ReleaseSeat(ctx, sl)
 }
 
 // unit is a Limiter under test on a fake clock.

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/flight"
 )
 
@@ -139,8 +140,7 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if req.RequestID != "" && !s.cfg.debitRetries {
 		return s.inner.Allow(ctx, req)
 	}
-	req, err := req.Normalized()
-	if err != nil {
+	if err := check.NormalizeInPlace(&req); err != nil {
 		return tollgate.Decision{}, err
 	}
 	maxSize := s.maxLease(req.Limit)
@@ -175,7 +175,7 @@ func (s *Store) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 		}
 		if n := e.next.Load(); n != nil {
 			// The current lease cannot pay: the next one takes its place.
-			// It leaves the next slot once it is current (moved by this
+			// It leaves e.next once it is current (moved by this
 			// caller or another) or expired, never otherwise: a caller
 			// holding a stale current lease must not drop a next one
 			// taken after it.
@@ -468,4 +468,4 @@ func (s *Store) Reset(ctx context.Context, req tollgate.Request) error {
 	return s.inner.Reset(ctx, req)
 }
 
-var _ tollgate.Store = (*Store)(nil)
+var _ tollgate.Settler = (*Store)(nil)

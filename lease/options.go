@@ -24,9 +24,9 @@ const (
 // lease saves nothing over a decision of its own.
 const minLease = 2
 
-// hotSlots is the size of the table counting decisions per identity; two
-// identities sharing a slot count together (see hotCounter).
-const hotSlots = 4096
+// hotCells is the size of the table counting decisions per identity; two
+// identities sharing a cell count together (see hotCounter).
+const hotCells = 4096
 
 // Option configures a Store (New).
 type Option func(*config)

@@ -10,78 +10,85 @@ import (
 
 // Settle settles req on the inner store: a lease's units were debited
 // there, so the difference is given back or debited there too (see
-// tollgate.Store). A decision admitted from a lease has no store time; the
-// inner store counts it as made now.
-func (s *Store) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
-	return s.inner.Settle(ctx, req, admitted, cost)
+// tollgate.Settler). A decision admitted from a lease has no store time;
+// the inner store counts it as made now.
+func (s *Store) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
+	if in, ok := s.inner.(tollgate.Settler); ok {
+		return in.Settle(ctx, req, admitted, cost)
+	}
+	return tollgate.Decision{}, errNoSettle
 }
 
-// SettleAll settles a set on the inner store (see tollgate.Store).
-func (s *Store) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
-	return s.inner.SettleAll(ctx, reqs, admitted, costs)
+// SettleAll settles a set on the inner store (see tollgate.Settler).
+func (s *Store) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
+	if in, ok := s.inner.(tollgate.Settler); ok {
+		return in.SettleAll(ctx, reqs, admitted, costs)
+	}
+	return nil, errNoSettle
 }
 
-// errNoSlots and errNoOverrides are the errors of an inner store that
-// does not keep slots or overrides.
+// errNoSettle, errNoSeats and errNoOverrides are the errors of an inner
+// store that does not settle, keep seats or keep overrides.
 var (
-	errNoSlots     = errors.New("lease: the inner store does not bound calls in flight (tollgate.SlotStore)")
+	errNoSettle    = errors.New("lease: the inner store does not settle (tollgate.Settler)")
+	errNoSeats     = errors.New("lease: the inner store does not bound calls in flight (tollgate.SeatStore)")
 	errNoOverrides = errors.New("lease: the inner store does not keep overrides (tollgate.OverrideStore)")
 )
 
-// AcquireSlot, RenewSlot, ReleaseSlot and SlotsInUse are the inner store's
-// (tollgate.SlotStore): slots are never leased.
-func (s *Store) AcquireSlot(ctx context.Context, sl tollgate.Slot) (tollgate.SlotDecision, error) {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.AcquireSlot(ctx, sl)
+// AcquireSeat, RenewSeat, ReleaseSeat and SeatsInUse are the inner store's
+// (tollgate.SeatStore): seats are never leased.
+func (s *Store) AcquireSeat(ctx context.Context, sl tollgate.Seat) (tollgate.SeatDecision, error) {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.AcquireSeat(ctx, sl)
 	}
-	return tollgate.SlotDecision{}, errNoSlots
+	return tollgate.SeatDecision{}, errNoSeats
 }
 
-// RenewSlot is the inner store's.
-func (s *Store) RenewSlot(ctx context.Context, sl tollgate.Slot) (bool, error) {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.RenewSlot(ctx, sl)
+// RenewSeat is the inner store's.
+func (s *Store) RenewSeat(ctx context.Context, sl tollgate.Seat) (bool, error) {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.RenewSeat(ctx, sl)
 	}
-	return false, errNoSlots
+	return false, errNoSeats
 }
 
-// ReleaseSlot is the inner store's.
-func (s *Store) ReleaseSlot(ctx context.Context, sl tollgate.Slot) error {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.ReleaseSlot(ctx, sl)
+// ReleaseSeat is the inner store's.
+func (s *Store) ReleaseSeat(ctx context.Context, sl tollgate.Seat) error {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.ReleaseSeat(ctx, sl)
 	}
-	return errNoSlots
+	return errNoSeats
 }
 
-// SlotsInUse is the inner store's.
-func (s *Store) SlotsInUse(ctx context.Context, key string) (int64, error) {
-	if in, ok := s.inner.(tollgate.SlotStore); ok {
-		return in.SlotsInUse(ctx, key)
+// SeatsInUse is the inner store's.
+func (s *Store) SeatsInUse(ctx context.Context, key string) (int64, error) {
+	if in, ok := s.inner.(tollgate.SeatStore); ok {
+		return in.SeatsInUse(ctx, key)
 	}
-	return 0, errNoSlots
+	return 0, errNoSeats
 }
 
 // SetOverride, DeleteOverride, Overrides and OverridesVersion are the
 // inner store's (tollgate.OverrideStore).
-func (s *Store) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+func (s *Store) SetOverride(ctx context.Context, scope string, o tollgate.Override, ttl time.Duration) error {
 	if in, ok := s.inner.(tollgate.OverrideStore); ok {
-		return in.SetOverride(ctx, group, o, ttl)
+		return in.SetOverride(ctx, scope, o, ttl)
 	}
 	return errNoOverrides
 }
 
 // DeleteOverride is the inner store's.
-func (s *Store) DeleteOverride(ctx context.Context, group, key string) error {
+func (s *Store) DeleteOverride(ctx context.Context, scope, key string) error {
 	if in, ok := s.inner.(tollgate.OverrideStore); ok {
-		return in.DeleteOverride(ctx, group, key)
+		return in.DeleteOverride(ctx, scope, key)
 	}
 	return errNoOverrides
 }
 
 // Overrides is the inner store's.
-func (s *Store) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+func (s *Store) Overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
 	if in, ok := s.inner.(tollgate.OverrideStore); ok {
-		return in.Overrides(ctx, group)
+		return in.Overrides(ctx, scope)
 	}
 	return nil, errNoOverrides
 }

@@ -1,6 +1,6 @@
--- tollgate admit: takes an in-flight slot and decides the call's groups in
--- one call, all or nothing: the slot is taken only when every group
--- admits, and no group is debited when no slot is free. The calling
+-- tollgate admit: takes an in-flight seat and decides the call's groups in
+-- one call, all or nothing: the seat is taken only when every group
+-- admits, and no group is debited when no seat is free. The calling
 -- convention is in doc.go; lua.go puts the whole decide script at
 -- --#decide_script, run as a function on the decide call's own KEYS and
 -- ARGV.
@@ -35,15 +35,15 @@ for i = 1, #decided - 1, 5 do
     break
   end
 end
-local slot = {2, held, reused, 0, snow, 0} -- free, not taken: the groups were denied
+local seat = {2, held, reused, 0, snow, 0} -- free, not taken: the groups were denied
 if not all and reused == 1 then
-  call('ZREM', skey, sid) -- a denied call holds no slot
-  slot[2] = held - 1
+  call('ZREM', skey, sid) -- a denied call holds no seat
+  seat[2] = held - 1
 elseif all then
   call('ZADD', skey, snow + sttl, sid)
   local last = call('ZRANGE', skey, -1, -1, 'WITHSCORES')
   call('PEXPIRE', skey, math.ceil((tonumber(last[2]) - snow) / 1000) + 1)
-  slot[1], slot[2] = 1, held + 1 - reused
+  seat[1], seat[2] = 1, held + 1 - reused
 end
-for i = 1, #decided do slot[6 + i] = decided[i] end
-return slot
+for i = 1, #decided do seat[6 + i] = decided[i] end
+return seat

@@ -1,4 +1,4 @@
-// Package lua holds tollgate's Redis scripts (decide, batch, settle, slot,
+// Package lua holds tollgate's Redis scripts (decide, batch, settle, seat,
 // reset, admit, finish and share). Each is assembled from a driver and the
 // blocks it names among the *.lua files beside this one (assemble.go says
 // how), and generated as Redis runs it into gen/<driver> by
@@ -13,7 +13,7 @@
 // on the server's clock (TIME), TTLs in milliseconds. All the keys of a
 // call must be on one Cluster slot; the store gives them one hash tag
 // (docs/internals.md#redis-keys lists every key). The decide, settle and
-// slot scripts trust their arguments: the store validates every request
+// seat scripts trust their arguments: the store validates every request
 // first.
 //
 // # Decide
@@ -164,30 +164,30 @@
 // (so a copy run again gives back nothing more), in mode 3 when the decide
 // call set markers (the denied set leaves no trace), else mode 1.
 //
-// # Slot
+// # Seat
 //
-// In-flight slots of one identity: a sorted set of the ids holding one,
+// In-flight seats of one identity: a sorted set of the ids holding one,
 // scored by their expiry (µs on the server's clock), and beside it the
-// recent mean time the identity's slots were held. One call carries
+// recent mean time the identity's seats were held. One call carries
 // m ≥ 1 operations, run in order at one server time (the store folds
-// concurrent slot calls into one):
+// concurrent seat calls into one):
 //
-//	KEYS[2j-1]       operation j's identity's slots, {tag}:if
+//	KEYS[2j-1]       operation j's identity's seats, {tag}:if
 //	KEYS[2j]         its mean hold time in µs, {tag}:ih
 //	ARGV[1]          how long a mean hold time is kept, in ms (release)
 //	ARGV[4j-2]       operation j: acquire, renew, release or count
-//	ARGV[4j-1]       the most slots the identity has (acquire)
-//	ARGV[4j]         the slot's id
+//	ARGV[4j-1]       the most seats the identity has (acquire)
+//	ARGV[4j]         the seat's id
 //	ARGV[4j+1]       its TTL in µs (acquire, renew); for release, how long
 //	                 it was held in µs (0: unknown)
 //
-// Every operation but count first drops the expired slots. acquire takes a
-// slot when fewer than ARGV[4j-1] are held, or renews the id's when it
+// Every operation but count first drops the expired seats. acquire takes a
+// seat when fewer than ARGV[4j-1] are held, or renews the id's when it
 // holds one; renew only renews. Both reply {allowed (0|1), held, reused
 // (0|1), retry_after_us, now_us, hold_us}, where a denied acquire's
-// retry_after_us is the time until the first held slot expires and hold_us
+// retry_after_us is the time until the first held seat expires and hold_us
 // the mean hold time (0 when unknown, and in every other reply); each
-// change sets the key's PX to its last slot's expiry. release removes the
+// change sets the key's PX to its last seat's expiry. release removes the
 // id, folds a known hold time into the mean (an exponential mean, each
 // hold weighing 1/8; the first is taken as it is), sets the mean's PX to
 // ARGV[1] and replies {1, now_us}; count replies {held, now_us} without
@@ -195,36 +195,36 @@
 //
 // # Admit
 //
-// A call limited both in flight and by rate takes its slot and its debits
-// in one call. KEYS and ARGV are a decide call's, then the slot script's:
+// A call limited both in flight and by rate takes its seat and its debits
+// in one call. KEYS and ARGV are a decide call's, then the seat script's:
 //
 //	KEYS[1..k]       the decide call's KEYS
-//	KEYS[k+1]        the identity's slots, {tag}:if
+//	KEYS[k+1]        the identity's seats, {tag}:if
 //	KEYS[k+2]        its mean hold time, {tag}:ih
 //	ARGV[1..a]       the decide call's ARGV
-//	ARGV[a+1]        the most slots the identity has
-//	ARGV[a+2]        the slot's id
+//	ARGV[a+1]        the most seats the identity has
+//	ARGV[a+2]        the seat's id
 //	ARGV[a+3]        its TTL in µs
 //
-// Expired slots are dropped first. When no slot is free (and the id holds
-// none), the reply is the slot script's denied acquire, six integers, and
+// Expired seats are dropped first. When no seat is free (and the id holds
+// none), the reply is the seat script's denied acquire, six integers, and
 // nothing is judged. Otherwise the groups are judged exactly as the decide
-// call would (same writes), and the slot is taken (or the id's renewed)
+// call would (same writes), and the seat is taken (or the id's renewed)
 // only when every group was admitted (or replayed); otherwise the id holds
 // none. The reply is six integers, then the decide call's reply:
 //
-//	{slot (1 taken, 2 free but not taken: a group denied), held, reused (0|1), 0, now_us, 0}, decide reply
+//	{seat (1 taken, 2 free but not taken: a group denied), held, reused (0|1), 0, now_us, 0}, decide reply
 //
 // # Finish
 //
 // The end of calls in one call: a settle call's settlements, then the
-// release of m in-flight slots, as the slot script releases them.
+// release of m in-flight seats, as the seat script releases them.
 //
 //	KEYS[1..k]       the settle call's KEYS (none when it settles nothing)
-//	KEYS[k+2j-1]     slot j's identity's slots, {tag}:if
+//	KEYS[k+2j-1]     seat j's identity's seats, {tag}:if
 //	KEYS[k+2j]       its mean hold time, {tag}:ih
 //	ARGV[1..a]       the settle call's ARGV (none when k is 0)
-//	ARGV[a+2j-1]     slot j's id
+//	ARGV[a+2j-1]     seat j's id
 //	ARGV[a+2j]       how long it was held in µs (0: unknown)
 //	ARGV[a+2m+1]     how long a mean hold time is kept, in ms
 //	ARGV[a+2m+2]     m

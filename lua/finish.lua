@@ -1,12 +1,12 @@
 -- tollgate finish: the end of calls in one call: their settlements, as a
--- settle call makes them, then the release of their in-flight slots (after
--- the settlements, so that no slot is freed before its call's settlement
+-- settle call makes them, then the release of their in-flight seats (after
+-- the settlements, so that no seat is freed before its call's settlement
 -- is recorded). The calling convention is in doc.go; lua.go puts the whole
 -- settle script at --#settle_script, run as a function on the settle
 -- call's own KEYS and ARGV.
 local call = redis.call
 local nargv = #ARGV
-local m = tonumber(ARGV[nargv])          -- slots to release
+local m = tonumber(ARGV[nargv])          -- seats to release
 local hold_ttl = ARGV[nargv - 1]         -- PX of a mean hold time
 local skeys = #KEYS - 2 * m              -- the settle call's KEYS
 local sargv = nargv - 2 - 2 * m          -- the settle call's ARGV

@@ -30,15 +30,15 @@ const (
 	// debits requests whether or not they fit (overdraw). It also gives
 	// back the debits of a set denied on another Cluster slot (a refund).
 	Settle
-	// Slot acquires, renews, releases and counts the in-flight slots of an
+	// Seat acquires, renews, releases and counts the in-flight seats of an
 	// identity.
-	Slot
+	Seat
 	// Reset forgets one state key: a full bucket or an empty window again.
 	Reset
-	// Admit takes an in-flight slot and makes a Decide call's decision in
+	// Admit takes an in-flight seat and makes a Decide call's decision in
 	// one call, all or nothing.
 	Admit
-	// Finish settles calls and then releases their in-flight slots in one
+	// Finish settles calls and then releases their in-flight seats in one
 	// call.
 	Finish
 	// Share records one member's demand on a shared limit and grants it
@@ -48,7 +48,7 @@ const (
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Batch: "batch.lua", Settle: "settle.lua", Slot: "slot.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua"}
+var drivers = [...]string{Decide: "decide.lua", Batch: "batch.lua", Settle: "settle.lua", Seat: "seat.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua"}
 
 // sources are the scripts as Redis runs them: the files gen/<driver>,
 // which go generate writes from the drivers and their parts (assemble). A
@@ -71,7 +71,7 @@ var hashes = func() (h [len(sources)]string) {
 }()
 
 // String returns the script's name, its driver's file name without
-// ".lua": "decide", "batch", "settle", "slot", "reset", "admit", "finish"
+// ".lua": "decide", "batch", "settle", "seat", "reset", "admit", "finish"
 // or "share".
 func (s Script) String() string {
 	if int(s) < len(drivers) {

@@ -158,7 +158,7 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 // A script's name is its driver's, and a number past the last script says
 // so.
 func TestScriptNames(t *testing.T) {
-	want := []string{"decide", "batch", "settle", "slot", "reset", "admit", "finish", "share"}
+	want := []string{"decide", "batch", "settle", "seat", "reset", "admit", "finish", "share"}
 	for i, name := range want {
 		if got := lua.Script(i).String(); got != name {
 			t.Errorf("Script(%d).String() = %q, want %q", i, got, name)

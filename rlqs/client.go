@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -92,7 +93,7 @@ type Client struct {
 	done   chan struct{}
 }
 
-var _ tollgate.Store = (*Client)(nil)
+var _ tollgate.Settler = (*Client)(nil)
 
 // New returns a Client reporting usage for domain on conn and starts its
 // stream. Close it to stop the stream.
@@ -212,8 +213,7 @@ func (c *Client) DecidesInProcess() bool { return true }
 // answer may lift it), a token bucket decides as store.Memory decides a
 // TokenBucket of its tokens.
 func (c *Client) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := req.Normalized()
-	if err != nil {
+	if err := check.NormalizeInPlace(&req); err != nil {
 		return tollgate.Decision{}, err
 	}
 	b, a, err := c.plan(ctx, req)
@@ -309,7 +309,7 @@ func (c *Client) localRequests(ctx context.Context, reqs []tollgate.Request) ([]
 	bs := make([]*bucket, len(reqs))
 	as := make([]*assignment, len(reqs))
 	for i, r := range reqs {
-		r, err := r.Normalized()
+		r, err := check.Normalize(r)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -343,10 +343,10 @@ func (c *Client) Reset(ctx context.Context, req tollgate.Request) error {
 	return c.local.Reset(ctx, req)
 }
 
-// Settle settles req on its local bucket (see tollgate.Store.Settle); the
+// Settle settles req on its local bucket (see tollgate.Settler.Settle); the
 // server hears of the final cost only as the decisions counted.
-func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
-	ds, err := c.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Decision{admitted}, []int64{cost})
+func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
+	ds, err := c.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Admission{admitted}, []int64{cost})
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -355,7 +355,7 @@ func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted toll
 
 // SettleAll settles a set on the local buckets of their token-bucket
 // assignments; the others have nothing to settle.
-func (c *Client) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+func (c *Client) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	local, _, as, err := c.localRequests(ctx, reqs)
 	if err != nil {
 		return nil, err

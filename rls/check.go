@@ -297,8 +297,12 @@ func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outc
 		return o, err
 	case kindRefund:
 		r, err = s.callStore(ctx, domain, func(ctx context.Context) (err error) {
-			// Nobody kept the admission: the zero Decisions say so.
-			c.decs, err = s.store.SettleAll(ctx, c.reqs, make([]tollgate.Decision, len(c.reqs)), make([]int64, len(c.reqs)))
+			settler, ok := s.store.(tollgate.Settler)
+			if !ok {
+				return fmt.Errorf("%w: hits given back (is_negative_hits) need a store that settles (tollgate.Settler), which %T is not", tollgate.ErrInvalidRequest, s.store)
+			}
+			// Nobody kept the admission: the zero Admissions say so.
+			c.decs, err = settler.SettleAll(ctx, c.reqs, make([]tollgate.Admission, len(c.reqs)), make([]int64, len(c.reqs)))
 			return err
 		})
 		if r == storecall.Decided {

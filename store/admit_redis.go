@@ -11,44 +11,44 @@ import (
 	"github.com/tollgate/tollgate/lua"
 )
 
-// The admit script debits and takes a slot: sent once, like a decision.
+// The admit script debits and takes a seat: sent once, like a decision.
 var admitScript = newScript(lua.Admit, sentOnce)
 
 // admitPart is what makes a call an admit call: its arguments, and once
-// answered, the slot's answer and whether the groups were judged.
+// answered, the seat's answer and whether the groups were judged.
 type admitPart struct {
 	args   []any
-	slot   tollgate.SlotDecision
+	seat   tollgate.SeatDecision
 	judged bool
 }
 
-// Admit slot answers (the first integer of its reply, lua/doc.go).
+// Admit seat answers (the first integer of its reply, lua/doc.go).
 const (
-	admitDenied = 0 // no slot free: nothing judged
-	admitTaken  = 1 // the slot is held, every group admitted
-	admitFree   = 2 // a slot was free, not taken: a group denied
+	admitDenied = 0 // no seat free: nothing judged
+	admitTaken  = 1 // the seat is held, every group admitted
+	admitFree   = 2 // a seat was free, not taken: a group denied
 )
 
-// AllowAllWithSlot takes s and decides reqs, all or nothing (see
-// tollgate.SlotAllower): one admit script call when the slot's key and
+// AllowAllWithSeat takes s and decides reqs, all or nothing (see
+// tollgate.SeatAllower): one admit script call when the seat's key and
 // every request's are on one Cluster slot (always on a single node or
-// through Sentinel), otherwise a slot call and then AllowAll, the slot
+// through Sentinel), otherwise a seat call and then AllowAll, the seat
 // given back when the set is denied.
-func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
-	if err := tollgate.ValidateSlot(s); err != nil {
-		return tollgate.SlotDecision{}, nil, err
+func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []tollgate.Request) (tollgate.SeatDecision, []tollgate.Decision, error) {
+	if err := s.Validate(); err != nil {
+		return tollgate.SeatDecision{}, nil, err
 	}
 	reqs, err := normalizeAll(reqs)
 	if err != nil {
-		return tollgate.SlotDecision{}, nil, err
+		return tollgate.SeatDecision{}, nil, err
 	}
 	for _, req := range reqs {
 		r.notePersistence(req.Limit)
 	}
 	prefix := r.keyPrefix(s.Key)
-	slotKey := keyOf(prefix, slotsCode, s.Key)
-	if reqs[0].Overdraw || len(r.partition(reqs)) > 1 || !r.sameSlot(slotKey, reqs[0]) {
-		return allowWithSlot(ctx, r, s, reqs)
+	seatKey := keyOf(prefix, seatsCode, s.Key)
+	if reqs[0].Overdraw || len(r.partition(reqs)) > 1 || !r.sameSlot(seatKey, reqs[0]) {
+		return allowWithSeat(ctx, r, s, reqs)
 	}
 	c := r.newCall(ctx, reqs, r.modeFor(reqs[0].RequestID, setReplayTTL(reqs)))
 	epoch := r.journalEpoch() // failover.go
@@ -56,7 +56,7 @@ func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []to
 	args := make([]any, 0, len(c.args)+5)
 	args = append(args, nil, nil, int64(nkeys+2))
 	args = append(args, c.args[3:3+nkeys]...)
-	args = append(args, slotKey, keyOf(prefix, holdCode, s.Key))
+	args = append(args, seatKey, keyOf(prefix, holdCode, s.Key))
 	args = append(args, c.args[3+nkeys:]...)
 	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
 	c.admit = &admitPart{args: args}
@@ -66,16 +66,16 @@ func (r *Redis) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []to
 	// not cut: docs/performance.md).
 	if err := r.send(ctx, c); err != nil {
 		// c stays with the abandoned call: its keys are the arguments.
-		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
+		return tollgate.SeatDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
 	}
-	sd, err := c.admit.slot, c.err
+	sd, err := c.admit.seat, c.err
 	var out []tollgate.Decision
 	if err == nil && c.admit.judged {
 		out = append(out, c.decisions...) // c's own array goes back to the pool
 	}
 	calls.Put(c)
 	if err != nil {
-		return tollgate.SlotDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
+		return tollgate.SeatDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
 	}
 	if out != nil {
 		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
@@ -99,27 +99,27 @@ func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
 }
 
 // decodeAdmit decodes an admit script call's answer at the head of v
-// (lua/doc.go) for groups groups: the slot's answer (Allowed: taken) and, unless no
-// slot was free (nil), the decisions; and how many integers it took.
-func decodeAdmit(v []int64, groups int) (tollgate.SlotDecision, []tollgate.Decision, int, error) {
-	if len(v) < len(slotReply{}) {
-		return tollgate.SlotDecision{}, nil, 0, errBadReply
+// (lua/doc.go) for groups groups: the seat's answer (Allowed: taken) and, unless no
+// seat was free (nil), the decisions; and how many integers it took.
+func decodeAdmit(v []int64, groups int) (tollgate.SeatDecision, []tollgate.Decision, int, error) {
+	if len(v) < len(seatReply{}) {
+		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
-	var g slotReply
+	var g seatReply
 	copy(g[:], v)
-	sd := tollgate.SlotDecision{InUse: g[slotHeld], Reused: g[slotReused] == 1, RetryAfter: micros(g[slotRetryAfter]), Hold: micros(g[slotHold])}
-	switch g[slotAllowed] {
+	sd := tollgate.SeatDecision{InUse: g[seatHeld], Reused: g[seatReused] == 1, RetryAfter: micros(g[seatRetryAfter]), Hold: micros(g[seatHold])}
+	switch g[seatAllowed] {
 	case admitDenied:
 		return sd, nil, len(g), nil
 	case admitTaken:
 		sd.Allowed = true
 	case admitFree:
 	default:
-		return tollgate.SlotDecision{}, nil, 0, errBadReply
+		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
 	n := len(g) + groupReplyLen*groups + 1
 	if len(v) < n {
-		return tollgate.SlotDecision{}, nil, 0, errBadReply
+		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
 	d := v[len(g):n]
 	at := time.UnixMicro(d[len(d)-1])
@@ -131,11 +131,11 @@ func decodeAdmit(v []int64, groups int) (tollgate.SlotDecision, []tollgate.Decis
 	return sd, out, n, nil
 }
 
-// allowWithSlot takes s on st and then decides reqs with AllowAll,
-// giving a slot it took back when the set is denied: AllowAllWithSlot in
+// allowWithSeat takes s on st and then decides reqs with AllowAll,
+// giving a seat it took back when the set is denied: AllowAllWithSeat in
 // two steps, for stores (and Cluster layouts) that cannot take both in one.
-func allowWithSlot(ctx context.Context, st tollgate.SlotStore, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
-	sd, err := st.AcquireSlot(ctx, s)
+func allowWithSeat(ctx context.Context, st tollgate.SeatStore, s tollgate.Seat, reqs []tollgate.Request) (tollgate.SeatDecision, []tollgate.Decision, error) {
+	sd, err := st.AcquireSeat(ctx, s)
 	if err != nil || !sd.Allowed {
 		return sd, nil, err
 	}
@@ -146,7 +146,7 @@ func allowWithSlot(ctx context.Context, st tollgate.SlotStore, s tollgate.Slot, 
 	}
 	if !admitted {
 		sd.Allowed = false
-		if rerr := st.ReleaseSlot(context.WithoutCancel(ctx), s); err == nil {
+		if rerr := st.ReleaseSeat(context.WithoutCancel(ctx), s); err == nil {
 			err = rerr
 		}
 	}

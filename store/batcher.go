@@ -203,7 +203,7 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 // runBatch sends batch as one pipeline and signals every call. On a
 // *redis.Client the single decisions among the calls travel as batch
 // script calls of up to maxShared decisions (see WithBatchScript and
-// shared), and its slot calls, and its admit calls, as one script call
+// shared), and its seat calls, and its admit calls, as one script call
 // each (fold); on a ClusterClient in the tagged layout likewise for each
 // slot; every other call is a script call of its own.
 //

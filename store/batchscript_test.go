@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/lua"
 )
@@ -114,7 +115,7 @@ func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
 	t.Helper()
 	var out []*call
 	for _, k := range keys {
-		req, err := tollgate.Request{Key: k, Limit: tollgate.PerSecond(10), RequestID: id}.Normalized()
+		req, err := check.Normalize(tollgate.Request{Key: k, Limit: tollgate.PerSecond(10), RequestID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +233,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 	}
 	var set []tollgate.Request
 	for _, k := range []string{"set-a", "set-b"} {
-		req, err := tollgate.Request{Key: k, Limit: tollgate.PerSecond(10)}.Normalized()
+		req, err := check.Normalize(tollgate.Request{Key: k, Limit: tollgate.PerSecond(10)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +291,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	calls := func(st *Redis) []*call {
 		var out []*call
 		for _, d := range ds {
-			req, err := tollgate.Request{Key: d.key, Limit: limits[d.limit], Cost: d.cost, RequestID: d.id}.Normalized()
+			req, err := check.Normalize(tollgate.Request{Key: d.key, Limit: limits[d.limit], Cost: d.cost, RequestID: d.id})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -78,11 +78,11 @@ type call struct {
 	args   []any    // EVALSHA sha numkeys KEYS... ARGV...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
-	// admit, when set, makes the call an admit script call (a slot with
-	// the decision; see AllowAllWithSlot) instead of a decide call.
+	// admit, when set, makes the call an admit script call (a seat with
+	// the decision; see AllowAllWithSeat) instead of a decide call.
 	admit *admitPart
-	// slot, when set, makes the call a slot script call (see slotCall).
-	slot *slotPart
+	// seat, when set, makes the call a seat script call (see seatCall).
+	seat *seatPart
 
 	// Written by whoever runs the call, then signalled on done.
 	decisions []tollgate.Decision // one per group, valid when err is nil
@@ -143,18 +143,18 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 		c.args[3+nkeys+i] = &c.argv[i]
 	}
 	c.deadline, _ = ctx.Deadline()
-	c.now, c.err, c.admit, c.slot = 0, nil, nil, nil
+	c.now, c.err, c.admit, c.seat = 0, nil, nil, nil
 	return c
 }
 
 // scriptCall is c as the send path takes it alone: a decide call, an
-// admit call or a slot call.
+// admit call or a seat call.
 func (c *call) scriptCall() scriptCall {
 	switch {
 	case c.admit != nil:
 		return scriptCall{script: admitScript, args: c.admit.args}
-	case c.slot != nil:
-		return scriptCall{script: slotScript, args: c.slot.args}
+	case c.seat != nil:
+		return scriptCall{script: seatScript, args: c.seat.args}
 	}
 	return scriptCall{script: decideScript, args: c.args}
 }
@@ -162,7 +162,7 @@ func (c *call) scriptCall() scriptCall {
 // readReply records cmd's reply, c's script call's, with the decoder of
 // its script.
 func (c *call) readReply(cmd redis.Cmder) {
-	if c.admit == nil && c.slot == nil {
+	if c.admit == nil && c.seat == nil {
 		c.read(cmd)
 		return
 	}

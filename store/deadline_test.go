@@ -75,7 +75,7 @@ func TestDeadlineWithoutContextTimeouts(t *testing.T) {
 
 // TestEveryCallBoundedWithoutContextTimeouts calls every store operation
 // that reaches Redis (decisions, sets, peeks, settlements, overdraws, every
-// slot operation, the one-step slot and settle operations, Reset) through
+// seat operation, the one-step seat and settle operations, Reset) through
 // a client on go-redis's default options while Redis is paused (CLIENT
 // PAUSE 2000): each returns the deadline error within 100ms of its
 // caller's deadline, not at the pause's end or the client's ReadTimeout.
@@ -113,7 +113,7 @@ func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
 	key := redistest.KeyPrefix(t) + "bounded"
 	req := tollgate.Request{Key: key, Limit: tollgate.PerSecond(1000), Cost: 10, RequestID: "r1"}
 	two := []tollgate.Request{req, {Key: key + "-b", Limit: tollgate.PerSecond(1000), RequestID: "r1"}}
-	slot := tollgate.Slot{Key: key, Max: 2, ID: "s1", TTL: time.Second}
+	seat := tollgate.Seat{Key: key, Max: 2, ID: "s1", TTL: time.Second}
 	ops := []struct {
 		name string
 		do   func(ctx context.Context) error
@@ -122,11 +122,11 @@ func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
 		{"AllowAll", func(ctx context.Context) error { _, err := st.AllowAll(ctx, two); return err }},
 		{"Peek", func(ctx context.Context) error { _, err := st.Peek(ctx, req); return err }},
 		{"Settle", func(ctx context.Context) error {
-			_, err := st.Settle(ctx, req, tollgate.Decision{Allowed: true}, 3)
+			_, err := st.Settle(ctx, req, tollgate.Admission{}, 3)
 			return err
 		}},
 		{"SettleAll", func(ctx context.Context) error {
-			_, err := st.SettleAll(ctx, two, make([]tollgate.Decision, 2), []int64{1, 1})
+			_, err := st.SettleAll(ctx, two, make([]tollgate.Admission, 2), []int64{1, 1})
 			return err
 		}},
 		{"Overdraw", func(ctx context.Context) error {
@@ -135,16 +135,16 @@ func everyCallBounded(t *testing.T, st *Redis, servers []*redistest.Server) {
 			_, err := st.Allow(ctx, o)
 			return err
 		}},
-		{"AcquireSlot", func(ctx context.Context) error { _, err := st.AcquireSlot(ctx, slot); return err }},
-		{"RenewSlot", func(ctx context.Context) error { _, err := st.RenewSlot(ctx, slot); return err }},
-		{"ReleaseSlot", func(ctx context.Context) error { return st.ReleaseSlot(ctx, slot) }},
-		{"SlotsInUse", func(ctx context.Context) error { _, err := st.SlotsInUse(ctx, key); return err }},
-		{"AllowAllWithSlot", func(ctx context.Context) error {
-			_, _, err := st.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
+		{"AcquireSeat", func(ctx context.Context) error { _, err := st.AcquireSeat(ctx, seat); return err }},
+		{"RenewSeat", func(ctx context.Context) error { _, err := st.RenewSeat(ctx, seat); return err }},
+		{"ReleaseSeat", func(ctx context.Context) error { return st.ReleaseSeat(ctx, seat) }},
+		{"SeatsInUse", func(ctx context.Context) error { _, err := st.SeatsInUse(ctx, key); return err }},
+		{"AllowAllWithSeat", func(ctx context.Context) error {
+			_, _, err := st.AllowAllWithSeat(ctx, seat, []tollgate.Request{req})
 			return err
 		}},
 		{"SettleAllAndRelease", func(ctx context.Context) error {
-			_, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Decision{{Allowed: true}}, []int64{3}, []tollgate.Slot{slot})
+			_, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Admission{{}}, []int64{3}, []tollgate.Seat{seat})
 			return err
 		}},
 		{"Reset", func(ctx context.Context) error { return st.Reset(ctx, req) }},

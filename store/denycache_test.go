@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/flight"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -37,7 +38,7 @@ func newFakeDeny(t testing.TB, size int) *fakeDeny {
 // (these tests are sequential: a probe is always recorded before the next call).
 func (f *fakeDeny) allow(t *testing.T, req tollgate.Request) (tollgate.Decision, bool) {
 	t.Helper()
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +394,7 @@ func TestDenyCacheLeavesReplaysToRedis(t *testing.T) {
 func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	st := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
 	l := tollgate.PerSecond(1)
-	req, _ := tollgate.Request{Key: "k", Limit: l}.Normalized()
+	req, _ := check.Normalize(tollgate.Request{Key: "k", Limit: l})
 	k := st.deny.key(req.Key, l.Algorithm)
 	st.deny.record(k, l, 1, st.deny.now(), tollgate.Decision{RetryAfter: 5 * time.Millisecond}, true, nil)
 	time.Sleep(6 * time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/lua"
 )
 
@@ -14,13 +15,13 @@ import (
 var finishScript = newScript(lua.Finish, sentOnce)
 
 // SettleAllAndRelease settles reqs as SettleAll does (none: nothing to
-// settle) and then releases the slots of release (see
-// tollgate.SlotSettler): one finish script call on a single node, through
+// settle) and then releases the seats of release (see
+// tollgate.SeatSettler): one finish script call on a single node, through
 // Sentinel, or when every key is on one Cluster slot; otherwise SettleAll
-// and then a slot call per release.
-func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Slot) ([]tollgate.Decision, error) {
+// and then a seat call per release.
+func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	for i, s := range release {
-		if err := tollgate.ValidateRequestID(s.ID); err != nil {
+		if err := check.RequestID(s.ID); err != nil {
 			return nil, fmt.Errorf("release %d: %w", i, err)
 		}
 		if len(s.Key) > tollgate.MaxKeyLen {
@@ -55,13 +56,13 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	out = append(out, args[3:3+nkeys]...)
 	for _, s := range release {
 		prefix := r.keyPrefix(s.Key)
-		out = append(out, keyOf(prefix, slotsCode, s.Key), keyOf(prefix, holdCode, s.Key))
+		out = append(out, keyOf(prefix, seatsCode, s.Key), keyOf(prefix, holdCode, s.Key))
 	}
 	out = append(out, args[3+nkeys:]...)
 	for _, s := range release {
 		out = append(out, s.ID, max(s.Held, 0).Microseconds())
 	}
-	out = append(out, slotHoldTTL.Milliseconds(), len(release))
+	out = append(out, seatHoldTTL.Milliseconds(), len(release))
 	sc := [1]scriptCall{{script: finishScript, args: out}}
 	err := r.exchange(ctx, sc[:])
 	ds := make([]tollgate.Decision, len(reqs))
@@ -84,7 +85,7 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 // oneSlot reports whether every key of reqs and release can go in one
 // script call: on a single node (or through Sentinel) always, on a Cluster
 // when they share one slot.
-func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Slot) bool {
+func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Seat) bool {
 	if r.cluster == nil {
 		_, single := r.client.(*redis.Client)
 		return single
@@ -103,7 +104,7 @@ func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Slot) bool {
 		}
 	}
 	for _, s := range release {
-		if !same(keyOf(r.keyPrefix(s.Key), slotsCode, s.Key)) {
+		if !same(keyOf(r.keyPrefix(s.Key), seatsCode, s.Key)) {
 			return false
 		}
 	}
@@ -113,7 +114,7 @@ func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Slot) bool {
 // settleThenRelease is SettleAllAndRelease in steps, for stores (and
 // Cluster layouts) that cannot take both in one: SettleAll, then each
 // release, stopping at the first error.
-func settleThenRelease(ctx context.Context, st tollgate.SlotStore, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Slot) ([]tollgate.Decision, error) {
+func settleThenRelease(ctx context.Context, st tollgate.SeatSettler, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	var ds []tollgate.Decision
 	if len(reqs) > 0 {
 		var err error
@@ -122,7 +123,7 @@ func settleThenRelease(ctx context.Context, st tollgate.SlotStore, reqs []tollga
 		}
 	}
 	for _, s := range release {
-		if err := st.ReleaseSlot(ctx, s); err != nil {
+		if err := st.ReleaseSeat(ctx, s); err != nil {
 			return nil, err
 		}
 	}

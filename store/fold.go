@@ -4,8 +4,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fold is the slot calls of one batch sent as one slot script call: the
-// slot script takes several operations in one call (lua/doc.go), run in
+// fold is the seat calls of one batch sent as one seat script call: the
+// seat script takes several operations in one call (lua/doc.go), run in
 // order at one server time, so Redis parses, dispatches and answers one
 // command for all of them, as the batch script does for decisions. (Admit
 // calls are not folded: an admission costs Redis its script's body, a
@@ -17,7 +17,7 @@ type fold struct {
 }
 
 // foldCalls splits own, a batch's calls sent as script calls of their own,
-// into folds of its slot calls (at least two in a fold, at most maxShared)
+// into folds of its seat calls (at least two in a fold, at most maxShared)
 // and the calls left on their own. With bySlot (a Cluster) only calls on
 // one Cluster slot share a fold.
 func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
@@ -25,7 +25,7 @@ func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
 	var order []int // each Cluster slot as first seen, so folds keep the batch's order
 	var rest []*call
 	for _, c := range own {
-		if c.slot == nil {
+		if c.seat == nil {
 			rest = append(rest, c)
 			continue
 		}
@@ -47,20 +47,20 @@ func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
 	return out, rest
 }
 
-// newFold lays out calls, slot calls, as one slot script call, from each
-// call's arguments as it would be sent alone: EVALSHA sha 2 slots hold
+// newFold lays out calls, seat calls, as one seat script call, from each
+// call's arguments as it would be sent alone: EVALSHA sha 2 seats hold
 // holdTTL op max id ttl.
 func newFold(calls []*call) *fold {
 	args := make([]any, 3, 3+6*len(calls)+1)
 	args[2] = int64(2 * len(calls))
 	for _, c := range calls {
-		args = append(args, c.slot.args[3], c.slot.args[4])
+		args = append(args, c.seat.args[3], c.seat.args[4])
 	}
-	args = append(args, calls[0].slot.args[5])
+	args = append(args, calls[0].seat.args[5])
 	for _, c := range calls {
-		args = append(args, c.slot.args[6:10]...)
+		args = append(args, c.seat.args[6:10]...)
 	}
-	return &fold{calls: calls, sc: scriptCall{script: slotScript, args: args}}
+	return &fold{calls: calls, sc: scriptCall{script: seatScript, args: args}}
 }
 
 // read records each call's answer from cmd, the fold's reply, or the
@@ -87,21 +87,21 @@ func (f *fold) read(cmd redis.Cmder) {
 	}
 }
 
-// take records c's answer, a slot or admit call's, from the head of v, a
+// take records c's answer, a seat or admit call's, from the head of v, a
 // reply of its script, and returns how many integers it took: -1 (and
 // c.err set) when v does not start with a whole answer.
 func (c *call) take(v []int64) int {
-	if c.slot != nil {
-		want := len(slotReply{})
-		if c.slot.op == slotRelease || c.slot.op == slotCount {
+	if c.seat != nil {
+		want := len(seatReply{})
+		if c.seat.op == seatRelease || c.seat.op == seatCount {
 			want = 2
 		}
 		if len(v) < want {
 			c.err = errBadReply
 			return -1
 		}
-		c.slot.reply = slotReply{}
-		copy(c.slot.reply[:], v[:want])
+		c.seat.reply = seatReply{}
+		copy(c.seat.reply[:], v[:want])
 		return want
 	}
 	a := c.admit
@@ -110,7 +110,7 @@ func (c *call) take(v []int64) int {
 		c.err = err
 		return -1
 	}
-	a.slot, a.judged = sd, ds != nil
+	a.seat, a.judged = sd, ds != nil
 	if a.judged {
 		copy(c.decisions, ds)
 		c.now = ds[0].At.UnixMicro()

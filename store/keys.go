@@ -167,10 +167,10 @@ func fillDecisionKeys(dst *[2]string, prefix string, alg tollgate.Algorithm, ide
 }
 
 // Codes of the keys that are not an algorithm's state, on an identity's
-// tag beside its states: its in-flight slots, its overrides and the
+// tag beside its states: its in-flight seats, its overrides and the
 // members sharing it.
 const (
-	slotsCode    = "if"
+	seatsCode    = "if"
 	holdCode     = "ih"
 	overrideCode = "ov"
 	shareCode    = "sh"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // Memory is an in-process tollgate.Store. It runs the same algorithms as the
@@ -32,7 +33,7 @@ type Memory struct {
 	seed      maphash.Seed
 	shards    []memShard
 	next      atomic.Uint64 // the shard the next decision sweeps
-	slots     memSlots      // in-flight slots (slots_memory.go)
+	seats     memSeats      // in-flight seats (seats_memory.go)
 	overrides memOverrides  // overrides_memory.go
 	watchers  memWatchers   // overrides_watch.go
 	shares    memShares     // share_memory.go
@@ -82,8 +83,7 @@ func (m *Memory) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	if err := ctx.Err(); err != nil {
 		return tollgate.Decision{}, err
 	}
-	req, err := req.Normalized() // not begin: its copies of req cost a decision about 5%
-	if err != nil {
+	if err := check.NormalizeInPlace(&req); err != nil { // not begin: its copies of req cost a decision about 5%
 		return tollgate.Decision{}, err
 	}
 	if req.Overdraw {
@@ -193,7 +193,7 @@ func begin(ctx context.Context, req tollgate.Request) (tollgate.Request, error) 
 	if err := ctx.Err(); err != nil {
 		return req, err
 	}
-	return req.Normalized()
+	return check.Normalize(req)
 }
 
 // member is one request of a set being decided (an AllowAll set, or the

@@ -191,9 +191,9 @@ func WithBatching(maxBatch, maxPipelines int) RedisOption {
 // or as a pipeline of one decide call each (off). One call reads the clock
 // once and runs one script for the whole batch, which costs Redis much less
 // per decision; each decision is still judged, written and answered on its
-// own, in order, as its own call would be. Concurrent slot calls
-// (AcquireSlot, RenewSlot, ReleaseSlot, SlotsInUse) are likewise folded
-// into one slot script call (off: one each). It applies only to a
+// own, in order, as its own call would be. Concurrent seat calls
+// (AcquireSeat, RenewSeat, ReleaseSeat, SeatsInUse) are likewise folded
+// into one seat script call (off: one each). It applies only to a
 // *redis.Client (a single node, or Sentinel through NewFailoverClient): the
 // keys of a ClusterClient's or a Ring's decisions may live on different
 // nodes or slots, which one script call cannot declare together, so there

@@ -11,12 +11,12 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// memOverrides holds a Memory store's overrides, by group and key, with
+// memOverrides holds a Memory store's overrides, by scope and key, with
 // their expiry (µs on the store's clock, 0 for never), and the version
 // that changes with each of them.
 type memOverrides struct {
 	mu      sync.Mutex
-	groups  map[string]map[string]memOverride
+	scopes  map[string]map[string]memOverride
 	version int64
 }
 
@@ -25,8 +25,8 @@ type memOverride struct {
 	expires int64
 }
 
-// SetOverride stores o in group for ttl (see tollgate.OverrideStore).
-func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+// SetOverride stores o in scope for ttl (see tollgate.OverrideStore).
+func (m *Memory) SetOverride(ctx context.Context, scope string, o tollgate.Override, ttl time.Duration) error {
 	if err := checkOverride(ctx, o, ttl); err != nil {
 		return err
 	}
@@ -39,13 +39,13 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	if mo.groups == nil {
-		mo.groups = make(map[string]map[string]memOverride)
+	if mo.scopes == nil {
+		mo.scopes = make(map[string]map[string]memOverride)
 	}
-	g := mo.groups[group]
+	g := mo.scopes[scope]
 	if g == nil {
 		g = make(map[string]memOverride)
-		mo.groups[group] = g
+		mo.scopes[scope] = g
 	}
 	mo.sweep(g, now)
 	g[o.Key] = memOverride{limits: slices.Clone(o.Limits), expires: expires}
@@ -53,9 +53,9 @@ func (m *Memory) SetOverride(ctx context.Context, group string, o tollgate.Overr
 	return nil
 }
 
-// DeleteOverride removes key's override from group (see
+// DeleteOverride removes key's override from scope (see
 // tollgate.OverrideStore).
-func (m *Memory) DeleteOverride(ctx context.Context, group, key string) error {
+func (m *Memory) DeleteOverride(ctx context.Context, scope, key string) error {
 	if err := checkKey(ctx, key); err != nil {
 		return err
 	}
@@ -63,18 +63,18 @@ func (m *Memory) DeleteOverride(ctx context.Context, group, key string) error {
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	if g := mo.groups[group]; g != nil {
+	if g := mo.scopes[scope]; g != nil {
 		delete(g, key)
 		if len(g) == 0 {
-			delete(mo.groups, group)
+			delete(mo.scopes, scope)
 		}
 	}
 	mo.version++
 	return nil
 }
 
-// Overrides returns group's overrides in force (see tollgate.OverrideStore).
-func (m *Memory) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
+// Overrides returns scope's overrides in force (see tollgate.OverrideStore).
+func (m *Memory) Overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (m *Memory) Overrides(ctx context.Context, group string) ([]tollgate.Overri
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()
-	g := mo.groups[group]
+	g := mo.scopes[scope]
 	mo.sweep(g, now)
 	out := make([]tollgate.Override, 0, len(g))
 	for key, o := range g {

@@ -13,34 +13,34 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// Overrides on Redis (tollgate.OverrideStore). An override of key in group
+// Overrides on Redis (tollgate.OverrideStore). An override of key in scope
 // is
 //
-//	<prefix>{<key's tag>}:ov:<hash of group>   its limits, with the override's TTL
+//	<prefix>{<key's tag>}:ov:<hash of scope>   its limits, with the override's TTL
 //
-// on the identity's own slot; each group has an index, a hash of every key
+// on the identity's own slot; each scope has an index, a hash of every key
 // it overrides to the same limits, and one version counts every change:
 //
-//	<prefix>{!ov!<hash of group>}:index
+//	<prefix>{!ov!<hash of scope>}:index
 //	<prefix>{!ov}:version
 //
 // A tag never starts with "!" (an identity's "!" is escaped), so no
 // identity names these. The index and the version are configuration, kept
-// without a TTL; a field whose override expired is dropped when the group
+// without a TTL; a field whose override expired is dropped when the scope
 // is listed. A change writes the override and the index, then the version,
 // then announces it (change), so a replica that sees the new version finds
 // the change.
 
-// SetOverride stores o in group for ttl (0: until deleted).
-func (r *Redis) SetOverride(ctx context.Context, group string, o tollgate.Override, ttl time.Duration) error {
+// SetOverride stores o in scope for ttl (0: until deleted).
+func (r *Redis) SetOverride(ctx context.Context, scope string, o tollgate.Override, ttl time.Duration) error {
 	if err := checkOverride(ctx, o, ttl); err != nil {
 		return err
 	}
 	enc := encodeLimits(o.Limits)
 	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
-			pipe.Set(ctx, r.overrideKey(group, o.Key), enc, ttl)
-			pipe.HSet(ctx, r.overrideIndex(group), o.Key, enc)
+			pipe.Set(ctx, r.overrideKey(scope, o.Key), enc, ttl)
+			pipe.HSet(ctx, r.overrideIndex(scope), o.Key, enc)
 		})
 	})
 	if err != nil {
@@ -75,15 +75,15 @@ func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
 	return r.client.Publish(ctx, r.overrideChannel(), "1").Err()
 }
 
-// DeleteOverride removes key's override from group.
-func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
+// DeleteOverride removes key's override from scope.
+func (r *Redis) DeleteOverride(ctx context.Context, scope, key string) error {
 	if err := checkKey(ctx, key); err != nil {
 		return err
 	}
 	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, r.overrideKey(group, key))
-			pipe.HDel(ctx, r.overrideIndex(group), key)
+			pipe.Del(ctx, r.overrideKey(scope, key))
+			pipe.HDel(ctx, r.overrideIndex(scope), key)
 		})
 	})
 	if err != nil {
@@ -92,15 +92,15 @@ func (r *Redis) DeleteOverride(ctx context.Context, group, key string) error {
 	return nil
 }
 
-// Overrides returns group's overrides in force: the index's keys whose
+// Overrides returns scope's overrides in force: the index's keys whose
 // override has not expired, each with the time it has left.
-func (r *Redis) Overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
-	return bounded(r, ctx, func(ctx context.Context) ([]tollgate.Override, error) { return r.overrides(ctx, group) })
+func (r *Redis) Overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
+	return bounded(r, ctx, func(ctx context.Context) ([]tollgate.Override, error) { return r.overrides(ctx, scope) })
 }
 
 // overrides is Overrides, unbounded.
-func (r *Redis) overrides(ctx context.Context, group string) ([]tollgate.Override, error) {
-	index := r.overrideIndex(group)
+func (r *Redis) overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
+	index := r.overrideIndex(scope)
 	fields, err := r.client.HGetAll(ctx, index).Result()
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: overrides: %w", err)
@@ -110,7 +110,7 @@ func (r *Redis) overrides(ctx context.Context, group string) ([]tollgate.Overrid
 	pipe := r.client.Pipeline()
 	for k := range fields {
 		keys = append(keys, k)
-		pttls = append(pttls, pipe.PTTL(ctx, r.overrideKey(group, k)))
+		pttls = append(pttls, pipe.PTTL(ctx, r.overrideKey(scope, k)))
 	}
 	if len(keys) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -157,17 +157,17 @@ func (r *Redis) OverridesVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-func (r *Redis) overrideKey(group, key string) string {
+func (r *Redis) overrideKey(scope, key string) string {
 	var b strings.Builder
 	b.WriteString(overrideCode + ":")
-	appendHash(&b, group)
+	appendHash(&b, scope)
 	return keyOf(r.keyPrefix(key), b.String(), key)
 }
 
-func (r *Redis) overrideIndex(group string) string {
+func (r *Redis) overrideIndex(scope string) string {
 	var b strings.Builder
 	b.WriteString(r.prefix + "{!ov!")
-	appendHash(&b, group)
+	appendHash(&b, scope)
 	b.WriteString("}:index")
 	return b.String()
 }

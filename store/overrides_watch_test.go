@@ -178,18 +178,18 @@ func TestDeleteOverrideRefusesOversizedKey(t *testing.T) {
 	}
 }
 
-// ReleaseSlot and SlotsInUse refuse a key longer than MaxKeyLen on both
+// ReleaseSeat and SeatsInUse refuse a key longer than MaxKeyLen on both
 // stores alike.
-func TestSlotCallsRefuseOversizedKey(t *testing.T) {
+func TestSeatCallsRefuseOversizedKey(t *testing.T) {
 	key := strings.Repeat("k", tollgate.MaxKeyLen+1)
 	r := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
-	for name, st := range map[string]tollgate.SlotStore{"memory": newMemory(t), "redis": r} {
+	for name, st := range map[string]tollgate.SeatStore{"memory": newMemory(t), "redis": r} {
 		ctx := context.Background()
-		if _, err := st.SlotsInUse(ctx, key); !errors.Is(err, tollgate.ErrInvalidRequest) {
-			t.Errorf("%s: SlotsInUse of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
+		if _, err := st.SeatsInUse(ctx, key); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: SeatsInUse of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
 		}
-		if err := st.ReleaseSlot(ctx, tollgate.Slot{Key: key, Max: 1, ID: "id", TTL: time.Second}); !errors.Is(err, tollgate.ErrInvalidRequest) {
-			t.Errorf("%s: ReleaseSlot of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
+		if err := st.ReleaseSeat(ctx, tollgate.Seat{Key: key, Max: 1, ID: "id", TTL: time.Second}); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: ReleaseSeat of a %d-byte key = %v, want ErrInvalidRequest", name, len(key), err)
 		}
 	}
 }

@@ -10,16 +10,16 @@ import (
 // levels remembers, for the states the parts of recent sets decided, the
 // units they had left: AllowAll on a Cluster decides first the part of a
 // set most likely to deny (see riskiest). It is a fixed table of
-// levelSlots entries indexed by a hash of the state, each overwritten by
+// levelEntries entries indexed by a hash of the state, each overwritten by
 // the latest decision landing on it: bounded memory, no lock. A lost or
 // mixed-up entry only changes which part goes first, never a decision.
 type levels struct {
 	seed    maphash.Seed
-	entries [levelSlots]levelEntry
+	entries [levelEntries]levelEntry
 }
 
-// levelSlots is the size of the table, a power of two.
-const levelSlots = 4096
+// levelEntries is the size of the table, a power of two.
+const levelEntries = 4096
 
 type levelEntry struct {
 	tag  atomic.Uint64 // hash of the state, never 0 when set
@@ -36,7 +36,7 @@ func (lv *levels) hash(req tollgate.Request) uint64 {
 // note records what d left of req's state.
 func (lv *levels) note(req tollgate.Request, d tollgate.Decision) {
 	h := lv.hash(req)
-	e := &lv.entries[h&(levelSlots-1)]
+	e := &lv.entries[h&(levelEntries-1)]
 	e.tag.Store(h)
 	e.left.Store(d.Remaining)
 }
@@ -46,7 +46,7 @@ func (lv *levels) note(req tollgate.Request, d tollgate.Decision) {
 // probably not near its limit.
 func (lv *levels) left(req tollgate.Request) int64 {
 	h := lv.hash(req)
-	e := &lv.entries[h&(levelSlots-1)]
+	e := &lv.entries[h&(levelEntries-1)]
 	if e.tag.Load() == h {
 		return e.left.Load()
 	}

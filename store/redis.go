@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/lua"
 )
 
@@ -145,7 +146,7 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 // wrapped, starting "tollgate: redis store:", and never wraps
 // tollgate.ErrInvalidRequest.
 func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -228,7 +229,7 @@ func (r *Redis) refreshRouting(err error) {
 // identity's Debt, which takes a settle script call at the reserved cost
 // (which writes nothing either).
 func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -239,7 +240,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 		look := req
 		look.RequestID = ""
 		var s []tollgate.Decision
-		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Decision{{}}, []int64{req.Cost}, false); err == nil {
+		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Admission{{}}, []int64{req.Cost}, false); err == nil {
 			d.Debt = s[0].Debt
 		}
 	}
@@ -255,7 +256,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 // store's remembered denial of it runs out on its own (at most
 // MaxDenyCacheTTL).
 func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
-	req, err := req.Normalized()
+	req, err := check.Normalize(req)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func BenchmarkRedisAllow(b *testing.B) {
 // Redis time of a call under one limit (Allow of a plain key) with a call
 // under two limits of one identity (AllowAll of two part keys, one script
 // call), a settled call (its decision and its settlement) and an in-flight
-// slot taken and given back, over 1000 identities: redis-µs/call is INFO
+// seat taken and given back, over 1000 identities: redis-µs/call is INFO
 // commandstats' usec per EVALSHA (the script's own time), redis-µs/op the
 // scripts' time per operation, redis-cpu-µs/op the main thread's CPU per
 // operation, its network reads and writes included.
@@ -102,15 +102,15 @@ func BenchmarkRedisLimitsPerCall(b *testing.B) {
 				return err
 			}
 			req.RequestID = "settle-" + id + "-" + strconv.FormatInt(d.At.UnixNano(), 36)
-			_, err = st.Settle(ctx, req, d, 300)
+			_, err = st.Settle(ctx, req, d.Admission(), 300)
 			return err
 		}},
-		{"slot-acquire-release", func(id string) error {
-			s := tollgate.Slot{Key: id, Max: 20, ID: "call-" + id, TTL: 30 * time.Second}
-			if _, err := st.AcquireSlot(ctx, s); err != nil {
+		{"seat-acquire-release", func(id string) error {
+			s := tollgate.Seat{Key: id, Max: 20, ID: "call-" + id, TTL: 30 * time.Second}
+			if _, err := st.AcquireSeat(ctx, s); err != nil {
 				return err
 			}
-			return st.ReleaseSlot(ctx, s)
+			return st.ReleaseSeat(ctx, s)
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/lua"
 )
@@ -172,7 +173,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	// Nine decisions in one pipeline.
 	var batch []*call
 	for i := range 9 {
-		req, err := tollgate.Request{Key: tag + "batch-" + strconv.Itoa(i), Limit: limit}.Normalized()
+		req, err := check.Normalize(tollgate.Request{Key: tag + "batch-" + strconv.Itoa(i), Limit: limit})
 		if err != nil {
 			t.Fatal(err)
 		}

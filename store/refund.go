@@ -55,11 +55,11 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 // refundCalls lays out the settle script calls that give back the debits
 // of the decide calls cs (see refund), recorded under id.
 func (r *Redis) refundCalls(reqs []tollgate.Request, cs []*call, parts [][]int, id string) []scriptCall {
-	admitted, final := make([]tollgate.Decision, len(reqs)), make([]int64, len(reqs))
+	admitted, final := make([]tollgate.Admission, len(reqs)), make([]int64, len(reqs))
 	sc := make([]scriptCall, len(cs))
 	for j, c := range cs {
 		for k, i := range parts[j] {
-			admitted[i] = c.decisions[k]
+			admitted[i] = c.decisions[k].Admission()
 		}
 		rec := settleRecords{mode: settleRecord, ttlMs: refundRecordTTL.Milliseconds(), id: id}
 		if c.mode.markers() {

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // replay debits again, on the primaries now serving them, the admissions
@@ -67,7 +68,7 @@ func (w *watcher) replay(ctx context.Context) {
 	reqs := make([]tollgate.Request, 0, len(order))
 	var total int64
 	for _, id := range order {
-		req, err := tollgate.Request{Key: id.key, Limit: id.limit, Cost: units[id], Overdraw: true}.Normalized()
+		req, err := check.Normalize(tollgate.Request{Key: id.key, Limit: id.limit, Cost: units[id], Overdraw: true})
 		if err != nil {
 			continue // a journaled request was valid: not reached
 		}

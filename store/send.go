@@ -5,7 +5,7 @@ import (
 )
 
 // The send path. Every script call the store makes (decide, batch,
-// settle, a refund's settle, slot, reset, admit, finish, share) reaches
+// settle, a refund's settle, seat, reset, admit, finish, share) reaches
 // Redis through roundTrip, and every caller that waits for one does so
 // through exchange or the batcher (send), which both leave at the caller's
 // deadline whatever the go-redis client's options. A script call is never

@@ -7,11 +7,13 @@ import (
 	"github.com/tollgate/tollgate/internal/algo"
 )
 
+var _ tollgate.SeatSettler = (*Memory)(nil)
+
 // Settle makes cost the final cost of req, admitted with admitted (see
-// tollgate.Store): lua/settle.lua's arithmetic (internal/algo's Settle),
+// tollgate.Settler): lua/settle.lua's arithmetic (internal/algo's Settle),
 // with the same answers.
-func (m *Memory) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
-	ds, err := m.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Decision{admitted}, []int64{cost})
+func (m *Memory) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
+	ds, err := m.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Admission{admitted}, []int64{cost})
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -19,8 +21,8 @@ func (m *Memory) Settle(ctx context.Context, req tollgate.Request, admitted toll
 }
 
 // SettleAll settles a set, each request at its own final cost, in one step
-// (see tollgate.Store).
-func (m *Memory) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+// (see tollgate.Settler).
+func (m *Memory) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -108,7 +110,7 @@ func (m *Memory) write(mb *member, st algo.State, w algo.Write, now, ttl int64) 
 // debited, when, and how far from full it left the bucket. A zero admitted
 // (a refund nobody kept the admission of) counts as debited now from an
 // empty bucket.
-func admissionOf(req tollgate.Request, admitted tollgate.Decision) algo.Admission {
+func admissionOf(req tollgate.Request, admitted tollgate.Admission) algo.Admission {
 	adm := algo.Admission{Reserved: req.Cost, Reset: admitted.ResetAfter.Microseconds(), Settled: -1}
 	if !admitted.At.IsZero() {
 		adm.At = admitted.At.UnixMicro()

@@ -64,12 +64,14 @@ func readSettle(cmd redis.Cmder, part []int, out []tollgate.Decision) error {
 	return nil
 }
 
+var _ tollgate.SeatSettler = (*Redis)(nil)
+
 // Settle makes cost the final cost of req, admitted with admitted (see
-// tollgate.Store), with one settle script call. With a RequestID the script
+// tollgate.Settler), with one settle script call. With a RequestID the script
 // keeps a record of the cost settled, for the store's replay TTL, so that
 // settling the id again applies only the difference.
-func (r *Redis) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Decision, cost int64) (tollgate.Decision, error) {
-	ds, err := r.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Decision{admitted}, []int64{cost})
+func (r *Redis) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
+	ds, err := r.SettleAll(ctx, []tollgate.Request{req}, []tollgate.Admission{admitted}, []int64{cost})
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -77,9 +79,9 @@ func (r *Redis) Settle(ctx context.Context, req tollgate.Request, admitted tollg
 }
 
 // SettleAll settles a set, each request at its own cost (see
-// tollgate.Store): one settle script call on a single node, one per
+// tollgate.Settler): one settle script call on a single node, one per
 // Cluster slot on a ClusterClient.
-func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Decision, error) {
+func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
 	reqs, err := normalizeSettle(reqs, admitted, costs)
 	if err != nil {
 		return nil, err
@@ -103,7 +105,7 @@ func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	for i, req := range reqs {
 		costs[i] = req.Cost
 	}
-	out, err := r.settle(ctx, reqs, make([]tollgate.Decision, len(reqs)), costs, true)
+	out, err := r.settle(ctx, reqs, make([]tollgate.Admission, len(reqs)), costs, true)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: overdraw: %w", err)
 	}
@@ -124,7 +126,7 @@ func settleMode(reqs []tollgate.Request, overdraw bool) int64 {
 // settleArgs lays out a settle script call (EVALSHA sha numkeys KEYS...
 // ARGV...) of the requests part names, in mode, with each record (mode
 // settleRecord) under its request's id for the store's replay TTL.
-func (r *Redis) settleArgs(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, part []int, mode int64) []any {
+func (r *Redis) settleArgs(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, part []int, mode int64) []any {
 	ttl := int64(0)
 	if mode == settleRecord {
 		ttl = r.replays.ttlMs()
@@ -145,7 +147,7 @@ type settleRecords struct {
 
 // settleLayout lays out a settle script call of the requests part names
 // (see settleArgs) as rec says.
-func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, part []int, rec settleRecords) []any {
+func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) []any {
 	records := rec.mode == settleRecord || rec.mode == settleRefund
 	nkeys := len(part)
 	if records {
@@ -189,7 +191,7 @@ func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Decisi
 
 // settle sends reqs to the settle script, one call per part (see
 // partition), in one pipeline.
-func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, overdraw bool) ([]tollgate.Decision, error) {
+func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, overdraw bool) ([]tollgate.Decision, error) {
 	mode := settleMode(reqs, overdraw)
 	parts := r.partition(reqs)
 	sc := make([]scriptCall, len(parts))

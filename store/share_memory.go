@@ -34,7 +34,7 @@ func (m *Memory) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGra
 	if err := ctx.Err(); err != nil {
 		return tollgate.ShareGrant{}, err
 	}
-	if err := tollgate.ValidateShare(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return tollgate.ShareGrant{}, err
 	}
 	now := m.clock().UnixMicro()

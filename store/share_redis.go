@@ -27,7 +27,7 @@ var _ tollgate.ShareStore = (*Redis)(nil)
 // server's clock. A context without a deadline is given
 // DefaultShareTimeout.
 func (r *Redis) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGrant, error) {
-	if err := tollgate.ValidateShare(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return tollgate.ShareGrant{}, err
 	}
 	if _, ok := ctx.Deadline(); !ok {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // normalizeAll checks a set for AllowAll and returns a normalized copy.
@@ -21,7 +22,7 @@ func normalizeAll(reqs []tollgate.Request) ([]tollgate.Request, error) {
 		if req.RequestID != reqs[0].RequestID {
 			return nil, fmt.Errorf("%w: AllowAll request %d has request id %q, request 0 has %q: a set carries one id", tollgate.ErrInvalidRequest, i, req.RequestID, reqs[0].RequestID)
 		}
-		n, err := req.Normalized()
+		n, err := check.Normalize(req)
 		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
@@ -45,7 +46,7 @@ func checkOverdraw(reqs []tollgate.Request) error {
 
 // normalizeSettle checks a set for SettleAll (a set of one for Settle) and
 // returns a normalized copy. Every error wraps tollgate.ErrInvalidRequest.
-func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64) ([]tollgate.Request, error) {
+func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Request, error) {
 	switch {
 	case len(reqs) == 0:
 		return nil, fmt.Errorf("%w: SettleAll needs at least one request", tollgate.ErrInvalidRequest)
@@ -56,7 +57,7 @@ func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Decision, cost
 	}
 	out := make([]tollgate.Request, len(reqs))
 	for i, req := range reqs {
-		n, err := tollgate.ValidateSettle(req, costs[i])
+		n, err := check.Settle(req, costs[i])
 		if err != nil {
 			return nil, fmt.Errorf("request %d: %w", i, err)
 		}

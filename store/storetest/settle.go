@@ -3,25 +3,36 @@ package storetest
 import (
 	"context"
 	"errors"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate"
 )
 
-// runSettle checks Store.Settle and SettleAll, and Request.Overdraw: giving
-// back, debt, idempotency per request id, windows given back only while
-// stored, and the validation of settlements.
+// runSettle checks a Settler's Settle and SettleAll, and Request.Overdraw:
+// giving back, debt, idempotency per request id, windows given back only
+// while stored, and the validation of settlements. A store that does not
+// settle runs the overdraw checks only.
 func (s *suite) runSettle(t *testing.T) {
+	if _, ok := s.h.Store.(tollgate.Settler); ok {
+		s.runSettler(t)
+	} else {
+		t.Logf("%T is not a tollgate.Settler: settlements not checked", s.h.Store)
+	}
+	t.Run("overdraw", s.overdraw)
+}
+
+// runSettler checks Settle and SettleAll.
+func (s *suite) runSettler(t *testing.T) {
 	t.Run("settle gives back", s.settleGivesBack)
 	t.Run("settle later", s.settleLater)
 	t.Run("settle past empty", s.settleDebt)
 	t.Run("settle once per request id", s.settleIdempotent)
 	t.Run("settle a set", s.settleAll)
 	t.Run("settle validation", s.settleValidation)
-	t.Run("overdraw", s.overdraw)
 }
+
+// settler is the store under test as a Settler (runSettle checked it is).
+func (s *suite) settler() tollgate.Settler { return s.h.Store.(tollgate.Settler) }
 
 // admitted admits req and returns its Decision.
 func (s *suite) admitted(t *testing.T, req tollgate.Request) tollgate.Decision {
@@ -35,7 +46,7 @@ func (s *suite) admitted(t *testing.T, req tollgate.Request) tollgate.Decision {
 
 func (s *suite) settle(t *testing.T, req tollgate.Request, adm tollgate.Decision, cost int64) tollgate.Decision {
 	t.Helper()
-	d, err := s.h.Store.Settle(context.Background(), req, adm, cost)
+	d, err := s.settler().Settle(context.Background(), req, adm.Admission(), cost)
 	if err != nil {
 		t.Fatalf("Settle(%+v, %d): %v", req, cost, err)
 	}
@@ -138,7 +149,8 @@ func (s *suite) settleAll(t *testing.T) {
 		{Key: key + "/b", Limit: quota(tollgate.FixedWindow, 10), Cost: 4},
 	}
 	ds := s.allowAll(t, reqs...)
-	out, err := s.h.Store.SettleAll(context.Background(), reqs, ds, []int64{1, 9})
+	adms := []tollgate.Admission{ds[0].Admission(), ds[1].Admission()}
+	out, err := s.settler().SettleAll(context.Background(), reqs, adms, []int64{1, 9})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,30 +165,31 @@ func (s *suite) settleAll(t *testing.T) {
 func (s *suite) settleValidation(t *testing.T) {
 	ctx := context.Background()
 	req := tollgate.Request{Key: s.key(t), Limit: quota(tollgate.TokenBucket, 10), Cost: 5}
-	adm := s.admitted(t, req)
+	adm := s.admitted(t, req).Admission()
+	st := s.settler()
 	for name, call := range map[string]func() error{
-		"negative cost": func() error { _, err := s.h.Store.Settle(ctx, req, adm, -1); return err },
+		"negative cost": func() error { _, err := st.Settle(ctx, req, adm, -1); return err },
 		"cost above MaxRate": func() error {
-			_, err := s.h.Store.Settle(ctx, req, adm, tollgate.MaxRate+1)
+			_, err := st.Settle(ctx, req, adm, tollgate.MaxRate+1)
 			return err
 		},
 		"no limit": func() error {
 			bad := req
 			bad.Limit = tollgate.Limit{}
-			_, err := s.h.Store.Settle(ctx, bad, adm, 1)
+			_, err := st.Settle(ctx, bad, adm, 1)
 			return err
 		},
 		"overdrawn": func() error {
 			bad := req
 			bad.Overdraw = true
-			_, err := s.h.Store.Settle(ctx, bad, adm, 1)
+			_, err := st.Settle(ctx, bad, adm, 1)
 			return err
 		},
 		"lengths": func() error {
-			_, err := s.h.Store.SettleAll(ctx, []tollgate.Request{req, req}, []tollgate.Decision{adm}, []int64{1, 1})
+			_, err := st.SettleAll(ctx, []tollgate.Request{req, req}, []tollgate.Admission{adm}, []int64{1, 1})
 			return err
 		},
-		"empty": func() error { _, err := s.h.Store.SettleAll(ctx, nil, nil, nil); return err },
+		"empty": func() error { _, err := st.SettleAll(ctx, nil, nil, nil); return err },
 	} {
 		if err := call(); !errors.Is(err, tollgate.ErrInvalidRequest) {
 			t.Errorf("%s: %v, want an error wrapping ErrInvalidRequest", name, err)
@@ -209,221 +222,5 @@ func (s *suite) overdraw(t *testing.T) {
 		if ds, err := s.h.Store.AllowAll(ctx, []tollgate.Request{req, {Key: req.Key + "/x", Limit: req.Limit, Cost: 1}}); err == nil {
 			t.Fatalf("%s: AllowAll mixing overdrawn requests and others: %+v, want ErrInvalidRequest", alg, ds)
 		}
-	}
-}
-
-// runSlots checks a SlotStore's in-flight slots.
-func (s *suite) runSlots(t *testing.T) {
-	ss, ok := s.h.Store.(tollgate.SlotStore)
-	if !ok {
-		t.Skipf("%T is not a tollgate.SlotStore", s.h.Store)
-	}
-	ctx := context.Background()
-	key := s.key(t)
-	ttl := 4 * s.unit
-	slot := func(id string) tollgate.Slot { return tollgate.Slot{Key: key, Max: 2, ID: id, TTL: ttl} }
-	for i, id := range []string{"a", "b"} {
-		d, err := ss.AcquireSlot(ctx, slot(id))
-		if err != nil || !d.Allowed || d.InUse != int64(i+1) || d.Reused {
-			t.Fatalf("slot %s: %+v, %v; want taken, %d in use", id, d, err, i+1)
-		}
-	}
-	d, err := ss.AcquireSlot(ctx, slot("c"))
-	if err != nil || d.Allowed || d.InUse != 2 || d.RetryAfter <= 0 || d.RetryAfter > ttl {
-		t.Fatalf("a third slot of 2: %+v, %v; want denied with a wait up to the TTL", d, err)
-	}
-	if d, err := ss.AcquireSlot(ctx, slot("a")); err != nil || !d.Allowed || !d.Reused || d.InUse != 2 {
-		t.Fatalf("slot a again: %+v, %v; want it reused", d, err)
-	}
-	if err := ss.ReleaseSlot(ctx, slot("a")); err != nil {
-		t.Fatal(err)
-	}
-	if err := ss.ReleaseSlot(ctx, slot("a")); err != nil {
-		t.Fatalf("releasing a slot not held: %v, want nil", err)
-	}
-	if n, err := ss.SlotsInUse(ctx, key); err != nil || n != 1 {
-		t.Fatalf("SlotsInUse after a release: %d, %v; want 1", n, err)
-	}
-	if ok, err := ss.RenewSlot(ctx, slot("a")); err != nil || ok {
-		t.Fatalf("renewing a released slot: %v, %v; want false", ok, err)
-	}
-	// Slot b expires by itself.
-	s.h.Advance(ttl + s.unit)
-	if n, err := ss.SlotsInUse(ctx, key); err != nil || n != 0 {
-		t.Fatalf("SlotsInUse after the TTL: %d, %v; want 0", n, err)
-	}
-	if err := tollgate.ValidateSlot(tollgate.Slot{Key: key, Max: 0, ID: "x", TTL: time.Second}); !errors.Is(err, tollgate.ErrInvalidRequest) {
-		t.Fatalf("Max 0: %v, want ErrInvalidRequest", err)
-	}
-	if _, err := ss.AcquireSlot(ctx, tollgate.Slot{Key: key, Max: 1, ID: "x"}); !errors.Is(err, tollgate.ErrInvalidRequest) {
-		t.Fatalf("a slot without a TTL: %v, want ErrInvalidRequest", err)
-	}
-	s.runSlotHolds(t, ss)
-	s.runSlotAllower(t)
-}
-
-// runSlotAllower checks a SlotAllower's and a SlotSettler's one-step
-// operations: a slot and its call's debits all or nothing, and a call's
-// settlement with its release.
-func (s *suite) runSlotAllower(t *testing.T) {
-	sa, ok := s.h.Store.(tollgate.SlotAllower)
-	if !ok {
-		return
-	}
-	ctx := context.Background()
-	key := s.key(t) + "/together"
-	req := tollgate.Request{Key: key, Limit: tollgate.Limit{Rate: 2, Period: time.Hour}, Cost: 1, RequestID: "r1"}
-	slot := tollgate.Slot{Key: key, Max: 1, ID: "a", TTL: time.Hour}
-	sd, ds, err := sa.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
-	if err != nil || !sd.Allowed || sd.InUse != 1 || len(ds) != 1 || !ds[0].Allowed || ds[0].Remaining != 1 {
-		t.Fatalf("a slot and a debit: %+v %+v %v; want both, 1 left", sd, ds, err)
-	}
-	other := slot
-	other.ID = "b"
-	req2 := req
-	req2.RequestID = "r2"
-	sd, ds, err = sa.AllowAllWithSlot(ctx, other, []tollgate.Request{req2})
-	if err != nil || sd.Allowed || ds != nil || sd.RetryAfter <= 0 {
-		t.Fatalf("no slot free: %+v %+v %v; want denied, nothing judged", sd, ds, err)
-	}
-	if d, err := s.h.Store.Peek(ctx, req); err != nil || !d.Allowed || d.Remaining != 0 {
-		t.Fatalf("after a call refused for lack of a slot: %+v %v; want one more admitted (nothing debited)", d, err)
-	}
-	st, ok := s.h.Store.(tollgate.SlotSettler)
-	if !ok {
-		t.Fatalf("%T takes a slot with its debits but cannot settle with a release (tollgate.SlotSettler)", s.h.Store)
-	}
-	slot.Held = time.Second
-	got, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, ds1(t, sa, req), []int64{0}, []tollgate.Slot{slot})
-	if err != nil || len(got) != 1 || got[0].Remaining != 2 {
-		t.Fatalf("settled at 0 and released: %+v %v; want 2 left", got, err)
-	}
-	if n, err := st.SlotsInUse(ctx, key); err != nil || n != 0 {
-		t.Fatalf("slots in use after the release: %d %v; want 0", n, err)
-	}
-	req3 := req
-	req3.RequestID, req3.Cost = "r3", 2
-	if _, err := s.h.Store.Allow(ctx, req3); err != nil {
-		t.Fatal(err)
-	}
-	sd, ds, err = sa.AllowAllWithSlot(ctx, other, []tollgate.Request{req2})
-	if err != nil || sd.Allowed || len(ds) != 1 || ds[0].Allowed {
-		t.Fatalf("a free slot and an empty bucket: %+v %+v %v; want the rate denied and no slot held", sd, ds, err)
-	}
-	if n, err := st.SlotsInUse(ctx, key); err != nil || n != 0 {
-		t.Fatalf("slots in use after a denied call: %d %v; want 0", n, err)
-	}
-	if _, err := st.SettleAllAndRelease(ctx, nil, nil, nil, []tollgate.Slot{other}); err != nil {
-		t.Fatalf("releases alone: %v", err)
-	}
-}
-
-// ds1 returns the admission of req (already debited) for a settlement: a
-// replay of its request id.
-func ds1(t *testing.T, st tollgate.Store, req tollgate.Request) []tollgate.Decision {
-	t.Helper()
-	d, err := st.Allow(context.Background(), req)
-	if err != nil || !d.Replayed {
-		t.Fatalf("a replay of %q: %+v %v", req.RequestID, d, err)
-	}
-	return []tollgate.Decision{d}
-}
-
-// runSlotHolds checks the mean hold time a SlotStore keeps from releases
-// (Slot.Held) and reports with a denial (SlotDecision.Hold): the first
-// hold as it is, then an exponential mean in which each weighs 1/8, in
-// whole microseconds; a release of unknown hold time changes nothing.
-func (s *suite) runSlotHolds(t *testing.T, ss tollgate.SlotStore) {
-	ctx := context.Background()
-	key := s.key(t) + "/holds"
-	slot := tollgate.Slot{Key: key, Max: 1, ID: "a", TTL: time.Hour}
-	deny := func() time.Duration {
-		t.Helper()
-		if d, err := ss.AcquireSlot(ctx, slot); err != nil || !d.Allowed {
-			t.Fatalf("slot a: %+v, %v", d, err)
-		}
-		other := slot
-		other.ID = "b"
-		d, err := ss.AcquireSlot(ctx, other)
-		if err != nil || d.Allowed {
-			t.Fatalf("a second slot of 1: %+v, %v; want denied", d, err)
-		}
-		return d.Hold
-	}
-	release := func(held time.Duration) {
-		t.Helper()
-		r := slot
-		r.Held = held
-		if err := ss.ReleaseSlot(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if h := deny(); h != 0 {
-		t.Fatalf("Hold before any release: %s, want 0", h)
-	}
-	release(800 * time.Millisecond)
-	if h := deny(); h != 800*time.Millisecond {
-		t.Fatalf("Hold after one release of 800ms: %s, want 800ms", h)
-	}
-	release(0) // unknown: the mean stays
-	if h := deny(); h != 800*time.Millisecond {
-		t.Fatalf("Hold after a release of unknown length: %s, want 800ms", h)
-	}
-	release(1600 * time.Millisecond)
-	if h, want := deny(), 800*time.Millisecond-100*time.Millisecond+200*time.Millisecond; h != want {
-		t.Fatalf("Hold after 800ms then 1.6s: %s, want %s", h, want)
-	}
-	release(0)
-}
-
-// runOverrides checks an OverrideStore.
-func (s *suite) runOverrides(t *testing.T) {
-	os, ok := s.h.Store.(tollgate.OverrideStore)
-	if !ok {
-		t.Skipf("%T is not a tollgate.OverrideStore", s.h.Store)
-	}
-	ctx := context.Background()
-	group := s.key(t)
-	v0, err := os.OverridesVersion(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	limits := []tollgate.Limit{tollgate.PerMinute(5), tollgate.Daily(100)}
-	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "a", Limits: limits}, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "b"}, 4*s.unit); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := os.OverridesVersion(ctx); err != nil || v == v0 {
-		t.Fatalf("version after two overrides: %d, %v; want it changed from %d", v, err, v0)
-	}
-	list, err := os.Overrides(ctx, group)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.SortFunc(list, func(x, y tollgate.Override) int { return len(y.Limits) - len(x.Limits) })
-	if len(list) != 2 || list[0].Key != "a" || !slices.Equal(list[0].Limits, limits) || !list[0].Expires.IsZero() ||
-		list[1].Key != "b" || len(list[1].Limits) != 0 || list[1].Expires.IsZero() {
-		t.Fatalf("Overrides = %+v; want a with its limits forever and b blocked for a while", list)
-	}
-	if other, err := os.Overrides(ctx, group+"/other"); err != nil || len(other) != 0 {
-		t.Fatalf("another group's overrides: %+v, %v; want none", other, err)
-	}
-	s.h.Advance(4*s.unit + s.unit)
-	if list, err := os.Overrides(ctx, group); err != nil || len(list) != 1 || list[0].Key != "a" {
-		t.Fatalf("after b's TTL: %+v, %v; want a alone", list, err)
-	}
-	if err := os.DeleteOverride(ctx, group, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if list, err := os.Overrides(ctx, group); err != nil || len(list) != 0 {
-		t.Fatalf("after deleting a: %+v, %v; want none", list, err)
-	}
-	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "c", Limits: []tollgate.Limit{{Rate: -1}}}, 0); !errors.Is(err, tollgate.ErrInvalidRequest) {
-		t.Fatalf("an invalid limit: %v, want ErrInvalidRequest", err)
-	}
-	if err := os.SetOverride(ctx, group, tollgate.Override{Key: "c"}, -time.Second); !errors.Is(err, tollgate.ErrInvalidRequest) {
-		t.Fatalf("a negative TTL: %v, want ErrInvalidRequest", err)
 	}
 }

@@ -20,7 +20,7 @@
 //	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
 //	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
 //	go run ./cmd/load -sections cluster -callers 64   # a 3-primary Cluster: default and tagged layouts beside redis_rate
-//	go run ./cmd/load -sections settle -callers 64    # settled calls and in-flight slots beside one decision and redis_rate
+//	go run ./cmd/load -sections settle -callers 64    # settled calls and in-flight seats beside one decision and redis_rate
 package main
 
 import (

@@ -1,6 +1,6 @@
 package main
 
-// The settle section: what a settled call and an in-flight slot cost Redis
+// The settle section: what a settled call and an in-flight seat cost Redis
 // beside one decision and beside redis_rate, at the store (64 callers, 10k
 // identities) and through the interceptor over bufconn (32 callers).
 
@@ -25,7 +25,7 @@ import (
 // settleCallers is the concurrency of the section's gRPC cells.
 const settleCallers = 32
 
-// unfolded is the store option of the anchor cell: every slot call a
+// unfolded is the store option of the anchor cell: every seat call a
 // script call of its own (concurrent ones still share round trips), as
 // before the store folded them.
 var unfolded = store.WithBatchScript(false)
@@ -37,7 +37,7 @@ func settleLimit(tollgate.Algorithm) tollgate.Limit {
 }
 
 // settled is one call of the store cells: a decision of cost 500 with a
-// request id, settled at 7, and an in-flight slot, in the ways a subject
+// request id, settled at 7, and an in-flight seat, in the ways a subject
 // combines them.
 type settled struct {
 	st   *store.Redis
@@ -51,31 +51,31 @@ const (
 	decisionOnly   settleMode = iota // Allow
 	decisionSettle                   // Allow, then Settle
 	decisionTail                     // Allow, then the settlement to the finisher
-	slotOnly                         // AcquireSlot, then ReleaseSlot
-	together                         // AllowAllWithSlot, then SettleAllAndRelease
-	togetherTail                     // AllowAllWithSlot, then the end to the finisher
+	seatOnly                         // AcquireSeat, then ReleaseSeat
+	together                         // AllowAllWithSeat, then SettleAllAndRelease
+	togetherTail                     // AllowAllWithSeat, then the end to the finisher
 )
 
 func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, error) {
 	req := tollgate.Request{Key: identity, Limit: settleLimit(0), Cost: 500, RequestID: requestID}
-	slot := tollgate.Slot{Key: identity, Max: 1000, ID: requestID, TTL: time.Minute}
+	seat := tollgate.Seat{Key: identity, Max: 1000, ID: requestID, TTL: time.Minute}
 	switch s.mode {
-	case slotOnly:
-		d, err := s.st.AcquireSlot(ctx, slot)
+	case seatOnly:
+		d, err := s.st.AcquireSeat(ctx, seat)
 		if err != nil || !d.Allowed {
 			return false, err
 		}
-		return true, s.st.ReleaseSlot(ctx, slot)
+		return true, s.st.ReleaseSeat(ctx, seat)
 	case together, togetherTail:
-		sd, ds, err := s.st.AllowAllWithSlot(ctx, slot, []tollgate.Request{req})
+		sd, ds, err := s.st.AllowAllWithSeat(ctx, seat, []tollgate.Request{req})
 		if err != nil || !sd.Allowed {
 			return false, err
 		}
 		if s.mode == togetherTail {
-			s.tail.add(req, ds[0], &slot)
+			s.tail.add(req, ds[0], &seat)
 			return true, nil
 		}
-		_, err = s.st.SettleAllAndRelease(ctx, []tollgate.Request{req}, ds, []int64{7}, []tollgate.Slot{slot})
+		_, err = s.st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Admission{ds[0].Admission()}, []int64{7}, []tollgate.Seat{seat})
 		return true, err
 	}
 	d, err := s.st.Allow(ctx, req)
@@ -84,7 +84,7 @@ func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, 
 	}
 	switch s.mode {
 	case decisionSettle:
-		_, err = s.st.Settle(ctx, req, d, 7)
+		_, err = s.st.Settle(ctx, req, d.Admission(), 7)
 	case decisionTail:
 		s.tail.add(req, d, nil)
 	}
@@ -100,8 +100,8 @@ type finisher struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	reqs []tollgate.Request
-	decs []tollgate.Decision
-	rel  []tollgate.Slot
+	adms []tollgate.Admission
+	rel  []tollgate.Seat
 	stop bool
 	done chan struct{}
 }
@@ -113,14 +113,14 @@ func newFinisher(st *store.Redis) *finisher {
 	return f
 }
 
-func (f *finisher) add(req tollgate.Request, d tollgate.Decision, slot *tollgate.Slot) {
+func (f *finisher) add(req tollgate.Request, d tollgate.Decision, seat *tollgate.Seat) {
 	f.mu.Lock()
 	for len(f.reqs) >= 2*tollgate.MaxAllowAll {
 		f.cond.Wait()
 	}
-	f.reqs, f.decs = append(f.reqs, req), append(f.decs, d)
-	if slot != nil {
-		f.rel = append(f.rel, *slot)
+	f.reqs, f.adms = append(f.reqs, req), append(f.adms, d.Admission())
+	if seat != nil {
+		f.rel = append(f.rel, *seat)
 	}
 	f.mu.Unlock()
 	f.cond.Broadcast()
@@ -138,13 +138,13 @@ func (f *finisher) run() {
 			return
 		}
 		n := min(len(f.reqs), tollgate.MaxAllowAll)
-		reqs, decs := append([]tollgate.Request(nil), f.reqs[:n]...), append([]tollgate.Decision(nil), f.decs[:n]...)
-		var rel []tollgate.Slot
+		reqs, adms := append([]tollgate.Request(nil), f.reqs[:n]...), append([]tollgate.Admission(nil), f.adms[:n]...)
+		var rel []tollgate.Seat
 		if len(f.rel) > 0 {
 			rel = append(rel, f.rel[:n]...)
 			f.rel = f.rel[n:]
 		}
-		f.reqs, f.decs = f.reqs[n:], f.decs[n:]
+		f.reqs, f.adms = f.reqs[n:], f.adms[n:]
 		f.mu.Unlock()
 		f.cond.Broadcast()
 		costs := make([]int64, n)
@@ -152,7 +152,7 @@ func (f *finisher) run() {
 			costs[i] = 7
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if _, err := f.st.SettleAllAndRelease(ctx, reqs, decs, costs, rel); err != nil {
+		if _, err := f.st.SettleAllAndRelease(ctx, reqs, adms, costs, rel); err != nil {
 			fmt.Fprintln(os.Stderr, "load: settle: finisher:", err)
 		}
 		cancel()
@@ -169,7 +169,7 @@ func (f *finisher) close() {
 }
 
 // settledSubject is a store cell of mode; opts (store.WithBatchScript(false):
-// one script call per slot or admit call, the design before folding) are
+// one script call per seat or admit call, the design before folding) are
 // the store's.
 func settledSubject(name string, mode settleMode, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: true, make: func(m *measurer, _ func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
@@ -236,10 +236,10 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		settledSubject("decision (request id, cost 500)", decisionOnly),
 		settledSubject("decision + Settle", decisionSettle),
 		settledSubject("decision + settlements batched as the sender does", decisionTail),
-		settledSubject("AcquireSlot + ReleaseSlot, a script call each", slotOnly, unfolded),
-		settledSubject("AcquireSlot + ReleaseSlot, folded", slotOnly),
-		settledSubject("slot+decision, then settle+release (one script call each)", together),
-		settledSubject("slot+decision, then settle+release batched as the sender does", togetherTail),
+		settledSubject("AcquireSeat + ReleaseSeat, a script call each", seatOnly, unfolded),
+		settledSubject("AcquireSeat + ReleaseSeat, folded", seatOnly),
+		settledSubject("seat+decision, then settle+release (one script call each)", together),
+		settledSubject("seat+decision, then settle+release batched as the sender does", togetherTail),
 	})
 	var rows []row
 	for _, callers := range m.cfg.callers {

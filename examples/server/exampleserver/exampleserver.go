@@ -266,7 +266,7 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 
 	err = serving.Serve(ctx, srv, hs, lis, cfg.ShutdownTimeout, logger, nil, nil)
 	// The calls have ended: deliver what they owe the store (settlements,
-	// slot releases) before the store closes.
+	// seat releases) before the store closes.
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if cerr := lim.Close(closeCtx); cerr != nil {

@@ -5,19 +5,20 @@ import (
 	"sync"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
-// memSlots holds a Memory store's in-flight slots: for each key, the ids
-// holding a slot and when each expires (µs on the store's clock). A key is
-// dropped once none of its slots is held, so memory follows the calls in
+// memSeats holds a Memory store's in-flight seats: for each key, the ids
+// holding a seat and when each expires (µs on the store's clock). A key is
+// dropped once none of its seats is held, so memory follows the calls in
 // flight.
-type memSlots struct {
+type memSeats struct {
 	mu    sync.Mutex
 	byKey map[string]map[string]int64
 	// sweepAt is the number of keys at which every key is swept of its
-	// expired slots; it doubles with what is left.
+	// expired seats; it doubles with what is left.
 	sweepAt int
-	// holds is each key's mean hold time (as the slot script keeps it),
+	// holds is each key's mean hold time (as the seat script keeps it),
 	// until it expires; swept likewise at holdSweepAt keys.
 	holds       map[string]memHold
 	holdSweepAt int
@@ -27,16 +28,16 @@ type memSlots struct {
 type memHold struct{ mean, expires int64 }
 
 // hold returns key's mean hold time at now, 0 when unknown.
-func (ms *memSlots) hold(key string, now int64) int64 {
+func (ms *memSeats) hold(key string, now int64) int64 {
 	if h, ok := ms.holds[key]; ok && now < h.expires {
 		return h.mean
 	}
 	return 0
 }
 
-// held folds a slot of key held for us (> 0) into its mean at now, as the
-// slot script does.
-func (ms *memSlots) held(key string, us, now int64) {
+// held folds a seat of key held for us (> 0) into its mean at now, as the
+// seat script does.
+func (ms *memSeats) held(key string, us, now int64) {
 	mean := us
 	if h, ok := ms.holds[key]; ok && now < h.expires {
 		mean = h.mean - h.mean/8 + us/8
@@ -52,12 +53,12 @@ func (ms *memSlots) held(key string, us, now int64) {
 	if ms.holds == nil {
 		ms.holds = make(map[string]memHold)
 	}
-	ms.holds[key] = memHold{mean: mean, expires: now + slotHoldTTL.Microseconds()}
+	ms.holds[key] = memHold{mean: mean, expires: now + seatHoldTTL.Microseconds()}
 }
 
-// live drops the expired slots of key at now and returns its slots, nil
+// live drops the expired seats of key at now and returns its seats, nil
 // when none is held.
-func (ms *memSlots) live(key string, now int64) map[string]int64 {
+func (ms *memSeats) live(key string, now int64) map[string]int64 {
 	held := ms.byKey[key]
 	for id, exp := range held {
 		if exp <= now {
@@ -71,9 +72,9 @@ func (ms *memSlots) live(key string, now int64) map[string]int64 {
 	return held
 }
 
-// sweep drops every expired slot once the keys have doubled since the last
+// sweep drops every expired seat once the keys have doubled since the last
 // sweep, so that keys whose calls died do not pile up.
-func (ms *memSlots) sweep(now int64) {
+func (ms *memSeats) sweep(now int64) {
 	if len(ms.byKey) < ms.sweepAt {
 		return
 	}
@@ -83,16 +84,16 @@ func (ms *memSlots) sweep(now int64) {
 	ms.sweepAt = max(2*len(ms.byKey), 1024)
 }
 
-// AcquireSlot takes a slot of s.Key (see tollgate.SlotStore).
-func (m *Memory) AcquireSlot(ctx context.Context, s tollgate.Slot) (tollgate.SlotDecision, error) {
+// AcquireSeat takes a seat of s.Key (see tollgate.SeatStore).
+func (m *Memory) AcquireSeat(ctx context.Context, s tollgate.Seat) (tollgate.SeatDecision, error) {
 	if err := ctx.Err(); err != nil {
-		return tollgate.SlotDecision{}, err
+		return tollgate.SeatDecision{}, err
 	}
-	if err := tollgate.ValidateSlot(s); err != nil {
-		return tollgate.SlotDecision{}, err
+	if err := s.Validate(); err != nil {
+		return tollgate.SeatDecision{}, err
 	}
 	now := m.clock().UnixMicro()
-	ms := &m.slots
+	ms := &m.seats
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	ms.sweep(now)
@@ -100,7 +101,7 @@ func (m *Memory) AcquireSlot(ctx context.Context, s tollgate.Slot) (tollgate.Slo
 	exp := now + s.TTL.Microseconds()
 	if _, ok := held[s.ID]; ok {
 		held[s.ID] = exp
-		return tollgate.SlotDecision{Allowed: true, InUse: int64(len(held)), Reused: true}, nil
+		return tollgate.SeatDecision{Allowed: true, InUse: int64(len(held)), Reused: true}, nil
 	}
 	if int64(len(held)) >= s.Max {
 		first := int64(-1)
@@ -109,7 +110,7 @@ func (m *Memory) AcquireSlot(ctx context.Context, s tollgate.Slot) (tollgate.Slo
 				first = e
 			}
 		}
-		return tollgate.SlotDecision{InUse: int64(len(held)), RetryAfter: micros(first - now), Hold: micros(ms.hold(s.Key, now))}, nil
+		return tollgate.SeatDecision{InUse: int64(len(held)), RetryAfter: micros(first - now), Hold: micros(ms.hold(s.Key, now))}, nil
 	}
 	if held == nil {
 		if ms.byKey == nil {
@@ -119,20 +120,20 @@ func (m *Memory) AcquireSlot(ctx context.Context, s tollgate.Slot) (tollgate.Slo
 		ms.byKey[s.Key] = held
 	}
 	held[s.ID] = exp
-	return tollgate.SlotDecision{Allowed: true, InUse: int64(len(held))}, nil
+	return tollgate.SeatDecision{Allowed: true, InUse: int64(len(held))}, nil
 }
 
-// RenewSlot moves s.ID's slot expiry to s.TTL from now (see
-// tollgate.SlotStore).
-func (m *Memory) RenewSlot(ctx context.Context, s tollgate.Slot) (bool, error) {
+// RenewSeat moves s.ID's seat expiry to s.TTL from now (see
+// tollgate.SeatStore).
+func (m *Memory) RenewSeat(ctx context.Context, s tollgate.Seat) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if err := tollgate.ValidateSlot(s); err != nil {
+	if err := s.Validate(); err != nil {
 		return false, err
 	}
 	now := m.clock().UnixMicro()
-	ms := &m.slots
+	ms := &m.seats
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	held := ms.live(s.Key, now)
@@ -143,15 +144,15 @@ func (m *Memory) RenewSlot(ctx context.Context, s tollgate.Slot) (bool, error) {
 	return true, nil
 }
 
-// ReleaseSlot frees s.ID's slot (see tollgate.SlotStore).
-func (m *Memory) ReleaseSlot(ctx context.Context, s tollgate.Slot) error {
+// ReleaseSeat frees s.ID's seat (see tollgate.SeatStore).
+func (m *Memory) ReleaseSeat(ctx context.Context, s tollgate.Seat) error {
 	if err := checkKey(ctx, s.Key); err != nil {
 		return err
 	}
-	if err := tollgate.ValidateRequestID(s.ID); err != nil {
+	if err := check.RequestID(s.ID); err != nil {
 		return err
 	}
-	ms := &m.slots
+	ms := &m.seats
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if us := s.Held.Microseconds(); us > 0 {
@@ -166,27 +167,27 @@ func (m *Memory) ReleaseSlot(ctx context.Context, s tollgate.Slot) error {
 	return nil
 }
 
-// SlotsInUse reports how many slots of key are held now.
-func (m *Memory) SlotsInUse(ctx context.Context, key string) (int64, error) {
+// SeatsInUse reports how many seats of key are held now.
+func (m *Memory) SeatsInUse(ctx context.Context, key string) (int64, error) {
 	if err := checkKey(ctx, key); err != nil {
 		return 0, err
 	}
 	now := m.clock().UnixMicro()
-	ms := &m.slots
+	ms := &m.seats
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	return int64(len(ms.live(key, now))), nil
 }
 
-// AllowAllWithSlot takes s and decides reqs, all or nothing (see
-// tollgate.SlotAllower): the slot first, then AllowAll, the slot given
+// AllowAllWithSeat takes s and decides reqs, all or nothing (see
+// tollgate.SeatAllower): the seat first, then AllowAll, the seat given
 // back when the set is denied.
-func (m *Memory) AllowAllWithSlot(ctx context.Context, s tollgate.Slot, reqs []tollgate.Request) (tollgate.SlotDecision, []tollgate.Decision, error) {
-	return allowWithSlot(ctx, m, s, reqs)
+func (m *Memory) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []tollgate.Request) (tollgate.SeatDecision, []tollgate.Decision, error) {
+	return allowWithSeat(ctx, m, s, reqs)
 }
 
 // SettleAllAndRelease settles reqs as SettleAll does and then releases
-// the slots of release (see tollgate.SlotSettler).
-func (m *Memory) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Decision, costs []int64, release []tollgate.Slot) ([]tollgate.Decision, error) {
+// the seats of release (see tollgate.SeatSettler).
+func (m *Memory) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, release []tollgate.Seat) ([]tollgate.Decision, error) {
 	return settleThenRelease(ctx, m, reqs, admitted, costs, release)
 }
