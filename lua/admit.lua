@@ -1,6 +1,6 @@
--- tollgate admit: takes an in-flight seat and decides the call's groups in
--- one call, all or nothing: the seat is taken only when every group
--- admits, and no group is debited when no seat is free. The calling
+-- tollgate admit: takes an in-flight seat and decides the call's entries in
+-- one call, all or nothing: the seat is taken only when every entry
+-- admits, and no entry is debited when no seat is free. The calling
 -- convention is in doc.go; lua.go puts the whole decide script at
 -- --#decide_script, run as a function on the decide call's own KEYS and
 -- ARGV.
@@ -35,7 +35,7 @@ for i = 1, #decided - 1, 5 do
     break
   end
 end
-local seat = {2, held, reused, 0, snow, 0} -- free, not taken: the groups were denied
+local seat = {2, held, reused, 0, snow, 0} -- free, not taken: the entries were denied
 if not all and reused == 1 then
   call('ZREM', skey, sid) -- a denied call holds no seat
   seat[2] = held - 1

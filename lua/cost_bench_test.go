@@ -28,9 +28,9 @@ import (
 // median batch over the benchmark's iterations (use -benchtime=5x or more),
 // and it logs the median, lowest and highest of the per-batch ratios
 // current ÷ baseline. A baseline is assembled as its lua.go did: from
-// decide.lua and its parts (lua.SourceIn); from prelude.lua, group.lua,
+// decide.lua and its parts (lua.SourceIn); from prelude.lua, entry.lua,
 // arith.lua, the four <algorithm>.lua blocks and main.lua (before
-// decide.lua); or, without group.lua, as one script per algorithm taking
+// decide.lua); or, without entry.lua, as one script per algorithm taking
 // rate, period, capacity and cost. For example, against the version of
 // commit bd7d069:
 //
@@ -87,7 +87,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 }
 
 // costScript is a script to measure and its calling convention: the
-// arguments before a decide script's group (max_replays, and in earlier
+// arguments before a decide script's entry (max_replays, and in earlier
 // versions a marker TTL), or nil for the older one script per algorithm.
 type costScript struct {
 	name   string
@@ -143,8 +143,8 @@ func evalshaStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
 }
 
 // baselineScript assembles the baseline's decide script as its lua.go did:
-// with decide.lua, as lua.go does now; with group.lua, one decide script
-// of prelude.lua, group.lua, arith.lua, the blocks chosen by the group's
+// with decide.lua, as lua.go does now; with entry.lua, one decide script
+// of prelude.lua, entry.lua, arith.lua, the blocks chosen by the entry's
 // algorithm and main.lua; without either, one script of alg's block.
 func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript {
 	read := func(name string, optional bool) string {
@@ -161,8 +161,8 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 		}
 		return costScript{"baseline", redis.NewScript(src), []any{0}}
 	}
-	group := read("group.lua", true)
-	if group == "" {
+	entry := read("entry.lua", true)
+	if entry == "" {
 		src := read("prelude.lua", false) + read("arith.lua", true) + read(alg.String()+".lua", false) + read("main.lua", false)
 		return costScript{"baseline", redis.NewScript(src), nil}
 	}
@@ -174,7 +174,7 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua", false))
 	}
 	prelude := read("prelude.lua", false)
-	src := prelude + group + read("arith.lua", true) + blocks + "end\n" + read("main.lua", false)
+	src := prelude + entry + read("arith.lua", true) + blocks + "end\n" + read("main.lua", false)
 	header := []any{0}
 	if !strings.Contains(prelude, "local head") { // a marker TTL on every call
 		header = []any{0, 0}

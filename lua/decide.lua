@@ -1,4 +1,4 @@
--- tollgate decide: judges the call's groups in order and, when every one
+-- tollgate decide: judges the call's entries in order and, when every one
 -- admits, debits them all. The calling convention is in doc.go; assemble.go puts
 -- arith.lua at --#arith and the algorithm blocks at --#judge.
 --
@@ -18,12 +18,12 @@ local format, match, call = string.format, string.match, redis.call
 -- ARGV[1] is max_replays: -1 peeks (judges, writes nothing), 0 decides
 -- without a request id, m > 0 decides with one, replayed at most m times;
 -- then ARGV[2] is the markers' TTL and the KEYS after the state keys are the
--- request-id markers, one per group. The groups' arguments follow, from
+-- request-id markers, one per entry. The entries' arguments follow, from
 -- ARGV[head + 1].
 local max_replays = tonumber(ARGV[1])
 local peek, with_id = max_replays < 0, max_replays > 0
 local head = with_id and 2 or 1
-local groups = (#ARGV - head) / 5
+local entries = (#ARGV - head) / 5
 
 -- The server's clock in microseconds; never the caller's.
 local time = call('TIME')
@@ -40,7 +40,7 @@ local got = call('MGET', unpack(KEYS))
 -- current remaining and reset.
 local replay = with_id
 if with_id then
-  for i = groups + 1, 2 * groups do
+  for i = entries + 1, 2 * entries do
     local used = got[i] and tonumber(got[i])
     if not used or used >= max_replays then
       replay = false
@@ -49,16 +49,16 @@ if with_id then
   end
 end
 
--- Two groups on one state key see each other's debits: with several groups
+-- Two entries on one state key see each other's debits: with several entries
 -- the working state is carried in work (and its TTL in keep_for), and
--- nothing is written until every group is judged. A single decision needs
+-- nothing is written until every entry is judged. A single decision needs
 -- neither table.
-local reply = {0, 0, 0, 0, 0, 0} -- sized for one group: no resize on the common path
+local reply = {0, 0, 0, 0, 0, 0} -- sized for one entry: no resize on the common path
 local work, keep_for
-if groups > 1 then work, keep_for = {}, {} end
-local only_state, only_keep -- the single group's write
+if entries > 1 then work, keep_for = {}, {} end
+local only_state, only_keep -- the single entry's write
 local all = true
-for i = 1, groups do
+for i = 1, entries do
   local key, o = KEYS[i], head + 5 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
   local rate = tonumber(ARGV[o + 2])     -- events per period
@@ -89,19 +89,19 @@ for i = 1, groups do
 end
 
 if replay then
-  -- INCR keeps a marker's TTL, set when the id was admitted. Groups on one
+  -- INCR keeps a marker's TTL, set when the id was admitted. Entries on one
   -- state key share its marker, counted once.
   local seen = {}
-  for i = groups + 1, 2 * groups do
+  for i = entries + 1, 2 * entries do
     if not seen[KEYS[i]] then
       seen[KEYS[i]] = true
       call('INCR', KEYS[i])
     end
   end
 elseif not all then
-  -- All or nothing: a group that would have been admitted is denied too,
+  -- All or nothing: an entry that would have been admitted is denied too,
   -- with no wait of its own.
-  for r = 1, 5 * groups, 5 do reply[r] = 0 end
+  for r = 1, 5 * entries, 5 do reply[r] = 0 end
 elseif not peek then
   -- One command writes each state and its TTL. PX counts from the server's
   -- millisecond clock, which may lag the TIME reading by up to a
@@ -109,7 +109,7 @@ elseif not peek then
   -- still matters, and outlives it by at most 2ms. Absent state is an idle
   -- identity.
   if only_state then call('SET', KEYS[1], only_state, 'PX', ceil(only_keep / 1000) + 1) end
-  for i = 1, work and groups or 0 do
+  for i = 1, work and entries or 0 do
     local key = KEYS[i]
     local s = work[key]
     if s then
@@ -121,7 +121,7 @@ elseif not peek then
   -- trace. A plain SET is the "SET NX" of an absent marker and the reset of
   -- an exhausted one: nothing runs between the read above and this write.
   if with_id then
-    for i = groups + 1, 2 * groups do
+    for i = entries + 1, 2 * entries do
       call('SET', KEYS[i], '0', 'PX', ARGV[2])
     end
   end
@@ -129,5 +129,5 @@ end
 
 -- The server time of the decision comes last: a refund of this call's
 -- debits needs it.
-reply[5 * groups + 1] = now
+reply[5 * entries + 1] = now
 return reply

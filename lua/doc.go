@@ -18,42 +18,42 @@
 //
 // # Decide
 //
-// One call judges n ≥ 1 groups, each a (state key, limit, cost), in order,
-// and debits them all only when every group admits. Two groups on one
+// One call judges n ≥ 1 entries, each a (state key, limit, cost), in order,
+// and debits them all only when every entry admits. Two entries on one
 // state key see each other's debits.
 //
-//	KEYS[i]          group i's state key
-//	KEYS[n+i]        group i's request-id marker (only when max_replays > 0)
+//	KEYS[i]          entry i's state key
+//	KEYS[n+i]        entry i's request-id marker (only when max_replays > 0)
 //
 //	ARGV[1]          max_replays: -1 peek (judge, write nothing), 0 decide
 //	                 without a request id, m > 0 decide with one, replayed
 //	                 at most m times
 //	ARGV[2]          replay TTL: how long a marker lives after an admission
 //	                 (only when max_replays > 0)
-//	ARGV[h+1..]      five per group, from h = 2 when max_replays > 0, else 1:
+//	ARGV[h+1..]      five per entry, from h = 2 when max_replays > 0, else 1:
 //	                 algorithm, rate, period, capacity, cost
 //
-// A group's five numbers are internal/algo.ParamsOf's: the algorithm is
+// An entry's five numbers are internal/algo.ParamsOf's: the algorithm is
 // tollgate.Algorithm's value (0 token bucket, 1 GCRA, 2 sliding window,
 // 3 fixed window), the rate is events per period, the period is in µs (for
 // a calendar fixed window -1 day, -2 week, -3 month, -4 year), the
 // capacity is the burst (buckets) or the rate (windows), and
 // 1 ≤ cost ≤ capacity.
 //
-// The reply is five integers per group, then the server time:
+// The reply is five integers per entry, then the server time:
 //
 //	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1)} × n, now_us
 //
 // What a call writes depends on how it was judged:
 //
-//   - Admitted (every group admits): each state key is written with
+//   - Admitted (every entry admits): each state key is written with
 //     SET … PX, for as long as its state matters plus at most 2 ms, and
 //     each marker with SET <marker> 0 PX <replay TTL>.
-//   - Denied (a group denies): every group answers allowed 0, those that
+//   - Denied (an entry denies): every entry answers allowed 0, those that
 //     would have been admitted with retry_after 0, and nothing is written:
 //     a denied call leaves no marker.
 //   - Replayed (max_replays > 0 and every marker holds a count below
-//     max_replays): nothing is debited; each group answers
+//     max_replays): nothing is debited; each entry answers
 //     {1, remaining, 0, reset_after_us, 1} from its current state, and
 //     each distinct marker counts the replay (INCR, which keeps its TTL).
 //   - Peek: judged like a decision without a request id; nothing is
@@ -66,7 +66,7 @@
 // # Batch
 //
 // One call judges d ≥ 1 independent decisions, in order, each exactly as
-// its own decide call of one group would be (same max_replays, replies
+// its own decide call of one entry would be (same max_replays, replies
 // and writes), at one server time: a decision on a key sees the writes of
 // the decisions before it. What a decision's decide call sends besides its
 // keys (max_replays, replay TTL, algorithm, rate, period, capacity, cost)
@@ -114,25 +114,25 @@
 // # Settle
 //
 // A call admitted with a reserved cost is settled at its final cost, each
-// group on its own, in order (groups on one key see each other's writes);
+// entry on its own, in order (entries on one key see each other's writes);
 // or, in overdraw mode, requests are debited whether or not they fit:
 //
-//	KEYS[i]          group i's state key, as in the decide call
-//	KEYS[n+i]        group i's record (modes 1 and 3): the final cost it was
+//	KEYS[i]          entry i's state key, as in the decide call
+//	KEYS[n+i]        entry i's record (modes 1 and 3): the final cost it was
 //	                 last settled at, {tag}:<alg>:s:<hash of the request id>
-//	KEYS[2n+i]       group i's request-id marker (mode 3 only), to delete
+//	KEYS[2n+i]       entry i's request-id marker (mode 3 only), to delete
 //
 //	ARGV[1]          mode: 0 settle, 1 settle with records, 2 overdraw,
 //	                 3 settle with records, then delete the markers
 //	ARGV[2]          the records' TTL in milliseconds (send 0 unless mode 1
 //	                 or 3)
-//	ARGV[3+8(i-1)..] group i: algorithm, rate, period, capacity, cost (the
+//	ARGV[3+8(i-1)..] entry i: algorithm, rate, period, capacity, cost (the
 //	                 reservation; in overdraw, the cost to debit, up to
 //	                 10^12), final cost (0 to 10^12; in overdraw, the cost
 //	                 again), the admission's now_us (0: unknown, as if now
 //	                 from an empty bucket) and its reset_after_us
 //
-// The reply is five integers per group, then the server time (µs):
+// The reply is five integers per entry, then the server time (µs):
 //
 //	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt} × n, now_us
 //
@@ -159,7 +159,7 @@
 // A Redis Cluster cannot decide keys of several slots in one call, so a
 // set spread over slots is decided one slot per decide call; when one slot
 // denies, the store refunds each slot that admitted with a settle call:
-// each group settled at final cost 0 against the decide call's reply
+// each entry settled at final cost 0 against the decide call's reply
 // (its now_us and reset_after_us), recorded under one random id per refund
 // (so a copy run again gives back nothing more), in mode 3 when the decide
 // call set markers (the denied set leaves no trace), else mode 1.
@@ -208,12 +208,12 @@
 //
 // Expired seats are dropped first. When no seat is free (and the id holds
 // none), the reply is the seat script's denied acquire, six integers, and
-// nothing is judged. Otherwise the groups are judged exactly as the decide
+// nothing is judged. Otherwise the entries are judged exactly as the decide
 // call would (same writes), and the seat is taken (or the id's renewed)
-// only when every group was admitted (or replayed); otherwise the id holds
+// only when every entry was admitted (or replayed); otherwise the id holds
 // none. The reply is six integers, then the decide call's reply:
 //
-//	{seat (1 taken, 2 free but not taken: a group denied), held, reused (0|1), 0, now_us, 0}, decide reply
+//	{seat (1 taken, 2 free but not taken: an entry denied), held, reused (0|1), 0, now_us, 0}, decide reply
 //
 // # Finish
 //

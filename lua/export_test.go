@@ -26,11 +26,11 @@ func SourceIn(dir string, s Script) (string, error) {
 // its last two arguments, seconds and microseconds as TIME answers them, so
 // that a test decides at instants of its choosing: the call's ARGV are the
 // usual ones followed by those two. It panics if the script no longer reads
-// the clock and counts its groups where expected.
+// the clock and counts its entries where expected.
 func SourceAt() string {
 	return replaceOnce(replaceOnce(Source(Decide),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
-		"local groups = (#ARGV - head) / 5", "local groups = (#ARGV - head - 2) / 5")
+		"local entries = (#ARGV - head) / 5", "local entries = (#ARGV - head - 2) / 5")
 }
 
 // BatchSourceAt is SourceAt for the batch script: its ARGV are the usual
@@ -53,5 +53,5 @@ func replaceOnce(src, old, new string) string {
 func SettleSourceAt() string {
 	return replaceOnce(replaceOnce(Source(Settle),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
-		"local groups = (#ARGV - 2) / 8", "local groups = (#ARGV - 4) / 8")
+		"local entries = (#ARGV - 2) / 8", "local entries = (#ARGV - 4) / 8")
 }

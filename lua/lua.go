@@ -19,7 +19,7 @@ var generated embed.FS
 type Script uint8
 
 const (
-	// Decide judges one or more (key, limit, cost) groups and debits them
+	// Decide judges one or more (key, limit, cost) entries and debits them
 	// all when every one admits; it also peeks (judges without writing).
 	Decide Script = iota
 	// Batch judges many independent decisions in one call, each on its

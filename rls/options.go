@@ -33,13 +33,10 @@ const (
 // String returns "open" or "closed", as package interceptor's FailMode
 // names the same modes.
 func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
+	if m > FailClosed {
+		return "failmode(" + strconv.Itoa(int(m)) + ")"
 	}
-	return "failmode(" + strconv.Itoa(int(m)) + ")"
+	return interceptor.FailMode(m).String()
 }
 
 // Defaults of WithStoreTimeout and WithBreaker: package interceptor's.

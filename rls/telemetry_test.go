@@ -107,7 +107,7 @@ func get(set attribute.Set, k attribute.Key) string {
 
 // TestFailModeNames: the modes are named as package interceptor names them.
 func TestFailModeNames(t *testing.T) {
-	for m, want := range map[rls.FailMode]string{rls.FailOpen: "open", rls.FailClosed: "closed", 9: "failmode(9)"} {
+	for m, want := range map[rls.FailMode]string{rls.FailOpen: "open", rls.FailClosed: "closed", 2: "failmode(2)", 9: "failmode(9)"} {
 		if m.String() != want {
 			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
 		}

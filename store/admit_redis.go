@@ -15,7 +15,7 @@ import (
 var admitScript = newScript(lua.Admit, sentOnce)
 
 // admitPart is what makes a call an admit call: its arguments, and once
-// answered, the seat's answer and whether the groups were judged.
+// answered, the seat's answer and whether the entries were judged.
 type admitPart struct {
 	args   []any
 	seat   tollgate.SeatDecision
@@ -25,8 +25,8 @@ type admitPart struct {
 // Admit seat answers (the first integer of its reply, lua/doc.go).
 const (
 	admitDenied = 0 // no seat free: nothing judged
-	admitTaken  = 1 // the seat is held, every group admitted
-	admitFree   = 2 // a seat was free, not taken: a group denied
+	admitTaken  = 1 // the seat is held, every entry admitted
+	admitFree   = 2 // a seat was free, not taken: an entry denied
 )
 
 // AllowAllWithSeat takes s and decides reqs, all or nothing (see
@@ -99,9 +99,9 @@ func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
 }
 
 // decodeAdmit decodes an admit script call's answer at the head of v
-// (lua/doc.go) for groups groups: the seat's answer (Allowed: taken) and, unless no
+// (lua/doc.go) for entries entries: the seat's answer (Allowed: taken) and, unless no
 // seat was free (nil), the decisions; and how many integers it took.
-func decodeAdmit(v []int64, groups int) (tollgate.SeatDecision, []tollgate.Decision, int, error) {
+func decodeAdmit(v []int64, entries int) (tollgate.SeatDecision, []tollgate.Decision, int, error) {
 	if len(v) < len(seatReply{}) {
 		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
@@ -117,15 +117,15 @@ func decodeAdmit(v []int64, groups int) (tollgate.SeatDecision, []tollgate.Decis
 	default:
 		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
-	n := len(g) + groupReplyLen*groups + 1
+	n := len(g) + entryReplyLen*entries + 1
 	if len(v) < n {
 		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
 	d := v[len(g):n]
 	at := time.UnixMicro(d[len(d)-1])
-	out := make([]tollgate.Decision, groups)
+	out := make([]tollgate.Decision, entries)
 	for i := range out {
-		out[i] = groupReply(d[groupReplyLen*i:]).decision()
+		out[i] = entryReply(d[entryReplyLen*i:]).decision()
 		out[i].At = at
 	}
 	return sd, out, n, nil

@@ -47,8 +47,8 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		if c.err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", c.err)
 		}
-		out := c.decisions // newCall gives a call of several groups a slice of its own
-		if c.groups == 1 {
+		out := c.decisions // newCall gives a call of several entries a slice of its own
+		if c.entries == 1 {
 			out = slices.Clone(out) // the call's own array, which goes back to the pool
 		}
 		calls.Put(c)

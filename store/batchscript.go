@@ -10,8 +10,8 @@ import (
 const maxShared = 128
 
 // profileArgs is how many ARGV a profile of the batch script takes: mode,
-// replay TTL, then an entry's (a decision's limit and cost, groupArgs).
-const profileArgs = 2 + groupArgs
+// replay TTL, then an entry's (a decision's limit and cost, entryArgs).
+const profileArgs = 2 + entryArgs
 
 // shared is single decisions of one batch sent as one batch script call,
 // in the batch script's layout (lua/doc.go): each distinct profile (what a
@@ -30,7 +30,7 @@ type shared struct {
 func shareCalls(batch []*call, bySlot bool) ([]*shared, []*call) {
 	var singles, own []*call
 	for _, c := range batch {
-		if c.groups == 1 && c.admit == nil {
+		if c.entries == 1 && c.admit == nil {
 			singles = append(singles, c)
 		} else {
 			own = append(own, c)
@@ -101,7 +101,7 @@ func newShared(calls []*call) *shared {
 		nkeys += len(c.keys)
 		nargv += len(c.argv)
 		place := 0
-		if len(c.argv) == c.mode.header()+groupArgs { // one whole decision: one entry
+		if len(c.argv) == c.mode.header()+entryArgs { // one whole decision: one entry
 			for p, first := range firsts {
 				if slices.Equal(first.argv, c.argv) { // the whole profile: mode, TTL with markers, limit, cost
 					place = p + 1
@@ -145,7 +145,7 @@ func newShared(calls []*call) *shared {
 		} else {
 			s.args = append(s.args, int64(0))
 		}
-		g := c.argv[len(c.argv)-groupArgs:]
+		g := c.argv[len(c.argv)-entryArgs:]
 		s.args = append(s.args, &g[0], &g[1], &g[2], &g[3], &g[4])
 	}
 	for _, p := range places {

@@ -305,7 +305,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	}
 
 	batch := calls(st)
-	short := append(slices.Clone(batch[:4]), &call{keys: batch[4].keys, argv: batch[4].argv[:3], groups: 1}, batch[5])
+	short := append(slices.Clone(batch[:4]), &call{keys: batch[4].keys, argv: batch[4].argv[:3], entries: 1}, batch[5])
 	var want []any
 	for _, c := range short {
 		for _, k := range c.keys {

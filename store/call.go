@@ -11,11 +11,11 @@ import (
 	"github.com/tollgate/tollgate/internal/algo"
 )
 
-// decideMode is how a decide call judges its groups: a peek, or a decision
+// decideMode is how a decide call judges its entries: a peek, or a decision
 // with or without a request id.
 type decideMode struct {
 	peek bool // judge only: no debit, no marker read or written
-	// replays > 0: the groups carry the markers of requestID, an admission
+	// replays > 0: the entries carry the markers of requestID, an admission
 	// replays at most replays times and its markers live ttlMs.
 	replays, ttlMs int64
 	requestID      string
@@ -40,7 +40,7 @@ func (r *Redis) modeFor(requestID string, replayTTL time.Duration) decideMode {
 // markers reports whether the call reads and writes request-id markers.
 func (m decideMode) markers() bool { return !m.peek && m.replays > 0 }
 
-// header is how many ARGV come before the groups': the mode, and the
+// header is how many ARGV come before the entries': the mode, and the
 // markers' TTL when there are markers.
 func (m decideMode) header() int {
 	if m.markers() {
@@ -62,20 +62,20 @@ func (m decideMode) arg() int64 {
 
 const (
 	maxHeader = 2 // mode, replay TTL
-	groupArgs = 5 // algorithm, rate, period, capacity, cost
+	entryArgs = 5 // algorithm, rate, period, capacity, cost
 )
 
 // call is one decide script call on its way to Redis: the script's KEYS and
 // ARGV, laid out so that handing them to go-redis (as pointers, which box
 // without allocating) costs nothing beyond the call itself, and the answer.
-// A call of one group (a single decision) uses the arrays in the call; a
-// call of several groups allocates its slices.
+// A call of one entry (a single decision) uses the arrays in the call; a
+// call of several entries allocates its slices.
 type call struct {
-	groups int
-	mode   decideMode
-	keys   []string // the groups' state keys, then their markers
-	argv   []int64  // mode, replay TTL (with markers), then groupArgs per group
-	args   []any    // EVALSHA sha numkeys KEYS... ARGV...
+	entries int
+	mode    decideMode
+	keys    []string // the entries' state keys, then their markers
+	argv    []int64  // mode, replay TTL (with markers), then entryArgs per entry
+	args    []any    // EVALSHA sha numkeys KEYS... ARGV...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
 	// admit, when set, makes the call an admit script call (a seat with
@@ -85,14 +85,14 @@ type call struct {
 	seat *seatPart
 
 	// Written by whoever runs the call, then signalled on done.
-	decisions []tollgate.Decision // one per group, valid when err is nil
+	decisions []tollgate.Decision // one per entry, valid when err is nil
 	now       int64               // the server time of the reply, µs
 	err       error
 	done      chan struct{} // capacity 1, so the runner never blocks on a caller that left
 
 	keyBuf      [2]string
-	argvBuf     [maxHeader + groupArgs]int64
-	argBuf      [3 + 2 + maxHeader + groupArgs]any
+	argvBuf     [maxHeader + entryArgs]int64
+	argBuf      [3 + 2 + maxHeader + entryArgs]any
 	decisionBuf [1]tollgate.Decision
 }
 
@@ -112,8 +112,8 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 	if mode.markers() {
 		nkeys = 2 * n
 	}
-	nargv := header + groupArgs*n
-	c.groups, c.mode = n, mode
+	nargv := header + entryArgs*n
+	c.entries, c.mode = n, mode
 	if n == 1 {
 		c.keys, c.argv, c.args, c.decisions = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+nargv], c.decisionBuf[:]
 	} else {
@@ -132,7 +132,7 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 			c.keys[n+i] = k[1]
 		}
 		p := algo.ParamsOf(req)
-		g := c.argv[header+groupArgs*i:]
+		g := c.argv[header+entryArgs*i:]
 		g[0], g[1], g[2], g[3], g[4] = int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost
 	}
 	c.args[2] = int64(nkeys)
@@ -176,5 +176,5 @@ func (c *call) readReply(cmd redis.Cmder) {
 }
 
 // debited reports whether the call, answered without an error, debited its
-// groups: it admitted them and did not replay an earlier admission.
+// entries: it admitted them and did not replay an earlier admission.
 func (c *call) debited() bool { return c.decisions[0].Allowed && !c.decisions[0].Replayed }

@@ -105,7 +105,7 @@ func (c *call) take(v []int64) int {
 		return want
 	}
 	a := c.admit
-	sd, ds, n, err := decodeAdmit(v, c.groups)
+	sd, ds, n, err := decodeAdmit(v, c.entries)
 	if err != nil {
 		c.err = err
 		return -1

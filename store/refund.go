@@ -17,9 +17,9 @@ const refundRecordTTL = time.Minute
 // refundTimeout bounds a refund that runs after its caller left.
 const refundTimeout = 2 * time.Second
 
-// refund gives back the debits of the decide calls cs, whose groups are
+// refund gives back the debits of the decide calls cs, whose entries are
 // reqs[parts[j]], with one settle script call each (lua/doc.go), in one
-// pipeline: each group is settled at a final cost of 0 against the
+// pipeline: each entry is settled at a final cost of 0 against the
 // admission its decide call answered, the rule every give-back follows.
 // The settlements are recorded under one random id, so a copy of the
 // refund that runs again gives back nothing more; the decide calls'
@@ -63,7 +63,7 @@ func (r *Redis) refundCalls(reqs []tollgate.Request, cs []*call, parts [][]int, 
 		}
 		rec := settleRecords{mode: settleRecord, ttlMs: refundRecordTTL.Milliseconds(), id: id}
 		if c.mode.markers() {
-			rec.mode, rec.markers = settleRefund, c.keys[c.groups:2*c.groups]
+			rec.mode, rec.markers = settleRefund, c.keys[c.entries:2*c.entries]
 		}
 		sc[j] = scriptCall{script: settleScript, args: r.settleLayout(reqs, admitted, final, parts[j], rec)}
 	}

@@ -32,8 +32,8 @@ func debitCall(t *testing.T, st *Redis, reqs []tollgate.Request, mode decideMode
 	return c
 }
 
-// sendRefund sends the refund of c's debits (its groups are reqs)
-// recorded under id, as refund sends it, and returns each group's answer.
+// sendRefund sends the refund of c's debits (its entries are reqs)
+// recorded under id, as refund sends it, and returns each entry's answer.
 func sendRefund(t *testing.T, st *Redis, reqs []tollgate.Request, c *call, id string) []tollgate.Decision {
 	t.Helper()
 	part := make([]int, len(reqs))

@@ -11,7 +11,7 @@ import (
 )
 
 // errBadReply means a script answered something other than lua/doc.go
-// says (five integers per group and the time; a batch: each decision's
+// says (five integers per entry and the time; a batch: each decision's
 // compact answer and the time): the scripts on the server are not the ones
 // this package was built with.
 var errBadReply = errors.New("script reply is not what lua/doc.go says the script answers")
@@ -23,10 +23,10 @@ var (
 	errBatchWrite = errors.New("redis refused the decision's write (a request-id marker that is not an integer, or out of memory); nothing of it was written")
 )
 
-// groupReply is what the decide script answers for one group (lua/doc.go),
+// entryReply is what the decide script answers for one entry (lua/doc.go),
 // field by field, as batchreply.Decision also decodes a batch decision's
 // answer.
-type groupReply [5]int64
+type entryReply [5]int64
 
 const (
 	replyAllowed    = iota // 1 admitted, 0 denied; in a batch, -1 or -2 when not judged
@@ -37,7 +37,7 @@ const (
 )
 
 // decision is the Decision g answers.
-func (g groupReply) decision() tollgate.Decision {
+func (g entryReply) decision() tollgate.Decision {
 	return tollgate.Decision{
 		Allowed:    g[replyAllowed] == 1,
 		Remaining:  g[replyRemaining],
@@ -49,14 +49,14 @@ func (g groupReply) decision() tollgate.Decision {
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// groupReplyLen is how many integers the decide script answers per group.
-const groupReplyLen = len(groupReply{})
+// entryReplyLen is how many integers the decide script answers per entry.
+const entryReplyLen = len(entryReply{})
 
 // read records cmd's reply, a decide call's, as c's answer: one Decision
-// per group, then the server time.
+// per entry, then the server time.
 func (c *call) read(cmd redis.Cmder) {
 	v, err := cmd.(scriptCmd).Result()
-	if err == nil && len(v) != groupReplyLen*c.groups+1 {
+	if err == nil && len(v) != entryReplyLen*c.entries+1 {
 		err = errBadReply
 	}
 	if err != nil {
@@ -65,13 +65,13 @@ func (c *call) read(cmd redis.Cmder) {
 	}
 	c.now = v[len(v)-1]
 	for i := range c.decisions {
-		c.decisions[i] = groupReply(v[groupReplyLen*i:]).decision()
+		c.decisions[i] = entryReply(v[entryReplyLen*i:]).decision()
 		c.decisions[i].At = time.UnixMicro(c.now)
 	}
 }
 
 // read gives each call of s its own answer from cmd's reply, a batch
-// call's, as a decide call of one group answers; or its own error; or the
+// call's, as a decide call of one entry answers; or its own error; or the
 // whole call's error when the call failed as a whole (then the batch script
 // wrote nothing) or its reply does not decode.
 func (s *shared) read(cmd redis.Cmder) {
@@ -93,7 +93,7 @@ func (s *shared) read(cmd redis.Cmder) {
 		case -2:
 			c.err = errBatchWrite
 		default:
-			c.decisions[0] = groupReply(g).decision()
+			c.decisions[0] = entryReply(g).decision()
 		}
 	}
 	if err == nil && next != len(v)-1 {

@@ -24,14 +24,14 @@ const (
 	// settleRefund settles with records, then deletes the request-id
 	// markers of the decide call refunded (refund.go).
 	settleRefund = 3
-	// settleArgs is how many ARGV each group takes.
+	// settleArgs is how many ARGV each entry takes.
 	settleArgs = 8
-	// settleReplyLen is how many integers the script answers per group:
+	// settleReplyLen is how many integers the script answers per entry:
 	// allowed, remaining, retry, reset, debt.
 	settleReplyLen = 5
 )
 
-// settleReply is what the settle script answers for one group
+// settleReply is what the settle script answers for one entry
 // (lua/doc.go), field by field.
 type settleReply [settleReplyLen]int64
 
@@ -44,7 +44,7 @@ const (
 )
 
 // readSettle decodes a settle script call's reply (lua/doc.go), whose
-// groups are the requests part names, into out.
+// entries are the requests part names, into out.
 func readSettle(cmd redis.Cmder, part []int, out []tollgate.Decision) error {
 	v, err := cmd.(scriptCmd).Result()
 	if err == nil && len(v) != settleReplyLen*len(part)+1 {
@@ -136,8 +136,8 @@ func (r *Redis) settleArgs(reqs []tollgate.Request, admitted []tollgate.Admissio
 
 // settleRecords says how a settle call records what it settled: its mode;
 // in the modes with records, their TTL and, when id is set, the one id
-// every group's record is named by (else each request's RequestID); in
-// settleRefund, the markers to delete, one per group.
+// every entry's record is named by (else each request's RequestID); in
+// settleRefund, the markers to delete, one per entry.
 type settleRecords struct {
 	mode    int64
 	ttlMs   int64

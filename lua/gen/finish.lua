@@ -28,23 +28,23 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
--- ARGV[1] is the mode: 0 settles, 1 settles with a record per group (the
+-- ARGV[1] is the mode: 0 settles, 1 settles with a record per entry (the
 -- KEYS after the state keys), 2 overdraws, 3 settles with records and then
 -- deletes the request-id markers (the KEYS after the records: the refund
 -- of a set denied on another Cluster slot); ARGV[2] is the records' TTL.
 local mode = tonumber(ARGV[1])
 local with_record, overdraw = mode == 1 or mode == 3, mode == 2
-local groups = (#ARGV - 2) / 8
+local entries = (#ARGV - 2) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local got = call('MGET', unpack(KEYS, 1, with_record and 2 * groups or groups))
+local got = call('MGET', unpack(KEYS, 1, with_record and 2 * entries or entries))
 
 -- What this call writes, by key: a state string, or false to delete it;
 -- and the PX of each written state.
 local work, keep_for = {}, {}
 local reply = {}
-for i = 1, groups do
+for i = 1, entries do
   local key, o = KEYS[i], 2 + 8 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
   local rate = tonumber(ARGV[o + 2])
@@ -168,7 +168,7 @@ end
     -- Settled before: only the difference from that settlement applies,
     -- as if the admission had debited it: its bucket that much further
     -- from full, or nearer (rounded nearer; algo's debtTime).
-    local prev = got[groups + i] and tonumber(got[groups + i])
+    local prev = got[entries + i] and tonumber(got[entries + i])
     if prev then
       local d = prev - reserved
       if d ~= 0 and bucket then
@@ -1220,9 +1220,9 @@ end
 
 -- One command per key written: its state with its TTL (PX counts from the
 -- server's millisecond clock, hence the extra one, as in decide.lua), or
--- DEL for an idle identity. Then each group's record of what it was
+-- DEL for an idle identity. Then each entry's record of what it was
 -- settled at.
-for i = 1, groups do
+for i = 1, entries do
   local key = KEYS[i]
   local s = work[key]
   if s then
@@ -1233,12 +1233,12 @@ for i = 1, groups do
   work[key] = nil
 end
 if with_record then
-  for i = 1, groups do
-    call('SET', KEYS[groups + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
+  for i = 1, entries do
+    call('SET', KEYS[entries + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
   end
 end
 -- A refunded set was denied: its request id must leave no trace.
-if mode == 3 then call('DEL', unpack(KEYS, 2 * groups + 1, 3 * groups)) end
+if mode == 3 then call('DEL', unpack(KEYS, 2 * entries + 1, 3 * entries)) end
 reply[#reply + 1] = now
 return reply
   end)()

@@ -15,20 +15,20 @@ import (
 	"github.com/tollgate/tollgate/lua"
 )
 
-// BenchmarkGroupsServerCost measures what Redis spends (µs per call, from
-// INFO commandstats) on a decide call of one group and of two groups on two
+// BenchmarkEntriesServerCost measures what Redis spends (µs per call, from
+// INFO commandstats) on a decide call of one entry and of two entries on two
 // keys of one identity (a call under two limits), and on the same calls by
-// a copy of the decide script whose SETs do nothing: the second group's
+// a copy of the decide script whose SETs do nothing: the second entry's
 // cost without any write is a floor under what a call of two limits could
 // cost whatever the state's layout, since a layout can only save the second
 // limit's key and write, not its arguments and its arithmetic. Rounds of
 // 2000 pipelined calls over 1000 identities alternate the four; quotas are
 // large and slow to refill, so that states stay live. Each reports its
-// median µs per call, and the two-group calls their median per-round ratio
-// to the one-group call of the same script:
+// median µs per call, and the two-entry calls their median per-round ratio
+// to the one-entry call of the same script:
 //
-//	go test -run '^$' -bench GroupsServerCost -benchtime 10x ./lua/
-func BenchmarkGroupsServerCost(b *testing.B) {
+//	go test -run '^$' -bench EntriesServerCost -benchtime 10x ./lua/
+func BenchmarkEntriesServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
 	ctx := context.Background()
@@ -43,12 +43,12 @@ func BenchmarkGroupsServerCost(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	group := func(l tollgate.Limit) []any {
+	entry := func(l tollgate.Limit) []any {
 		p := algo.ParamsOf(tollgate.Request{Limit: l, Cost: 1})
 		return []any{int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost}
 	}
-	first := group(tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Second, Burst: 100_000})
-	second := group(tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Hour, Burst: 100_000})
+	first := entry(tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Second, Burst: 100_000})
+	second := entry(tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 1, Period: time.Hour, Burst: 100_000})
 	names := []string{"one", "two", "one-no-writes", "two-no-writes"}
 	perCall := make([][]float64, len(names))
 	var ratios [2][]float64
