@@ -145,16 +145,6 @@ func (l *Limiter) seatCall(ctx context.Context, local bool, call func(context.Co
 	return err
 }
 
-// seatDenied fills res with the denial of a check refused for lack of a
-// seat.
-func (res *result) seatDenied(c *check) {
-	res.outcome = outcomeDenied
-	res.decision = tollgate.Decision{RetryAfter: seatRetryAfter(c)}
-	res.limitHeader = c.p.inFlight.header
-	res.seatWait, res.maxShapeWait = c.p.rule.StreamMode == Shape && c.seat.stream, c.p.rule.maxShapeWait
-	res.err = denial([]*check{c})
-}
-
 // seatRetryAfter is the wait a seat denial suggests: how long the
 // identity's calls held their seats lately across the fleet, as the store
 // keeps it (a seat usually frees up about then), or, when the store knows

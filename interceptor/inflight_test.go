@@ -118,11 +118,11 @@ func TestSeatReleaseFailed(t *testing.T) {
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
 	}
-	u.clk.WaitTimer(t, start.Add(2*interceptor.FirstRetry)) // the first release failed
+	u.clk.WaitTimer(t, start.Add(interceptor.FirstRetry)) // the first release failed
 	u.clk.Advance(interceptor.SettleRetryFor)
-	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+4*interceptor.FirstRetry))
+	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+2*interceptor.FirstRetry))
 	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1})
-	u.clk.Advance(4 * interceptor.FirstRetry)
+	u.clk.Advance(2 * interceptor.FirstRetry)
 	u.flush(t)
 	closeLimiter(t, u.l)
 	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "release_failed": 1})

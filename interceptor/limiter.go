@@ -11,8 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/storecall"
@@ -205,63 +203,6 @@ func validateHeader(h string) error {
 		}
 	}
 	return nil
-}
-
-// result is one decision, before it is translated for gRPC.
-type result struct {
-	outcome  outcome
-	decision tollgate.Decision
-	// limit and cost are what was asked of the store (the local cap under
-	// FailLocal); limit is zero when no store was asked.
-	limit tollgate.Limit
-	cost  int64
-	// limitHeader is x-ratelimit-limit for limit.
-	limitHeader string
-	// storeFailed reports that the rule's FailMode applied.
-	storeFailed bool
-	// shape says a denial may be waited out within a stream (every
-	// denying rule is Shape), for at most maxShapeWait; seatWait says the
-	// same of a stream's opening that found no free seat.
-	shape, seatWait bool
-	maxShapeWait    time.Duration
-	// err is the status returned to the client; nil admits the call.
-	err error
-	// cause is recorded on the span as an error.
-	cause error
-}
-
-func (res *result) allowed() bool { return res.err == nil }
-
-// hasDecision reports whether a store decided, so that there is something
-// to say in trailers.
-func (res *result) hasDecision() bool {
-	switch res.outcome {
-	case outcomeAllowed, outcomeDenied, outcomeReplayed, outcomeFailLocal, outcomeSkipped:
-		return res.limitHeader != ""
-	}
-	return false
-}
-
-// reject fills res with a refusal of the given code. cause, when not nil,
-// is recorded on the span; otherwise the message is.
-func (res *result) reject(o outcome, code codes.Code, cause error, format string, args ...any) {
-	st := status.Newf(code, format, args...)
-	res.outcome, res.err = o, st.Err()
-	res.cause = cause
-	if cause == nil {
-		res.cause = res.err
-	}
-}
-
-// fail fills res after a function of the rule failed with err: a gRPC
-// status from it is passed to the client as it is, anything else becomes
-// codes.Internal.
-func (res *result) fail(o outcome, err error, format string, args ...any) {
-	if st, ok := status.FromError(err); ok {
-		res.outcome, res.err, res.cause = o, st.Err(), err
-		return
-	}
-	res.reject(o, codes.Internal, err, format, args...)
 }
 
 // meterOf returns the interceptor's meter from mp, or from the global

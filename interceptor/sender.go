@@ -208,8 +208,8 @@ func (q *sender) settled(l *Limiter, due []*ending, before [][2]int) {
 			if e.wait == firstRetry {
 				failed = append(failed, e)
 			}
-			e.wait = min(2*e.wait, maxRetryWait)
 			e.next = now.Add(e.wait)
+			e.wait = min(2*e.wait, maxRetryWait)
 			q.queue = append(q.queue, e)
 			e.counted = e.keys()
 			q.countLocked(e.counted, 1)

@@ -19,16 +19,15 @@ func settleFree() interceptor.Rule {
 
 // A settlement the store fails is retried with a wait that doubles, and
 // applied once the store takes it: outcome "retried" for each failed
-// attempt and "applied" once, and the unit is given back. (The sender
-// doubles its wait before the first retry: the second attempt comes
-// 2×FirstRetry after the first.)
+// attempt and "applied" once, and the unit is given back. The second
+// attempt comes FirstRetry after the first, the third twice that later.
 func TestSettleRetriedThenApplied(t *testing.T) {
 	u := newUnit(t, interceptor.WithRules(settleFree()))
 	u.st.failSettle.Store(true)
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
 	}
-	first := 2 * interceptor.FirstRetry
+	first := interceptor.FirstRetry
 	u.clk.WaitTimer(t, start.Add(first))
 	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 1})
 	if got := u.available(t, "per-tenant", "a"); got != 2 {
@@ -65,13 +64,13 @@ func TestSettleDroppedAfterRetryFor(t *testing.T) {
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
 	}
-	u.clk.WaitTimer(t, start.Add(2*interceptor.FirstRetry))
+	u.clk.WaitTimer(t, start.Add(interceptor.FirstRetry))
 	// At the deadline it is retried, not dropped; the wait doubled.
 	u.clk.Advance(interceptor.SettleRetryFor)
-	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+4*interceptor.FirstRetry))
+	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+2*interceptor.FirstRetry))
 	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 2})
 	// The attempt past it fails: dropped.
-	u.clk.Advance(4 * interceptor.FirstRetry)
+	u.clk.Advance(2 * interceptor.FirstRetry)
 	u.flush(t)
 	closeLimiter(t, u.l) // the drop is recorded once the sender's goroutine ended
 	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 3, "dropped": 1})

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -99,44 +98,6 @@ func denial(checks []*check) error {
 		return st.Err()
 	}
 	return detailed.Err()
-}
-
-// trailer returns the rate-limit trailers for res, or nil when no store
-// decided. An admitted call gets the x-ratelimit-* ones only when all is
-// set, and x-ratelimit-replayed when it was a replay.
-func (res *result) trailer(all bool) metadata.MD {
-	if !res.hasDecision() {
-		return nil
-	}
-	dec := res.decision
-	if res.err == nil && !all {
-		if dec.Replayed {
-			return metadata.MD{TrailerReplayed: []string{"1"}}
-		}
-		return nil
-	}
-	n := 3 // limit, remaining, reset
-	if dec.Replayed {
-		n++
-	}
-	if !dec.Allowed {
-		n += 2 // retry-after, pushback
-	}
-	// One backing array for every value, of the exact size: one allocation
-	// instead of one per key, and no room left unused.
-	vals := make([]string, 3, n)
-	vals[0], vals[1], vals[2] = res.limitHeader, strconv.FormatInt(dec.Remaining, 10), ceilUnits(dec.ResetAfter, time.Second)
-	md := metadata.MD{TrailerLimit: vals[0:1:1], TrailerRemaining: vals[1:2:2], TrailerReset: vals[2:3:3]}
-	if dec.Replayed {
-		vals = append(vals, "1")
-		md[TrailerReplayed] = vals[3:4:4]
-	}
-	if !dec.Allowed {
-		vals = append(vals, ceilUnits(dec.RetryAfter, time.Second), ceilUnits(dec.RetryAfter, time.Millisecond))
-		i := len(vals) - 2
-		md[TrailerRetryAfter], md[TrailerPushback] = vals[i:i+1:i+1], vals[i+1:i+2:i+2]
-	}
-	return md
 }
 
 // ceilUnits formats d in whole units, rounded up.

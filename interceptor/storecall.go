@@ -226,9 +226,3 @@ func (l *Limiter) failSet(ctx context.Context, checks []*check, cause error) {
 		}
 	}
 }
-
-// failClosed fills res with the refusal of a rule whose store cannot decide.
-func (res *result) failClosed(rule string) {
-	res.outcome = outcomeFailClosed
-	res.err = status.Errorf(codes.Unavailable, "rate limit %q: rate limiter unavailable: its store cannot decide", rule)
-}
