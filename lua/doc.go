@@ -123,7 +123,8 @@
 //	KEYS[2n+i]       entry i's request-id marker (mode 3 only), to delete
 //
 //	ARGV[1]          mode: 0 settle, 1 settle with records, 2 overdraw,
-//	                 3 settle with records, then delete the markers
+//	                 3 settle with records, then delete the markers, 4 look:
+//	                 answer as mode 0 and write nothing (Peek's debt)
 //	ARGV[2]          the records' TTL in milliseconds (send 0 unless mode 1
 //	                 or 3)
 //	ARGV[3+8(i-1)..] entry i: algorithm, rate, period, capacity, cost (the

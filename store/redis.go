@@ -235,12 +235,12 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 	}
 	d, err := r.decide(ctx, req, decideMode{peek: true})
 	if err == nil && !d.Allowed {
-		// Without its RequestID: a settlement under an id records it,
-		// and a look records nothing.
+		// The debt, read by the settle script's look: a settlement at
+		// the cost reserved, which changes nothing and writes nothing.
 		look := req
 		look.RequestID = ""
 		var s []tollgate.Decision
-		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Admission{{}}, []int64{req.Cost}, false); err == nil {
+		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Admission{{}}, []int64{req.Cost}, settleLook); err == nil {
 			d.Debt = s[0].Debt
 		}
 	}

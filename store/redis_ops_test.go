@@ -257,8 +257,9 @@ func TestRedisScriptFlushDuringLoad(t *testing.T) {
 }
 
 // TestRedisPeekWritesNothing: a Peek of a denied identity under a request
-// id leaves the keyspace as it was (no marker, no settle record), on a
-// single node and a Cluster.
+// id leaves the keyspace as it was (no marker, no settle record, the state
+// not written again: its TTL is not renewed), on a single node and a
+// Cluster.
 func TestRedisPeekWritesNothing(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
@@ -280,6 +281,25 @@ func TestRedisPeekWritesNothing(t *testing.T) {
 			return n
 		}
 		before := count()
+		// A TTL the state would never get from a write (a bucket of 2 a
+		// minute is full again within a minute): a Peek that wrote the
+		// state back would shorten it.
+		var state string
+		for _, p := range primariesOf(t, c) {
+			keys, err := p.Keys(ctx, prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				state = k
+				if err := p.PExpire(ctx, k, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if state == "" {
+			t.Fatal("no state key after an admission")
+		}
 		d, err := st.Peek(ctx, tollgate.Request{Key: "peeked", Limit: l, RequestID: "look-1"})
 		if err != nil {
 			t.Fatal(err)
@@ -289,6 +309,9 @@ func TestRedisPeekWritesNothing(t *testing.T) {
 		}
 		if after := count(); after != before {
 			t.Errorf("Peek wrote %d keys", after-before)
+		}
+		if ttl := c.PTTL(ctx, state).Val(); ttl < 59*time.Minute {
+			t.Errorf("the state's TTL is %s after Peek, want the hour set before it: Peek wrote the state", ttl)
 		}
 	})
 }

@@ -24,6 +24,9 @@ const (
 	// settleRefund settles with records, then deletes the request-id
 	// markers of the decide call refunded (refund.go).
 	settleRefund = 3
+	// settleLook answers as settleNoRecord and writes nothing: Peek's
+	// reading of an identity's debt.
+	settleLook = 4
 	// settleArgs is how many ARGV each entry takes.
 	settleArgs = 8
 	// settleReplyLen is how many integers the script answers per entry:
@@ -91,7 +94,7 @@ func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted
 			return nil, fmt.Errorf("%w: SettleAll request %d: the requests of a set all carry a request id or none do", tollgate.ErrInvalidRequest, i)
 		}
 	}
-	out, err := r.settle(ctx, reqs, admitted, costs, false)
+	out, err := r.settle(ctx, reqs, admitted, costs, settleMode(reqs, false))
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: settle: %w", err)
 	}
@@ -105,7 +108,7 @@ func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	for i, req := range reqs {
 		costs[i] = req.Cost
 	}
-	out, err := r.settle(ctx, reqs, make([]tollgate.Admission, len(reqs)), costs, true)
+	out, err := r.settle(ctx, reqs, make([]tollgate.Admission, len(reqs)), costs, settleMode(reqs, true))
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: overdraw: %w", err)
 	}
@@ -189,10 +192,9 @@ func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Admiss
 	return args
 }
 
-// settle sends reqs to the settle script, one call per part (see
+// settle sends reqs to the settle script in mode, one call per part (see
 // partition), in one pipeline.
-func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, overdraw bool) ([]tollgate.Decision, error) {
-	mode := settleMode(reqs, overdraw)
+func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, mode int64) ([]tollgate.Decision, error) {
 	parts := r.partition(reqs)
 	sc := make([]scriptCall, len(parts))
 	for j, part := range parts {
@@ -207,7 +209,7 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []
 			return nil, err
 		}
 	}
-	if r.deny != nil {
+	if r.deny != nil && mode != settleLook {
 		for _, req := range reqs {
 			r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm)) // the state changed
 		}

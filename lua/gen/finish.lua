@@ -31,9 +31,10 @@ local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now
 -- ARGV[1] is the mode: 0 settles, 1 settles with a record per entry (the
 -- KEYS after the state keys), 2 overdraws, 3 settles with records and then
 -- deletes the request-id markers (the KEYS after the records: the refund
--- of a set denied on another Cluster slot); ARGV[2] is the records' TTL.
+-- of a set denied on another Cluster slot), 4 looks: answers as 0 does and
+-- writes nothing (a Peek reading the debt); ARGV[2] is the records' TTL.
 local mode = tonumber(ARGV[1])
-local with_record, overdraw = mode == 1 or mode == 3, mode == 2
+local with_record, overdraw, look = mode == 1 or mode == 3, mode == 2, mode == 4
 local entries = (#ARGV - 2) / 8
 
 local time = call('TIME')
@@ -1222,7 +1223,7 @@ end
 -- server's millisecond clock, hence the extra one, as in decide.lua), or
 -- DEL for an idle identity. Then each entry's record of what it was
 -- settled at.
-for i = 1, entries do
+for i = 1, look and 0 or entries do
   local key = KEYS[i]
   local s = work[key]
   if s then
