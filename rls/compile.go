@@ -235,7 +235,9 @@ func (c compiler) limit(y *limitYAML, ext *extensionYAML, first bool, path, name
 		return l, nil // requests_per_unit 0: nothing is ever admitted
 	}
 	if err := l.limit.Validate(); err != nil {
-		return ruleLimit{}, c.errorf(y.Pos.line(), path, "%v", err)
+		// A configuration error, not a request's: the bound it breaks,
+		// without the "invalid request" every Validate error starts with.
+		return ruleLimit{}, c.errorf(y.Pos.line(), path, "%s", strings.TrimPrefix(err.Error(), tollgate.ErrInvalidRequest.Error()+": "))
 	}
 	return l, nil
 }

@@ -43,7 +43,7 @@ func TestConfigErrors(t *testing.T) {
 		{"calendar on a bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 1\n      tollgate: {algorithm: gcra, calendar: true}\n", "f.yaml:7: descriptor d.k: calendar: true with algorithm gcra"},
 		{"calendar seconds", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      tollgate: {calendar: true}\n", "f.yaml:7: descriptor d.k: calendar: true with unit second"},
 		{"unlimited with extension", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      tollgate: {algorithm: gcra}\n", "f.yaml:6: descriptor d.k: unlimited: true with a tollgate block"},
-		{"refill beyond MaxRefill", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n      requests_per_unit: 1\n      tollgate: {algorithm: token_bucket, burst: 101}\n", "f.yaml:5: descriptor d.k: tollgate: invalid request"},
+		{"refill beyond MaxRefill", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: year\n      requests_per_unit: 1\n      tollgate: {algorithm: token_bucket, burst: 101}\n", "f.yaml:5: descriptor d.k: token_bucket 1/8760h0m0s burst 101 takes more than MaxRefill"},
 		{"alias", "domain: d\nx: &a [1]\n", `f.yaml:2: unknown key "x"`},
 		{"alias descriptor", "domain: d\ndescriptors: *a\n", "not valid YAML"},
 		{"non-string key", "domain: d\n1: x\n", "f.yaml:2: a key must be a string"},

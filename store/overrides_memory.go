@@ -78,8 +78,8 @@ func (m *Memory) Overrides(ctx context.Context, scope string) ([]tollgate.Overri
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	now := m.clock().UnixMicro()
-	local := time.Now()
+	local := m.clock() // the store's clock is this process's (WithClock)
+	now := local.UnixMicro()
 	mo := &m.overrides
 	mo.mu.Lock()
 	defer mo.mu.Unlock()

@@ -193,3 +193,22 @@ func TestSeatCallsRefuseOversizedKey(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoryOverrideExpiresOnItsClock: the Memory store reports an
+// override's end on the clock it decides by (WithClock), so that a
+// limiter sharing that clock sees it end when the store does.
+func TestMemoryOverrideExpiresOnItsClock(t *testing.T) {
+	at := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	m := newMemory(t, WithClock(func() time.Time { return at }))
+	ctx := context.Background()
+	if err := m.SetOverride(ctx, "rule", tollgate.Override{Key: "a", Limits: []tollgate.Limit{tollgate.PerSecond(1)}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	list, err := m.Overrides(ctx, "rule")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || !list[0].Expires.Equal(at.Add(time.Hour)) {
+		t.Fatalf("overrides %+v, want one ending at %s", list, at.Add(time.Hour))
+	}
+}
