@@ -1,17 +1,8 @@
 package interceptor
 
-import (
-	"testing"
+import "github.com/tollgate/tollgate/internal/storefixture"
 
-	"github.com/tollgate/tollgate/store"
+// The stores of package store, as a test asks for them (storefixture).
+var (
+	newMemory = storefixture.Memory
 )
-
-// newMemory is store.NewMemory for a test: an option it rejects fails the test.
-func newMemory(tb testing.TB, opts ...store.MemoryOption) *store.Memory {
-	tb.Helper()
-	m, err := store.NewMemory(opts...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m
-}
