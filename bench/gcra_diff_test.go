@@ -24,8 +24,8 @@ type gcraStep struct {
 }
 
 // gcraTolerance is how far tollgate's and redis_rate's durations may be
-// apart: the two calls of a step run a few hundred microseconds apart on
-// the Redis clock, and redis_rate computes in float seconds.
+// apart beyond the time between the two calls of a step on the Redis clock
+// (measured with TIME around them): redis_rate computes in float seconds.
 const gcraTolerance = 3 * time.Millisecond
 
 // TestGCRAMatchesRedisRate runs the same Rate, Burst, Period and sequence
@@ -94,7 +94,7 @@ func TestGCRAMatchesRedisRate(t *testing.T) {
 			// planned one: a busy machine that stretches either moves a
 			// step's fraction of an interval off its quarter. Such a run
 			// proves nothing either way, so the sequence runs again on
-			// fresh keys (at most 8 times); each comparable step is
+			// fresh keys (at most 25 times); each comparable step is
 			// asserted in full.
 			slack := tc.limit.Period / time.Duration(tc.limit.Rate) / 8
 			for attempt := 1; ; attempt++ {
@@ -103,8 +103,8 @@ func TestGCRAMatchesRedisRate(t *testing.T) {
 				if skew == "" {
 					return
 				}
-				if attempt == 8 {
-					t.Fatalf("no run of the sequence kept its timing within %s in 8 attempts: last %s", slack, skew)
+				if attempt == 25 {
+					t.Fatalf("no run of the sequence kept its timing within %s in 25 attempts: last %s", slack, skew)
 				}
 				t.Logf("attempt %d not comparable (%s): running again", attempt, skew)
 			}
@@ -120,6 +120,7 @@ func TestGCRAMatchesRedisRate(t *testing.T) {
 func runGCRASteps(ctx context.Context, t *testing.T, c redis.UniversalClient, tg *store.Redis, rr *redis_rate.Limiter, key string, limit tollgate.Limit, rl redis_rate.Limit, steps []gcraStep, slack time.Duration) string {
 	t.Helper()
 	var prev time.Time
+	var widest time.Duration
 	for i, st := range steps {
 		time.Sleep(st.wait)
 		before, err := c.Time(ctx).Result()
@@ -153,10 +154,15 @@ func runGCRASteps(ctx context.Context, t *testing.T, c redis.UniversalClient, tg
 		if !st.boundary && (got.Allowed || st.cost == 1) && got.Remaining != int64(want.Remaining) {
 			t.Errorf("step %d: remaining %d, redis_rate %d", i, got.Remaining, want.Remaining)
 		}
-		if !got.Allowed && absDiff(got.RetryAfter, want.RetryAfter) > gcraTolerance {
+		// Each limiter's state was set by its own calls, at most apart from
+		// the other's on the Redis clock in every step so far: durations
+		// may differ by the widest such gap more.
+		widest = max(widest, after.Sub(before))
+		tolerance := gcraTolerance + widest
+		if !got.Allowed && absDiff(got.RetryAfter, want.RetryAfter) > tolerance {
 			t.Errorf("step %d: retry after %s, redis_rate %s", i, got.RetryAfter, want.RetryAfter)
 		}
-		if absDiff(got.ResetAfter, want.ResetAfter) > gcraTolerance {
+		if absDiff(got.ResetAfter, want.ResetAfter) > tolerance {
 			t.Errorf("step %d: reset after %s, redis_rate %s", i, got.ResetAfter, want.ResetAfter)
 		}
 	}
