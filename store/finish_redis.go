@@ -46,7 +46,7 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	for i := range all {
 		all[i] = i
 	}
-	args, nkeys := []any{nil, nil, 0}, 0
+	args, nkeys := []any{nil, nil, 0, eraNone}, 0 // nothing to settle: the era alone
 	if len(reqs) > 0 {
 		args = r.settleArgs(reqs, admitted, costs, all, settleMode(reqs, false))
 		nkeys = args[2].(int)
