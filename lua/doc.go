@@ -21,7 +21,7 @@
 // The scripts that write states (decide, batch, settle, admit, finish and
 // restore) take as ARGV[1] the era the call is stamped with: the store's
 // name for the primary it verified the call is going to (the first 12 hex
-// digits of its replication id), or '' for none. A state written with an
+// digits of its replication id), or the empty string for none. A state written with an
 // era ends in its lineage, "|seq era" or "|seq era base prev"
 // (lineage_read.lua): seq, the key's write sequence, is at least one more
 // than the sequence it replaces and at least the server's clock in µs; era
