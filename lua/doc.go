@@ -160,9 +160,13 @@
 //	                 again), the admission's now_us (0: unknown, as if now
 //	                 from an empty bucket) and its reset_after_us
 //
-// The reply is six integers per entry, then the server time (µs):
+// The reply is seven integers per entry, then the server time (µs):
 //
-//	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt, seq} × n, now_us
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt, seq, applied} × n, now_us
+//
+// where seq is the sequence the entry's state was written at (0 when it was
+// not written, or with no era) and applied the units its write debited
+// (below 0: gave back; 0 when it wrote none).
 //
 // A settlement gives back final − cost units when final is smaller (a
 // bucket no more than the refill it cannot have lost to its capacity since
@@ -202,12 +206,15 @@
 //
 //	KEYS[2j-1]       operation j's identity's seats, {tag}:if
 //	KEYS[2j]         its mean hold time in µs, {tag}:ih
-//	ARGV[1]          how long a mean hold time is kept, in ms (release)
-//	ARGV[4j-2]       operation j: acquire, renew, release or count
-//	ARGV[4j-1]       the most seats the identity has (acquire)
-//	ARGV[4j]         the seat's id
-//	ARGV[4j+1]       its TTL in µs (acquire, renew); for release, how long
-//	                 it was held in µs (0: unknown)
+//	ARGV[1]          the era (see Lineage; seats have none, but a call waits
+//	                 for its primary to be verified as every stamped call does)
+//	ARGV[2]          how long a mean hold time is kept, in ms (release)
+//	ARGV[4j-1]       operation j: acquire, renew, release, count or hold
+//	ARGV[4j]         the most seats the identity has (acquire)
+//	ARGV[4j+1]       the seat's id
+//	ARGV[4j+2]       its TTL in µs (acquire, renew); for release, how long
+//	                 it was held in µs (0: unknown); for hold, the instant it
+//	                 expires (µs)
 //
 // Every operation but count first drops the expired seats. acquire takes a
 // seat when fewer than ARGV[4j-1] are held, or renews the id's when it
@@ -218,8 +225,10 @@
 // change sets the key's PX to its last seat's expiry. release removes the
 // id, folds a known hold time into the mean (an exponential mean, each
 // hold weighing 1/8; the first is taken as it is), sets the mean's PX to
-// ARGV[1] and replies {1, now_us}; count replies {held, now_us} without
-// writing. The reply is the operations' replies one after the other.
+// ARGV[2] and replies {1, now_us}; count replies {held, now_us} without
+// writing; hold (a seat restored after a failover) adds the id until the
+// instant given, whatever the limit, unless that has passed, and replies
+// {1, now_us}. The reply is the operations' replies one after the other.
 //
 // # Admit
 //
@@ -297,29 +306,36 @@
 //
 // Brings a primary that took keys over from another (a promoted replica, a
 // restarted node) up to date with the writes of the other that it does not
-// hold: each entry is one write the store journaled.
+// hold: each entry is one write the store journaled, or several writes of
+// one key that the store found the primary lacks, summed.
 //
-//	KEYS[2i-1]       entry i's state key
-//	KEYS[2i]         its request-id marker (aux 1) or settlement record
+//	KEYS[3i-2]       entry i's state key
+//	KEYS[3i-1]       its request-id marker (aux 1) or settlement record
 //	                 (aux 2); its state key again when it has neither
+//	KEYS[3i]         the restoring store's record of what it restored on
+//	                 the key, {tag}:<alg>:x:<store>
 //	ARGV[1]          the era (see Lineage): this primary's
-//	ARGV[2+13(i-1)..] entry i: algorithm, rate, period, capacity; delta, the
-//	                 units the write debited past empty (below 0: gave back);
-//	                 for a give-back its admission's now_us and
+//	ARGV[2]          how long a restore record lives, in ms
+//	ARGV[3+14(i-1)..] entry i: algorithm, rate, period, capacity; delta, the
+//	                 units the writes debited past empty (below 0: gave
+//	                 back); for a give-back its admission's now_us and
 //	                 reset_after_us (as the settle script takes them); the
-//	                 write's seq and era; when its effect ends (µs, the
-//	                 server's clock); aux (0 none, 1 marker, 2 record); the
-//	                 record's value; the marker's or record's PX in ms
+//	                 first write's seq and its era; when the effect ends (µs,
+//	                 the server's clock); aux (0 none, 1 marker, 2 record);
+//	                 the record's value; when the marker or record ends
+//	                 (µs); the last write's seq
 //
 // An entry is held when the lineage the key had as the call began names
 // its era with a sequence at least its own (or names it as prev with a
-// base at least its own). An entry not held is applied, in order, as the
-// settle script settles a delta (a debit past empty, or a give-back), with
-// its marker restored (SET NX) or its record set, unless its effect has
-// ended by now, or a later entry of the same key's has: a state that
-// refilled, or a window that closed, holds nothing of the writes before.
-// Each key written is written once, with this call's era. The reply is
-// three integers per entry, then the server time:
+// base at least its own), or when the store's restore record names its era
+// with a sequence at least its own. An entry not held is applied, in
+// order, as the settle script settles a delta (a debit past empty, or a
+// give-back), with its marker restored (SET NX) or its record set, unless
+// its effect has ended by now, or a later entry of the same key's has: a
+// state that refilled, or a window that closed, holds nothing of the
+// writes before. Each key written is written once, with this call's era,
+// and its restore record set to the last entry applied (its era and last
+// seq). The reply is three integers per entry, then the server time:
 //
 //	{applied (0|1), seq, keep_us} × n, now_us
 //

@@ -61,5 +61,5 @@ func SettleSourceAt() string {
 func RestoreSourceAt() string {
 	return replaceOnce(replaceOnce(Source(Restore),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
-		"local entries = (#ARGV - 1) / 13", "local entries = (#ARGV - 3) / 13")
+		"local entries = (#ARGV - 2) / 14", "local entries = (#ARGV - 4) / 14")
 }

@@ -121,7 +121,7 @@ func TestSettleMatchesMirror(t *testing.T) {
 				got := algo.Result{Allowed: reply[0] == 1, Remaining: reply[1], RetryAfter: reply[2], ResetAfter: reply[3], Debt: reply[4]}
 				wantReply := want
 				wantReply.TTL = 0
-				if len(reply) != 7 || got != wantReply || reply[5] != 0 || reply[6] != now {
+				if len(reply) != 8 || got != wantReply || reply[5] != 0 || reply[7] != now {
 					t.Fatalf("%s:\nscript reply %v\nmirror       %+v", where, reply, want)
 				}
 				stored, err := get.Result()

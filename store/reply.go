@@ -66,7 +66,8 @@ func (c *call) read(cmd redis.Cmder) {
 	}
 	c.now = v[len(v)-1]
 	for i := range c.decisions {
-		c.decisions[i] = entryReply(v[entryReplyLen*i:]).decision()
+		g := entryReply(v[entryReplyLen*i:])
+		c.decisions[i], c.seqs[i] = g.decision(), g[replySeq]
 		c.decisions[i].At = time.UnixMicro(c.now)
 	}
 }
@@ -94,7 +95,7 @@ func (s *shared) read(cmd redis.Cmder) {
 		case -2:
 			c.err = errBatchWrite
 		default:
-			c.decisions[0] = entryReply(g).decision()
+			c.decisions[0], c.seqs[0] = entryReply(g).decision(), g[replySeq]
 		}
 	}
 	if err == nil && next != len(v)-1 {

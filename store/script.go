@@ -29,11 +29,12 @@ var (
 )
 
 // newScript returns s as the store calls it; every script that writes a
-// state (decide, batch, settle, admit, finish, restore) is stamped.
+// state or a seat (decide, batch, settle, admit, finish, seat, restore) is
+// stamped.
 func newScript(s lua.Script, newCmd func(context.Context, ...any) redis.Cmder) *script {
 	sc := &script{sha: lua.Hash(s), src: lua.Source(s), newCmd: newCmd}
 	switch s {
-	case lua.Decide, lua.Batch, lua.Settle, lua.Admit, lua.Finish, lua.Restore:
+	case lua.Decide, lua.Batch, lua.Settle, lua.Admit, lua.Finish, lua.Seat, lua.Restore:
 		sc.stamped = true
 		stampedScripts = append(stampedScripts, sc)
 	}

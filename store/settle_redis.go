@@ -30,8 +30,8 @@ const (
 	// settleArgs is how many ARGV each entry takes.
 	settleArgs = 8
 	// settleReplyLen is how many integers the script answers per entry:
-	// allowed, remaining, retry, reset, debt, seq.
-	settleReplyLen = 6
+	// allowed, remaining, retry, reset, debt, seq, applied.
+	settleReplyLen = 7
 )
 
 // settleReply is what the settle script answers for one entry
@@ -44,7 +44,8 @@ const (
 	settleRetryAfter
 	settleResetAfter
 	settleDebt
-	settleSeq // the sequence the entry's state was written at; 0 when it wrote none with an era
+	settleSeq     // the sequence the entry's state was written at; 0 when it wrote none with an era
+	settleApplied // the units the entry's write debited (below 0: gave back)
 )
 
 // readSettle decodes a settle script call's reply (lua/doc.go), whose
@@ -206,6 +207,7 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []
 	}
 	out := make([]tollgate.Decision, len(reqs))
 	for j, part := range parts {
+		r.journalSettleCall(sc[j])
 		if err := readSettle(sc[j].cmd, part, out); err != nil {
 			return nil, err
 		}

@@ -452,7 +452,7 @@ end
       if fitted then
         result, keep_after, delta = new_state, keep, 0
         reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = 1, remaining, 0, reset, 0
-        reply[#reply + 1] = 0 -- the sequence written, set below
+        reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
       end
     end
     if not fitted then delta = cost end
@@ -1217,7 +1217,7 @@ end
 if sw and tonumber(sw) == w and sk == kind then debt = max(tonumber(sc) - rate, 0) end
 end
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = a_allowed, remaining, a_retry, reset, debt
-    reply[#reply + 1] = 0 -- the sequence written, set below
+    reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
     keep_after = reset
     if alg == 3 then
       -- A fixed window's state matters until its window ends.
@@ -1260,7 +1260,10 @@ if era ~= '' then
     new_state = format('%s|%d %s', new_state, wseq, era)
   end
 end
-      result, reply[6 * i] = new_state, wseq
+      -- The units applied, debited (a debit past empty, or an overdraw
+      -- that fitted) or, below 0, given back: what restoring the write
+      -- applies again.
+      result, reply[7 * i - 1], reply[7 * i] = new_state, wseq, fitted and cost or delta
     end
     work[key], keep_for[key] = result, keep_after
   end
