@@ -1,0 +1,140 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate"
+)
+
+// world is several regions sharing one Home, each deciding on its own
+// store, and what they admitted.
+type world struct {
+	t       *testing.T
+	home    Home
+	regions []*Region
+	names   []string
+
+	stop    chan struct{}
+	drivers sync.WaitGroup
+
+	mu       sync.Mutex
+	admitted []admission
+}
+
+// admission is one admitted request: when, where, how many units.
+type admission struct {
+	at     time.Time
+	region int
+	units  int64
+}
+
+// newWorld starts one Region per store, named r0, r1, ..., on home, with
+// c's tuning (its Region and Regions are set here). They are closed when
+// the test ends.
+func newWorld(t *testing.T, home Home, stores []tollgate.Store, c Config) *world {
+	t.Helper()
+	w := &world{t: t, home: home, stop: make(chan struct{})}
+	for i := range stores {
+		w.names = append(w.names, fmt.Sprint("r", i))
+	}
+	for i, st := range stores {
+		c.Region, c.Regions = w.names[i], w.names
+		r, err := New(st, home, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.regions = append(w.regions, r)
+	}
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *world) close() {
+	for _, r := range w.regions {
+		if err := r.Close(context.Background()); err != nil {
+			w.t.Errorf("close: %v", err)
+		}
+	}
+}
+
+// drive starts asking region i for cost units of key under l every
+// period until its stop is closed or halt, recording what is admitted.
+func (w *world) drive(i int, key string, l tollgate.Limit, cost int64, period time.Duration, stop <-chan struct{}) {
+	w.drivers.Go(func() { w.ask(i, key, l, cost, period, stop) })
+}
+
+// halt stops every driver and waits for them.
+func (w *world) halt() {
+	close(w.stop)
+	w.drivers.Wait()
+}
+
+func (w *world) ask(i int, key string, l tollgate.Limit, cost int64, period time.Duration, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-w.stop:
+			return
+		default:
+		}
+		d, err := w.regions[i].Allow(context.Background(), tollgate.Request{Key: key, Limit: l, Cost: cost})
+		if err != nil {
+			w.t.Errorf("region %d: %v", i, err)
+			return
+		}
+		if d.Allowed {
+			w.mu.Lock()
+			w.admitted = append(w.admitted, admission{at: time.Now(), region: i, units: cost})
+			w.mu.Unlock()
+		}
+		time.Sleep(period)
+	}
+}
+
+// between sums what region i (-1: every region) admitted in [from, to).
+func (w *world) between(i int, from, to time.Time) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := int64(0)
+	for _, a := range w.admitted {
+		if (i < 0 || a.region == i) && !a.at.Before(from) && a.at.Before(to) {
+			n += a.units
+		}
+	}
+	return n
+}
+
+// checkEnvelope checks that, over every span of each length in spans
+// ending at an admission, the regions together admitted at most what one
+// token bucket of l admits (its burst and the rate over the span), plus
+// slack units.
+func (w *world) checkEnvelope(l tollgate.Limit, slack int64, spans ...time.Duration) {
+	w.t.Helper()
+	w.mu.Lock()
+	adm := append([]admission(nil), w.admitted...)
+	w.mu.Unlock()
+	sort.Slice(adm, func(i, j int) bool { return adm[i].at.Before(adm[j].at) })
+	for _, span := range spans {
+		allowed := l.Capacity() + l.Rate*int64(span)/int64(l.Period) + slack
+		worst, lo, sum := int64(0), 0, int64(0)
+		for hi := range adm {
+			sum += adm[hi].units
+			for adm[lo].at.Before(adm[hi].at.Add(-span)) || adm[lo].at.Equal(adm[hi].at.Add(-span)) {
+				sum -= adm[lo].units
+				lo++
+			}
+			worst = max(worst, sum)
+		}
+		if worst > allowed {
+			w.t.Errorf("over %s the regions admitted %d, more than %s allows (%d, slack %d included)", span, worst, l, allowed, slack)
+		} else {
+			w.t.Logf("over %s at most %d admitted of %d allowed", span, worst, allowed)
+		}
+	}
+}
