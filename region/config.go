@@ -61,11 +61,17 @@ type Config struct {
 	// boundary, for ClockSkew either side, the region decides under its
 	// floor. DefaultClockSkew when 0; negative is an error.
 	ClockSkew time.Duration
-	// Floor is the fraction of each limit every region keeps when it holds
+	// Floor is the fraction of each rate every region keeps when it holds
 	// no lease (it starts with it, and falls back to it when cut off),
 	// reserved out of the limit: 1/(10 × len(Regions)) by default, at most
 	// 1/len(Regions), and never less than one unit.
 	Floor float64
+	// WindowFloor is the same for windows: what a region may admit in a
+	// window before its first share of it (a window's share lasts to its
+	// end, so a region cut off keeps it). It is reserved in every window
+	// and lost when a region admits less: 1/(1000 × len(Regions)) by
+	// default, so that the regions can use 99.9% of a window.
+	WindowFloor float64
 	// MaxKeys bounds how many identities the region shares at once
 	// (DefaultMaxKeys); beyond them, an identity is decided under its floor
 	// until one leaves.
@@ -118,9 +124,12 @@ func (c Config) check() (settings, error) {
 	if s.maxKeys == 0 {
 		s.maxKeys = DefaultMaxKeys
 	}
-	floor := c.Floor
+	floor, windowFloor := c.Floor, c.WindowFloor
 	if floor == 0 {
 		floor = 1 / (10 * float64(s.regions))
+	}
+	if windowFloor == 0 {
+		windowFloor = 1 / (1000 * float64(s.regions))
 	}
 	switch {
 	case s.rebalance < 10*time.Millisecond:
@@ -135,12 +144,18 @@ func (c Config) check() (settings, error) {
 		return s, configErr("MaxKeys %d: want 0 (the default) or more", s.maxKeys)
 	case !(floor > 0 && floor <= 1/float64(s.regions)):
 		return s, configErr("Floor %g: want more than 0 and at most 1/%d, one region's part of the limit", floor, s.regions)
+	case !(windowFloor > 0 && windowFloor <= 1/float64(s.regions)):
+		return s, configErr("WindowFloor %g: want more than 0 and at most 1/%d, one region's part of the limit", windowFloor, s.regions)
 	case len(c.Limits) == 0:
 		return s, configErr("Limits: none given")
 	}
 	s.limits = make(map[tollgate.Limit]*shared, len(c.Limits))
 	for _, l := range c.Limits {
-		sh, err := newShared(l, s, floor)
+		f := floor
+		if l.Algorithm == tollgate.FixedWindow {
+			f = windowFloor
+		}
+		sh, err := newShared(l, s, f)
 		if err != nil {
 			return s, configErr("limit %s: %v", l, err)
 		}

@@ -261,3 +261,15 @@ func (e *entry) inForce(p *plan, now time.Time, skew time.Duration) int64 {
 	}
 	return e.sh.floor
 }
+
+// shareInForce is the share key decides under for l now (its floor when
+// the region holds no entry of it).
+func (r *Region) shareInForce(key string, l tollgate.Limit) int64 {
+	sh := r.s.limits[normalize(l)]
+	v, ok := r.entries.Load(entryKey{key, sh})
+	if !ok {
+		return sh.floor
+	}
+	e := v.(*entry)
+	return e.inForce(e.plan.Load(), time.Now(), r.s.skew)
+}

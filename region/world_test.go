@@ -138,3 +138,56 @@ func (w *world) checkEnvelope(l tollgate.Limit, slack int64, spans ...time.Durat
 		}
 	}
 }
+
+// cutHome is a Home whose link from some regions is cut: their reports
+// wait until the call's deadline and fail, as over a link that drops
+// every packet.
+type cutHome struct {
+	Home
+	mu  sync.Mutex
+	cut map[string]bool
+}
+
+func (h *cutHome) setCut(region string, cut bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cut == nil {
+		h.cut = map[string]bool{}
+	}
+	h.cut[region] = cut
+}
+
+func (h *cutHome) Report(ctx context.Context, reports []Report) ([]Reply, error) {
+	h.mu.Lock()
+	cut := len(reports) > 0 && h.cut[reports[0].Region]
+	h.mu.Unlock()
+	if cut {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.Home.Report(ctx, reports)
+}
+
+// watchShares checks every step, until the world halts, that the shares
+// the regions decide under for key and l add up to at most the limit.
+func (w *world) watchShares(key string, l tollgate.Limit, step time.Duration) {
+	w.drivers.Go(func() {
+		worst := int64(0)
+		for {
+			select {
+			case <-w.stop:
+				w.t.Logf("the shares in force added up to at most %d of %d", worst, l.Rate)
+				return
+			case <-time.After(step):
+			}
+			sum := int64(0)
+			for _, r := range w.regions {
+				sum += r.shareInForce(key, l)
+			}
+			worst = max(worst, sum)
+			if sum > l.Rate {
+				w.t.Errorf("at %s the shares in force add up to %d, more than the limit %d", time.Now().Format(time.StampMilli), sum, l.Rate)
+			}
+		}
+	})
+}
