@@ -73,7 +73,7 @@ func (r *Region) rebalance(ctx context.Context) {
 	r.round(ctx, items)
 	var again []*item
 	for _, it := range items {
-		if it.ok && moved(it.e.want(it), it.want) {
+		if it.ok && moved(it.e.want(it, r.s.lease), it.want) {
 			again = append(again, it)
 		}
 	}
@@ -90,11 +90,11 @@ func moved(now, sent int64) bool {
 
 // want is the share it's entry asks for, from its demand and the Home's
 // last answer.
-func (e *entry) want(it *item) int64 {
+func (e *entry) want(it *item, lease time.Duration) int64 {
 	if e.sh.window {
-		return e.sh.windowWant(it.window, it.demand, it.used, e.others)
+		return e.sh.windowWant(it.window, it.demand, it.used, e.others, e.heard(lease))
 	}
-	return e.sh.rateWant(it.demand, e.others)
+	return e.sh.rateWant(it.demand, e.others, e.heard(lease))
 }
 
 // round reports items to the Home and takes the shares it grants. A share
@@ -115,7 +115,7 @@ func (r *Region) round(ctx context.Context, items []*item) {
 				continue // not reported: the Home must never count less than the region used
 			}
 		}
-		it.want = max(e.want(it), e.sh.floor)
+		it.want = max(e.want(it, r.s.lease), e.sh.floor)
 		cur := e.plan.Load()
 		it.held = e.inForce(cur, now, r.s.skew)
 		if it.want < it.held {
@@ -168,6 +168,9 @@ func (r *Region) round(ctx context.Context, items []*item) {
 		r.metrics.reported(1, "ok")
 		it.ok = true
 		it.e.others = rep.Others
+		if it.e.firstHeard.IsZero() {
+			it.e.firstHeard = time.Now()
+		}
 		it.e.demand.Store(it.demand)
 		r.take(ctx, it, rep.Granted, sent)
 	}
@@ -243,6 +246,12 @@ func waitAll(ctx context.Context, chans []<-chan struct{}, d time.Duration) bool
 		}
 	}
 	return true
+}
+
+// heard reports whether the Home has answered e for at least lease: every
+// region that shares it has reported since.
+func (e *entry) heard(lease time.Duration) bool {
+	return !e.firstHeard.IsZero() && time.Since(e.firstHeard) >= lease
 }
 
 // reportResult names a refused report for the metrics.

@@ -54,10 +54,11 @@ type entry struct {
 
 	// The coordinator's alone: when the demand was last measured, for how
 	// many reports in a row nothing was asked, the other regions as the
-	// Home last answered, what the region had used of the window.
-	since  time.Time
-	idle   int
-	others []Holding
+	// Home last answered, when it first answered.
+	since      time.Time
+	idle       int
+	others     []Holding
+	firstHeard time.Time
 }
 
 var (
