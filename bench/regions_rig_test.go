@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/admitlog"
 	"github.com/tollgate/tollgate/region"
 	"github.com/tollgate/tollgate/store"
 )
@@ -37,16 +37,7 @@ type rig struct {
 
 	stop    chan struct{}
 	drivers sync.WaitGroup
-
-	mu       sync.Mutex
-	admitted []admission
-}
-
-// admission is one admitted request: when, where, how many units.
-type admission struct {
-	at     time.Time
-	region int
-	units  int64
+	log     admitlog.Log
 }
 
 // newRig starts the servers, links and regions with c's tuning; every
@@ -133,9 +124,7 @@ func (g *rig) drive(i int, key string, l tollgate.Limit, cost int64, perSecond f
 					if at.IsZero() {
 						at = time.Now()
 					}
-					g.mu.Lock()
-					g.admitted = append(g.admitted, admission{at: at, region: i, units: cost})
-					g.mu.Unlock()
+					g.log.Add(i, at, cost)
 				}
 			}
 		}
@@ -150,61 +139,25 @@ func (g *rig) halt() {
 
 // rate is what region i (-1: every region) admitted per second in
 // [from, to).
-func (g *rig) rate(i int, from, to time.Time) float64 {
-	return float64(g.units(i, from, to)) / to.Sub(from).Seconds()
-}
+func (g *rig) rate(i int, from, to time.Time) float64 { return g.log.Rate(i, from, to) }
 
 // units sums what region i (-1: every region) admitted in [from, to).
-func (g *rig) units(i int, from, to time.Time) int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := int64(0)
-	for _, a := range g.admitted {
-		if (i < 0 || a.region == i) && !a.at.Before(from) && a.at.Before(to) {
-			n += a.units
-		}
-	}
-	return n
-}
+func (g *rig) units(i int, from, to time.Time) int64 { return g.log.Units(i, from, to) }
 
 // checkEnvelope checks that over every span of each length in spans the
 // regions together admitted at most what one token bucket of l admits,
 // its burst plus the rate over the span, plus one unit per region per
-// rebalance of the run; it returns the worst span's figure for the log.
+// rebalance of the run; it returns the worst spans' figures for the log.
 func (g *rig) checkEnvelope(l tollgate.Limit, rebalances int64, spans ...time.Duration) string {
 	g.t.Helper()
-	g.mu.Lock()
-	adm := append([]admission(nil), g.admitted...)
-	g.mu.Unlock()
-	sort.Slice(adm, func(i, j int) bool { return adm[i].at.Before(adm[j].at) })
 	slack := int64(len(g.regions)) * rebalances
 	var out string
 	for _, span := range spans {
-		allowed := l.Capacity() + l.Rate*int64(span)/int64(l.Period)
-		worst, lo, sum, at := int64(0), 0, int64(0), 0
-		for hi := range adm {
-			sum += adm[hi].units
-			for !adm[lo].at.After(adm[hi].at.Add(-span)) {
-				sum -= adm[lo].units
-				lo++
-			}
-			if sum > worst {
-				worst, at = sum, hi
-			}
+		s := g.log.Worst(l, span)
+		if s.Units > s.Allowed+slack {
+			g.t.Errorf("over %s the regions admitted %d (%v by region), more than %s allows (%d) plus one unit per region per rebalance (%d)", span, s.Units, s.ByRegion, l, s.Allowed, slack)
 		}
-		if len(adm) > 0 {
-			var by [3]int64
-			for _, a := range adm {
-				if a.at.After(adm[at].at.Add(-span)) && !a.at.After(adm[at].at) {
-					by[a.region] += a.units
-				}
-			}
-			g.t.Logf("worst %s span ends %s into the run: %v by region", span, adm[at].at.Sub(adm[0].at).Round(time.Millisecond), by)
-		}
-		if worst > allowed+slack {
-			g.t.Errorf("over %s the regions admitted %d, more than %s allows (%d) plus one unit per region per rebalance (%d)", span, worst, l, allowed, slack)
-		}
-		out += fmt.Sprintf(" %s: %d of %d;", span, worst, allowed)
+		out += fmt.Sprintf(" %s: %d of %d;", span, s.Units, s.Allowed)
 	}
 	return out
 }

@@ -3,12 +3,12 @@ package region
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/admitlog"
 )
 
 // world is several regions sharing one Home, each deciding on its own
@@ -21,16 +21,7 @@ type world struct {
 
 	stop    chan struct{}
 	drivers sync.WaitGroup
-
-	mu       sync.Mutex
-	admitted []admission
-}
-
-// admission is one admitted request: when, where, how many units.
-type admission struct {
-	at     time.Time
-	region int
-	units  int64
+	log     admitlog.Log
 }
 
 // newWorld starts one Region per store, named r0, r1, ..., on home, with
@@ -89,26 +80,14 @@ func (w *world) ask(i int, key string, l tollgate.Limit, cost int64, period time
 			return
 		}
 		if d.Allowed {
-			w.mu.Lock()
-			w.admitted = append(w.admitted, admission{at: time.Now(), region: i, units: cost})
-			w.mu.Unlock()
+			w.log.Add(i, time.Now(), cost)
 		}
 		time.Sleep(period)
 	}
 }
 
 // between sums what region i (-1: every region) admitted in [from, to).
-func (w *world) between(i int, from, to time.Time) int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := int64(0)
-	for _, a := range w.admitted {
-		if (i < 0 || a.region == i) && !a.at.Before(from) && a.at.Before(to) {
-			n += a.units
-		}
-	}
-	return n
-}
+func (w *world) between(i int, from, to time.Time) int64 { return w.log.Units(i, from, to) }
 
 // checkEnvelope checks that, over every span of each length in spans
 // ending at an admission, the regions together admitted at most what one
@@ -116,25 +95,12 @@ func (w *world) between(i int, from, to time.Time) int64 {
 // slack units.
 func (w *world) checkEnvelope(l tollgate.Limit, slack int64, spans ...time.Duration) {
 	w.t.Helper()
-	w.mu.Lock()
-	adm := append([]admission(nil), w.admitted...)
-	w.mu.Unlock()
-	sort.Slice(adm, func(i, j int) bool { return adm[i].at.Before(adm[j].at) })
 	for _, span := range spans {
-		allowed := l.Capacity() + l.Rate*int64(span)/int64(l.Period) + slack
-		worst, lo, sum := int64(0), 0, int64(0)
-		for hi := range adm {
-			sum += adm[hi].units
-			for adm[lo].at.Before(adm[hi].at.Add(-span)) || adm[lo].at.Equal(adm[hi].at.Add(-span)) {
-				sum -= adm[lo].units
-				lo++
-			}
-			worst = max(worst, sum)
-		}
-		if worst > allowed {
-			w.t.Errorf("over %s the regions admitted %d, more than %s allows (%d, slack %d included)", span, worst, l, allowed, slack)
+		s := w.log.Worst(l, span)
+		if s.Units > s.Allowed+slack {
+			w.t.Errorf("over %s the regions admitted %d (%v by region), more than %s allows (%d) plus %d", span, s.Units, s.ByRegion, l, s.Allowed, slack)
 		} else {
-			w.t.Logf("over %s at most %d admitted of %d allowed", span, worst, allowed)
+			w.t.Logf("over %s at most %d admitted of %d allowed", span, s.Units, s.Allowed)
 		}
 	}
 }
