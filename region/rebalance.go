@@ -88,7 +88,7 @@ func moved(now, sent int64) bool {
 	return d > max(1, sent/20) || -d > max(1, sent/20)
 }
 
-// want is the share it's entry asks for, from its demand and the Home's
+// want is the share it.e asks for, from its demand and the Home's
 // last answer.
 func (e *entry) want(it *item, lease time.Duration) int64 {
 	if e.sh.window {
