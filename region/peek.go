@@ -45,7 +45,7 @@ func (r *Region) PeekGlobal(ctx context.Context, req tollgate.Request) (Picture,
 	if err != nil {
 		return Picture{}, err
 	}
-	e, err := r.entryFor(req)
+	e, err := r.lookup(req)
 	if err != nil {
 		return Picture{}, err
 	}

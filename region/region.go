@@ -182,7 +182,7 @@ func (r *Region) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 // Peek reports what Allow would answer for req now, from the local store
 // under this region's share.
 func (r *Region) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
-	e, err := r.entryFor(req)
+	e, err := r.lookup(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
@@ -199,7 +199,7 @@ func (r *Region) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decis
 // Reset forgets this region's local state of req's identity under req's
 // limit; the shares at the Home are untouched.
 func (r *Region) Reset(ctx context.Context, req tollgate.Request) error {
-	e, err := r.entryFor(req)
+	e, err := r.lookup(req)
 	if err != nil {
 		return err
 	}
@@ -217,28 +217,49 @@ func (r *Region) DecidesInProcess() bool {
 // entryFor returns the entry of req's identity and limit, made when new;
 // beyond MaxKeys entries, the limit's floor entry, which is never reported.
 func (r *Region) entryFor(req tollgate.Request) (*entry, error) {
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	sh := r.s.limits[normalize(req.Limit)]
-	if sh == nil {
-		return nil, fmt.Errorf("%w: %s is not one of the global limits this region shares", tollgate.ErrInvalidRequest, req.Limit)
+	e, sh, err := r.find(req)
+	if e != nil || err != nil {
+		return e, err
 	}
 	k := entryKey{req.Key, sh}
-	if v, ok := r.entries.Load(k); ok {
-		return v.(*entry), nil
-	}
 	if r.count.Add(1) > int64(r.s.maxKeys) {
 		r.count.Add(-1)
 		return r.floors[sh], nil
 	}
-	e := &entry{key: req.Key, sh: sh, since: time.Now()}
+	e = &entry{key: req.Key, sh: sh, since: time.Now()}
 	e.plan.Store(newPlan(sh.floor, -1, time.Time{}, time.Time{}))
 	v, loaded := r.entries.LoadOrStore(k, e)
 	if loaded {
 		r.count.Add(-1)
 	}
 	return v.(*entry), nil
+}
+
+// lookup returns the entry of req's identity and limit, or the limit's
+// floor entry when there is none: a look makes no entry, so it is never
+// reported to the Home.
+func (r *Region) lookup(req tollgate.Request) (*entry, error) {
+	e, sh, err := r.find(req)
+	if e == nil && err == nil {
+		e = r.floors[sh]
+	}
+	return e, err
+}
+
+// find validates req and returns its entry (nil when there is none) and
+// its global limit's sharing.
+func (r *Region) find(req tollgate.Request) (*entry, *shared, error) {
+	if err := req.Validate(); err != nil {
+		return nil, nil, err
+	}
+	sh := r.s.limits[normalize(req.Limit)]
+	if sh == nil {
+		return nil, nil, fmt.Errorf("%w: %s is not one of the global limits this region shares", tollgate.ErrInvalidRequest, req.Limit)
+	}
+	if v, ok := r.entries.Load(entryKey{req.Key, sh}); ok {
+		return v.(*entry), sh, nil
+	}
+	return nil, sh, nil
 }
 
 // limitAt is the local limit p stands for at now: the share while its
