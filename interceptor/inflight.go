@@ -174,6 +174,8 @@ type heldSeat struct {
 	local bool
 	at    time.Time
 
+	// mu guards timer and done, never a store call: the end of the call
+	// (stop) must not wait for a renewal's round trip.
 	mu    sync.Mutex
 	timer timer // nil when the seat is not renewed
 	done  bool
@@ -206,18 +208,27 @@ func (l *Limiter) holdSeat(ctx context.Context, c *check) *heldSeat {
 // two renewals can fail before it expires.
 func renewEvery(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
 
-// renew moves the seat's expiry on, for calls that outlive it.
+// renew moves the seat's expiry on, for calls that outlive it. It holds
+// no lock across the store call, so the call's end never waits for it; a
+// renewal that returns after the call ended records nothing (the seat is
+// the sender's to release, and the store renews no released seat).
 func (h *heldSeat) renew() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.done || h.ctx.Err() != nil {
+	stopped, seat := h.done || h.ctx.Err() != nil, h.seat // end writes h.seat once done
+	h.mu.Unlock()
+	if stopped {
 		return
 	}
 	var ok bool
 	err := h.l.seatCall(context.Background(), h.local, func(ctx context.Context) (err error) {
-		ok, err = h.st.RenewSeat(ctx, h.seat)
+		ok, err = h.st.RenewSeat(ctx, seat)
 		return err
 	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return
+	}
 	switch {
 	case err != nil:
 		h.l.recordSeat(context.Background(), h.p, seatRenewFailed)
@@ -228,9 +239,7 @@ func (h *heldSeat) renew() {
 	default:
 		h.l.recordSeat(context.Background(), h.p, seatRenewed)
 	}
-	if !h.done {
-		h.timer.Reset(renewEvery(h.seat.TTL))
-	}
+	h.timer.Reset(renewEvery(h.seat.TTL))
 }
 
 // stop ends the seat's renewals.

@@ -107,6 +107,43 @@ func TestSeatRenewedRenewFailedLost(t *testing.T) {
 	}
 }
 
+// A renewal waiting on the store never holds up the end of its call: the
+// call returns, and its seat is released, while the renewal's store call
+// is still out.
+func TestSeatRenewalDoesNotHoldTheCallsEnd(t *testing.T) {
+	const ttl = 3 * time.Second
+	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
+	release, done := u.blocked("a")
+	hold := &renewHold{renewing: make(chan struct{}), release: make(chan struct{})}
+	u.st.holdRenew.Store(hold)
+	advanced := make(chan struct{})
+	go func() {
+		defer close(advanced)
+		u.clk.Advance(ttl / 3) // the renewal runs here and waits on the store
+	}()
+	<-hold.renewing
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the call's end waited for the seat renewal's store call")
+	}
+	u.st.holdRenew.Store(nil)
+	close(hold.release)
+	<-advanced
+	u.flush(t)
+	if got := u.inUse(t, "in-flight", "a"); got != 0 {
+		t.Errorf("in use = %d after the call ended, want 0", got)
+	}
+	seats := u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome)
+	if seats["lost"] != 0 {
+		t.Errorf("seat outcomes %v: a renewal that finds its call ended is not a lost seat", seats)
+	}
+}
+
 // A release the store fails is retried until SettleRetryFor, then
 // dropped: outcome "release_failed", and the seat stays taken until it
 // expires by itself.

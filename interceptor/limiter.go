@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
+	argcheck "github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
@@ -64,8 +65,10 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		o(&c)
 	}
 	switch {
-	case st == nil:
+	case argcheck.Nil(st):
 		return nil, errors.New("interceptor: the store is nil")
+	case c.local != nil && argcheck.Nil(c.local):
+		return nil, errors.New("interceptor: the local store (WithLocalStore) is nil")
 	case c.replicas < 1:
 		return nil, fmt.Errorf("interceptor: replicas must be >= 1, got %d", c.replicas)
 	case c.overrideRefresh <= 0:

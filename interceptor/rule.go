@@ -218,6 +218,9 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 	if r.Key == nil {
 		return nil, fail("Key is nil: every rule needs a key function (keyfunc.Method() limits all callers together)")
 	}
+	if err := keyfunc.Validate(r.Key); err != nil {
+		return nil, fail("Key: %w", err)
+	}
 	for _, m := range r.Methods {
 		if err := validatePattern(m); err != nil {
 			return nil, fail("%w", err)

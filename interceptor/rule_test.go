@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
 )
 
 // nopStore fails every decision; New never calls it. Methods other than
@@ -118,6 +119,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		want  string // substring of the error
 	}{
 		{"no store", []Option{WithRules(ok)}, nil, "store is nil"},
+		{"typed nil store", []Option{WithRules(ok)}, (*store.Memory)(nil), "store is nil"},
+		{"typed nil local store", []Option{WithRules(ok), WithLocalStore((*store.Memory)(nil))}, nopStore{}, "the local store (WithLocalStore) is nil"},
 		{"no rules", nil, nopStore{}, "no rules"},
 		{"empty name", []Option{WithRules(with(func(r *Rule) { r.Name = "" }))}, nopStore{}, "rule 0: Name is empty"},
 		{"control char", []Option{WithRules(with(func(r *Rule) { r.Name = "a\x00b" }))}, nopStore{}, "control character"},
@@ -125,6 +128,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"bad utf8", []Option{WithRules(with(func(r *Rule) { r.Name = "\xff" }))}, nopStore{}, "UTF-8"},
 		{"duplicate", []Option{WithRules(ok, testRule("r", "/x.Y/Z"))}, nopStore{}, `rule "r": the name is used by an earlier rule`},
 		{"nil key", []Option{WithRules(with(func(r *Rule) { r.Key = nil }))}, nopStore{}, `rule "r": Key is nil`},
+		{"bad header", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Metadata("X Tenant") }))}, nopStore{}, `rule "r": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key`},
+		{"empty constant", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Constant("") }))}, nopStore{}, `rule "r": Key: keyfunc.Constant: the value is 0 bytes`},
+		{"nil context key", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Context(nil) }))}, nopStore{}, `rule "r": Key: keyfunc.Context: the key is nil`},
+		{"empty join", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Join() }))}, nopStore{}, `rule "r": Key: keyfunc.Join: no Func given`},
+		{"nil in first-of", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.FirstOf(keyfunc.Peer(), nil) }))}, nopStore{}, `rule "r": Key: keyfunc.FirstOf: Func 1: keyfunc: the Func is nil`},
 		{"bad limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Fixed(tollgate.Limit{Rate: 0, Period: time.Second}) }))}, nopStore{}, `rule "r": Limits[0]:`},
 		{"cost above capacity", []Option{WithRules(with(func(r *Rule) { r.Cost = 11 }))}, nopStore{}, `rule "r": Limits[0]: cost 11 exceeds the capacity 10`},
 		{"settle in-flight only", []Option{WithRules(with(func(r *Rule) {

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // SetRules swaps the rules whole: a rule that keeps its name keeps its
@@ -48,6 +49,12 @@ func TestSetRules(t *testing.T) {
 	}
 	if rs := u.l.Rules(); len(rs) != 1 || !slices.Equal(rs[0].Methods, wider.Methods) {
 		t.Fatalf("Rules after a rejected SetRules = %+v, want the rules before it", rs)
+	}
+	badKey := perTenant()
+	badKey.Key = keyfunc.Metadata("X Tenant")
+	const wantErr = `interceptor: rule "per-tenant": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key (0-9 a-z - _ .)`
+	if err := u.l.SetRules(badKey); err == nil || err.Error() != wantErr {
+		t.Fatalf("SetRules with a bad header: %v, want %q", err, wantErr)
 	}
 
 	renamed := perTenant()

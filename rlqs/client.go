@@ -103,7 +103,7 @@ func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client,
 		opt(&o)
 	}
 	switch {
-	case conn == nil:
+	case check.Nil(conn):
 		return nil, errors.New("rlqs: the connection is nil")
 	case domain == "":
 		return nil, errors.New("rlqs: the domain is empty")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -171,5 +172,8 @@ func TestClientBadOptions(t *testing.T) {
 	}
 	if _, err := rlqs.New(conn, ""); err == nil {
 		t.Error("an empty domain: no error")
+	}
+	if _, err := rlqs.New((*grpc.ClientConn)(nil), "services"); err == nil {
+		t.Error("a typed nil connection: no error")
 	}
 }

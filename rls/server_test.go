@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rls"
+	"github.com/tollgate/tollgate/store"
 )
 
 const limitsYAML = `
@@ -377,6 +378,12 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := rls.NewServer(nil); err == nil {
 		t.Error("nil store: no error")
+	}
+	if _, err := rls.NewServer((*store.Memory)(nil)); err == nil {
+		t.Error("typed nil store: no error")
+	}
+	if _, err := rls.NewQuotaServer(nil); err == nil {
+		t.Error("nil server: no error")
 	}
 }
 

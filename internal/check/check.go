@@ -1,11 +1,13 @@
 // Package check holds the validation the stores and the interceptor share
 // beyond the vocabulary's Validate methods: a request normalized for a
-// decision, a settlement's bounds, a request id alone. Every error wraps
-// tollgate.ErrInvalidRequest, worded as the Validate methods word theirs.
+// decision, a settlement's bounds, a request id alone, a constructor's
+// argument that is nil. Every error wraps tollgate.ErrInvalidRequest,
+// worded as the Validate methods word theirs.
 package check
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -69,4 +71,19 @@ var idLimit = tollgate.Limit{Rate: 1, Period: time.Second}
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{tollgate.ErrInvalidRequest}, args...)...)
+}
+
+// Nil reports whether v is nil or an interface holding a nil pointer, map,
+// slice, channel or function: a typed nil (var m *store.Memory passed as a
+// tollgate.Store) is not == nil, yet every method call on it fails. The
+// constructors taking a store or a client refuse both with an error.
+func Nil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
