@@ -126,20 +126,20 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 		out := &adminv1.Rule{
 			Name:          r.Name,
 			Methods:       r.Methods,
-			DynamicLimits: r.Limits.PerCaller(),
+			DynamicLimits: r.Limits.IsPerCaller(),
 			FailMode:      r.FailMode.String(),
 			Shadow:        r.Shadow,
 			Replaces:      r.Replaces,
-			MaxInFlight:   r.MaxInFlight,
+			MaxInFlight:   r.InFlight.Max,
 		}
-		for _, l := range r.Limits.Fixed() {
+		for _, l := range r.Limits.List() {
 			out.Limits = append(out.Limits, l.String())
 		}
 		if len(out.Limits) > 0 || out.DynamicLimits {
 			out.Cost = max(r.Cost, 1)
 		}
-		if r.PerMessage != nil {
-			out.PerMessage = r.PerMessage.String()
+		if l, ok := r.PerMessage.Limit(); ok {
+			out.PerMessage = l.String()
 		}
 		resp.Rules = append(resp.Rules, out)
 	}

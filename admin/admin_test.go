@@ -273,9 +273,9 @@ func TestNilLimiterIsAnError(t *testing.T) {
 
 // A rule that only bounds calls in flight is described by its seats, as
 // Limiter.Peek describes it: GetQuota says how many are held and free, with
-// no rate limit, and ListRules gives its MaxInFlight.
+// no rate limit, and ListRules gives its InFlight.Max.
 func TestAdminInFlightRule(t *testing.T) {
-	rule := interceptor.Rule{Name: "exports", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 2}
+	rule := interceptor.Rule{Name: "exports", Key: keyfunc.Metadata("x-tenant"), InFlight: interceptor.InFlight{Max: 2}}
 	l, err := interceptor.New(newMemory(t), interceptor.WithRules(rule))
 	if err != nil {
 		t.Fatal(err)

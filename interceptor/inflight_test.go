@@ -17,11 +17,10 @@ import (
 // between renewals.
 func oneInFlight(ttl time.Duration) interceptor.Rule {
 	return interceptor.Rule{
-		Name:        "in-flight",
-		Methods:     []string{echo.SayMethod},
-		Key:         keyfunc.Metadata(tenantHeader),
-		MaxInFlight: 1,
-		SeatTimeout: ttl,
+		Name:     "in-flight",
+		Methods:  []string{echo.SayMethod},
+		Key:      keyfunc.Metadata(tenantHeader),
+		InFlight: interceptor.InFlight{Max: 1, SeatTimeout: ttl},
 	}
 }
 

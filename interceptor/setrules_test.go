@@ -82,20 +82,18 @@ func TestRulesIsADeepCopy(t *testing.T) {
 	r.Methods = []string{echo.SayMethod, echo.CountMethod}
 	fixed := []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}
 	r.Limits = interceptor.Fixed(fixed...)
-	r.LocalLimit = &local
-	r.FailMode = interceptor.FailLocal
-	u := newUnit(t, interceptor.WithRules(r))
-	r.Methods[0], fixed[0], local.Rate = "/x.Y/Z", tollgate.PerHour(1000), 1000
+	r.FailMode = interceptor.FailLocalAt(local)
+	u := newUnit(t, interceptor.WithRules(r), interceptor.WithLocalStore(newMemory(t)))
+	r.Methods[0], fixed[0] = "/x.Y/Z", tollgate.PerHour(1000)
 
 	got := u.l.Rules()
 	got[0].Methods[1] = "/x.Y/Z"
-	got[0].Limits.Fixed()[1] = tollgate.PerHour(1000)
-	got[0].LocalLimit.Rate = 1000
+	got[0].Limits.List()[1] = tollgate.PerHour(1000)
 	again := u.l.Rules()[0]
-	if !slices.Equal(again.Methods, []string{echo.SayMethod, echo.CountMethod}) ||
-		!slices.Equal(again.Limits.Fixed(), []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}) ||
-		*again.LocalLimit != tollgate.PerHour(1) {
-		t.Fatalf("Rules = %+v, LocalLimit %v: a write into a copy reached the Limiter", again, *again.LocalLimit)
+	if at, _ := again.FailMode.LocalLimit(); !slices.Equal(again.Methods, []string{echo.SayMethod, echo.CountMethod}) ||
+		!slices.Equal(again.Limits.List(), []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}) ||
+		at != tollgate.PerHour(1) {
+		t.Fatalf("Rules = %+v, FailLocalAt %v: a write into a copy reached the Limiter", again, at)
 	}
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)

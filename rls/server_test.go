@@ -156,7 +156,7 @@ func TestShadowNeverBlocks(t *testing.T) {
 // TestGlobalShadowMode: everything is decided and debited, nothing refused.
 func TestGlobalShadowMode(t *testing.T) {
 	b := backends()[0]
-	e := newEnv(t, b, []string{limitsYAML}, rls.WithShadowMode(true))
+	e := newEnv(t, b, []string{limitsYAML}, rls.WithShadow())
 	// As in envoyproxy/ratelimit, only the overall code is forced to OK:
 	// the statuses still say which descriptor was over.
 	for i := range 4 {
@@ -298,7 +298,7 @@ func (f *failingStore) AllowAll(ctx context.Context, reqs []tollgate.Request) ([
 	return nil, fmt.Errorf("connection refused")
 }
 
-// TestFailPolicy: FailError answers Unavailable so that Envoy's
+// TestFailPolicy: FailClosed answers Unavailable so that Envoy's
 // failure_mode_deny decides; FailOpen answers OK. The breaker stops asking
 // a store that keeps failing.
 func TestFailPolicy(t *testing.T) {
@@ -315,7 +315,7 @@ func TestFailPolicy(t *testing.T) {
 	}
 	for range 10 {
 		if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
-			t.Fatalf("FailError: %v, want Unavailable", err)
+			t.Fatalf("FailClosed: %v, want Unavailable", err)
 		}
 	}
 	if got := st.calls.Load(); got != 3 {
@@ -443,16 +443,16 @@ func TestRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x")}}
-	for _, mode := range []rls.FailMode{rls.FailError, rls.FailOpen} {
+	for _, mode := range []rls.FailMode{rls.FailClosed, rls.FailOpen} {
 		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithFailMode(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp, err := srv.ShouldRateLimit(context.Background(), req)
 		switch mode {
-		case rls.FailError:
+		case rls.FailClosed:
 			if status.Code(err) != codes.Unavailable {
-				t.Fatalf("FailError with Redis down: %v, %v; want Unavailable", resp, err)
+				t.Fatalf("FailClosed with Redis down: %v, %v; want Unavailable", resp, err)
 			}
 		case rls.FailOpen:
 			if err != nil || resp.OverallCode != ok {
