@@ -177,3 +177,35 @@ func TestClientBadOptions(t *testing.T) {
 		t.Error("a typed nil connection: no error")
 	}
 }
+
+// A malformed settlement is refused with an error wrapping
+// tollgate.ErrInvalidRequest, as every store refuses it; a set whose
+// lengths disagree panicked.
+func TestSettleValidation(t *testing.T) {
+	c := newClient(t, quotaServer(t, newMemory(t)), rlqs.WithFirstAssignmentWait(5*time.Second))
+	ctx := context.Background()
+	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
+	d, err := c.Allow(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("admission: %+v, %v", d, err)
+	}
+	adm := d.Admission()
+	for name, call := range map[string]func() error{
+		"lengths": func() error {
+			_, err := c.SettleAll(ctx, []tollgate.Request{req, req}, []tollgate.Admission{adm}, []int64{1, 1})
+			return err
+		},
+		"empty":         func() error { _, err := c.SettleAll(ctx, nil, nil, nil); return err },
+		"negative cost": func() error { _, err := c.Settle(ctx, req, adm, -1); return err },
+		"overdrawn": func() error {
+			bad := req
+			bad.Overdraw = true
+			_, err := c.Settle(ctx, bad, adm, 1)
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: %v, want an error wrapping ErrInvalidRequest", name, err)
+		}
+	}
+}

@@ -57,6 +57,30 @@ func Settle(req tollgate.Request, cost int64) (tollgate.Request, error) {
 	return req, nil
 }
 
+// SettleSet checks a set for tollgate.Settler.SettleAll (a set of one for
+// Settle): 1 to tollgate.MaxAllowAll requests, one admission and one cost
+// each, every request and cost as Settle checks them. It returns the
+// requests normalized.
+func SettleSet(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Request, error) {
+	switch {
+	case len(reqs) == 0:
+		return nil, invalid("SettleAll needs at least one request")
+	case len(reqs) > tollgate.MaxAllowAll:
+		return nil, invalid("SettleAll takes at most %d requests, got %d", tollgate.MaxAllowAll, len(reqs))
+	case len(admitted) != len(reqs) || len(costs) != len(reqs):
+		return nil, invalid("SettleAll takes one admission and one cost per request: %d requests, %d admissions, %d costs", len(reqs), len(admitted), len(costs))
+	}
+	out := make([]tollgate.Request, len(reqs))
+	for i, req := range reqs {
+		n, err := Settle(req, costs[i])
+		if err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
 // RequestID reports whether id can be a tollgate.Request's RequestID: at
 // most tollgate.MaxRequestIDLen bytes of printable ASCII (0x21 to 0x7e).
 // The empty id is valid and means "no id". It is the check a request
