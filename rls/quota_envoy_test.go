@@ -97,9 +97,7 @@ func TestQuotaEnvoyLikeDataPlanes(t *testing.T) {
 								p.report(clock.Now())
 							}
 						} else {
-							for reb.Streams() < len(s.planes) {
-								time.Sleep(time.Millisecond)
-							}
+							reb.AwaitStreams(t, len(s.planes))
 							reb.Tick()
 							for _, p := range s.planes {
 								p.receive(clock.Now())
