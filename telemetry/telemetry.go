@@ -36,7 +36,7 @@ const (
 	MetricSettledUnits = "tollgate.settled.units"
 )
 
-// Metrics of in-flight seats (interceptor.Rule.MaxInFlight). Before v1
+// Metrics of in-flight seats (interceptor.Rule.InFlight). Before v1
 // they were tollgate.slots, tollgate.slot.hold and tollgate.slot.wait.
 const (
 	// MetricSeats counts in-flight seat events ({event}), with the
