@@ -325,7 +325,7 @@ func TestStreamLimits(t *testing.T) {
 	shape := tollgate.Limit{Rate: 10, Period: time.Second, Burst: 1} // one message every 100ms
 	rules := []interceptor.Rule{
 		{Name: "chat " + redistest.KeyPrefix(t), Methods: []string{echo.ChatMethod}, Key: keyfunc.Metadata(tenantHeader),
-			Limits: interceptor.Fixed(tollgate.PerHour(2)), PerMessage: &police},
+			Limits: interceptor.Fixed(tollgate.PerHour(2)), PerMessage: interceptor.Police(police)},
 		{Name: "count " + redistest.KeyPrefix(t), Methods: []string{echo.CountMethod}, Key: keyfunc.Metadata(tenantHeader),
 			Limits: interceptor.Fixed(tollgate.PerHour(1))},
 	}
@@ -368,7 +368,7 @@ func TestStreamLimits(t *testing.T) {
 	}
 
 	// Shape: a second server whose Chat rule shapes.
-	rules[0].Name, rules[0].PerMessage, rules[0].StreamMode = "shaped "+redistest.KeyPrefix(t), &shape, interceptor.Shape
+	rules[0].Name, rules[0].PerMessage = "shaped "+redistest.KeyPrefix(t), interceptor.Shape(shape, 0)
 	c = serve(t, limiter(t, redisStore(t), interceptor.WithRules(rules[0])), &echo.Server{}, nil)
 	chatStream, err = c.Chat(tenant("a"))
 	if err != nil {

@@ -20,10 +20,11 @@ type Seat struct {
 	// least 1ms): the store frees it then by itself, so a caller that
 	// crashed holds it no longer.
 	TTL time.Duration
-	// Held, for ReleaseSeat, is how long the caller held the seat (0 for
+	// Hold, for ReleaseSeat, is how long the caller held the seat (0 for
 	// unknown, or a call that never ran): the store keeps a recent mean of
-	// the identity's hold times, fleet-wide, which AcquireSeat reports.
-	Held time.Duration
+	// the identity's hold times, fleet-wide, which AcquireSeat reports
+	// (SeatDecision.Hold).
+	Hold time.Duration
 }
 
 // SeatDecision is a store's answer to AcquireSeat.
@@ -39,7 +40,7 @@ type SeatDecision struct {
 	// expires: the latest a seat frees up if nobody releases one sooner.
 	RetryAfter time.Duration
 	// Hold is, when denied, the recent mean time the identity's seats were
-	// held, as every caller that released one reported it (Seat.Held); 0
+	// held, as every caller that released one reported it (Seat.Hold); 0
 	// when none did lately. A seat usually frees up about then.
 	Hold time.Duration
 }
@@ -102,6 +103,6 @@ type SeatSettler interface {
 	Settler
 	// SettleAllAndRelease settles reqs as SettleAll does (none: nothing
 	// to settle; the answers are then empty) and then releases the seats
-	// of release, reporting each seat's Held.
+	// of release, reporting each seat's Hold.
 	SettleAllAndRelease(ctx context.Context, reqs []Request, admitted []Admission, costs []int64, release []Seat) ([]Decision, error)
 }

@@ -1,6 +1,6 @@
 package tollgate_test
 
-// In-flight limits (Rule.MaxInFlight) across replicas sharing one store.
+// In-flight limits (Rule.InFlight) across replicas sharing one store.
 
 import (
 	"context"
@@ -28,11 +28,10 @@ import (
 // inFlightRule bounds one tenant's calls of every method to max at once.
 func inFlightRule(t *testing.T, max int64, seatTimeout time.Duration) interceptor.Rule {
 	return interceptor.Rule{
-		Name:        "in-flight " + redistest.KeyPrefix(t),
-		Methods:     []string{echo.AllMethods},
-		Key:         keyfunc.Metadata(tenantHeader),
-		MaxInFlight: max,
-		SeatTimeout: seatTimeout,
+		Name:     "in-flight " + redistest.KeyPrefix(t),
+		Methods:  []string{echo.AllMethods},
+		Key:      keyfunc.Metadata(tenantHeader),
+		InFlight: interceptor.InFlight{Max: max, SeatTimeout: seatTimeout},
 	}
 }
 
@@ -131,7 +130,7 @@ func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string
 }
 
 // A replica whose handlers never return, stopped with its calls still
-// running, frees their seats once they expire (the rule's SeatTimeout, as
+// running, frees their seats once they expire (the rule's InFlight.SeatTimeout, as
 // the calls have no deadline): another replica then admits.
 func TestInFlightSeatsOfAStoppedReplicaExpire(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {

@@ -73,7 +73,7 @@ func TestSetRulesRefusesBadRules(t *testing.T) {
 	if err := l.SetRules(); err == nil {
 		t.Fatal("SetRules() with no rules = nil, want an error")
 	}
-	if got := l.Rules(); len(got) != 1 || !slices.Equal(got[0].Limits.Fixed(), r.Limits.Fixed()) {
+	if got := l.Rules(); len(got) != 1 || !slices.Equal(got[0].Limits.List(), r.Limits.List()) {
 		t.Fatalf("rules after refused swaps = %v, want the first rule unchanged", got)
 	}
 	if _, _, err := say(tenant("a"), c); err != nil {

@@ -32,7 +32,7 @@ func scriptCalls(t *testing.T, s *redistest.Server) int64 {
 	return n
 }
 
-// A rule with a rate, MaxInFlight and Settle costs Redis at most one
+// A rule with a rate, an in-flight bound and Settle costs Redis at most one
 // script call before the handler (the seat and the debit together) and one
 // after (the settlement and the release together): counted by Redis's
 // commandstats over 200 sequential calls, on a single node, through
@@ -64,7 +64,7 @@ func TestOneScriptCallBeforeAndOneAfter(t *testing.T) {
 			client, servers := tc.client(t)
 			st := newRedis(t, client)
 			r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 1_000_000, Period: 24 * time.Hour})
-			r.Cost, r.Settle, r.MaxInFlight = 100, interceptor.SettleReported, 4
+			r.Cost, r.Settle, r.InFlight.Max = 100, interceptor.SettleReported, 4
 			l := limiter(t, st, interceptor.WithRules(r))
 			c := serve(t, l, &echo.Server{Before: reporting}, nil)
 			if _, _, err := say(costing("a", 7), c); err != nil {
@@ -108,5 +108,5 @@ func TestOneScriptCallBeforeAndOneAfter(t *testing.T) {
 // counted24h is what r's day window counted for who: used plus owed.
 func counted24h(t *testing.T, st tollgate.Store, r interceptor.Rule, who string) int64 {
 	q := peekOne(t, limiter(t, st, interceptor.WithRules(r)), r.Name, interceptor.Caller{Value: who}, 24*time.Hour)
-	return r.Limits.Fixed()[0].Rate - q.Available + q.Decision.Debt
+	return r.Limits.List()[0].Rate - q.Available + q.Decision.Debt
 }

@@ -143,7 +143,7 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 				}
 			}
 			if admins != nil {
-				if _, err := st.(tollgate.Settler).Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limits.Fixed()[0], RequestID: "p"}, tollgate.Admission{}, 0); err == nil {
+				if _, err := st.(tollgate.Settler).Settle(context.Background(), tollgate.Request{Key: "a", Limit: r.Limits.List()[0], RequestID: "p"}, tollgate.Admission{}, 0); err == nil {
 					t.Fatal("Redis took a write: the test proves nothing")
 				}
 			}
@@ -210,7 +210,7 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 }
 
 // A client on go-redis's default options (no ContextTimeoutEnabled), a
-// store deadline of 50ms, a fail-closed rule with MaxInFlight, Redis
+// store deadline of 50ms, a fail-closed rule with an in-flight bound, Redis
 // paused 2s: the call is refused UNAVAILABLE within 100ms of the deadline.
 func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
 	srv := redistest.Start(t)
@@ -218,7 +218,7 @@ func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	st := newRedis(t, client)
 	r := rule(t, tollgate.PerSecond(1000))
-	r.MaxInFlight, r.FailMode = 4, interceptor.FailClosed
+	r.InFlight.Max, r.FailMode = 4, interceptor.FailClosed
 	const deadline = 50 * time.Millisecond
 	l := limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(deadline))
 	c := serve(t, l, &echo.Server{}, nil)

@@ -10,7 +10,8 @@
 //
 // Time is always the store's: the Redis store reads the Redis server clock
 // inside the script, never the caller's clock. Quantities are integers:
-// time in microseconds, tokens in thousandths of a token, so nothing drifts.
+// time in whole microseconds (GCRA keeps an arrival time's fraction of a
+// microsecond in 1/Rate units) and tokens in whole units, so nothing drifts.
 package tollgate
 
 import (

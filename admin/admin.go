@@ -10,12 +10,15 @@
 // never on the public port:
 //
 //	adminSrv := grpc.NewServer(grpc.ChainUnaryInterceptor(requireAdmin))
-//	admin.Register(adminSrv, limiter)
+//	if err := admin.Register(adminSrv, limiter); err != nil {
+//		log.Fatal(err)
+//	}
 //	go adminSrv.Serve(adminListener)
 package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,18 +33,31 @@ import (
 	"github.com/tollgate/tollgate"
 	adminv1 "github.com/tollgate/tollgate/admin/v1"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
-// Register registers the admin service of l on s.
-func Register(s grpc.ServiceRegistrar, l *interceptor.Limiter) {
-	adminv1.RegisterAdminServer(s, NewServer(l))
+// Register registers the admin service of l on s. A nil s or l is an
+// error.
+func Register(s grpc.ServiceRegistrar, l *interceptor.Limiter) error {
+	if check.Nil(s) {
+		return errors.New("admin: the server to register on is nil")
+	}
+	srv, err := NewServer(l)
+	if err != nil {
+		return err
+	}
+	adminv1.RegisterAdminServer(s, srv)
+	return nil
 }
 
 // NewServer returns the admin service of l, for servers that register it
-// themselves.
-func NewServer(l *interceptor.Limiter) adminv1.AdminServer {
-	return &server{l: l}
+// themselves. A nil l is an error.
+func NewServer(l *interceptor.Limiter) (adminv1.AdminServer, error) {
+	if l == nil {
+		return nil, errors.New("admin: the Limiter is nil")
+	}
+	return &server{l: l}, nil
 }
 
 type server struct {
@@ -61,8 +77,15 @@ func (s *server) GetQuota(ctx context.Context, req *adminv1.GetQuotaRequest) (*a
 	}
 	resp := &adminv1.GetQuotaResponse{}
 	for _, q := range qs {
-		if q.Blocked {
+		switch {
+		case q.Blocked:
 			resp.Quotas = append(resp.Quotas, &adminv1.Quota{Blocked: true, Cost: q.Cost, ExpiresIn: expiresIn(q.Expires)})
+			continue
+		case q.InFlight:
+			resp.Quotas = append(resp.Quotas, &adminv1.Quota{
+				InFlight: true, InUse: q.InUse, MaxInFlight: q.MaxInFlight, Available: q.Available,
+				Cost: q.Cost, Allowed: q.Decision.Allowed, RetryAfter: positive(q.Decision.RetryAfter),
+			})
 			continue
 		}
 		resp.Quotas = append(resp.Quotas, &adminv1.Quota{
@@ -103,17 +126,20 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 		out := &adminv1.Rule{
 			Name:          r.Name,
 			Methods:       r.Methods,
-			DynamicLimits: r.Limits.PerCaller(),
+			DynamicLimits: r.Limits.IsPerCaller(),
 			FailMode:      r.FailMode.String(),
 			Shadow:        r.Shadow,
 			Replaces:      r.Replaces,
-			Cost:          max(r.Cost, 1),
+			MaxInFlight:   r.InFlight.Max,
 		}
-		for _, l := range r.Limits.Fixed() {
+		for _, l := range r.Limits.List() {
 			out.Limits = append(out.Limits, l.String())
 		}
-		if r.PerMessage != nil {
-			out.PerMessage = r.PerMessage.String()
+		if len(out.Limits) > 0 || out.DynamicLimits {
+			out.Cost = max(r.Cost, 1)
+		}
+		if l, ok := r.PerMessage.Limit(); ok {
+			out.PerMessage = l.String()
 		}
 		resp.Rules = append(resp.Rules, out)
 	}
@@ -181,6 +207,14 @@ func (s *server) ListOverrides(ctx context.Context, req *adminv1.ListOverridesRe
 		resp.Overrides = append(resp.Overrides, out)
 	}
 	return resp, nil
+}
+
+// positive is d, unset when it is 0 or less.
+func positive(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }
 
 // expiresIn is the time left until t, unset for a zero t (never).

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -68,7 +69,7 @@ func TestAdmin(t *testing.T) {
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, &echo.Server{}) },
 				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
-			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { admin.Register(s, l) }, nil))
+			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { mustRegister(t, s, l) }, nil))
 			ctx := context.Background()
 
 			rules, err := a.ListRules(ctx, &adminv1.ListRulesRequest{})
@@ -151,7 +152,7 @@ func TestAdminOverrides(t *testing.T) {
 			t.Cleanup(func() { _ = l.Close(context.Background()) })
 			c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) { echo.Register(s, &echo.Server{}) },
 				[]grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
-			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { admin.Register(s, l) }, nil))
+			a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { mustRegister(t, s, l) }, nil))
 			ctx := context.Background()
 			value := func(v string) *adminv1.Caller { return &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: v}} }
 
@@ -240,5 +241,81 @@ func TestAdminOverrides(t *testing.T) {
 				t.Errorf("ListOverrides after the refused changes = %v, %v; want vip's alone", list, err)
 			}
 		})
+	}
+}
+
+// mustRegister registers l's admin service on s.
+func mustRegister(t *testing.T, s *grpc.Server, l *interceptor.Limiter) {
+	t.Helper()
+	if err := admin.Register(s, l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A nil Limiter, or a nil server to register on, is an error, never a
+// panic at the first request.
+func TestNilLimiterIsAnError(t *testing.T) {
+	if _, err := admin.NewServer(nil); err == nil {
+		t.Error("NewServer(nil): no error")
+	}
+	if err := admin.Register(grpc.NewServer(), nil); err == nil {
+		t.Error("Register(s, nil): no error")
+	}
+	l, err := interceptor.New(newMemory(t), interceptor.WithRules(interceptor.Rule{Name: "r", Key: keyfunc.Method(), Limits: interceptor.Fixed(tollgate.PerSecond(1))}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	if err := admin.Register((*grpc.Server)(nil), l); err == nil {
+		t.Error("Register(typed nil server, l): no error")
+	}
+}
+
+// A rule that only bounds calls in flight is described by its seats, as
+// Limiter.Peek describes it: GetQuota says how many are held and free, with
+// no rate limit, and ListRules gives its InFlight.Max.
+func TestAdminInFlightRule(t *testing.T) {
+	rule := interceptor.Rule{Name: "exports", Key: keyfunc.Metadata("x-tenant"), InFlight: interceptor.InFlight{Max: 2}}
+	l, err := interceptor.New(newMemory(t), interceptor.WithRules(rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	started, finish := make(chan struct{}), make(chan struct{})
+	c := echo.NewClient(grpctest.Serve(t, func(s *grpc.Server) {
+		echo.Register(s, &echo.Server{Before: func(context.Context, string) error {
+			started <- struct{}{}
+			<-finish
+			return nil
+		}})
+	}, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}))
+	a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { mustRegister(t, s, l) }, nil))
+	ctx := context.Background()
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Say(metadata.AppendToOutgoingContext(ctx, "x-tenant", "acme"), wrapperspb.String("hi"))
+		done <- err
+	}()
+	<-started
+	q, err := a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: "exports", Caller: &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: "acme"}}})
+	close(finish)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &adminv1.Quota{InFlight: true, InUse: 1, MaxInFlight: 2, Available: 1, Cost: 1, Allowed: true}
+	if got := q.GetQuotas(); len(got) != 1 || !proto.Equal(got[0], want) {
+		t.Errorf("GetQuota = %v, want only %v", q, want)
+	}
+	rules, err := a.ListRules(ctx, &adminv1.ListRulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRule := &adminv1.Rule{Name: "exports", FailMode: "open", MaxInFlight: 2}
+	if got := rules.GetRules(); len(got) != 1 || !proto.Equal(got[0], wantRule) {
+		t.Errorf("ListRules = %v, want only %v", rules, wantRule)
 	}
 }

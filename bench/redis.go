@@ -23,15 +23,23 @@ type Server struct {
 	proc *process
 }
 
-// StartRedis starts redis-server on a free loopback port, without
-// persistence, in a new temporary directory, and returns once it answers
-// PING. extraArgs are passed to redis-server. Close stops it. The process
-// gets SIGKILL from the kernel if this process dies first, so it never
-// outlives the measurement.
+// StartRedis starts redis-server (or the binary REDIS_SERVER names, as
+// the tests' servers: valkey-server for Valkey) on a free loopback port,
+// without persistence, in a new temporary directory, and returns once it
+// answers PING. extraArgs are passed to the server. Close stops it. The
+// process gets SIGKILL from the kernel if this process dies first, so it
+// never outlives the measurement.
 func StartRedis(extraArgs ...string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	name := os.Getenv("REDIS_SERVER")
+	if name == "" {
+		name = "redis-server"
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil && name == "redis-server" {
 		return nil, errors.New(InstallHint)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_SERVER=%s: %w", name, err)
 	}
 	ports, err := freePorts(1)
 	if err != nil {

@@ -36,7 +36,7 @@ type check struct {
 	// refused and waits describe the store call the check was decided in:
 	// the set was refused, and some decision of the set named a wait.
 	refused, waits bool
-	// seat is the in-flight seat of a rule with MaxInFlight; nil without.
+	// seat is the in-flight seat of a rule with InFlight; nil without.
 	seat *seatCheck
 	// overridesErr: the overrides could not be confirmed fresh, so the
 	// check is decided by its rule's FailMode (run).

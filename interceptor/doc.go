@@ -22,10 +22,10 @@
 //
 // When the store fails or exceeds its deadline (WithStoreTimeout), each
 // rule's FailMode decides: admit, refuse with codes.Unavailable, or decide
-// in process under a per-replica cap. Across the rules of one call, a
-// fail-closed refusal wins over fail-local decisions, which win over
-// fail-open admissions. A circuit breaker (WithBreaker) stops waiting on a
-// store that keeps failing.
+// in process under a per-replica cap (on the store WithLocalStore gives).
+// Across the rules of one call, a fail-closed refusal wins over fail-local
+// decisions, which win over fail-open admissions. A circuit breaker
+// (WithBreaker) stops waiting on a store that keeps failing.
 //
 // Limiter.Peek and Limiter.Reset read and restore a caller's quota under a
 // rule; Limiter.SetOverride and Limiter.Block change one caller's limits on

@@ -40,6 +40,10 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	local, err := store.NewMemory() // where FailLocal rules decide while Redis is down
+	if err != nil {
+		log.Fatal(err)
+	}
 	limiter, err := interceptor.New(st,
 		interceptor.WithRules(
 			interceptor.Rule{
@@ -57,6 +61,7 @@ func ExampleNew() {
 				FailMode:     interceptor.FailOpen,
 			},
 		),
+		interceptor.WithLocalStore(local),
 		interceptor.WithReplicas(40),                      // FailLocal: 100/s across 40 replicas is 3/s each
 		interceptor.WithStoreTimeout(50*time.Millisecond), // the default
 	)

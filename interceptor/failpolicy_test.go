@@ -68,7 +68,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r.FailMode = tc.mode
 			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
 			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
-				interceptor.WithReplicas(2), // FailLocal: 4 an hour across 2 replicas is 2 here
+				interceptor.WithReplicas(2), interceptor.WithLocalStore(newMemory(t)), // FailLocal: 4 an hour across 2 replicas is 2 here
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
 				interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
 			c := serve(t, l)

@@ -166,15 +166,15 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 	local := tollgate.PerHour(faultLocalCap)
 	var targets []*faultTarget
 	var clients []func(ctx context.Context) rpcRecord
-	for _, mode := range []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocal} {
+	for _, mode := range []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocalAt(local)} {
 		st := &observedStore{Store: newRedis(t, redisClient(t, srv.Addr()))}
 		// Load the script and open a connection before the clock matters.
 		if _, err := st.Allow(context.Background(), tollgate.Request{Key: "warm-up", Limit: tollgate.PerHour(1)}); err != nil {
 			t.Fatal(err)
 		}
 		r := perTenant()
-		r.Limits, r.FailMode, r.LocalLimit = interceptor.Fixed(tollgate.PerHour(faultStoreCap)), mode, &local
-		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
+		r.Limits, r.FailMode = interceptor.Fixed(tollgate.PerHour(faultStoreCap)), mode
+		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(), interceptor.WithLocalStore(newMemory(t)),
 			interceptor.WithStoreTimeout(faultStoreTimeout),
 			interceptor.WithBreaker(faultBreakerTrips, faultCoolDown)))
 		ft := &faultTarget{mode: mode, store: st}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,22 +14,18 @@ import (
 	"github.com/tollgate/tollgate/telemetry"
 )
 
-// DefaultSeatTimeout is how long an in-flight seat lives when its call has
-// no deadline, or between a stream's renewals, unless WithSeatTimeout or
-// Rule.SeatTimeout say otherwise.
-const DefaultSeatTimeout = 30 * time.Second
-
 // seatMargin is added to a call's deadline for its seat's expiry: the
 // handler may return a little after the deadline, give or take the clocks.
 const seatMargin = time.Second
 
 // inFlight is a plan's in-flight limit: at most max calls of one identity
 // at once (localMax per replica under FailLocal), seats living ttl when
-// the call has no deadline.
+// the call has no deadline, a stream's opening waiting up to streamWait for
+// one.
 type inFlight struct {
-	max, localMax int64
-	ttl           time.Duration
-	header        string // x-ratelimit-limit
+	max, localMax   int64
+	ttl, streamWait time.Duration
+	header          string // x-ratelimit-limit
 	// hold is the recent mean time a seat was held on this replica, in
 	// nanoseconds: the wait a denial suggests (see seatDenial).
 	hold atomic.Int64
@@ -174,6 +168,8 @@ type heldSeat struct {
 	local bool
 	at    time.Time
 
+	// mu guards timer and done, never a store call: the end of the call
+	// (stop) must not wait for a renewal's round trip.
 	mu    sync.Mutex
 	timer timer // nil when the seat is not renewed
 	done  bool
@@ -206,18 +202,27 @@ func (l *Limiter) holdSeat(ctx context.Context, c *check) *heldSeat {
 // two renewals can fail before it expires.
 func renewEvery(ttl time.Duration) time.Duration { return max(ttl/3, time.Millisecond) }
 
-// renew moves the seat's expiry on, for calls that outlive it.
+// renew moves the seat's expiry on, for calls that outlive it. It holds
+// no lock across the store call, so the call's end never waits for it; a
+// renewal that returns after the call ended records nothing (the seat is
+// the sender's to release, and the store renews no released seat).
 func (h *heldSeat) renew() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.done || h.ctx.Err() != nil {
+	stopped, seat := h.done || h.ctx.Err() != nil, h.seat // end writes h.seat once done
+	h.mu.Unlock()
+	if stopped {
 		return
 	}
 	var ok bool
 	err := h.l.seatCall(context.Background(), h.local, func(ctx context.Context) (err error) {
-		ok, err = h.st.RenewSeat(ctx, h.seat)
+		ok, err = h.st.RenewSeat(ctx, seat)
 		return err
 	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return
+	}
 	switch {
 	case err != nil:
 		h.l.recordSeat(context.Background(), h.p, seatRenewFailed)
@@ -228,9 +233,7 @@ func (h *heldSeat) renew() {
 	default:
 		h.l.recordSeat(context.Background(), h.p, seatRenewed)
 	}
-	if !h.done {
-		h.timer.Reset(renewEvery(h.seat.TTL))
-	}
+	h.timer.Reset(renewEvery(h.seat.TTL))
 }
 
 // stop ends the seat's renewals.
@@ -249,7 +252,7 @@ func (h *heldSeat) stop() {
 func (h *heldSeat) end() {
 	h.stop()
 	d := h.l.clk.since(h.at)
-	h.seat.Held = d // the store keeps the fleet's mean from it
+	h.seat.Hold = d // the store keeps the fleet's mean from it
 	h.p.inFlight.held(d)
 	h.l.seatTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(telemetry.AttrRule.String(h.p.rule.Name)))
 }
@@ -305,31 +308,6 @@ func (r *renewals) close() {
 		h.timer.Stop()
 		h.mu.Unlock()
 	}
-}
-
-// newInFlight compiles a rule's in-flight limit; nil without MaxInFlight.
-func newInFlight(r Rule, defaultTTL time.Duration, replicas int64) (*inFlight, error) {
-	switch {
-	case r.MaxInFlight < 0:
-		return nil, fmt.Errorf("MaxInFlight must be >= 0, got %d", r.MaxInFlight)
-	case r.MaxInFlight > tollgate.MaxRate:
-		return nil, fmt.Errorf("MaxInFlight must be at most MaxRate (10^12), got %d", r.MaxInFlight)
-	case r.SeatTimeout < 0:
-		return nil, fmt.Errorf("SeatTimeout must be >= 0, got %s", r.SeatTimeout)
-	case r.MaxInFlight == 0:
-		return nil, nil
-	}
-	ttl := r.SeatTimeout
-	if ttl == 0 {
-		ttl = defaultTTL
-	}
-	if ttl < time.Millisecond {
-		return nil, fmt.Errorf("SeatTimeout is 0 and so is the Limiter's (WithSeatTimeout): a seat of a call without a deadline would never expire")
-	}
-	return &inFlight{
-		max: r.MaxInFlight, localMax: ceilDiv(r.MaxInFlight, replicas), ttl: ttl,
-		header: strconv.FormatInt(r.MaxInFlight, 10),
-	}, nil
 }
 
 // seatOutcome is the value of telemetry.AttrSeatOutcome.

@@ -17,11 +17,10 @@ import (
 // between renewals.
 func oneInFlight(ttl time.Duration) interceptor.Rule {
 	return interceptor.Rule{
-		Name:        "in-flight",
-		Methods:     []string{echo.SayMethod},
-		Key:         keyfunc.Metadata(tenantHeader),
-		MaxInFlight: 1,
-		SeatTimeout: ttl,
+		Name:     "in-flight",
+		Methods:  []string{echo.SayMethod},
+		Key:      keyfunc.Metadata(tenantHeader),
+		InFlight: interceptor.InFlight{Max: 1, SeatTimeout: ttl},
 	}
 }
 
@@ -104,6 +103,43 @@ func TestSeatRenewedRenewFailedLost(t *testing.T) {
 	held := 2*ttl - 1 // every Advance above
 	if n, sum := u.m.histogram(t, telemetry.MetricSeatHold); n != 1 || sum != held.Seconds() {
 		t.Errorf("hold = %d values summing to %gs, want 1 of %gs", n, sum, held.Seconds())
+	}
+}
+
+// A renewal waiting on the store never holds up the end of its call: the
+// call returns, and its seat is released, while the renewal's store call
+// is still out.
+func TestSeatRenewalDoesNotHoldTheCallsEnd(t *testing.T) {
+	const ttl = 3 * time.Second
+	u := newUnit(t, interceptor.WithRules(oneInFlight(ttl)))
+	release, done := u.blocked("a")
+	hold := &renewHold{renewing: make(chan struct{}), release: make(chan struct{})}
+	u.st.holdRenew.Store(hold)
+	advanced := make(chan struct{})
+	go func() {
+		defer close(advanced)
+		u.clk.Advance(ttl / 3) // the renewal runs here and waits on the store
+	}()
+	<-hold.renewing
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the call's end waited for the seat renewal's store call")
+	}
+	u.st.holdRenew.Store(nil)
+	close(hold.release)
+	<-advanced
+	u.flush(t)
+	if got := u.inUse(t, "in-flight", "a"); got != 0 {
+		t.Errorf("in use = %d after the call ended, want 0", got)
+	}
+	seats := u.m.counts(t, telemetry.MetricSeats, telemetry.AttrSeatOutcome)
+	if seats["lost"] != 0 {
+		t.Errorf("seat outcomes %v: a renewal that finds its call ended is not a lost seat", seats)
 	}
 }
 

@@ -13,16 +13,16 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
+	argcheck "github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // Limiter applies rules to gRPC calls. It is safe for concurrent use; make
 // one per server with New and install its interceptors.
 type Limiter struct {
 	store tollgate.Store
-	local tollgate.Store // FailLocal's in-process store
+	local tollgate.Store // FailLocal's in-process store (WithLocalStore); nil without
 	// book holds the rules; SetRules swaps it whole.
 	book atomic.Pointer[rulebook]
 	// mu orders SetRules calls.
@@ -64,8 +64,10 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		o(&c)
 	}
 	switch {
-	case st == nil:
+	case argcheck.Nil(st):
 		return nil, errors.New("interceptor: the store is nil")
+	case c.local != nil && argcheck.Nil(c.local):
+		return nil, errors.New("interceptor: the local store (WithLocalStore) is nil")
 	case c.replicas < 1:
 		return nil, fmt.Errorf("interceptor: replicas must be >= 1, got %d", c.replicas)
 	case c.overrideRefresh <= 0:
@@ -109,11 +111,6 @@ func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("interceptor: creating metrics: %w", err)
 	}
 	l.seatTimeout, l.storeTimeout = c.seatTimeout, c.storeTimeout
-	if l.local == nil {
-		if l.local, err = store.NewMemory(); err != nil {
-			return nil, fmt.Errorf("interceptor: %w", err)
-		}
-	}
 	book, err := l.compile(c.rules)
 	if err != nil {
 		return nil, err
@@ -145,9 +142,17 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)
 		}
-		if r.MaxInFlight > 0 {
+		if r.InFlight.Max > 0 {
 			if _, ok := l.store.(tollgate.SeatStore); !ok {
-				return nil, fmt.Errorf("interceptor: rule %q: MaxInFlight needs a store that bounds calls in flight (tollgate.SeatStore), which %T is not", r.Name, l.store)
+				return nil, fmt.Errorf("interceptor: rule %q: InFlight needs a store that bounds calls in flight (tollgate.SeatStore), which %T is not", r.Name, l.store)
+			}
+		}
+		if r.FailMode.kind == failLocal {
+			if l.local == nil {
+				return nil, fmt.Errorf("interceptor: rule %q: FailLocal needs a local store to decide in: give the Limiter one with WithLocalStore (a store.NewMemory())", r.Name)
+			}
+			if _, ok := l.local.(tollgate.SeatStore); !ok && r.InFlight.Max > 0 {
+				return nil, fmt.Errorf("interceptor: rule %q: InFlight with FailLocal needs a local store that bounds calls in flight (tollgate.SeatStore), which %T is not", r.Name, l.local)
 			}
 		}
 		if err := l.checkSettler(r); err != nil {

@@ -9,7 +9,7 @@ import (
 
 // Limits are a rule's rate limits: the same for every caller (Fixed), or
 // chosen per caller when a call arrives (PerCaller). The zero value is no
-// rate limit, for a rule that only bounds calls in flight (MaxInFlight).
+// rate limit, for a rule that only bounds calls in flight (InFlight).
 type Limits struct {
 	kind      limitsKind
 	fixed     []tollgate.Limit
@@ -49,16 +49,14 @@ func PerCaller(f func(ctx context.Context, key string) ([]tollgate.Limit, error)
 	return Limits{kind: limitsPerCaller, perCaller: f}
 }
 
-// Fixed returns a copy of the limits ls enforces for every caller: those
-// given to the function Fixed, or nil for PerCaller limits and the zero
-// value.
-func (ls Limits) Fixed() []tollgate.Limit {
+// List returns a copy of the limits ls enforces for every caller: those
+// given to Fixed, or nil for PerCaller limits and the zero value.
+func (ls Limits) List() []tollgate.Limit {
 	return slices.Clone(ls.fixed)
 }
 
-// PerCaller reports whether ls are chosen per caller (the function
-// PerCaller).
-func (ls Limits) PerCaller() bool {
+// IsPerCaller reports whether ls are chosen per caller (made by PerCaller).
+func (ls Limits) IsPerCaller() bool {
 	return ls.kind == limitsPerCaller
 }
 

@@ -4,28 +4,29 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
-// TestLimits: Fixed copies what it is given and Fixed() what it returns;
+// TestLimits: Fixed copies what it is given and List what it returns;
 // the zero value and PerCaller have no fixed limits.
 func TestLimits(t *testing.T) {
 	given := []tollgate.Limit{tollgate.PerSecond(1), tollgate.PerHour(10)}
 	ls := Fixed(given...)
 	given[0] = tollgate.PerHour(1000)
-	got := ls.Fixed()
+	got := ls.List()
 	got[1] = tollgate.PerHour(1000)
-	if want := []tollgate.Limit{tollgate.PerSecond(1), tollgate.PerHour(10)}; !slices.Equal(ls.Fixed(), want) || ls.PerCaller() {
-		t.Fatalf("Fixed = %v (per caller %v), want %v", ls.Fixed(), ls.PerCaller(), want)
+	if want := []tollgate.Limit{tollgate.PerSecond(1), tollgate.PerHour(10)}; !slices.Equal(ls.List(), want) || ls.IsPerCaller() {
+		t.Fatalf("List = %v (per caller %v), want %v", ls.List(), ls.IsPerCaller(), want)
 	}
 	pc := PerCaller(func(context.Context, string) ([]tollgate.Limit, error) { return nil, nil })
-	if !pc.PerCaller() || pc.Fixed() != nil {
-		t.Fatalf("PerCaller: per caller %v, fixed %v", pc.PerCaller(), pc.Fixed())
+	if !pc.IsPerCaller() || pc.List() != nil {
+		t.Fatalf("PerCaller: per caller %v, fixed %v", pc.IsPerCaller(), pc.List())
 	}
 	var zero Limits
-	if zero.PerCaller() || zero.Fixed() != nil {
+	if zero.IsPerCaller() || zero.List() != nil {
 		t.Fatal("the zero Limits has limits")
 	}
 }
@@ -62,11 +63,46 @@ func TestLimitsKeepTheirKeys(t *testing.T) {
 	}
 }
 
-// TestFailModeNames: String is the tollgate.fail_mode attribute's value.
+// TestFailModeNames: String is the tollgate.fail_mode attribute's value;
+// FailLocalAt is FailLocal with its cap, which LocalLimit reports.
 func TestFailModeNames(t *testing.T) {
-	for m, want := range map[FailMode]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local", 9: "failmode(9)"} {
+	at := FailLocalAt(tollgate.PerSecond(5))
+	for m, want := range map[FailMode]string{FailOpen: "open", FailClosed: "closed", FailLocal: "local", at: "local", {}: "open"} {
 		if m.String() != want {
-			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
+			t.Errorf("FailMode %+v is %q, want %q", m, m.String(), want)
 		}
+	}
+	if l, ok := at.LocalLimit(); !ok || l != tollgate.PerSecond(5) {
+		t.Errorf("FailLocalAt's LocalLimit = %v, %v", l, ok)
+	}
+	for _, m := range []FailMode{FailOpen, FailClosed, FailLocal} {
+		if _, ok := m.LocalLimit(); ok {
+			t.Errorf("%v has a LocalLimit", m)
+		}
+	}
+	if at == FailLocal || at != FailLocalAt(tollgate.PerSecond(5)) {
+		t.Error("FailLocalAt compares by its cap")
+	}
+}
+
+// TestMessageLimit: Police and Shape say what they hold; Shape's 0 wait
+// is the default.
+func TestMessageLimit(t *testing.T) {
+	l := tollgate.PerSecond(3)
+	var none MessageLimit
+	if _, ok := none.Limit(); ok {
+		t.Error("the zero MessageLimit has a limit")
+	}
+	if got, ok := Police(l).Limit(); !ok || got != l {
+		t.Errorf("Police's Limit = %v, %v", got, ok)
+	}
+	if _, ok := Police(l).MaxWait(); ok {
+		t.Error("Police holds messages back")
+	}
+	if w, ok := Shape(l, 0).MaxWait(); !ok || w != DefaultMaxShapeWait {
+		t.Errorf("Shape(l, 0) waits %s, %v; want the default", w, ok)
+	}
+	if w, ok := Shape(l, time.Second).MaxWait(); !ok || w != time.Second {
+		t.Errorf("Shape(l, 1s) waits %s, %v", w, ok)
 	}
 }

@@ -50,7 +50,7 @@ type planSet struct {
 	plans []*plan
 	// enforcing is how many of plans are not Shadow.
 	enforcing int
-	// owes: some plan's rule has Settle or MaxInFlight, which a call owes
+	// owes: some plan's rule has Settle or InFlight, which a call owes
 	// something once it ends.
 	owes bool
 }

@@ -9,21 +9,22 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/idempotency"
+	"github.com/tollgate/tollgate/internal/storecall"
 )
 
-// Defaults of WithStoreTimeout and WithBreaker.
+// Defaults of WithStoreTimeout and WithBreaker, the same as package rls's.
 const (
 	// DefaultStoreTimeout is how long one store decision may take before the
-	// rule's FailMode applies. It is short on purpose: a decision on a
-	// healthy Redis takes well under a millisecond, and a hung Redis must
+	// rule's FailMode applies (50ms). It is short on purpose: a decision on
+	// a healthy Redis takes well under a millisecond, and a hung Redis must
 	// not hang every RPC.
-	DefaultStoreTimeout = 50 * time.Millisecond
+	DefaultStoreTimeout = storecall.DefaultTimeout
 	// DefaultBreakerFailures consecutive store failures open the circuit
-	// breaker.
-	DefaultBreakerFailures = 5
+	// breaker (5).
+	DefaultBreakerFailures = storecall.DefaultBreakerFailures
 	// DefaultBreakerCoolDown is how long the open breaker keeps calls from
-	// the store before one probes it.
-	DefaultBreakerCoolDown = time.Second
+	// the store before one probes it (1s).
+	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
 )
 
 // Option configures a Limiter.
@@ -99,15 +100,17 @@ func WithBreaker(failures int, coolDown time.Duration) Option {
 }
 
 // WithReplicas says how many replicas share the store. FailLocal rules
-// without a LocalLimit then cap each replica at their limit divided by n
+// (not FailLocalAt) then cap each replica at their limits divided by n
 // (Rate and Burst rounded up), so the fleet stays near its quota while the
 // store is down. The default is 1.
 func WithReplicas(n int) Option {
 	return func(c *config) { c.replicas = int64(n) }
 }
 
-// WithLocalStore sets the in-process store FailLocal rules decide with. The
-// default is a store.Memory private to the Limiter.
+// WithLocalStore sets the in-process store FailLocal rules decide in while
+// the shared store cannot: a store.Memory of its own, not shared with
+// another Limiter or used as a shared store. New refuses a FailLocal rule
+// without one.
 func WithLocalStore(st tollgate.Store) Option {
 	return func(c *config) { c.local = st }
 }
@@ -145,12 +148,12 @@ func WithAdmittedTrailers() Option {
 
 // WithLogger sets where the Limiter logs what it cannot return to a caller:
 // a settlement the store could not take (Rule.Settle), a seat it could not
-// release (Rule.MaxInFlight). The default is slog.Default().
+// release (Rule.InFlight). The default is slog.Default().
 func WithLogger(log *slog.Logger) Option {
 	return func(c *config) { c.logger = log }
 }
 
-// WithSeatTimeout sets how long an in-flight seat (Rule.MaxInFlight) lives
+// WithSeatTimeout sets how long an in-flight seat (Rule.InFlight) lives
 // when its call has no deadline, and between a stream's renewals, for rules
 // whose SeatTimeout is 0 (default DefaultSeatTimeout). A replica that dies
 // holding seats holds them at most this long.

@@ -51,9 +51,9 @@ type Quota struct {
 	// plus Cost when the call would be admitted.
 	Available int64
 	// InFlight reports that this Quota is the rule's in-flight limit
-	// (Rule.MaxInFlight) instead of a rate: Limit is zero, InUse seats of
-	// MaxInFlight are held, Available are free and Decision says whether a
-	// call would get one.
+	// (Rule.InFlight) instead of a rate: Limit is zero, InUse seats of
+	// MaxInFlight (InFlight.Max) are held, Available are free and Decision
+	// says whether a call would get one.
 	InFlight           bool
 	InUse, MaxInFlight int64
 	// Blocked reports that the caller is blocked under the rule
@@ -137,8 +137,10 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 		if it.blocked || req.Limit == (tollgate.Limit{}) {
 			return nil // seats belong to calls still running
 		}
-		if err := l.local.Reset(ctx, req); err != nil {
-			return err
+		if l.local != nil {
+			if err := l.local.Reset(ctx, req); err != nil {
+				return err
+			}
 		}
 		return l.store.Reset(ctx, req)
 	})

@@ -63,8 +63,8 @@ type plan struct {
 	// limits, and PerCaller; one Fixed limit keeps the identity's key as
 	// it is).
 	multi bool
-	// explicitLocal is the rule's LocalLimit where it applies (the call
-	// scope); nil means the limit divided by the replicas.
+	// explicitLocal is the rule's FailLocalAt cap where it applies (the
+	// call scope); nil means the limit divided by the replicas.
 	explicitLocal *tollgate.Limit
 	replicas      int64
 	// priced: Cost and CostFunc apply, and the call's request id is sent.
@@ -173,7 +173,7 @@ func newPlan(r *rule, s scope, limits []tollgate.Limit, choose limitChooser, rep
 	head := r.Name + "\x00" + string(scopeLetter[s])
 	p := &plan{rule: r, scope: s, prefix: head + "k:", anon: head + "a", replicas: replicas, priced: s == scopeCall}
 	if s == scopeCall {
-		p.explicitLocal = r.LocalLimit
+		p.explicitLocal = r.FailMode.explicitLocal()
 		p.multi = r.Limits.kind == limitsPerCaller || len(r.Limits.fixed) > 1
 		p.choose, p.chooser = choose.fn, choose.name
 	}

@@ -183,7 +183,7 @@ func TestFailModesAcrossRules(t *testing.T) {
 			if tc.modes[0] == tc.modes[1] {
 				rs[1].Name = "open2"
 			}
-			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(rs...),
+			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(rs...), interceptor.WithLocalStore(newMemory(t)),
 				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0))
 			c := serve(t, l)
 			admitted := 0
@@ -313,8 +313,8 @@ func TestPerCallerLimits(t *testing.T) {
 // either rule refuses debits neither.
 func TestStreamMessagesUnderTwoRules(t *testing.T) {
 	one, two := tollgate.PerHour(3), tollgate.PerHour(5)
-	a := chatRule(&one, interceptor.Police)
-	b := chatRule(&two, interceptor.Police)
+	a := chatRule(interceptor.Police(one))
+	b := chatRule(interceptor.Police(two))
 	b.Name = "chat2"
 	l := newLimiter(t, newMemory(t), interceptor.WithRules(a, b))
 	c := serve(t, l)

@@ -100,7 +100,7 @@ func (res *result) decided(c *check) {
 	switch {
 	case denied:
 		res.outcome = outcomeDenied
-		res.shape, res.maxShapeWait = c.p.rule.StreamMode == Shape, c.p.rule.maxShapeWait
+		res.shape, res.maxShapeWait = c.p.rule.shape, c.p.rule.maxShapeWait
 		res.err = denial([]*check{c})
 	case !dec.Allowed:
 		res.skip()
@@ -137,7 +137,7 @@ func (res *result) seatDenied(c *check) {
 	res.outcome = outcomeDenied
 	res.decision = tollgate.Decision{RetryAfter: seatRetryAfter(c)}
 	res.limitHeader = c.p.inFlight.header
-	res.seatWait, res.maxShapeWait = c.p.rule.StreamMode == Shape && c.seat.stream, c.p.rule.maxShapeWait
+	res.seatWait, res.maxShapeWait = c.seat.stream && c.p.inFlight.streamWait > 0, c.p.inFlight.streamWait
 	res.err = denial([]*check{c})
 }
 

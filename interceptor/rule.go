@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -13,56 +12,6 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
-)
-
-// FailMode says what a rule does when the store cannot decide: it returned
-// an error other than tollgate.ErrInvalidRequest, it passed its deadline
-// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). The
-// zero value is FailOpen. Its String is the tollgate.fail_mode span
-// attribute (telemetry.AttrFailMode).
-type FailMode uint8
-
-const (
-	// FailOpen admits the call. The span and the tollgate.decisions metric
-	// record it (fail mode "open", outcome "fail_open"). Pick it when
-	// serving without a limit for a while is better than not serving.
-	FailOpen FailMode = iota
-	// FailClosed refuses the call with codes.Unavailable: the limiter, not
-	// the client, is at fault, and Unavailable is the code clients retry.
-	// Pick it when an unmetered call costs more than a refused one.
-	FailClosed
-	// FailLocal decides in process, under the rule's LocalLimit, with a
-	// store private to this Limiter: each replica enforces its own cap until
-	// the shared store answers again.
-	FailLocal
-)
-
-// String returns "open", "closed" or "local".
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	case FailLocal:
-		return "local"
-	}
-	return "failmode(" + strconv.Itoa(int(m)) + ")"
-}
-
-// StreamMode says what happens to a stream message that its rule's
-// PerMessage limit does not admit.
-type StreamMode uint8
-
-const (
-	// Police fails the receive: RecvMsg returns the same ResourceExhausted
-	// status a denied call gets, and the handler normally ends the stream
-	// with it.
-	Police StreamMode = iota
-	// Shape holds the message back: RecvMsg waits for the decision's
-	// RetryAfter within the stream's context and asks again, for at most the
-	// rule's MaxShapeWait in total; past that it fails as Police does.
-	Shape
 )
 
 // MissingKeyPolicy says what a rule does when its Key function reports
@@ -80,14 +29,14 @@ const (
 	ShareMissing
 )
 
-// DefaultMaxShapeWait is the longest a Shape rule holds one message back
-// when MaxShapeWait is 0.
-const DefaultMaxShapeWait = 5 * time.Second
-
 // maxRuleNameLen is the longest Rule.Name New accepts, in bytes.
 const maxRuleNameLen = 128
 
-// Rule limits the calls to some methods, per identity.
+// Rule limits the calls to some methods, per identity. Its fields come in
+// groups of their own types, each whose zero value is off: Limits (rates),
+// InFlight (calls at once), FailMode (when the store cannot decide),
+// PerMessage (stream messages). A rate rule sets Name, Key and Limits; an
+// in-flight rule Name, Key and InFlight; a settled rule adds Settle.
 type Rule struct {
 	// Name identifies the rule in spans, metrics and errors, and keeps its
 	// buckets apart from every other rule's. It must be unique within a
@@ -109,34 +58,27 @@ type Rule struct {
 	// with the rule it names, and a rule replaced on every method it names.
 	Replaces []string
 	// Key returns who is being limited: calls with the same key share one
-	// bucket. It is required. New wraps it with keyfunc.Checked, so an empty
-	// value counts as missing and one longer than keyfunc.MaxValueLen as
-	// invalid (codes.InvalidArgument); an error wrapping neither is a
-	// server fault: a gRPC status is returned as it is, anything else as
-	// codes.Internal.
+	// bucket. It is required; New refuses one keyfunc.Validate reports. New
+	// wraps it with keyfunc.Checked, so an empty value counts as missing and
+	// one longer than keyfunc.MaxValueLen as invalid (codes.InvalidArgument);
+	// an error wrapping neither is a server fault: a gRPC status is returned
+	// as it is, anything else as codes.Internal.
 	Key keyfunc.Func
 	// OnMissingKey says what to do when Key returns keyfunc.ErrMissing.
 	OnMissingKey MissingKeyPolicy
 	// Limits are the rule's rate limits for every key: Fixed ones, or ones
 	// chosen PerCaller. The zero value is none, for a rule with only
-	// MaxInFlight; a rule needs one or the other.
+	// InFlight; a rule needs one or the other.
 	Limits Limits
 	// Cost is how many units one call takes; 0 means 1. It must not exceed
 	// any limit's capacity. Streams pay it once, when they open.
 	Cost int64
-	// MaxInFlight, when above 0, is how many calls of one identity may run
-	// at once across every replica sharing the store (a stream counts from
-	// its opening to its end). A call finding none of its seats free is
-	// refused with codes.ResourceExhausted; one refused by the rule's rate
-	// limits takes no seat, and one refused for lack of a seat debits no
-	// rate. A rule may have only this, with no Limits. The store must be a
-	// tollgate.SeatStore.
-	MaxInFlight int64
-	// SeatTimeout is how long an in-flight seat lives when its call has no
-	// deadline (a unary call with one holds it until its deadline and a
-	// second more), renewed every third of it while the call runs, so that a
-	// replica that dies frees its seats by then. 0 means the Limiter's (WithSeatTimeout).
-	SeatTimeout time.Duration
+	// CostFunc, when set, returns the cost of one unary call from its request
+	// message, and Cost is ignored for unary calls (streams still pay Cost).
+	// 0 means 1. A negative cost fails the call with codes.Internal; a cost
+	// above a limit's capacity can never be admitted and fails it with
+	// codes.InvalidArgument.
+	CostFunc func(ctx context.Context, fullMethod string, req any) int64
 	// Settle, when set, gives the call's final cost once its handler has
 	// returned (a stream's: once it has ended), with the handler's response
 	// and error: the store gives back, or debits past empty, the difference
@@ -147,31 +89,15 @@ type Rule struct {
 	// answer never changes: a settlement the store cannot take is retried
 	// for a while, then logged and dropped (the reservation stands).
 	Settle func(ctx context.Context, resp any, err error) (cost int64, ok bool)
-	// CostFunc, when set, returns the cost of one unary call from its request
-	// message, and Cost is ignored for unary calls (streams still pay Cost).
-	// 0 means 1. A negative cost fails the call with codes.Internal; a cost
-	// above a limit's capacity can never be admitted and fails it with
-	// codes.InvalidArgument.
-	CostFunc func(ctx context.Context, fullMethod string, req any) int64
-	// FailMode says what happens when the store cannot decide.
+	// InFlight bounds the calls of one identity running at once, with how
+	// long their seats live; the zero value is no bound.
+	InFlight InFlight
+	// FailMode says what happens when the store cannot decide, with
+	// FailLocal's per-replica cap.
 	FailMode FailMode
-	// LocalLimit is the per-replica cap FailLocal enforces. When nil it is
-	// each of the rule's limits divided by WithReplicas (rounded up), which
-	// is the limit itself when WithReplicas is not given: with N replicas the
-	// fleet then admits up to N times the limit while the store is down.
-	// When set it is the one local cap, whatever the number of limits.
-	// New checks that Cost fits it; a call whose CostFunc or PerCaller limits
-	// make it too small for the call is refused as FailClosed would.
-	LocalLimit *tollgate.Limit
-	// PerMessage, when set, limits every message a client sends on a stream
-	// (each RecvMsg costs 1), in a bucket per key separate from the one the
-	// stream's opening pays into. Unary calls ignore it.
-	PerMessage *tollgate.Limit
-	// StreamMode says what happens to a message PerMessage does not admit.
-	StreamMode StreamMode
-	// MaxShapeWait bounds how long Shape holds one message back in total;
-	// 0 means DefaultMaxShapeWait.
-	MaxShapeWait time.Duration
+	// PerMessage limits every message a client sends on a stream: Police or
+	// Shape. The zero value is no limit.
+	PerMessage MessageLimit
 	// Shadow decides and debits as usual but never refuses a call: a
 	// denial is only recorded (outcome "shadow_denied" on the span and the
 	// tollgate.decisions metric, and tollgate.shadow on the span), to see
@@ -181,25 +107,19 @@ type Rule struct {
 	Shadow bool
 }
 
-// clone returns r with nothing shared: its slices and the limits it points
-// to are copied.
+// clone returns r with nothing shared: its slices are copied.
 func (r Rule) clone() Rule {
 	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), r.Limits.clone()
-	if r.LocalLimit != nil {
-		l := *r.LocalLimit
-		r.LocalLimit = &l
-	}
-	if r.PerMessage != nil {
-		l := *r.PerMessage
-		r.PerMessage = &l
-	}
 	return r
 }
 
 // rule is a validated Rule with the plans its decisions follow.
 type rule struct {
 	Rule
-	index        int
+	index int
+	// shape: a stream message this rule refuses is held back, for at most
+	// maxShapeWait in total (PerMessage).
+	shape        bool
 	maxShapeWait time.Duration
 	// call decides calls and stream openings; message decides stream
 	// messages and is nil without PerMessage.
@@ -218,6 +138,9 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 	if r.Key == nil {
 		return nil, fail("Key is nil: every rule needs a key function (keyfunc.Method() limits all callers together)")
 	}
+	if err := keyfunc.Validate(r.Key); err != nil {
+		return nil, fail("Key: %w", err)
+	}
 	for _, m := range r.Methods {
 		if err := validatePattern(m); err != nil {
 			return nil, fail("%w", err)
@@ -226,24 +149,16 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 	if r.OnMissingKey > ShareMissing {
 		return nil, fail("unknown OnMissingKey policy %d", r.OnMissingKey)
 	}
-	if r.FailMode > FailLocal {
-		return nil, fail("unknown FailMode %d", r.FailMode)
-	}
-	if r.StreamMode > Shape {
-		return nil, fail("unknown StreamMode %d", r.StreamMode)
-	}
 	if r.Cost < 0 {
 		return nil, fail("Cost must be >= 0, got %d", r.Cost)
 	}
-	if r.MaxShapeWait < 0 {
-		return nil, fail("MaxShapeWait must be >= 0, got %s", r.MaxShapeWait)
-	}
 	cost := max(r.Cost, 1)
-	c := &rule{Rule: r, index: index, maxShapeWait: r.MaxShapeWait}
-	if c.maxShapeWait == 0 {
-		c.maxShapeWait = DefaultMaxShapeWait
+	c := &rule{Rule: r, index: index}
+	c.maxShapeWait, c.shape = r.PerMessage.MaxWait()
+	if c.maxShapeWait < 0 {
+		return nil, fail("PerMessage: Shape's maxWait must be >= 0, got %s", c.maxShapeWait)
 	}
-	flight, err := newInFlight(r, seatTimeout, replicas)
+	flight, err := newInFlight(r.InFlight, seatTimeout, replicas)
 	if err != nil {
 		return nil, fail("%w", err)
 	}
@@ -252,28 +167,29 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 		return nil, fail("%w", err)
 	}
 	if r.Settle != nil && limits == nil && choose.fn == nil {
-		return nil, fail("Settle needs a rate limit to settle (Limits): MaxInFlight's seats are not settled")
+		return nil, fail("Settle needs a rate limit to settle (Limits): InFlight's seats are not settled")
 	}
 	c.call = newPlan(c, scopeCall, limits, choose, replicas)
 	c.call.inFlight = flight
-	if r.FailMode == FailLocal {
+	local := r.FailMode.kind == failLocal
+	if local {
 		for _, lp := range c.call.limits {
 			if err := checkLimit(lp.local, cost); err != nil {
 				return nil, fail("local limit for FailLocal: %w", err)
 			}
 		}
-		if limits == nil && r.LocalLimit != nil {
-			if err := checkLimit(*r.LocalLimit, cost); err != nil {
-				return nil, fail("LocalLimit: %w", err)
+		if at, ok := r.FailMode.LocalLimit(); ok && limits == nil {
+			if err := checkLimit(at, cost); err != nil {
+				return nil, fail("FailLocalAt: %w", err)
 			}
 		}
 	}
-	if r.PerMessage != nil {
-		if err := checkLimit(*r.PerMessage, 1); err != nil {
+	if perMessage, ok := r.PerMessage.Limit(); ok {
+		if err := checkLimit(perMessage, 1); err != nil {
 			return nil, fail("PerMessage: %w", err)
 		}
-		c.message = newPlan(c, scopeMessage, []tollgate.Limit{*r.PerMessage}, limitChooser{}, replicas)
-		if r.FailMode == FailLocal {
+		c.message = newPlan(c, scopeMessage, []tollgate.Limit{perMessage}, limitChooser{}, replicas)
+		if local {
 			if err := checkLimit(c.message.limits[0].local, 1); err != nil {
 				return nil, fail("local limit for PerMessage: %w", err)
 			}
@@ -316,7 +232,7 @@ func (r *Rule) limitSource(cost int64, inFlight bool) ([]tollgate.Limit, limitCh
 	if inFlight {
 		return nil, limitChooser{}, nil // an in-flight limit alone
 	}
-	return nil, limitChooser{}, errors.New("no limit: set Limits (Fixed or PerCaller), or MaxInFlight")
+	return nil, limitChooser{}, errors.New("no limit: set Limits (Fixed or PerCaller), or InFlight")
 }
 
 // distinctLimits reports an error when two limits would share one state:

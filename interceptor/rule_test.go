@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/store"
 )
 
 // nopStore fails every decision; New never calls it. Methods other than
@@ -118,6 +119,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		want  string // substring of the error
 	}{
 		{"no store", []Option{WithRules(ok)}, nil, "store is nil"},
+		{"typed nil store", []Option{WithRules(ok)}, (*store.Memory)(nil), "store is nil"},
+		{"typed nil local store", []Option{WithRules(ok), WithLocalStore((*store.Memory)(nil))}, nopStore{}, "the local store (WithLocalStore) is nil"},
 		{"no rules", nil, nopStore{}, "no rules"},
 		{"empty name", []Option{WithRules(with(func(r *Rule) { r.Name = "" }))}, nopStore{}, "rule 0: Name is empty"},
 		{"control char", []Option{WithRules(with(func(r *Rule) { r.Name = "a\x00b" }))}, nopStore{}, "control character"},
@@ -125,17 +128,26 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"bad utf8", []Option{WithRules(with(func(r *Rule) { r.Name = "\xff" }))}, nopStore{}, "UTF-8"},
 		{"duplicate", []Option{WithRules(ok, testRule("r", "/x.Y/Z"))}, nopStore{}, `rule "r": the name is used by an earlier rule`},
 		{"nil key", []Option{WithRules(with(func(r *Rule) { r.Key = nil }))}, nopStore{}, `rule "r": Key is nil`},
+		{"bad header", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Metadata("X Tenant") }))}, nopStore{}, `rule "r": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key`},
+		{"empty constant", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Constant("") }))}, nopStore{}, `rule "r": Key: keyfunc.Constant: the value is 0 bytes`},
+		{"nil context key", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Context(nil) }))}, nopStore{}, `rule "r": Key: keyfunc.Context: the key is nil`},
+		{"empty join", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.Join() }))}, nopStore{}, `rule "r": Key: keyfunc.Join: no Func given`},
+		{"nil in first-of", []Option{WithRules(with(func(r *Rule) { r.Key = keyfunc.FirstOf(keyfunc.Peer(), nil) }))}, nopStore{}, `rule "r": Key: keyfunc.FirstOf: Func 1: keyfunc: the Func is nil`},
 		{"bad limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Fixed(tollgate.Limit{Rate: 0, Period: time.Second}) }))}, nopStore{}, `rule "r": Limits[0]:`},
 		{"cost above capacity", []Option{WithRules(with(func(r *Rule) { r.Cost = 11 }))}, nopStore{}, `rule "r": Limits[0]: cost 11 exceeds the capacity 10`},
 		{"settle in-flight only", []Option{WithRules(with(func(r *Rule) {
-			r.Limits, r.MaxInFlight = Limits{}, 2
+			r.Limits, r.InFlight = Limits{}, InFlight{Max: 2}
 			r.Settle = SettleReported
 		}))}, newMemory(t), `rule "r": Settle needs a rate limit to settle`},
 		{"settle without a settler", []Option{WithRules(with(func(r *Rule) { r.Settle = SettleReported }))}, nopStore{}, `rule "r": Settle needs a store that settles (tollgate.Settler)`},
 		{"settle locally without a settler", []Option{WithLocalStore(nopStore{}), WithRules(with(func(r *Rule) {
 			r.Settle, r.FailMode = SettleReported, FailLocal
 		}))}, newMemory(t), `rule "r": Settle with FailLocal needs a local store that settles (tollgate.Settler)`},
-		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Limits{} }))}, nopStore{}, `rule "r": no limit: set Limits (Fixed or PerCaller), or MaxInFlight`},
+		{"fail local without a local store", []Option{WithRules(with(func(r *Rule) { r.FailMode = FailLocal }))}, nopStore{}, `rule "r": FailLocal needs a local store to decide in: give the Limiter one with WithLocalStore`},
+		{"fail local in flight without local seats", []Option{WithLocalStore(nopStore{}), WithRules(with(func(r *Rule) {
+			r.FailMode, r.InFlight = FailLocal, InFlight{Max: 2}
+		}))}, newMemory(t), `rule "r": InFlight with FailLocal needs a local store that bounds calls in flight`},
+		{"no limit", []Option{WithRules(with(func(r *Rule) { r.Limits = Limits{} }))}, nopStore{}, `rule "r": no limit: set Limits (Fixed or PerCaller), or InFlight`},
 		{"nil PerCaller", []Option{WithRules(with(func(r *Rule) { r.Limits = PerCaller(nil) }))}, nopStore{}, `rule "r": Limits: PerCaller's function is nil`},
 		{"negative cost", []Option{WithRules(with(func(r *Rule) { r.Cost = -1 }))}, nopStore{}, `rule "r": Cost must be >= 0`},
 		{"no slash", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"a.B/C"} }))}, nopStore{}, `rule "r": method "a.B/C" is not of the form`},
@@ -145,12 +157,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"partial star", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"/a.B/Get*"} }))}, nopStore{}, `"*" may only stand alone`},
 		{"star service", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"/*/C"} }))}, nopStore{}, `"*" may only stand alone`},
 		{"space", []Option{WithRules(with(func(r *Rule) { r.Methods = []string{"/a.B/C D"} }))}, nopStore{}, "white space"},
-		{"fail mode", []Option{WithRules(with(func(r *Rule) { r.FailMode = 9 }))}, nopStore{}, `rule "r": unknown FailMode 9`},
-		{"stream mode", []Option{WithRules(with(func(r *Rule) { r.StreamMode = 9 }))}, nopStore{}, "unknown StreamMode"},
+		{"shape wait", []Option{WithRules(with(func(r *Rule) { r.PerMessage = Shape(tollgate.PerSecond(1), -time.Second) }))}, nopStore{}, `rule "r": PerMessage: Shape's maxWait must be >= 0`},
 		{"missing policy", []Option{WithRules(with(func(r *Rule) { r.OnMissingKey = 9 }))}, nopStore{}, "unknown OnMissingKey"},
-		{"per message", []Option{WithRules(with(func(r *Rule) { r.PerMessage = &tollgate.Limit{Rate: 1} }))}, nopStore{}, `rule "r": PerMessage:`},
-		{"local limit too small", []Option{WithRules(with(func(r *Rule) { r.FailMode, r.Cost, r.LocalLimit = FailLocal, 2, &big }))}, nopStore{}, `rule "r": local limit for FailLocal`},
-		{"replicas leave no room for cost", []Option{WithReplicas(10), WithRules(with(func(r *Rule) { r.FailMode, r.Cost = FailLocal, 5 }))}, nopStore{}, `rule "r": local limit for FailLocal`},
+		{"per message", []Option{WithRules(with(func(r *Rule) { r.PerMessage = Police(tollgate.Limit{Rate: 1}) }))}, nopStore{}, `rule "r": PerMessage:`},
+		{"local limit too small", []Option{WithLocalStore(nopStore{}), WithRules(with(func(r *Rule) { r.FailMode, r.Cost = FailLocalAt(big), 2 }))}, nopStore{}, `rule "r": local limit for FailLocal`},
+		{"local limit invalid", []Option{WithLocalStore(nopStore{}), WithRules(with(func(r *Rule) { r.FailMode = FailLocalAt(tollgate.Limit{}) }))}, nopStore{}, `rule "r": local limit for FailLocal: rate must be`},
+		{"replicas leave no room for cost", []Option{WithLocalStore(nopStore{}), WithReplicas(10), WithRules(with(func(r *Rule) { r.FailMode, r.Cost = FailLocal, 5 }))}, nopStore{}, `rule "r": local limit for FailLocal`},
 		{"replaced everywhere by a catch-all", []Option{WithRules(replacing("all", nil, "r"), ok)}, nopStore{}, `rule "r" never applies`},
 		{"replaced everywhere by a service", []Option{WithRules(replacing("svc", []string{"/a.B/*"}, "r"), ok)}, nopStore{}, `rule "r" never applies`},
 		{"replaced everywhere by several", []Option{WithRules(replacing("x", []string{"/a.B/C"}, "two"), replacing("y", []string{"/z.Z/*"}, "two"), testRule("two", "/a.B/C", "/z.Z/Q"))}, nopStore{}, `rule "two" never applies`},
@@ -165,10 +177,12 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"limits sharing state", []Option{WithRules(with(func(r *Rule) {
 			r.Limits = Fixed(tollgate.PerSecond(10), tollgate.PerHour(9), tollgate.Limit{Rate: 20, Period: time.Second})
 		}))}, nopStore{}, `rule "r": Limits: limits 0 (token_bucket 10/1s burst 10) and 2 (token_bucket 20/1s burst 20) have the same algorithm and period`},
-		{"negative in-flight", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = -1 }))}, nopStore{}, `rule "r": MaxInFlight must be >= 0`},
-		{"negative seat timeout", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight, r.SeatTimeout = 2, -time.Second }))}, nopStore{}, `rule "r": SeatTimeout must be >= 0`},
-		{"no seat timeout", []Option{WithSeatTimeout(0), WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": SeatTimeout is 0 and so is the Limiter's`},
-		{"in-flight without slots", []Option{WithRules(with(func(r *Rule) { r.MaxInFlight = 2 }))}, nopStore{}, `rule "r": MaxInFlight needs a store that bounds calls in flight`},
+		{"negative in-flight", []Option{WithRules(with(func(r *Rule) { r.InFlight.Max = -1 }))}, nopStore{}, `rule "r": InFlight.Max must be >= 0`},
+		{"negative seat timeout", []Option{WithRules(with(func(r *Rule) { r.InFlight = InFlight{Max: 2, SeatTimeout: -time.Second} }))}, nopStore{}, `rule "r": InFlight.SeatTimeout must be >= 0`},
+		{"negative stream wait", []Option{WithRules(with(func(r *Rule) { r.InFlight = InFlight{Max: 2, StreamWait: -time.Second} }))}, nopStore{}, `rule "r": InFlight.StreamWait must be >= 0`},
+		{"seat timeout without max", []Option{WithRules(with(func(r *Rule) { r.InFlight = InFlight{SeatTimeout: time.Second} }))}, nopStore{}, `rule "r": InFlight has a SeatTimeout or a StreamWait but no Max`},
+		{"no seat timeout", []Option{WithSeatTimeout(0), WithRules(with(func(r *Rule) { r.InFlight.Max = 2 }))}, nopStore{}, `rule "r": InFlight.SeatTimeout is 0 and so is the Limiter's`},
+		{"in-flight without slots", []Option{WithRules(with(func(r *Rule) { r.InFlight.Max = 2 }))}, nopStore{}, `rule "r": InFlight needs a store that bounds calls in flight`},
 		{"store timeout", []Option{WithRules(ok), WithStoreTimeout(0)}, nopStore{}, "store timeout"},
 		{"breaker cool-down", []Option{WithRules(ok), WithBreaker(3, 0)}, nopStore{}, "cool-down"},
 		{"breaker failures", []Option{WithRules(ok), WithBreaker(-1, time.Second)}, nopStore{}, "breaker failures"},
@@ -191,10 +205,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 func TestNewAcceptsGoodConfig(t *testing.T) {
 	per := tollgate.Limit{Rate: 5, Period: time.Second}
 	local := tollgate.PerSecond(2)
-	l, err := New(nopStore{}, WithReplicas(4), WithBreaker(0, 0), WithRules(
+	l, err := New(nopStore{}, WithReplicas(4), WithBreaker(0, 0), WithLocalStore(newMemory(t)), WithRules(
 		Rule{Name: "per-tenant ✓", Methods: []string{"/a.B/C", "/a.B/D"}, Key: keyfunc.Metadata("x-tenant"), Limits: Fixed(tollgate.PerMinute(100)), Cost: 3, FailMode: FailLocal},
-		Rule{Name: "stream", Methods: []string{"/a.S/*"}, Key: keyfunc.Method(), Limits: Fixed(tollgate.PerSecond(1)), PerMessage: &per, StreamMode: Shape, FailMode: FailLocal},
-		Rule{Name: "dynamic", Key: keyfunc.Method(), Limits: PerCaller(func(context.Context, string) ([]tollgate.Limit, error) { return []tollgate.Limit{per}, nil }), LocalLimit: &local, FailMode: FailLocal},
+		Rule{Name: "stream", Methods: []string{"/a.S/*"}, Key: keyfunc.Method(), Limits: Fixed(tollgate.PerSecond(1)), PerMessage: Shape(per, 0), FailMode: FailLocal},
+		Rule{Name: "dynamic", Key: keyfunc.Method(), Limits: PerCaller(func(context.Context, string) ([]tollgate.Limit, error) { return []tollgate.Limit{per}, nil }), FailMode: FailLocalAt(local)},
 	))
 	if err != nil {
 		t.Fatal(err)
@@ -203,8 +217,8 @@ func TestNewAcceptsGoodConfig(t *testing.T) {
 	if got, want := l.book.Load().rules[0].call.limits[0].local, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
 		t.Errorf("local limit = %v, want %v", got, want)
 	}
-	if l.local == nil {
-		t.Error("FailLocal rules but no local store")
+	if got := l.book.Load().rules[2].call.explicitLocal; got == nil || *got != local {
+		t.Errorf("FailLocalAt's cap = %v, want %v", got, local)
 	}
 	if l.book.Load().rules[1].maxShapeWait != DefaultMaxShapeWait {
 		t.Errorf("maxShapeWait = %s, want the default %s", l.book.Load().rules[1].maxShapeWait, DefaultMaxShapeWait)

@@ -85,9 +85,9 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
-// openStream decides a stream's opening. A Shape rule's stream that finds
-// no free seat waits for one, within the stream's context and the rule's
-// MaxShapeWait, asking again after each suggested wait.
+// openStream decides a stream's opening. A stream that finds no free seat
+// of a rule with InFlight.StreamWait waits for one, within the stream's
+// context and that wait, asking again after each suggested wait.
 func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (result, *afterCall) {
 	start := l.clk.now()
 	var waited time.Duration

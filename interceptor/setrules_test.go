@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // SetRules swaps the rules whole: a rule that keeps its name keeps its
@@ -49,6 +50,12 @@ func TestSetRules(t *testing.T) {
 	if rs := u.l.Rules(); len(rs) != 1 || !slices.Equal(rs[0].Methods, wider.Methods) {
 		t.Fatalf("Rules after a rejected SetRules = %+v, want the rules before it", rs)
 	}
+	badKey := perTenant()
+	badKey.Key = keyfunc.Metadata("X Tenant")
+	const wantErr = `interceptor: rule "per-tenant": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key (0-9 a-z - _ .)`
+	if err := u.l.SetRules(badKey); err == nil || err.Error() != wantErr {
+		t.Fatalf("SetRules with a bad header: %v, want %q", err, wantErr)
+	}
 
 	renamed := perTenant()
 	renamed.Name = "per-tenant-v2"
@@ -75,20 +82,18 @@ func TestRulesIsADeepCopy(t *testing.T) {
 	r.Methods = []string{echo.SayMethod, echo.CountMethod}
 	fixed := []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}
 	r.Limits = interceptor.Fixed(fixed...)
-	r.LocalLimit = &local
-	r.FailMode = interceptor.FailLocal
-	u := newUnit(t, interceptor.WithRules(r))
-	r.Methods[0], fixed[0], local.Rate = "/x.Y/Z", tollgate.PerHour(1000), 1000
+	r.FailMode = interceptor.FailLocalAt(local)
+	u := newUnit(t, interceptor.WithRules(r), interceptor.WithLocalStore(newMemory(t)))
+	r.Methods[0], fixed[0] = "/x.Y/Z", tollgate.PerHour(1000)
 
 	got := u.l.Rules()
 	got[0].Methods[1] = "/x.Y/Z"
-	got[0].Limits.Fixed()[1] = tollgate.PerHour(1000)
-	got[0].LocalLimit.Rate = 1000
+	got[0].Limits.List()[1] = tollgate.PerHour(1000)
 	again := u.l.Rules()[0]
-	if !slices.Equal(again.Methods, []string{echo.SayMethod, echo.CountMethod}) ||
-		!slices.Equal(again.Limits.Fixed(), []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}) ||
-		*again.LocalLimit != tollgate.PerHour(1) {
-		t.Fatalf("Rules = %+v, LocalLimit %v: a write into a copy reached the Limiter", again, *again.LocalLimit)
+	if at, _ := again.FailMode.LocalLimit(); !slices.Equal(again.Methods, []string{echo.SayMethod, echo.CountMethod}) ||
+		!slices.Equal(again.Limits.List(), []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}) ||
+		at != tollgate.PerHour(1) {
+		t.Fatalf("Rules = %+v, FailLocalAt %v: a write into a copy reached the Limiter", again, at)
 	}
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)

@@ -249,7 +249,7 @@ func (l *Limiter) checkSettler(r Rule) error {
 	if _, ok := l.store.(tollgate.Settler); !ok {
 		return fmt.Errorf("interceptor: rule %q: Settle needs a store that settles (tollgate.Settler), which %T is not", r.Name, l.store)
 	}
-	if _, ok := l.local.(tollgate.Settler); !ok && r.FailMode == FailLocal {
+	if _, ok := l.local.(tollgate.Settler); !ok && r.FailMode.kind == failLocal {
 		return fmt.Errorf("interceptor: rule %q: Settle with FailLocal needs a local store that settles (tollgate.Settler), which %T is not", r.Name, l.local)
 	}
 	return nil

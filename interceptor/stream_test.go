@@ -19,23 +19,23 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
-// chatRule limits Chat streams to 2 opens an hour per tenant and, when
-// perMessage is set, every message sent on them.
-func chatRule(perMessage *tollgate.Limit, mode interceptor.StreamMode) interceptor.Rule {
+// chatRule limits Chat streams to 2 opens an hour per tenant and every
+// message sent on them by perMessage.
+func chatRule(perMessage interceptor.MessageLimit) interceptor.Rule {
 	return interceptor.Rule{
 		Name:       "chat",
 		Methods:    []string{echo.ChatMethod},
 		Key:        keyfunc.Metadata(tenantHeader),
 		Limits:     interceptor.Fixed(tollgate.PerHour(2)),
 		PerMessage: perMessage,
-		StreamMode: mode,
 	}
 }
 
 func TestStreamOpenIsLimited(t *testing.T) {
-	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(nil, interceptor.Police)), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(interceptor.MessageLimit{})), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 	for i := range 2 {
 		s, err := c.Chat(ctx)
@@ -74,7 +74,7 @@ func TestStreamOpenIsLimited(t *testing.T) {
 
 func TestStreamPerMessagePolice(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 3}
-	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(&per, interceptor.Police))))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(interceptor.Police(per)))))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestStreamPerMessageShape(t *testing.T) {
 	per := tollgate.Limit{Rate: 5, Period: time.Second, Burst: 1}
 	clk := interceptor.NewFakeClock(start)
 	l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
-		interceptor.WithRules(chatRule(&per, interceptor.Shape)))
+		interceptor.WithRules(chatRule(interceptor.Shape(per, 0))))
 	c := serve(t, l)
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -164,11 +164,10 @@ func serveObserved(t *testing.T, l *interceptor.Limiter) (*echo.Client, <-chan e
 	return serveWith(t, &echo.Server{}, grpc.ChainStreamInterceptor(observe, l.StreamServerInterceptor())), ended
 }
 
-// A wait longer than MaxShapeWait fails at once, as Police would.
+// A wait longer than Shape's maxWait fails at once, as Police would.
 func TestStreamShapeBound(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	r := chatRule(&per, interceptor.Shape)
-	r.MaxShapeWait = 10 * time.Millisecond
+	r := chatRule(interceptor.Shape(per, 10*time.Millisecond))
 	c, ended := serveObserved(t, newLimiter(t, newMemory(t), interceptor.WithRules(r)))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -186,8 +185,7 @@ func TestStreamShapeBound(t *testing.T) {
 func TestStreamShapeHonoursCancellation(t *testing.T) {
 	m := newMeter(t)
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	r := chatRule(&per, interceptor.Shape)
-	r.MaxShapeWait = 2 * time.Hour
+	r := chatRule(interceptor.Shape(per, 2*time.Hour))
 	clk := interceptor.NewFakeClock(start)
 	c, ended := serveObserved(t, newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
 	ctx, cancel := context.WithCancel(tenant(context.Background(), "a"))
@@ -217,4 +215,70 @@ func TestStreamShapeHonoursCancellation(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler is still waiting after its client went away")
 	}
+}
+
+// A stream's opening that finds no free seat waits for one up to the
+// rule's InFlight.StreamWait, asking again after each suggested wait (here
+// the first seat's expiry, 1s); without StreamWait it is refused at once.
+func TestStreamWaitsForASeat(t *testing.T) {
+	inFlight := func(wait time.Duration) interceptor.Rule {
+		return interceptor.Rule{Name: "chat", Methods: []string{echo.ChatMethod}, Key: keyfunc.Metadata(tenantHeader),
+			InFlight: interceptor.InFlight{Max: 1, SeatTimeout: time.Second, StreamWait: wait}}
+	}
+	t.Run("refused at once", func(t *testing.T) {
+		c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(inFlight(0))))
+		a, err := c.Chat(tenant(context.Background(), "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := grpctest.Chat(a, 1); n != 1 || err != nil {
+			t.Fatalf("the first stream: %d echoes, %v", n, err)
+		}
+		b, err := c.Chat(tenant(context.Background(), "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = b.Recv()
+		wantCode(t, err, codes.ResourceExhausted, `in-flight limit "chat" exceeded`)
+		_ = a.CloseSend()
+	})
+	t.Run("waits", func(t *testing.T) {
+		clk := interceptor.NewFakeClock(start)
+		m := newMeter(t)
+		l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
+			interceptor.WithRules(inFlight(5*time.Second)))
+		c := serve(t, l)
+		a, err := c.Chat(tenant(context.Background(), "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := grpctest.Chat(a, 1); n != 1 || err != nil {
+			t.Fatalf("the first stream: %d echoes, %v", n, err)
+		}
+		b, err := c.Chat(tenant(context.Background(), "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.WaitTimer(t, start.Add(time.Second)) // b waits for a's seat to expire
+		_ = a.CloseSend()
+		if _, err := a.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("end of the first stream: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := l.Flush(ctx); err != nil { // a's seat is released
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second) // b asks again, and gets it
+		if n, err := grpctest.Chat(b, 1); n != 1 || err != nil {
+			t.Fatalf("the second stream: %d echoes, %v; want it admitted after its wait", n, err)
+		}
+		_ = b.CloseSend()
+		if _, err := b.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("end of the second stream: %v", err)
+		}
+		if n, sum := m.histogram(t, telemetry.MetricSeatWait); n != 1 || sum != 1 {
+			t.Errorf("seat wait = %d values summing to %gs, want one of 1s", n, sum)
+		}
+	})
 }

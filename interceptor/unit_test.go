@@ -31,7 +31,13 @@ type faultyStore struct {
 	*store.Memory
 	failSettle, failRenew, failRelease atomic.Bool
 	settleCalls                        atomic.Int64
+	// holdRenew, when set, holds every seat renewal until it is closed,
+	// after sending on renewing.
+	holdRenew atomic.Pointer[renewHold]
 }
+
+// renewHold holds seat renewals (faultyStore.holdRenew).
+type renewHold struct{ renewing, release chan struct{} }
 
 func (s *faultyStore) Settle(ctx context.Context, req tollgate.Request, admitted tollgate.Admission, cost int64) (tollgate.Decision, error) {
 	s.settleCalls.Add(1)
@@ -60,6 +66,10 @@ func (s *faultyStore) SettleAllAndRelease(ctx context.Context, reqs []tollgate.R
 }
 
 func (s *faultyStore) RenewSeat(ctx context.Context, sl tollgate.Seat) (bool, error) {
+	if h := s.holdRenew.Load(); h != nil {
+		h.renewing <- struct{}{}
+		<-h.release
+	}
 	if s.failRenew.Load() {
 		return false, errInjected
 	}

@@ -19,6 +19,16 @@
 //
 // Values are opaque bytes: the store escapes or hashes them before they
 // reach Redis, so no value can touch another identity's state.
+//
+// # Configuration errors
+//
+// A constructor given a bad argument (Metadata with a header gRPC cannot
+// carry, an empty Constant, Join or FirstOf with no Func or a nil one)
+// does not panic: it returns a Func that fails every call with an error
+// saying what was wrong, and Validate reports that error without a call.
+// interceptor.New and SetRules call Validate on every rule's Key, so the
+// mistake is refused when the rules are built, naming the rule. A
+// constructor written elsewhere does the same with Misconfigured.
 package keyfunc
 
 import (
@@ -27,6 +37,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -56,14 +67,47 @@ var ErrInvalid = errors.New("keyfunc: invalid value")
 // far shorter. Join and FirstOf bound their combined result the same way.
 const MaxValueLen = 4 << 10
 
+// Misconfigured returns a Func that fails every call with err, and that
+// Validate reports as misconfigured with err: what a constructor of a Func
+// returns when its arguments are wrong, so that the mistake shows where the
+// rule using it is built, never as a panic. err wraps neither ErrMissing nor
+// ErrInvalid, so a call it fails is the server's fault.
+//
+// It is kept out of line: every Func it returns runs the same code, which
+// is how Validate knows them without calling a Func written elsewhere.
+//
+//go:noinline
+func Misconfigured(err error) Func {
+	return func(context.Context, string) (string, error) { return "", err }
+}
+
+// misconfiguredCode is the code every Func of Misconfigured runs.
+var misconfiguredCode = reflect.ValueOf(Misconfigured(nil)).Pointer()
+
+// Validate reports what is wrong with f before any call: f is nil, or it
+// was built from bad arguments (Misconfigured; every constructor of this
+// package uses it). It returns nil for any other Func, which it never
+// calls.
+func Validate(f Func) error {
+	if f == nil {
+		return errors.New("keyfunc: the Func is nil")
+	}
+	if reflect.ValueOf(f).Pointer() == misconfiguredCode {
+		_, err := f(context.Background(), "")
+		return err
+	}
+	return nil
+}
+
 // Checked returns a Func that enforces this package's policy on the results
 // of f, a Func written elsewhere: ("", nil) becomes an error wrapping
 // ErrMissing and a value longer than MaxValueLen an error wrapping
 // ErrInvalid. Join and FirstOf apply it to every Func they are given, and a
-// limiter can apply it to any Func it is configured with.
+// limiter can apply it to any Func it is configured with. A nil or
+// misconfigured f gives a misconfigured Func (Validate).
 func Checked(f Func) Func {
-	if f == nil {
-		panic("keyfunc.Checked: nil Func")
+	if err := Validate(f); err != nil {
+		return misconfigured("Checked", err)
 	}
 	return func(ctx context.Context, fullMethod string) (string, error) {
 		v, err := f(ctx, fullMethod)
@@ -72,6 +116,15 @@ func Checked(f Func) Func {
 		}
 		return check(v, "value")
 	}
+}
+
+// misconfigured is Misconfigured with an error naming the constructor: an
+// error of Validate, or a message.
+func misconfigured(constructor string, cause any) Func {
+	if err, ok := cause.(error); ok {
+		return Misconfigured(fmt.Errorf("keyfunc.%s: %w", constructor, err))
+	}
+	return Misconfigured(fmt.Errorf("keyfunc.%s: %s", constructor, cause))
 }
 
 // check enforces the policy on one value; what names it in error messages.
@@ -92,13 +145,13 @@ func check(v, what string) (string, error) {
 // first value is missing. The value is used as received: for a "-bin"
 // header, the decoded bytes.
 //
-// Metadata panics if header is not a valid gRPC metadata key (empty, or with
-// characters other than 0-9 a-z - _ .): that is a configuration error that
-// must show at startup, not per call.
+// A header that is not a valid gRPC metadata key (empty, or with characters
+// other than 0-9 a-z - _ .) gives a misconfigured Func (Validate): a
+// configuration error that shows when the rule is built, not per call.
 func Metadata(header string) Func {
 	key := strings.ToLower(header)
 	if !validHeader(key) {
-		panic(fmt.Sprintf("keyfunc.Metadata: %q is not a valid gRPC metadata key", header))
+		return misconfigured("Metadata", fmt.Sprintf("%q is not a valid gRPC metadata key (0-9 a-z - _ .)", header))
 	}
 	what := "metadata " + strconv.Quote(key)
 	return func(ctx context.Context, _ string) (string, error) {
@@ -176,11 +229,11 @@ func RealIP() Func {
 }
 
 // Constant returns a Func whose value is always s: every call shares one
-// bucket, a global quota (for example on an expensive method). It panics if
-// s is empty or longer than MaxValueLen.
+// bucket, a global quota (for example on an expensive method). An s that
+// is empty or longer than MaxValueLen gives a misconfigured Func (Validate).
 func Constant(s string) Func {
-	if _, err := check(s, "constant"); err != nil {
-		panic("keyfunc.Constant: " + err.Error())
+	if len(s) == 0 || len(s) > MaxValueLen {
+		return misconfigured("Constant", fmt.Sprintf("the value is %d bytes: want 1 to %d", len(s), MaxValueLen))
 	}
 	return func(context.Context, string) (string, error) { return s, nil }
 }
@@ -221,10 +274,11 @@ func Identity() Func {
 // an existing interceptor stores under its own key. The value must be a
 // string or implement fmt.Stringer; it is missing when there is none (nil).
 // A value of another type is a server configuration error, reported as an
-// error that wraps neither ErrMissing nor ErrInvalid.
+// error that wraps neither ErrMissing nor ErrInvalid. A nil key gives a
+// misconfigured Func (Validate).
 func Context(key any) Func {
 	if key == nil {
-		panic("keyfunc.Context: nil key")
+		return misconfigured("Context", "the key is nil")
 	}
 	what := fmt.Sprintf("context value %T", key)
 	return func(ctx context.Context, _ string) (string, error) {
@@ -249,9 +303,13 @@ func Context(key any) Func {
 // with that error (wrapped, errors.Is works); its combined value is bounded
 // by MaxValueLen like any other.
 //
-// Join panics if fs is empty or holds a nil Func.
+// Join of no Func, or of a nil or misconfigured one, is misconfigured
+// (Validate).
 func Join(fs ...Func) Func {
-	fs = checkedAll("Join", fs)
+	fs, bad := checkedAll("Join", fs)
+	if bad != nil {
+		return bad
+	}
 	return func(ctx context.Context, fullMethod string) (string, error) {
 		var b strings.Builder
 		for i, f := range fs {
@@ -303,9 +361,13 @@ func FirstOfValue(i int, v string) string {
 // never share a bucket: with FirstOf(Metadata("x-tenant"), Peer()) a client
 // that sends "x-tenant: 192.0.2.1" does not spend that host's quota.
 //
-// FirstOf panics if fs is empty or holds a nil Func.
+// FirstOf of no Func, or of a nil or misconfigured one, is misconfigured
+// (Validate).
 func FirstOf(fs ...Func) Func {
-	fs = checkedAll("FirstOf", fs)
+	fs, bad := checkedAll("FirstOf", fs)
+	if bad != nil {
+		return bad
+	}
 	return func(ctx context.Context, fullMethod string) (string, error) {
 		var missing []error
 		for i, f := range fs {
@@ -322,16 +384,19 @@ func FirstOf(fs ...Func) Func {
 	}
 }
 
-func checkedAll(name string, fs []Func) []Func {
+// checkedAll returns fs, each Checked, for the constructor name; or, when
+// fs is empty or one of them is nil or misconfigured, the misconfigured
+// Func name returns instead.
+func checkedAll(name string, fs []Func) ([]Func, Func) {
 	if len(fs) == 0 {
-		panic("keyfunc." + name + ": no Func given")
+		return nil, misconfigured(name, "no Func given")
 	}
 	out := make([]Func, len(fs))
 	for i, f := range fs {
-		if f == nil {
-			panic(fmt.Sprintf("keyfunc.%s: Func %d is nil", name, i))
+		if err := Validate(f); err != nil {
+			return nil, misconfigured(name, fmt.Errorf("Func %d: %w", i, err))
 		}
 		out[i] = Checked(f)
 	}
-	return out
+	return out, nil
 }

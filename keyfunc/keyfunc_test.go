@@ -3,6 +3,7 @@ package keyfunc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -68,14 +69,26 @@ func TestMetadata(t *testing.T) {
 
 func TestMetadataRejectsBadHeader(t *testing.T) {
 	for _, h := range []string{"", "x tenant", "x:tenant", "tenant\n", "ünï"} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("Metadata(%q) did not panic", h)
-				}
-			}()
-			keyfunc.Metadata(h)
-		}()
+		wantMisconfigured(t, fmt.Sprintf("Metadata(%q)", h), keyfunc.Metadata(h), "keyfunc.Metadata: "+strconv.Quote(h)+" is not a valid gRPC metadata key")
+	}
+	if err := keyfunc.Validate(keyfunc.Metadata("X-Tenant")); err != nil {
+		t.Errorf("Validate(Metadata(X-Tenant)) = %v, want nil", err)
+	}
+}
+
+// wantMisconfigured checks that f, built by what, is misconfigured: Validate
+// reports an error containing msg, and a call fails with the same error,
+// which is neither ErrMissing nor ErrInvalid (the server's fault).
+func wantMisconfigured(t *testing.T, what string, f keyfunc.Func, msg string) {
+	t.Helper()
+	err := keyfunc.Validate(f)
+	if err == nil || !strings.Contains(err.Error(), msg) {
+		t.Errorf("Validate(%s) = %v, want an error containing %q", what, err, msg)
+		return
+	}
+	v, callErr := f(incoming("x-tenant", "acme"), method)
+	if v != "" || callErr == nil || callErr.Error() != err.Error() || errors.Is(callErr, keyfunc.ErrMissing) || errors.Is(callErr, keyfunc.ErrInvalid) {
+		t.Errorf("%s called: %q, %v; want \"\" and Validate's error, wrapping neither ErrMissing nor ErrInvalid", what, v, callErr)
 	}
 }
 
@@ -115,14 +128,7 @@ func TestPeer(t *testing.T) {
 func TestConstant(t *testing.T) {
 	want(t, context.Background(), keyfunc.Constant("global"), "global", nil)
 	for _, s := range []string{"", strings.Repeat("x", keyfunc.MaxValueLen+1)} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("Constant(%.10q…) did not panic", s)
-				}
-			}()
-			keyfunc.Constant(s)
-		}()
+		wantMisconfigured(t, fmt.Sprintf("Constant(%.10q…)", s), keyfunc.Constant(s), "keyfunc.Constant: the value is")
 	}
 }
 
@@ -206,22 +212,33 @@ func TestCheckedEnforcesPolicyOnForeignFuncs(t *testing.T) {
 }
 
 func TestConstructorsRejectNil(t *testing.T) {
-	for name, build := range map[string]func(){
-		"Join()":       func() { keyfunc.Join() },
-		"FirstOf()":    func() { keyfunc.FirstOf() },
-		"Join(nil)":    func() { keyfunc.Join(keyfunc.Method(), nil) },
-		"FirstOf(nil)": func() { keyfunc.FirstOf(nil) },
-		"Checked(nil)": func() { keyfunc.Checked(nil) },
-		"Context(nil)": func() { keyfunc.Context(nil) },
+	for _, tc := range []struct {
+		name string
+		f    keyfunc.Func
+		msg  string
+	}{
+		{"Join()", keyfunc.Join(), "keyfunc.Join: no Func given"},
+		{"FirstOf()", keyfunc.FirstOf(), "keyfunc.FirstOf: no Func given"},
+		{"Join(nil)", keyfunc.Join(keyfunc.Method(), nil), "keyfunc.Join: Func 1: keyfunc: the Func is nil"},
+		{"FirstOf(nil)", keyfunc.FirstOf(nil), "keyfunc.FirstOf: Func 0: keyfunc: the Func is nil"},
+		{"Checked(nil)", keyfunc.Checked(nil), "keyfunc.Checked: keyfunc: the Func is nil"},
+		{"Context(nil)", keyfunc.Context(nil), "keyfunc.Context: the key is nil"},
+		{"Join(bad Metadata)", keyfunc.Join(keyfunc.Method(), keyfunc.Metadata("a b")), `keyfunc.Join: Func 1: keyfunc.Metadata: "a b" is not`},
+		{"FirstOf(Join())", keyfunc.FirstOf(keyfunc.Join()), "keyfunc.FirstOf: Func 0: keyfunc.Join: no Func given"},
+		{"Misconfigured", keyfunc.Misconfigured(errors.New("mine: bad")), "mine: bad"},
 	} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s did not panic", name)
-				}
-			}()
-			build()
-		}()
+		wantMisconfigured(t, tc.name, tc.f, tc.msg)
+	}
+	if err := keyfunc.Validate(nil); err == nil {
+		t.Error("Validate(nil) = nil, want an error")
+	}
+	// A Func written elsewhere is never called by Validate.
+	called := false
+	mine := keyfunc.Func(func(context.Context, string) (string, error) { called = true; return "", errors.New("no") })
+	for _, f := range []keyfunc.Func{mine, keyfunc.Join(mine), keyfunc.FirstOf(keyfunc.Method(), mine), keyfunc.Checked(mine)} {
+		if err := keyfunc.Validate(f); err != nil || called {
+			t.Errorf("Validate of a good Func = %v (called %v), want nil without a call", err, called)
+		}
 	}
 }
 

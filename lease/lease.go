@@ -108,7 +108,7 @@ type grant struct {
 // New returns a Store admitting hot identities from leases of inner. An
 // invalid option is an error naming it.
 func New(inner tollgate.Store, opts ...Option) (*Store, error) {
-	if inner == nil {
+	if check.Nil(inner) {
 		return nil, errors.New("lease: the inner store is nil")
 	}
 	cfg := defaults()

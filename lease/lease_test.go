@@ -90,6 +90,9 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Error("New(nil): no error")
 	}
+	if _, err := New((*store.Memory)(nil)); err == nil {
+		t.Error("New of a typed nil store: no error")
+	}
 	if _, err := New(inner); err != nil {
 		t.Errorf("New with defaults: %v", err)
 	}

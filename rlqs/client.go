@@ -103,7 +103,7 @@ func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client,
 		opt(&o)
 	}
 	switch {
-	case conn == nil:
+	case check.Nil(conn):
 		return nil, errors.New("rlqs: the connection is nil")
 	case domain == "":
 		return nil, errors.New("rlqs: the domain is empty")
@@ -354,8 +354,12 @@ func (c *Client) Settle(ctx context.Context, req tollgate.Request, admitted toll
 }
 
 // SettleAll settles a set on the local buckets of their token-bucket
-// assignments; the others have nothing to settle.
+// assignments; the others have nothing to settle. A malformed set is an
+// error wrapping tollgate.ErrInvalidRequest, as on every store.
 func (c *Client) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Decision, error) {
+	if _, err := check.SettleSet(reqs, admitted, costs); err != nil {
+		return nil, err
+	}
 	local, _, as, err := c.localRequests(ctx, reqs)
 	if err != nil {
 		return nil, err

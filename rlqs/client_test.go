@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -32,25 +33,17 @@ func TestInterceptorDecidesFromAssignment(t *testing.T) {
 			var admitted, denied atomic.Int64
 			var wg sync.WaitGroup
 			for range 2 {
-				c := newClient(t, conn, rlqs.WithReportInterval(100*time.Millisecond))
+				// The first call waits for its bucket's first assignment,
+				// however busy the machine (a generous first-assignment
+				// wait, where the default is 50ms).
+				c := newClient(t, conn, rlqs.WithReportInterval(100*time.Millisecond), rlqs.WithFirstAssignmentWait(5*time.Second))
 				svc := replica(t, c, perTenant(interceptor.FailClosed))
 				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
 				// Warm up: the first report subscribes. A replica joining
 				// after another took the whole quota is refused until the
 				// next rebalance.
-				// A bucket's first assignment is awaited for a bounded time
-				// (then the fail mode answers): on a busy machine it may
-				// come after that.
-				warm := time.Now().Add(3 * time.Second)
-				for {
-					_, err := svc.Say(ctx, wrapperspb.String("hi"))
-					if err == nil || status.Code(err) == codes.ResourceExhausted {
-						break
-					}
-					if status.Code(err) != codes.Unavailable || time.Now().After(warm) {
-						t.Fatal(err)
-					}
-					time.Sleep(20 * time.Millisecond)
+				if _, err := svc.Say(ctx, wrapperspb.String("hi")); err != nil && status.Code(err) != codes.ResourceExhausted {
+					t.Fatal(err)
 				}
 				wg.Go(func() {
 					deadline := time.Now().Add(2 * time.Second)
@@ -171,5 +164,40 @@ func TestClientBadOptions(t *testing.T) {
 	}
 	if _, err := rlqs.New(conn, ""); err == nil {
 		t.Error("an empty domain: no error")
+	}
+	if _, err := rlqs.New((*grpc.ClientConn)(nil), "services"); err == nil {
+		t.Error("a typed nil connection: no error")
+	}
+}
+
+// A malformed settlement is refused with an error wrapping
+// tollgate.ErrInvalidRequest, as every store refuses it; a set whose
+// lengths disagree panicked.
+func TestSettleValidation(t *testing.T) {
+	c := newClient(t, quotaServer(t, newMemory(t)), rlqs.WithFirstAssignmentWait(5*time.Second))
+	ctx := context.Background()
+	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
+	d, err := c.Allow(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatalf("admission: %+v, %v", d, err)
+	}
+	adm := d.Admission()
+	for name, call := range map[string]func() error{
+		"lengths": func() error {
+			_, err := c.SettleAll(ctx, []tollgate.Request{req, req}, []tollgate.Admission{adm}, []int64{1, 1})
+			return err
+		},
+		"empty":         func() error { _, err := c.SettleAll(ctx, nil, nil, nil); return err },
+		"negative cost": func() error { _, err := c.Settle(ctx, req, adm, -1); return err },
+		"overdrawn": func() error {
+			bad := req
+			bad.Overdraw = true
+			_, err := c.Settle(ctx, bad, adm, 1)
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, tollgate.ErrInvalidRequest) {
+			t.Errorf("%s: %v, want an error wrapping ErrInvalidRequest", name, err)
+		}
 	}
 }

@@ -18,6 +18,13 @@ func TestConfigErrors(t *testing.T) {
 		want       string // substring of the error, after "f.yaml:"
 	}{
 		{"not yaml", "domain: d\ndescriptors:\n  - key: [\n", "f.yaml:3: not valid YAML: did not find expected node content"},
+		// yaml.v3 names where the enclosing block began, counted from 0;
+		// the error names the line at fault.
+		{"mis-indented key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n     requests_per_unit: 100\n", "f.yaml:6: not valid YAML: did not find expected key"},
+		{"unclosed bracket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 100\n    value: [a, b\n  - key: p\n", "f.yaml:7: not valid YAML: did not find expected ',' or ']'"},
+		{"mis-indented after a long list", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second,\n      requests_per_unit: 1}\n    value: v\n   shadow_mode: true\n", "f.yaml:7: not valid YAML: did not find expected '-' indicator"},
+		{"tab", "domain: d\ndescriptors:\n\t- key: k\n", "f.yaml:3: not valid YAML: found character that cannot start any token"},
+		{"unclosed quote", "domain: d\ndescriptors:\n  - key: \"k\n  - key: p\n", "f.yaml:3: not valid YAML: found unexpected end of stream"},
 		{"empty", "", "f.yaml: empty file"},
 		{"top is a list", "- a\n", "f.yaml:1: want a mapping"},
 		{"no domain", "descriptors: []\n", "f.yaml: domain is missing"},

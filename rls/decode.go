@@ -30,14 +30,43 @@ func decodeFile(f File) (*fileYAML, error) {
 	case errors.As(err, &te):
 		return nil, decodeError(f.Name, &doc, te.Errors[0])
 	}
-	return nil, syntaxError(f.Name, err)
+	return nil, syntaxError(f, err)
 }
 
-// syntaxError is a ConfigError for a YAML syntax error, with the line
-// yaml.v3 names in its message ("yaml: line 3: ...") moved to Line.
-func syntaxError(file string, err error) error {
+// syntaxError is a ConfigError for a YAML syntax error at the line at
+// fault (faultLine), with yaml.v3's message.
+func syntaxError(f File, err error) error {
 	line, msg := cutLine(strings.TrimPrefix(err.Error(), "yaml: "))
-	return &ConfigError{File: file, Line: line, Msg: "not valid YAML: " + msg}
+	return &ConfigError{File: f.Name, Line: faultLine(f.Data, line, msg), Msg: "not valid YAML: " + msg}
+}
+
+// faultSearch bounds how many lines faultLine parses past the line yaml.v3
+// names: a configuration's mistake is a few lines from where its block
+// began, and each try parses the file up to the line.
+const faultSearch = 200
+
+// faultLine returns the line at fault for yaml.v3's syntax error msg,
+// reported at line. For a parser error yaml.v3 names where the enclosing
+// block or flow began, counted from 0 (a mis-indented key on line 6 in a
+// mapping begun on line 3 is "line 2"), and the error itself is not
+// reachable from outside it. The line at fault is the first after that
+// at which the file, cut there, fails with the same message: what comes
+// later cannot make the earlier lines fail, and a cut that only leaves a
+// valid construct open fails with another message. When no such line is
+// found, the line yaml.v3 named stands.
+func faultLine(data []byte, line int, msg string) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for k := max(line, 1); k <= len(lines) && k <= line+faultSearch; k++ {
+		var v any
+		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &v)
+		if err == nil {
+			continue
+		}
+		if _, m := cutLine(strings.TrimPrefix(err.Error(), "yaml: ")); m == msg {
+			return k
+		}
+	}
+	return line
 }
 
 // cutLine splits "line N: message".

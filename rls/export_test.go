@@ -2,6 +2,7 @@ package rls
 
 import (
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -10,6 +11,41 @@ import (
 type Rebalancer struct {
 	mu    sync.Mutex
 	ticks map[chan time.Time]struct{}
+	// changed is closed and replaced when a stream starts or ends.
+	changed chan struct{}
+}
+
+// notify wakes AwaitStreams; r.mu is held.
+func (r *Rebalancer) notify() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// AwaitStreams waits until n streams tick, woken as streams start, and
+// fails the test when they do not within 10 seconds.
+func (r *Rebalancer) AwaitStreams(t testing.TB, n int) {
+	t.Helper()
+	give := time.NewTimer(10 * time.Second)
+	defer give.Stop()
+	for {
+		r.mu.Lock()
+		if len(r.ticks) >= n {
+			r.mu.Unlock()
+			return
+		}
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		select {
+		case <-changed:
+		case <-give.C:
+			t.Fatalf("%d streams tick after 10s, want %d", r.Streams(), n)
+		}
+	}
 }
 
 // WithRebalancer makes r tick the quota server's streams.
@@ -23,10 +59,12 @@ func WithRebalancer(r *Rebalancer) QuotaOption {
 				r.ticks = map[chan time.Time]struct{}{}
 			}
 			r.ticks[c] = struct{}{}
+			r.notify()
 			r.mu.Unlock()
 			return c, func() {
 				r.mu.Lock()
 				delete(r.ticks, c)
+				r.notify()
 				r.mu.Unlock()
 			}
 		}

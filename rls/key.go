@@ -2,6 +2,9 @@ package rls
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tollgate/tollgate/keyfunc"
@@ -61,8 +64,22 @@ type EntryFunc struct {
 // the descriptor made of entries, laid out as the server lays out its store
 // keys. With the rule named after the domain, the interceptor and the edge
 // debit the same bucket for the same identity. It fails when one of the
-// entries' functions fails.
+// entries' functions fails. No entry, an empty Key or a nil or
+// misconfigured Value gives a misconfigured Func (keyfunc.Validate), which
+// interceptor.New refuses naming the rule.
 func Descriptor(entries ...EntryFunc) keyfunc.Func {
+	if len(entries) == 0 {
+		return keyfunc.Misconfigured(errors.New("rls.Descriptor: no entry given"))
+	}
+	for i, e := range entries {
+		if e.Key == "" {
+			return keyfunc.Misconfigured(fmt.Errorf("rls.Descriptor: entry %d: the Key is empty", i))
+		}
+		if err := keyfunc.Validate(e.Value); err != nil {
+			return keyfunc.Misconfigured(fmt.Errorf("rls.Descriptor: entry %d (%q): %w", i, e.Key, err))
+		}
+	}
+	entries = slices.Clone(entries)
 	return func(ctx context.Context, fullMethod string) (string, error) {
 		var b strings.Builder
 		for i, e := range entries {

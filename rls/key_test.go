@@ -77,3 +77,25 @@ func TestDescriptorMatchesStoreKey(t *testing.T) {
 		t.Fatal("a missing entry gave no error")
 	}
 }
+
+// A descriptor built from bad entries is misconfigured: keyfunc.Validate
+// (and so interceptor.New) reports it, and it never panics.
+func TestDescriptorMisconfigured(t *testing.T) {
+	for _, tc := range []struct {
+		f    keyfunc.Func
+		want string
+	}{
+		{rls.Descriptor(), "rls.Descriptor: no entry given"},
+		{rls.Descriptor(rls.EntryFunc{Value: keyfunc.Method()}), "rls.Descriptor: entry 0: the Key is empty"},
+		{rls.Descriptor(rls.EntryFunc{Key: "a", Value: keyfunc.Method()}, rls.EntryFunc{Key: "b"}), `rls.Descriptor: entry 1 ("b"): keyfunc: the Func is nil`},
+		{rls.Descriptor(rls.EntryFunc{Key: "a", Value: keyfunc.Metadata("A B")}), `rls.Descriptor: entry 0 ("a"): keyfunc.Metadata: "A B" is not`},
+	} {
+		err := keyfunc.Validate(tc.f)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate = %v, want an error containing %q", err, tc.want)
+		}
+		if _, callErr := tc.f(context.Background(), "/svc/M"); callErr == nil || callErr.Error() != err.Error() {
+			t.Errorf("a call = %v, want Validate's error", callErr)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/storecall"
 )
 
@@ -25,25 +24,31 @@ const (
 	// with failure_mode_deny: true it refuses it. This is what
 	// envoyproxy/ratelimit does when Redis fails, and the default.
 	FailClosed
-	// FailError is another name for FailClosed: the server answers with an
-	// error, Unavailable.
-	FailError = FailClosed
 )
 
 // String returns "open" or "closed", as package interceptor's FailMode
 // names the same modes.
 func (m FailMode) String() string {
-	if m > FailClosed {
-		return "failmode(" + strconv.Itoa(int(m)) + ")"
+	switch m {
+	case FailOpen:
+		return storecall.FailModeOpen
+	case FailClosed:
+		return storecall.FailModeClosed
 	}
-	return interceptor.FailMode(m).String()
+	return "failmode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// Defaults of WithStoreTimeout and WithBreaker: package interceptor's.
+// Defaults of WithStoreTimeout and WithBreaker, the same as package
+// interceptor's.
 const (
-	DefaultStoreTimeout    = interceptor.DefaultStoreTimeout
-	DefaultBreakerFailures = interceptor.DefaultBreakerFailures
-	DefaultBreakerCoolDown = interceptor.DefaultBreakerCoolDown
+	// DefaultStoreTimeout is how long one store call may take before the
+	// fail mode applies (50ms).
+	DefaultStoreTimeout = storecall.DefaultTimeout
+	// DefaultBreakerFailures consecutive store failures open the breaker (5).
+	DefaultBreakerFailures = storecall.DefaultBreakerFailures
+	// DefaultBreakerCoolDown is how long the open breaker keeps calls from
+	// the store before one probes it (1s).
+	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
 )
 
 // Default header names of WithResponseHeaders: the names Envoy's rate limit
@@ -124,12 +129,13 @@ func WithResponseHeaders(limit, remaining, reset string) Option {
 	}
 }
 
-// WithShadowMode puts every descriptor in shadow mode, as
-// envoyproxy/ratelimit's SHADOW_MODE does: requests are decided and debited
-// as usual, but the overall code is always OK. Decisions that would have
-// refused a request are counted with tollgate.outcome "shadow_denied".
-func WithShadowMode(on bool) Option {
-	return func(o *options) { o.shadow = on }
+// WithShadow puts every descriptor in shadow mode, as
+// envoyproxy/ratelimit's SHADOW_MODE does (and interceptor.WithShadow every
+// rule): requests are decided and debited as usual, but the overall code is
+// always OK. Decisions that would have refused a request are counted with
+// tollgate.outcome "shadow_denied".
+func WithShadow() Option {
+	return func(o *options) { o.shadow = true }
 }
 
 // WithTracerProvider sets where spans go (default the global provider).

@@ -68,7 +68,7 @@ func TestQuotaReadsBucketsAsDescriptors(t *testing.T) {
 	for _, b := range quotaBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := fakeclock.New(quotaStart)
-			c := quotaReplicas(t, b.stores(t, 1, clock), rls.WithQuotaClock(clock.Now), rls.WithRebalanceInterval(0))[0]
+			c := quotaReplicas(t, b.stores(t, 1, clock), rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))[0]
 			allow := typev3.RateLimitStrategy_ALLOW_ALL
 			deny := typev3.RateLimitStrategy_DENY_ALL
 			cases := []struct {
@@ -116,7 +116,7 @@ func TestQuotaReadsBucketsAsDescriptors(t *testing.T) {
 // stream stops reporting is abandoned once its time to live has passed.
 func TestQuotaAssignmentLifecycle(t *testing.T) {
 	clock := fakeclock.New(quotaStart)
-	c := quotaReplicas(t, quotaBackends(t)[0].stores(t, 1, clock), rls.WithQuotaClock(clock.Now), rls.WithRebalanceInterval(0))[0]
+	c := quotaReplicas(t, quotaBackends(t)[0].stores(t, 1, clock), rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := c.StreamRateLimitQuotas(ctx)
@@ -195,7 +195,8 @@ func TestQuotaBadInput(t *testing.T) {
 	for _, b := range quotaBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := fakeclock.New(quotaStart)
-			c := quotaReplicas(t, b.stores(t, 1, clock), rls.WithQuotaClock(clock.Now), rls.WithRebalanceInterval(0))[0]
+			reb := &rls.Rebalancer{} // never ticked: it tells when a stream runs
+			c := quotaReplicas(t, b.stores(t, 1, clock), rls.WithClock(clock.Now), rls.WithRebalancer(reb))[0]
 			for _, tc := range bad {
 				_, err := exchange(t, c, tc.reports...)
 				if status.Code(err) != codes.InvalidArgument {
@@ -204,12 +205,14 @@ func TestQuotaBadInput(t *testing.T) {
 					t.Logf("%s: %v", tc.name, status.Convert(err).Message())
 				}
 			}
-			// A stream that never reports.
+			// A stream that never reports: once its handler runs, it
+			// stores nothing. (The bad streams above have ended: their
+			// errors came back.)
 			ctx, cancel := context.WithCancel(context.Background())
 			if _, err := c.StreamRateLimitQuotas(ctx); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond)
+			reb.AwaitStreams(t, 1)
 			cancel()
 			if n := b.keys(t); n > 0 {
 				t.Errorf("%d keys stored after bad reports, want none", n)

@@ -82,9 +82,10 @@ func WithRebalanceInterval(d time.Duration) QuotaOption {
 	return func(o *quotaOptions) { o.rebalance = d }
 }
 
-// WithQuotaClock sets the clock the service tells a silent bucket by
-// (default time.Now). Shares expire by the store's clock.
-func WithQuotaClock(now func() time.Time) QuotaOption {
+// WithClock sets the clock the quota service tells a silent bucket by
+// (default time.Now), as interceptor.WithClock does for a Limiter. Shares
+// expire by the store's clock.
+func WithClock(now func() time.Time) QuotaOption {
 	return func(o *quotaOptions) { o.clock = now }
 }
 

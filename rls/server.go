@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	argcheck "github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/storecall"
 )
 
@@ -46,7 +47,7 @@ func NewServer(st tollgate.Store, opts ...Option) (*Server, error) {
 		opt(&o)
 	}
 	switch {
-	case st == nil:
+	case argcheck.Nil(st):
 		return nil, errors.New("rls: the store is nil")
 	case o.failMode != FailClosed && o.failMode != FailOpen:
 		return nil, fmt.Errorf("rls: fail mode %s: want FailClosed or FailOpen", o.failMode)

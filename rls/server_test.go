@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rls"
+	"github.com/tollgate/tollgate/store"
 )
 
 const limitsYAML = `
@@ -155,7 +156,7 @@ func TestShadowNeverBlocks(t *testing.T) {
 // TestGlobalShadowMode: everything is decided and debited, nothing refused.
 func TestGlobalShadowMode(t *testing.T) {
 	b := backends()[0]
-	e := newEnv(t, b, []string{limitsYAML}, rls.WithShadowMode(true))
+	e := newEnv(t, b, []string{limitsYAML}, rls.WithShadow())
 	// As in envoyproxy/ratelimit, only the overall code is forced to OK:
 	// the statuses still say which descriptor was over.
 	for i := range 4 {
@@ -297,7 +298,7 @@ func (f *failingStore) AllowAll(ctx context.Context, reqs []tollgate.Request) ([
 	return nil, fmt.Errorf("connection refused")
 }
 
-// TestFailPolicy: FailError answers Unavailable so that Envoy's
+// TestFailPolicy: FailClosed answers Unavailable so that Envoy's
 // failure_mode_deny decides; FailOpen answers OK. The breaker stops asking
 // a store that keeps failing.
 func TestFailPolicy(t *testing.T) {
@@ -314,7 +315,7 @@ func TestFailPolicy(t *testing.T) {
 	}
 	for range 10 {
 		if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
-			t.Fatalf("FailError: %v, want Unavailable", err)
+			t.Fatalf("FailClosed: %v, want Unavailable", err)
 		}
 	}
 	if got := st.calls.Load(); got != 3 {
@@ -378,6 +379,12 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 	if _, err := rls.NewServer(nil); err == nil {
 		t.Error("nil store: no error")
 	}
+	if _, err := rls.NewServer((*store.Memory)(nil)); err == nil {
+		t.Error("typed nil store: no error")
+	}
+	if _, err := rls.NewQuotaServer(nil); err == nil {
+		t.Error("nil server: no error")
+	}
 }
 
 // TestReload: SetConfig swaps limits while calls run; none fails.
@@ -436,16 +443,16 @@ func TestRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x")}}
-	for _, mode := range []rls.FailMode{rls.FailError, rls.FailOpen} {
+	for _, mode := range []rls.FailMode{rls.FailClosed, rls.FailOpen} {
 		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithFailMode(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp, err := srv.ShouldRateLimit(context.Background(), req)
 		switch mode {
-		case rls.FailError:
+		case rls.FailClosed:
 			if status.Code(err) != codes.Unavailable {
-				t.Fatalf("FailError with Redis down: %v, %v; want Unavailable", resp, err)
+				t.Fatalf("FailClosed with Redis down: %v, %v; want Unavailable", resp, err)
 			}
 		case rls.FailOpen:
 			if err != nil || resp.OverallCode != ok {

@@ -60,7 +60,7 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	}
 	out = append(out, args[3+nkeys:]...)
 	for _, s := range release {
-		out = append(out, s.ID, max(s.Held, 0).Microseconds())
+		out = append(out, s.ID, max(s.Hold, 0).Microseconds())
 	}
 	out = append(out, seatHoldTTL.Milliseconds(), len(release))
 	sc := [1]scriptCall{{script: finishScript, args: out}}

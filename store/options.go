@@ -171,8 +171,9 @@ func WithClusterTags(n int) RedisOption {
 //
 // The defaults are DefaultBatchSize and DefaultMaxPipelines. maxBatch or
 // maxPipelines of 0 turns batching off: every decision is its own round
-// trip (Script.Run), as go-redis's AutoPipeliner needs when the store is
-// given one as its client. A negative value is an error.
+// trip (EVALSHA, and EVAL once on NOSCRIPT), as go-redis's AutoPipeliner
+// needs when the store is given one as its client. A negative value is an
+// error.
 func WithBatching(maxBatch, maxPipelines int) RedisOption {
 	if maxBatch < 0 || maxPipelines < 0 {
 		return badOption{invalidOption("WithBatching", fmt.Sprintf("%d, %d", maxBatch, maxPipelines), "0 (off) or more for each")}
@@ -193,11 +194,13 @@ func WithBatching(maxBatch, maxPipelines int) RedisOption {
 // per decision; each decision is still judged, written and answered on its
 // own, in order, as its own call would be. Concurrent seat calls
 // (AcquireSeat, RenewSeat, ReleaseSeat, SeatsInUse) are likewise folded
-// into one seat script call (off: one each). It applies only to a
-// *redis.Client (a single node, or Sentinel through NewFailoverClient): the
-// keys of a ClusterClient's or a Ring's decisions may live on different
-// nodes or slots, which one script call cannot declare together, so there
-// each decision keeps its own call.
+// into one seat script call (off: one each). On a *redis.Client (a single
+// node, or Sentinel through NewFailoverClient) a batch is one call; on a
+// ClusterClient in the tagged layout (WithClusterTags), whose identities
+// share a few slots, a batch's decisions on one slot share a call, as one
+// script call can declare keys of one slot only. Elsewhere (a ClusterClient
+// without tags, a Ring) each decision keeps its own call, still pipelined
+// with its batch.
 func WithBatchScript(on bool) RedisOption {
 	return redisOption(func(r *Redis) { r.noBatchScript = !on })
 }

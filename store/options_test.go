@@ -83,8 +83,10 @@ func TestConstructorsRejectBadOptions(t *testing.T) {
 			t.Errorf("NewMemory(%s) made a store", tc.want)
 		}
 	}
-	if _, err := store.NewRedis(nil); err == nil {
-		t.Error("NewRedis(nil) made a store")
+	for name, c := range map[string]redis.UniversalClient{"nil": nil, "typed nil": (*redis.Client)(nil), "typed nil cluster": (*redis.ClusterClient)(nil)} {
+		if _, err := store.NewRedis(c); !errors.Is(err, store.ErrInvalidOption) {
+			t.Errorf("NewRedis(%s client): %v, want an error wrapping ErrInvalidOption", name, err)
+		}
 	}
 }
 

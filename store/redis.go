@@ -102,8 +102,8 @@ type Redis struct {
 // its range, is an error (ErrInvalidOption); the store is then not
 // created.
 func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
-	if c == nil {
-		return nil, errors.New("store: NewRedis: the client is nil")
+	if check.Nil(c) {
+		return nil, fmt.Errorf("%w: NewRedis: the client is nil", ErrInvalidOption)
 	}
 	r := &Redis{
 		sender:  sender{client: c},

@@ -155,7 +155,7 @@ func (m *Memory) ReleaseSeat(ctx context.Context, s tollgate.Seat) error {
 	ms := &m.seats
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
-	if us := s.Held.Microseconds(); us > 0 {
+	if us := s.Hold.Microseconds(); us > 0 {
 		ms.held(s.Key, us, m.clock().UnixMicro())
 	}
 	if held := ms.byKey[s.Key]; held != nil {

@@ -70,7 +70,7 @@ func (r *Redis) ReleaseSeat(ctx context.Context, s tollgate.Seat) error {
 	if err := check.RequestID(s.ID); err != nil {
 		return err
 	}
-	s.Max, s.TTL = 1, max(s.Held, 0) // ARGV[4] of a release: the time held
+	s.Max, s.TTL = 1, max(s.Hold, 0) // ARGV[4] of a release: the time held
 	_, err := r.seatCall(ctx, s, seatRelease)
 	return err
 }

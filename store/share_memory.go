@@ -2,10 +2,10 @@ package store
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/fairshare"
 )
 
 // memShares holds a Memory store's shared limits: by key, the members'
@@ -65,7 +65,7 @@ func (m *Memory) Share(ctx context.Context, s tollgate.Share) (tollgate.ShareGra
 	if len(others) >= tollgate.MaxShareMembers {
 		return tollgate.ShareGrant{Members: len(others)}, nil
 	}
-	fair := fairShare(s.Limit, others, s.Demand)
+	fair := fairshare.Of(s.Limit, others, s.Demand)
 	granted := max(0, min(fair, s.Limit-held))
 	if members == nil {
 		members = make(map[string]memShare)
@@ -84,31 +84,4 @@ func sweepShares(members map[string]memShare, now int64) int {
 		}
 	}
 	return len(members)
-}
-
-// fairShare is a member's max-min fair share of limit when it asks demand
-// and the others ask others (reordered): water-filling from the smallest
-// demand, the member after the others of its own demand, each share an
-// equal split of what is left rounded down, or the demand if less; plus
-// its part of half the spare, what the demands leave, split among the
-// members. The share script computes the same.
-func fairShare(limit int64, others []int64, demand int64) int64 {
-	slices.Sort(others)
-	n, left, fair := int64(len(others)+1), limit, int64(0)
-	placed, i := false, 0
-	for k := range n {
-		var d int64
-		member := !placed && (i == len(others) || others[i] > demand)
-		if member {
-			d, placed = demand, true
-		} else {
-			d, i = others[i], i+1
-		}
-		share := min(d, left/(n-k))
-		if member {
-			fair = share
-		}
-		left -= share
-	}
-	return fair + left/(2*n)
 }

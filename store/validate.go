@@ -47,23 +47,7 @@ func checkOverdraw(reqs []tollgate.Request) error {
 // normalizeSettle checks a set for SettleAll (a set of one for Settle) and
 // returns a normalized copy. Every error wraps tollgate.ErrInvalidRequest.
 func normalizeSettle(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64) ([]tollgate.Request, error) {
-	switch {
-	case len(reqs) == 0:
-		return nil, fmt.Errorf("%w: SettleAll needs at least one request", tollgate.ErrInvalidRequest)
-	case len(reqs) > tollgate.MaxAllowAll:
-		return nil, fmt.Errorf("%w: SettleAll takes at most %d requests, got %d", tollgate.ErrInvalidRequest, tollgate.MaxAllowAll, len(reqs))
-	case len(admitted) != len(reqs) || len(costs) != len(reqs):
-		return nil, fmt.Errorf("%w: SettleAll takes one admission and one cost per request: %d requests, %d admissions, %d costs", tollgate.ErrInvalidRequest, len(reqs), len(admitted), len(costs))
-	}
-	out := make([]tollgate.Request, len(reqs))
-	for i, req := range reqs {
-		n, err := check.Settle(req, costs[i])
-		if err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, err)
-		}
-		out[i] = n
-	}
-	return out, nil
+	return check.SettleSet(reqs, admitted, costs)
 }
 
 // checkKey validates a key a store call names without a Request: ctx's

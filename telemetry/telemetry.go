@@ -36,7 +36,7 @@ const (
 	MetricSettledUnits = "tollgate.settled.units"
 )
 
-// Metrics of in-flight seats (interceptor.Rule.MaxInFlight). Before v1
+// Metrics of in-flight seats (interceptor.Rule.InFlight). Before v1
 // they were tollgate.slots, tollgate.slot.hold and tollgate.slot.wait.
 const (
 	// MetricSeats counts in-flight seat events ({event}), with the
@@ -74,6 +74,34 @@ const (
 	// "error" when the rotated files were refused and the last good ones
 	// still serve.
 	MetricTLSReloads = "tollgate.tls.reloads"
+)
+
+// Metrics of the regions sharing global limits (package region), each
+// with the attributes AttrRegion and AttrLimit (the global limit) unless
+// said otherwise.
+const (
+	// MetricRegionShare is a gauge of the shares the region holds now
+	// ({unit}), summed over the identities it shares: rate units per the
+	// limit's period, or units of the current window.
+	MetricRegionShare = "tollgate.region.share"
+	// MetricRegionDemand is a gauge of the demand the region last reported
+	// ({unit}), summed over the identities it shares: units per period for
+	// a rate, units over the next lease for a window.
+	MetricRegionDemand = "tollgate.region.demand"
+	// MetricRegionLeaseAge is a gauge of the longest time since the Home
+	// last granted one of the region's shares, in seconds: past one
+	// rebalance interval the region is not renewing (it is cut off from
+	// the Home), and past the lease its rates are at their floor.
+	MetricRegionLeaseAge = "tollgate.region.lease.age"
+	// MetricRegionRefusals counts the requests the region refused for want
+	// of share ({request}): the local store denied them under the share,
+	// or the share held less than their cost.
+	MetricRegionRefusals = "tollgate.region.refusals"
+	// MetricRegionReports counts the region's reports to the Home
+	// ({report}), with the attributes AttrRegion and AttrResult: "ok",
+	// "error" (the Home could not be asked), "disagree" (the regions are
+	// configured differently) or "stale" (a window already past).
+	MetricRegionReports = "tollgate.region.reports"
 )
 
 // Attributes of decisions, on spans and on MetricDecisions and
@@ -164,6 +192,8 @@ const (
 	// AttrListener names a tollgate-rls listener (MetricTLSReloads).
 	AttrListener = attribute.Key("listener")
 	// AttrResult is "ok" or "error" (MetricRLSConfigReloads,
-	// MetricTLSReloads).
+	// MetricTLSReloads), or a report's result (MetricRegionReports).
 	AttrResult = attribute.Key("result")
+	// AttrRegion names the region of package region's metrics.
+	AttrRegion = attribute.Key("tollgate.region")
 )

@@ -372,9 +372,12 @@ func (x *GetQuotaRequest) GetCaller() *Caller {
 }
 
 // Quota is the state of one limit of a rule for one caller.
+// Quota is the state of one limit of a rule for one caller: a rate limit,
+// or the rule's in-flight limit (in_flight), as Limiter.Peek reports it.
 type Quota struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The limit, described ("token_bucket 10/1s burst 10").
+	// The limit, described ("token_bucket 10/1s burst 10"); empty for an
+	// in-flight limit or a block.
 	Limit string `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// "token_bucket", "gcra", "sliding_window" or "fixed_window".
 	Algorithm string               `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
@@ -384,14 +387,19 @@ type Quota struct {
 	Capacity int64 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// The limit applies to each message of a stream, not to calls.
 	PerMessage bool `protobuf:"varint,6,opt,name=per_message,json=perMessage,proto3" json:"per_message,omitempty"`
-	// Units the caller has now.
+	// Units the caller has now; for an in-flight limit, the seats free.
 	Available int64 `protobuf:"varint,7,opt,name=available,proto3" json:"available,omitempty"`
 	// What a call of cost units would get now.
 	Cost    int64 `protobuf:"varint,8,opt,name=cost,proto3" json:"cost,omitempty"`
 	Allowed bool  `protobuf:"varint,9,opt,name=allowed,proto3" json:"allowed,omitempty"`
 	// When not allowed: the wait until cost units are available.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,10,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	// The wait until the caller's quota is full again.
+	// What a call of cost units admitted now would be told as its reset
+	// (x-ratelimit-reset): the wait until, after that call, the caller's
+	// quota is full again (token bucket, GCRA), or its count is forgotten
+	// (fixed window: the window's end; sliding window: the end of the next
+	// window). Nothing is debited to find it, and it is not the wait from
+	// the state now: a full bucket still reports the refill of cost units.
 	ResetAfter *durationpb.Duration `protobuf:"bytes,11,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
 	// The caller is blocked under the rule (Block): no limit is set and
 	// allowed is false.
@@ -400,7 +408,14 @@ type Quota struct {
 	// rule's, with its own state.
 	Override bool `protobuf:"varint,13,opt,name=override,proto3" json:"override,omitempty"`
 	// Time left until the block or override ends; unset for never.
-	ExpiresIn     *durationpb.Duration `protobuf:"bytes,14,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	ExpiresIn *durationpb.Duration `protobuf:"bytes,14,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	// The quota is the rule's in-flight limit (max_in_flight calls of the
+	// caller at once): no limit, algorithm, rate, period or capacity;
+	// in_use seats are held, available are free, and allowed says whether a
+	// call would get one.
+	InFlight      bool  `protobuf:"varint,15,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InUse         int64 `protobuf:"varint,16,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	MaxInFlight   int64 `protobuf:"varint,17,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,6 +546,27 @@ func (x *Quota) GetExpiresIn() *durationpb.Duration {
 		return x.ExpiresIn
 	}
 	return nil
+}
+
+func (x *Quota) GetInFlight() bool {
+	if x != nil {
+		return x.InFlight
+	}
+	return false
+}
+
+func (x *Quota) GetInUse() int64 {
+	if x != nil {
+		return x.InUse
+	}
+	return 0
+}
+
+func (x *Quota) GetMaxInFlight() int64 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
 }
 
 type GetQuotaResponse struct {
@@ -720,8 +756,11 @@ type Rule struct {
 	Shadow bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// The rules this one replaces on the methods it matches.
 	Replaces []string `protobuf:"bytes,8,rep,name=replaces,proto3" json:"replaces,omitempty"`
-	// Units one call takes.
-	Cost          int64 `protobuf:"varint,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	// Units one call takes; 0 for a rule without rate limits.
+	Cost int64 `protobuf:"varint,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	// The most calls of one caller running at once across every replica
+	// (MaxInFlight); 0 for no such bound.
+	MaxInFlight   int64 `protobuf:"varint,10,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -815,6 +854,13 @@ func (x *Rule) GetReplaces() []string {
 func (x *Rule) GetCost() int64 {
 	if x != nil {
 		return x.Cost
+	}
+	return 0
+}
+
+func (x *Rule) GetMaxInFlight() int64 {
+	if x != nil {
+		return x.MaxInFlight
 	}
 	return 0
 }
@@ -1438,7 +1484,7 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +
 	"\x0fGetQuotaRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
-	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\xf3\x03\n" +
+	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\xcb\x04\n" +
 	"\x05Quota\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x12\n" +
@@ -1458,14 +1504,17 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\ablocked\x18\f \x01(\bR\ablocked\x12\x1a\n" +
 	"\boverride\x18\r \x01(\bR\boverride\x128\n" +
 	"\n" +
-	"expires_in\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"D\n" +
+	"expires_in\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x1b\n" +
+	"\tin_flight\x18\x0f \x01(\bR\binFlight\x12\x15\n" +
+	"\x06in_use\x18\x10 \x01(\x03R\x05inUse\x12\"\n" +
+	"\rmax_in_flight\x18\x11 \x01(\x03R\vmaxInFlight\"D\n" +
 	"\x10GetQuotaResponse\x120\n" +
 	"\x06quotas\x18\x01 \x03(\v2\x18.tollgate.admin.v1.QuotaR\x06quotas\"Z\n" +
 	"\x11ResetQuotaRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
 	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\x14\n" +
 	"\x12ResetQuotaResponse\"\x12\n" +
-	"\x10ListRulesRequest\"\xf9\x01\n" +
+	"\x10ListRulesRequest\"\x9d\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\amethods\x18\x02 \x03(\tR\amethods\x12\x16\n" +
@@ -1476,7 +1525,9 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\tfail_mode\x18\x06 \x01(\tR\bfailMode\x12\x16\n" +
 	"\x06shadow\x18\a \x01(\bR\x06shadow\x12\x1a\n" +
 	"\breplaces\x18\b \x03(\tR\breplaces\x12\x12\n" +
-	"\x04cost\x18\t \x01(\x03R\x04cost\"B\n" +
+	"\x04cost\x18\t \x01(\x03R\x04cost\x12\"\n" +
+	"\rmax_in_flight\x18\n" +
+	" \x01(\x03R\vmaxInFlight\"B\n" +
 	"\x11ListRulesResponse\x12-\n" +
 	"\x05rules\x18\x01 \x03(\v2\x17.tollgate.admin.v1.RuleR\x05rules\"\x9e\x01\n" +
 	"\x05Limit\x12\x1c\n" +

@@ -189,7 +189,10 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 		return err
 	}
 	defer closeStore()
-	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout), rls.WithShadowMode(cfg.shadow)}
+	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout)}
+	if cfg.shadow {
+		opts = append(opts, rls.WithShadow())
+	}
 	var srv *rls.Server
 	reloads := noReloads
 	var meters metric.MeterProvider // the metrics listener's; nil: otel's global one

@@ -164,15 +164,9 @@ func testReload(t *testing.T, env map[string]string) {
 // appear once more in the log.
 func signalAndWait(t *testing.T, hup chan<- os.Signal, logs *grpctest.Log, want string) {
 	t.Helper()
-	before := strings.Count(logs.String(), want)
+	before := logs.Count(want)
 	hup <- syscall.SIGHUP
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(logs.String(), want) == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log after SIGHUP:\n%s", want, logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.Await(t, want, before+1)
 }
 
 // TestRunWiresSIGHUP: run reloads on a real SIGHUP sent to the process.
@@ -187,23 +181,12 @@ func TestRunWiresSIGHUP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, &logs) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "listening on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.Await(t, "listening on", 1)
 	writeFile(t, dir, "b.yaml", limitYAML("b", 1))
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	for !strings.Contains(logs.String(), "reloaded "+dir+": domains a, b") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no reload after SIGHUP:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.Await(t, "reloaded "+dir+": domains a, b", 1)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -300,13 +283,7 @@ func tenantCalls(t *testing.T, ctx context.Context, client pb.RateLimitServiceCl
 // limited; the "listening on" line says how the listener serves.
 func TestEmptyConfigWarns(t *testing.T) {
 	_, logs, _ := startCommand(t, nil, "-config", t.TempDir(), "-addr", "127.0.0.1:0")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "listening on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	logs.Await(t, "listening on", 1)
 	if !strings.Contains(logs.String(), "holds no domain") || !strings.Contains(logs.String(), "(plaintext)") {
 		t.Fatalf("log:\n%s\nwant a warning of no domain and the listener's mode", logs.String())
 	}

@@ -91,13 +91,15 @@ func TestConfigMapSwapUnderLoad(t *testing.T) {
 		})
 	}
 
+	reloaded := logs.Count("reloaded")
 	cm.update(map[string]string{"shop.yaml": limitYAML(domain, 7)})
-	waitLog(t, logs, "reloaded", 1)
+	logs.Await(t, "reloaded", reloaded+1)
 	if n := admitted("b", 9); n != 7 {
 		t.Fatalf("after the swap: %d of 9 admitted, want 7", n)
 	}
+	rejected := logs.Count("reload rejected")
 	cm.update(map[string]string{"shop.yaml": limitYAML(domain, 7), "bad.yaml": "domain: other\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n"})
-	waitLog(t, logs, "reload rejected", 1)
+	logs.Await(t, "reload rejected", rejected+1)
 	if !strings.Contains(logs.String(), "bad.yaml:5: descriptor other.k: invalid rate limit unit") {
 		t.Fatalf("the rejection does not name file, line and descriptor:\n%s", logs.String())
 	}
@@ -132,20 +134,6 @@ func TestConfigMapSwapUnderLoad(t *testing.T) {
 	}
 	if len(dump) != 1 || dump[0].Domain != domain || len(dump[0].Descriptors) != 1 || strings.Join(dump[0].Descriptors[0].Limits, ";") != "fixed_window 7/24h0m0s" {
 		t.Fatalf("config dump = %+v", dump)
-	}
-}
-
-// waitLog waits until want appears in logs n more times than it did when
-// waitLog was called.
-func waitLog(t *testing.T, logs interface{ String() string }, want string, n int) {
-	t.Helper()
-	before := strings.Count(logs.String(), want)
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(logs.String(), want) < before+n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log:\n%s", want, logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

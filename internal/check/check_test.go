@@ -57,3 +57,20 @@ func TestRequestID(t *testing.T) {
 		}
 	}
 }
+
+func TestNil(t *testing.T) {
+	var p *int
+	var f func()
+	var m map[string]int
+	var st tollgate.Store
+	for name, v := range map[string]any{"nil": nil, "pointer": p, "func": f, "map": m, "interface": st} {
+		if !Nil(v) {
+			t.Errorf("Nil(%s) = false, want true", name)
+		}
+	}
+	for name, v := range map[string]any{"value": 3, "pointer": new(int), "struct": struct{}{}, "func": t.Log} {
+		if Nil(v) {
+			t.Errorf("Nil(%s) = true, want false", name)
+		}
+	}
+}

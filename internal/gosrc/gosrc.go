@@ -15,20 +15,30 @@ import (
 	"strings"
 )
 
-// File is one parsed non-test Go file, the directory it is in, relative
-// to the repository root with forward slashes ("." for the root), and the
-// import path of its package (its module's path and the directory's place in
-// that module).
+// File is one parsed Go file, the directory it is in, relative to the
+// repository root with forward slashes ("." for the root), the import path
+// of its package (its module's path and the directory's place in that
+// module), and whether it is a _test.go file.
 type File struct {
 	Dir  string
 	Path string
 	AST  *ast.File
+	Test bool
 }
 
 // Parse parses the non-test Go files of the repository rooted at root (a
 // directory holding a go.mod) and of the modules nested in it, skipping
 // testdata, hidden and underscore directories, in lexical order.
 func Parse(root string) (*token.FileSet, []File, error) {
+	return parse(root, false)
+}
+
+// ParseWithTests is Parse with the _test.go files too.
+func ParseWithTests(root string) (*token.FileSet, []File, error) {
+	return parse(root, true)
+}
+
+func parse(root string, tests bool) (*token.FileSet, []File, error) {
 	root = filepath.Clean(root)
 	fset := token.NewFileSet()
 	var out []File
@@ -62,14 +72,15 @@ func Parse(root string) (*token.FileSet, []File, error) {
 		}
 		importPath := packagePath(modules, path)
 		for _, file := range files {
-			if strings.HasSuffix(file, "_test.go") {
+			test := strings.HasSuffix(file, "_test.go")
+			if test && !tests {
 				continue
 			}
 			f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
 			if err != nil {
 				return err
 			}
-			out = append(out, File{Dir: filepath.ToSlash(rel), Path: importPath, AST: f})
+			out = append(out, File{Dir: filepath.ToSlash(rel), Path: importPath, AST: f, Test: test})
 		}
 		return nil
 	})

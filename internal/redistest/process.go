@@ -94,9 +94,9 @@ func freePort() (int, error) {
 // which must come first), then its options, on port with its data and logs
 // in dir, and waits until it answers PING.
 func spawn(dir string, port int, lead, extraArgs []string) (*process, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := exec.LookPath(ServerBinary())
 	if err != nil {
-		return nil, errors.New(InstallHint)
+		return nil, fmt.Errorf("%s not found: %s", ServerBinary(), InstallHint)
 	}
 	args := append(append([]string(nil), lead...),
 		"--port", strconv.Itoa(port),
@@ -124,7 +124,7 @@ func spawn(dir string, port int, lead, extraArgs []string) (*process, error) {
 	// The kernel kills the server if the test binary dies without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -259,9 +259,9 @@ func waitInfo(ctx context.Context, address, section, want string) error {
 // with redis-cli --cluster create, and waits until every node agrees the
 // Cluster is whole and every replica is in sync.
 func startCluster(replicas int, nodeTimeout time.Duration) (c *Cluster, err error) {
-	cli, err := exec.LookPath("redis-cli")
+	cli, err := exec.LookPath(CLIBinary())
 	if err != nil {
-		return nil, errors.New(InstallHint)
+		return nil, fmt.Errorf("%s not found: %s", CLIBinary(), InstallHint)
 	}
 	n := 3 * (1 + replicas)
 	var nodes []*Server
@@ -293,7 +293,7 @@ func startCluster(replicas int, nodeTimeout time.Duration) (c *Cluster, err erro
 	}
 	create = append(create, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, cli, create...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("redis-cli --cluster create: %v: %s", err, out)
+		return nil, fmt.Errorf("%s --cluster create: %v: %s", CLIBinary(), err, out)
 	}
 
 	var primaries, secondaries []*Server

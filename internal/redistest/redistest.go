@@ -7,6 +7,11 @@
 //
 //	REDIS_URL            a single node to use instead of starting one (redis://host:port/db)
 //	REDIS_CLUSTER_ADDRS  comma-separated seeds of a Cluster to use instead of starting one
+//	REDIS_SERVER         the server binary to start (default redis-server; valkey-server for Valkey)
+//	REDIS_CLI            the command-line client that joins a Cluster (default redis-cli; valkey-cli)
+//
+// REDIS_SERVER and REDIS_CLI are the names the contract suites read, so
+// one setting runs both on Valkey.
 //
 // Single and Cluster return servers shared by every test of the binary:
 // started once, on first use, and stopped by Main after the last test. Tests
@@ -40,7 +45,29 @@ import (
 
 // InstallHint is the message a test fails with when it needs a redis-server
 // binary and none is on PATH.
-const InstallHint = "install redis-server (apt-get install -y redis-server redis-tools) or set REDIS_URL"
+const InstallHint = "install redis-server (apt-get install -y redis-server redis-tools), or set REDIS_URL, or name another server with REDIS_SERVER and REDIS_CLI (valkey-server, valkey-cli)"
+
+// The variables naming the binaries the package starts.
+const (
+	EnvServer = "REDIS_SERVER"
+	EnvCLI    = "REDIS_CLI"
+)
+
+// ServerBinary is the server binary the package starts: REDIS_SERVER, or
+// redis-server.
+func ServerBinary() string { return binary(EnvServer, "redis-server") }
+
+// CLIBinary is the command-line client the package runs (to join a
+// Cluster): REDIS_CLI, or redis-cli. A test that runs a client command of
+// its own runs this one.
+func CLIBinary() string { return binary(EnvCLI, "redis-cli") }
+
+func binary(env, def string) string {
+	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
+		return v
+	}
+	return def
+}
 
 // startTimeout bounds how long a process or a Cluster may take to become
 // ready. Locally they take milliseconds (a Cluster about a second); the bound

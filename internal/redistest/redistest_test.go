@@ -143,3 +143,28 @@ func TestSentinelNamesThePrimary(t *testing.T) {
 		t.Fatalf("write through the failover client not on the primary: GET k = %q", got)
 	}
 }
+
+// REDIS_SERVER picks the binary Start runs: Valkey's server says so in
+// INFO (server_name:valkey), Redis's does not.
+func TestServerBinaryFromEnvironment(t *testing.T) {
+	for _, tc := range []struct{ server, cli, name string }{
+		{"redis-server", "redis-cli", ""},
+		{"valkey-server", "valkey-cli", "valkey"},
+	} {
+		t.Run(tc.server, func(t *testing.T) {
+			t.Setenv(EnvServer, tc.server)
+			t.Setenv(EnvCLI, tc.cli)
+			if ServerBinary() != tc.server || CLIBinary() != tc.cli {
+				t.Fatalf("binaries %s, %s; want %s, %s", ServerBinary(), CLIBinary(), tc.server, tc.cli)
+			}
+			s := Start(t)
+			if got := s.Info(t, "server", "server_name"); got != tc.name {
+				t.Errorf("%s: INFO server_name = %q, want %q", tc.server, got, tc.name)
+			}
+		})
+	}
+	t.Setenv(EnvServer, "")
+	if ServerBinary() != "redis-server" {
+		t.Errorf("empty REDIS_SERVER: %s, want redis-server", ServerBinary())
+	}
+}

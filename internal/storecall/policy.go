@@ -20,8 +20,24 @@ import (
 // store.
 var ErrBreakerOpen = errors.New("circuit breaker open: the store failed repeatedly and is not asked until the cool-down passes")
 
+// The defaults of Config, which package interceptor and package rls give
+// their users as their own (interceptor.DefaultStoreTimeout,
+// rls.DefaultStoreTimeout, ...).
+const (
+	// DefaultTimeout is how long one store call may take before the fail
+	// mode applies. It is short on purpose: a decision on a healthy Redis
+	// takes well under a millisecond, and a hung Redis must not hang every
+	// request.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultBreakerFailures consecutive store failures open the breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerCoolDown is how long the open breaker keeps calls from
+	// the store before one probes it.
+	DefaultBreakerCoolDown = time.Second
+)
+
 // Config is a Policy's settings. Its defaults are those of the packages
-// that take it (interceptor.DefaultStoreTimeout, ...), given by value.
+// that take it (DefaultTimeout, ...), given by value.
 type Config struct {
 	// Timeout bounds each call (> 0).
 	Timeout time.Duration

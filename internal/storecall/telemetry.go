@@ -33,10 +33,13 @@ const (
 
 // Attribute values.
 const (
-	FailModeNone = "none"  // AttrFailMode when the store decided
-	StoreOK      = "ok"    // AttrStoreResult when the store answered
-	StoreError   = "error" // AttrStoreResult when it failed
-	ScopeCall    = "call"  // AttrScope of a unary call or a stream's opening
+	FailModeOpen   = "open"   // AttrFailMode of a fail-open rule or descriptor
+	FailModeClosed = "closed" // AttrFailMode of a fail-closed one
+	FailModeLocal  = "local"  // AttrFailMode of a fail-local rule
+	FailModeNone   = "none"   // AttrFailMode when the store decided
+	StoreOK        = "ok"     // AttrStoreResult when the store answered
+	StoreError     = "error"  // AttrStoreResult when it failed
+	ScopeCall      = "call"   // AttrScope of a unary call or a stream's opening
 )
 
 // Outcome is the value of AttrOutcome: what became of one decision.

@@ -18,13 +18,13 @@ const callers = 64
 
 // runAllowAll runs the AllowAll, Peek and Reset cases.
 func (s *suite) runAllowAll(t *testing.T) {
-	t.Run("AllowAll validation", s.allowAllValidation)
-	t.Run("AllowAll in order", s.allowAllInOrder)
-	t.Run("AllowAll replay", s.allowAllReplay)
-	t.Run("AllowAll two limits of one identity", s.twoLimitsOneIdentity)
-	t.Run("AllowAll two identities", s.twoIdentities)
-	t.Run("Peek never debits", s.peekNeverDebits)
-	t.Run("Reset restores capacity", s.resetRestores)
+	s.run(t, "AllowAll validation", s.allowAllValidation)
+	s.run(t, "AllowAll in order", s.allowAllInOrder)
+	s.run(t, "AllowAll replay", s.allowAllReplay)
+	s.run(t, "AllowAll two limits of one identity", s.twoLimitsOneIdentity)
+	s.run(t, "AllowAll two identities", s.twoIdentities)
+	s.run(t, "Peek never debits", s.peekNeverDebits)
+	s.run(t, "Reset restores capacity", s.resetRestores)
 }
 
 // allowAll calls AllowAll and fails the test on an error or a reply of the

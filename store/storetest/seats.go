@@ -90,7 +90,7 @@ func (s *suite) runSeatAllower(t *testing.T) {
 	if !ok {
 		t.Fatalf("%T takes a seat with its debits but cannot settle with a release (tollgate.SeatSettler)", s.h.Store)
 	}
-	seat.Held = time.Second
+	seat.Hold = time.Second
 	got, err := st.SettleAllAndRelease(ctx, []tollgate.Request{req}, ds1(t, sa, req), []int64{0}, []tollgate.Seat{seat})
 	if err != nil || len(got) != 1 || got[0].Remaining != 2 {
 		t.Fatalf("settled at 0 and released: %+v %v; want 2 left", got, err)
@@ -127,7 +127,7 @@ func ds1(t *testing.T, st tollgate.Store, req tollgate.Request) []tollgate.Admis
 }
 
 // runSeatHolds checks the mean hold time a SeatStore keeps from releases
-// (Seat.Held) and reports with a denial (SeatDecision.Hold): the first
+// (Seat.Hold) and reports with a denial (SeatDecision.Hold): the first
 // hold as it is, then an exponential mean in which each weighs 1/8, in
 // whole microseconds; a release of unknown hold time changes nothing.
 func (s *suite) runSeatHolds(t *testing.T, ss tollgate.SeatStore) {
@@ -150,7 +150,7 @@ func (s *suite) runSeatHolds(t *testing.T, ss tollgate.SeatStore) {
 	release := func(held time.Duration) {
 		t.Helper()
 		r := seat
-		r.Held = held
+		r.Hold = held
 		if err := ss.ReleaseSeat(ctx, r); err != nil {
 			t.Fatal(err)
 		}

@@ -18,17 +18,17 @@ func (s *suite) runSettle(t *testing.T) {
 	} else {
 		t.Logf("%T is not a tollgate.Settler: settlements not checked", s.h.Store)
 	}
-	t.Run("overdraw", s.overdraw)
+	s.run(t, "overdraw", s.overdraw)
 }
 
 // runSettler checks Settle and SettleAll.
 func (s *suite) runSettler(t *testing.T) {
-	t.Run("settle gives back", s.settleGivesBack)
-	t.Run("settle later", s.settleLater)
-	t.Run("settle past empty", s.settleDebt)
-	t.Run("settle once per request id", s.settleIdempotent)
-	t.Run("settle a set", s.settleAll)
-	t.Run("settle validation", s.settleValidation)
+	s.run(t, "settle gives back", s.settleGivesBack)
+	s.run(t, "settle later", s.settleLater)
+	s.run(t, "settle past empty", s.settleDebt)
+	s.run(t, "settle once per request id", s.settleIdempotent)
+	s.run(t, "settle a set", s.settleAll)
+	s.run(t, "settle validation", s.settleValidation)
 }
 
 // settler is the store under test as a Settler (runSettle checked it is).

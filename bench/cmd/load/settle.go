@@ -192,8 +192,8 @@ func settledSubject(name string, mode settleMode, opts ...store.RedisOption) sub
 }
 
 // settleServer is tollgate's interceptor on its Redis store with one rule
-// of cost 500, settled at 7 when settle is set, with MaxInFlight when
-// inFlight is set.
+// of cost 500, settled at 7 when settle is set, with an in-flight bound
+// when inFlight is set.
 func settleServer(name string, reference, settle, inFlight bool) server {
 	return server{name: name, reference: reference, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
@@ -206,7 +206,7 @@ func settleServer(name string, reference, settle, inFlight bool) server {
 			r.Settle = func(context.Context, any, error) (int64, bool) { return 7, true }
 		}
 		if inFlight {
-			r.MaxInFlight = 1000
+			r.InFlight.Max = 1000
 		}
 		// A generous store deadline: on a shared machine a 50ms one turns
 		// slow cells into fail-open admissions, which measure nothing.

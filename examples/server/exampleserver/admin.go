@@ -44,7 +44,9 @@ func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger, mp met
 		return nil, err
 	}
 	srv := grpc.NewServer(opts...)
-	admin.Register(srv, lim)
+	if err := admin.Register(srv, lim); err != nil {
+		return nil, err
+	}
 	go func() { _ = srv.Serve(lis) }()
 	logger.Printf("admin service (tollgate.admin.v1) on %s (%s), bearer token from %s", lis.Addr(), cfg.AdminTLS.Mode(), EnvAdminToken)
 	return srv.Stop, nil

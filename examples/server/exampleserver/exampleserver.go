@@ -45,6 +45,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/serving"
+	"github.com/tollgate/tollgate/store"
 )
 
 // RuleName is the name of the server's only rule, as it appears in denial
@@ -290,10 +291,19 @@ func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc
 }
 
 // NewLimiter returns the server's Limiter on st, with the options in opts
-// added to its own. Close it when the server stops.
+// added to its own (under -fail-mode local, a Memory store to decide in
+// while st cannot). Close it when the server stops.
 func NewLimiter(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*interceptor.Limiter, error) {
-	return interceptor.New(st, append([]interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
-		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}, opts...)...)
+	own := []interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
+		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}
+	if cfg.FailMode == interceptor.FailLocal {
+		local, err := store.NewMemory()
+		if err != nil {
+			return nil, err
+		}
+		own = append(own, interceptor.WithLocalStore(local))
+	}
+	return interceptor.New(st, append(own, opts...)...)
 }
 
 // NewServerFor is NewServer around a Limiter of NewLimiter.

@@ -4,7 +4,6 @@ package exampleserver_test
 // example server started as the documentation starts it.
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net"
@@ -25,76 +24,12 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
+	"github.com/tollgate/tollgate/internal/grpctest"
 )
 
 // docsAdminToken is the token the documentation's commands carry, as
 // "s3cret" or $TOLLGATE_ADMIN_TOKEN.
 const docsAdminToken = "s3cret"
-
-// grpcurlHint is how to install grpcurl, which .ci/run does.
-const grpcurlHint = "go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
-
-// findGrpcurl returns the grpcurl binary: on PATH, or where go install
-// puts it.
-func findGrpcurl(t *testing.T) string {
-	if p, err := exec.LookPath("grpcurl"); err == nil {
-		return p
-	}
-	out, err := exec.Command("go", "env", "GOPATH").Output()
-	if err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "grpcurl")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	t.Fatalf("grpcurl is needed to run the documentation's commands and is not installed: %s", grpcurlHint)
-	return ""
-}
-
-// docCommand is one grpcurl command of a page.
-type docCommand struct {
-	page, text string
-}
-
-// grpcurlCommands returns the grpcurl commands of the pages in dir, in
-// order, with their continuation lines joined as a shell joins them.
-func grpcurlCommands(t *testing.T, dir string) []docCommand {
-	pages, err := filepath.Glob(filepath.Join(dir, "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []docCommand
-	for _, page := range pages {
-		f, err := os.Open(page)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		inCode, cmd := false, ""
-		for sc.Scan() {
-			line := sc.Text()
-			if strings.HasPrefix(strings.TrimSpace(line), "```") {
-				inCode = !inCode
-				continue
-			}
-			if !inCode {
-				continue
-			}
-			if cmd != "" || strings.HasPrefix(line, "grpcurl ") {
-				cmd += line + "\n"
-				if !strings.HasSuffix(line, `\`) {
-					out = append(out, docCommand{filepath.Base(page), strings.TrimSuffix(cmd, "\n")})
-					cmd = ""
-				}
-			}
-		}
-		f.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
 
 // listenRetrying listens on the documented address, waiting a little for
 // another test to let it go.
@@ -113,12 +48,21 @@ func listenRetrying(t *testing.T, addr string) net.Listener {
 }
 
 func TestDocsGrpcurlCommands(t *testing.T) {
-	grpcurl := findGrpcurl(t)
+	grpcurl := grpctest.Grpcurl(t)
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds := grpcurlCommands(t, filepath.Join(root, "docs"))
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []grpctest.DocCommand
+	for _, c := range grpctest.GrpcurlCommands(t, pages...) {
+		if !strings.Contains(c.Text, "127.0.0.1:8081") { // tollgate-rls's: cmd/tollgate-rls runs them
+			cmds = append(cmds, c)
+		}
+	}
 	if len(cmds) < 10 {
 		t.Fatalf("found %d grpcurl commands in docs/, want at least 10: %v", len(cmds), cmds)
 	}
@@ -171,26 +115,32 @@ func TestDocsGrpcurlCommands(t *testing.T) {
 		"tollgate.example.Echo/": regexp.MustCompile(`\S`),
 	}
 	for _, c := range cmds {
-		sh := exec.Command("sh", "-c", c.text)
+		sh := exec.Command("sh", "-c", c.Text)
 		sh.Dir = root // -import-path admin/v1 is relative to the repository's root
 		sh.Env = append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"),
 			exampleserver.EnvAdminToken+"="+docsAdminToken)
 		out, err := sh.CombinedOutput()
 		if err != nil {
-			t.Errorf("%s: %s\nfailed: %v\n%s", c.page, c.text, err, out)
+			t.Errorf("%s: %s\nfailed: %v\n%s", c.Page, c.Text, err, out)
 			continue
 		}
 		for suffix, re := range wants {
-			if strings.Contains(c.text, suffix) && !re.Match(out) {
-				t.Errorf("%s: %s\nprinted:\n%s\nwant it to match %s", c.page, c.text, out, re)
+			if strings.Contains(c.Text, suffix) && !re.Match(out) {
+				t.Errorf("%s: %s\nprinted:\n%s\nwant it to match %s", c.Page, c.Text, out, re)
 			}
 		}
-		if strings.Contains(c.text, "Admin/Block") {
+		if strings.Contains(c.Text, "Admin/Block") {
 			// The admin service acts on the serving Limiter: the block
 			// applies to the next call.
 			md := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "abuser")
 			if _, err := client.Say(md, wrapperspb.String("hi")); status.Code(err) != codes.PermissionDenied {
-				t.Errorf("%s: after %s\nthe blocked caller's call: %v, want PermissionDenied", c.page, c.text, err)
+				t.Errorf("%s: after %s\nthe blocked caller's call: %v, want PermissionDenied", c.Page, c.Text, err)
+			}
+		}
+		if strings.Contains(c.Text, "Admin/DeleteOverride") {
+			md := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "abuser")
+			if _, err := client.Say(md, wrapperspb.String("hi")); err != nil {
+				t.Errorf("%s: after %s\nthe caller's call: %v, want it admitted", c.Page, c.Text, err)
 			}
 		}
 	}

@@ -1,0 +1,57 @@
+package region
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+)
+
+// TestThreeRegionsOnRedis runs three regions, each deciding on its own
+// redis-server, coordinating through a home on the first region's server,
+// asking 10, 50 and as much as they can of a 600/s limit: the shares in
+// force never add up to more than the limit, the regions together never
+// admit more than it allows, and the busy region gets what the others
+// leave.
+func TestThreeRegionsOnRedis(t *testing.T) {
+	servers := []*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	var stores []tollgate.Store
+	for _, s := range servers {
+		stores = append(stores, newRedis(t, s.Client(t)))
+	}
+	homeClient := redis.NewClient(servers[0].Options())
+	t.Cleanup(func() { _ = homeClient.Close() })
+	home, err := NewRedisHome(homeClient, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := tollgate.PerSecond(600)
+	const interval = 200 * time.Millisecond
+	w := newWorld(t, home, stores, Config{Limits: []tollgate.Limit{limit}, Rebalance: interval})
+	w.watchShares("tenant", limit, 5*time.Millisecond)
+	start := time.Now()
+	w.drive(0, "tenant", limit, 1, 100*time.Millisecond, nil)
+	w.drive(1, "tenant", limit, 1, 20*time.Millisecond, nil)
+	for range 4 {
+		w.drive(2, "tenant", limit, 1, 0, nil)
+	}
+	time.Sleep(4 * time.Second)
+	w.halt()
+	from, to := start.Add(3*interval), start.Add(4*time.Second)
+	secs := to.Sub(from).Seconds()
+	var got [3]float64
+	for i := range got {
+		got[i] = float64(w.between(i, from, to)) / secs
+	}
+	t.Logf("admitted %.1f, %.1f and %.1f per second", got[0], got[1], got[2])
+	if total := got[0] + got[1] + got[2]; total < 0.95*600 {
+		t.Errorf("admitted %.0f/s together, want at least 95%% of 600", total)
+	}
+	if got[2] < 0.9*540 {
+		t.Errorf("the busy region admitted %.0f/s, want at least 90%% of its fair share 540", got[2])
+	}
+	w.checkEnvelope(limit, 3*int64(4*time.Second/interval), 100*time.Millisecond, time.Second)
+}
