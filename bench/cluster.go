@@ -84,3 +84,62 @@ func (cl *Cluster) Close() {
 		s.Close()
 	}
 }
+
+// StartClusterWithReplicas is StartCluster with a replica attached to each
+// primary (CLUSTER REPLICATE), returned in Replicas in the primaries'
+// order, once every replica's link is up.
+func StartClusterWithReplicas(n int) (*Cluster, []*Server, error) {
+	cl, err := StartCluster(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := context.Background()
+	var replicas []*Server
+	fail := func(err error) (*Cluster, []*Server, error) {
+		for _, r := range replicas {
+			r.Close()
+		}
+		cl.Close()
+		return nil, nil, err
+	}
+	for _, p := range cl.Nodes {
+		r, err := StartRedis("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		if err != nil {
+			return fail(err)
+		}
+		replicas = append(replicas, r)
+		pc, rc := redis.NewClient(p.Options()), redis.NewClient(r.Options())
+		id, err := pc.ClusterMyID(ctx).Result()
+		host, port, _ := net.SplitHostPort(p.Addr)
+		if err == nil {
+			err = rc.ClusterMeet(ctx, host, port).Err()
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for err == nil {
+			// The replica must know the primary before it can follow it.
+			if err = rc.Do(ctx, "CLUSTER", "REPLICATE", id).Err(); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+			err = nil
+			time.Sleep(50 * time.Millisecond)
+		}
+		for err == nil {
+			info, _ := rc.Info(ctx, "replication").Result()
+			if strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if time.Now().After(deadline) {
+				err = fmt.Errorf("the replica %s of %s did not sync", r.Addr, p.Addr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_, _ = pc.Close(), rc.Close()
+		if err != nil {
+			return fail(fmt.Errorf("attaching a replica to %s: %w", p.Addr, err))
+		}
+	}
+	return cl, replicas, nil
+}

@@ -88,6 +88,10 @@ func StartRedis(extraArgs ...string) (*Server, error) {
 // Close kills the server, waits for it to exit and removes its directory.
 func (s *Server) Close() { s.proc.close() }
 
+// Signal sends sig to the server's process: SIGSTOP freezes it, SIGCONT
+// lets it run again.
+func (s *Server) Signal(sig os.Signal) error { return s.proc.cmd.Process.Signal(sig) }
+
 // Options returns client options for the server as the measurements use
 // them: go-redis defaults, with context deadlines honoured on the socket (as
 // package interceptor recommends).

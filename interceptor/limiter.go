@@ -138,6 +138,10 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 	for i, r := range rules {
 		r = r.clone() // the caller's slices stay the caller's
 		r.Shadow = r.Shadow || l.shadow
+		r, err := r.withInFlightMax()
+		if err != nil {
+			return nil, fmt.Errorf("interceptor: %w", err)
+		}
 		cr, err := compileRule(r, i, l.replicas, l.seatTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("interceptor: %w", err)

@@ -92,6 +92,10 @@ type Rule struct {
 	// InFlight bounds the calls of one identity running at once, with how
 	// long their seats live; the zero value is no bound.
 	InFlight InFlight
+	// MaxInFlight is InFlight.Max written alone, as a rule with nothing but
+	// a bound on the calls of one identity at once may: New takes it as
+	// InFlight.Max. Setting both to different values is an error.
+	MaxInFlight int64
 	// FailMode says what happens when the store cannot decide, with
 	// FailLocal's per-replica cap.
 	FailMode FailMode
@@ -105,6 +109,18 @@ type Rule struct {
 	// apart from the enforcing ones, after them and only for calls they
 	// admit, so a shadow denial never blocks or undoes another rule's debit.
 	Shadow bool
+}
+
+// withInFlightMax returns r with MaxInFlight taken as InFlight.Max.
+func (r Rule) withInFlightMax() (Rule, error) {
+	switch {
+	case r.MaxInFlight == 0:
+	case r.InFlight.Max != 0 && r.InFlight.Max != r.MaxInFlight:
+		return r, fmt.Errorf("rule %q: MaxInFlight is %d and InFlight.Max %d: set one", r.Name, r.MaxInFlight, r.InFlight.Max)
+	default:
+		r.InFlight.Max, r.MaxInFlight = r.MaxInFlight, 0
+	}
+	return r, nil
 }
 
 // clone returns r with nothing shared: its slices are copied.

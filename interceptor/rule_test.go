@@ -266,3 +266,20 @@ func TestLimitPart(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxInFlightIsInFlightMax writes a rule's in-flight bound either way:
+// MaxInFlight alone is InFlight.Max; both, different, are an error.
+func TestMaxInFlightIsInFlightMax(t *testing.T) {
+	m := newMemory(t)
+	l, err := New(m, WithRules(Rule{Name: "r", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Rules()[0]; got.InFlight.Max != 3 || got.MaxInFlight != 0 {
+		t.Errorf("the rule kept InFlight.Max %d, MaxInFlight %d; want 3 and 0", got.InFlight.Max, got.MaxInFlight)
+	}
+	_, err = New(m, WithRules(Rule{Name: "r", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 3, InFlight: InFlight{Max: 4}}))
+	if err == nil || !strings.Contains(err.Error(), "set one") {
+		t.Errorf("MaxInFlight 3 and InFlight.Max 4: %v, want an error", err)
+	}
+}

@@ -29,7 +29,7 @@ do
 end
 
 local all = true
-for i = 1, #decided - 1, 5 do
+for i = 1, #decided - 1, 6 do
   if decided[i] ~= 1 then
     all = false
     break

@@ -24,15 +24,18 @@ local function isint(v, lo)
   return v and v == floor(v) and v >= lo and v < 9007199254740992
 end
 
--- The profiles, each read and checked once however many decisions use it.
--- ARGV[1] is their number, then seven each: max_replays, replay TTL,
--- algorithm, rate, period, capacity, cost. Or ARGV[1] is 0 (inline) and every
--- decision's profile follows, as its decide call's arguments: the TTL only
--- when max_replays is above 0. A profile whose numbers the algorithms cannot
--- judge is kept as algorithm -1, which no block runs, so that every
--- decision of it answers -1 (arith.lua still reads numbers).
-local nprofiles = tonumber(ARGV[1])
-if not (isint(nprofiles, 0) and 1 + 7 * nprofiles < nargv) then
+-- ARGV[1] is the era the call is stamped with ('' for none; see
+-- lineage_read.lua). Then the profiles, each read and checked once however
+-- many decisions use it. ARGV[2] is their number, then seven each:
+-- max_replays, replay TTL, algorithm, rate, period, capacity, cost. Or
+-- ARGV[2] is 0 (inline) and every decision's profile follows, as its decide
+-- call's arguments after the era: the TTL only when max_replays is above 0.
+-- A profile whose numbers the algorithms cannot judge is kept as algorithm
+-- -1, which no block runs, so that every decision of it answers -1
+-- (arith.lua still reads numbers).
+local era = ARGV[1]
+local nprofiles = tonumber(ARGV[2])
+if not (isint(nprofiles, 0) and 2 + 7 * nprofiles < nargv) then
   return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not hold profiles and decisions')
 end
 local inline = nprofiles == 0
@@ -40,7 +43,7 @@ local preplays, pttl, palg, prate, pperiod, pcap, pcost, pkeys = {}, {}, {}, {},
 -- name maps the argument naming profile p ("1", "2", ...) to p: one table
 -- lookup per decision instead of a conversion and its checks.
 local name = not inline and {}
-local p, a = 0, 1 -- profiles read, arguments read
+local p, a = 0, 2 -- profiles read, arguments read
 while (inline and a < nargv) or p < nprofiles do
   local max_replays = tonumber(ARGV[a + 1])
   if not isint(max_replays, -1) then
@@ -103,6 +106,7 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local got = call('MGET', unpack(KEYS))
 local written = {}
 local reply, nr = {}, 0 -- nr: the reply's integers so far
+local lseq, lera, lbase, lprev, wseq
 
 k = 0
 for d = 1, n do
@@ -113,6 +117,8 @@ for d = 1, n do
   local key, marker, ttl = KEYS[k + 1], false, false
   local state, used = got[k + 1], false
   if written[key] then state = written[key] end
+  --#lineage_read
+  wseq = 0
   if with_id then
     ttl, marker = pttl[p], KEYS[k + 2]
     used = written[marker]
@@ -150,6 +156,7 @@ for d = 1, n do
     -- As in the decide script: one SET ... PX per key, the state first, so
     -- that a marker never stands for a debit that was not made. Once the
     -- state is written the decision is admitted, whatever its marker's fate.
+    --#lineage_write
     local v = pcall_('SET', key, new_state, 'PX', ceil(keep / 1000) + 1)
     if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) == 'READONLY ' then
       -- A demoted primary: no write of this call can have succeeded. The
@@ -166,16 +173,25 @@ for d = 1, n do
       end
     end
   end
-  -- The reply, compact (doc.go): a code that holds allowed, replayed and
-  -- remaining, then the reset, then the retry only when denied (it is 0
-  -- when admitted). Each integer of a reply costs Redis a conversion and
-  -- the client a parse: a decision answers two, against five.
+  -- The reply, compact (doc.go): a code that holds allowed, replayed,
+  -- remaining and the sequence written (none, the call's time, or another
+  -- that follows), then the reset, then the retry only when denied (it is
+  -- 0 when admitted) or the sequence less the time when it is not the
+  -- time. Each integer of a reply costs Redis a conversion and the client
+  -- a parse: a decision answers two, against six.
   if allowed < 0 then
     reply[nr + 1], nr = allowed, nr + 1
   elseif allowed == 1 then
-    reply[nr + 1], reply[nr + 2], nr = remaining * 4 + 2 + (replay and 1 or 0), reset, nr + 2
+    local code = remaining * 16 + 2 + (replay and 1 or 0)
+    if wseq == 0 then
+      reply[nr + 1], reply[nr + 2], nr = code, reset, nr + 2
+    elseif wseq == now then
+      reply[nr + 1], reply[nr + 2], nr = code + 4, reset, nr + 2
+    else
+      reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = code + 8, reset, wseq - now, nr + 3
+    end
   else
-    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 4, reset, retry, nr + 3
+    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 16, reset, retry, nr + 3
   end
 end
 

@@ -114,7 +114,7 @@ func BenchmarkBatchServerCost(b *testing.B) {
 											ds = append(ds, batchDecision{argv: append(argv, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost)})
 										}
 										if size == 1 {
-											decide.EvalSha(ctx, pipe, keys, anys(ds[0].argv)...)
+											decide.EvalSha(ctx, pipe, keys, append([]any{testEra}, anys(ds[0].argv)...)...)
 										} else {
 											scripts[s].script.EvalSha(ctx, pipe, keys, scripts[s].args(ds)...)
 										}
@@ -187,6 +187,9 @@ func (s batchScript) args(ds []batchDecision) []any {
 			inline = true
 		}
 		argv, _ := batchArgs(ds, inline)
+		if s.name != "" {
+			argv = argv[1:] // a baseline's batch script takes no era
+		}
 		return argv
 	}
 	var argv []any

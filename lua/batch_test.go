@@ -70,7 +70,7 @@ func batchArgs(ds []batchDecision, inline bool) ([]any, int) {
 		places = append(places, p+1)
 	}
 	if inline {
-		argv := []any{0}
+		argv := []any{testEra, 0}
 		for _, d := range ds {
 			for _, a := range d.argv {
 				argv = append(argv, a)
@@ -78,7 +78,7 @@ func batchArgs(ds []batchDecision, inline bool) ([]any, int) {
 		}
 		return argv, len(profiles)
 	}
-	argv := []any{len(profiles)}
+	argv := []any{testEra, len(profiles)}
 	for _, p := range profiles {
 		for _, v := range p {
 			argv = append(argv, v)
@@ -186,12 +186,13 @@ func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *
 	for i, d := range ds {
 		reply := replies[i]
 		if d.bad {
-			if !slices.Equal(reply, []int64{-1, 0, 0, 0, 0}) {
+			if !slices.Equal(reply, []int64{-1, 0, 0, 0, 0, 0}) {
 				t.Fatalf("%s decision %d (out of range %v): batch answered %v, want -1 alone", what, i, d.argv, reply)
 			}
 			continue
 		}
-		args := make([]any, 0, len(d.argv)+2)
+		args := make([]any, 0, len(d.argv)+3)
+		args = append(args, testEra)
 		for _, a := range d.argv {
 			args = append(args, a)
 		}
@@ -199,7 +200,7 @@ func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *
 		if err != nil {
 			t.Fatalf("%s decision %d: decide call: %v", what, i, err)
 		}
-		if !slices.Equal(reply, want[:5]) {
+		if !slices.Equal(reply, want[:6]) {
 			t.Fatalf("%s decision %d %v on %v: batch answered %v, its own decide call %v", what, i, d.argv, d.keys, reply, want)
 		}
 	}
@@ -323,8 +324,8 @@ func TestBatchSharesProfiles(t *testing.T) {
 	check := func(what string, ds []batchDecision, limits, profiles int) [][]int64 {
 		t.Helper()
 		argv, p := batchArgs(ds, false)
-		if l := distinctLimits(ds); l != limits || p != profiles || len(argv) != 1+7*profiles+len(ds) {
-			t.Fatalf("%s: %d limits, %d profiles in %d arguments, want %d, %d in %d", what, l, p, len(argv), limits, profiles, 1+7*profiles+len(ds))
+		if l := distinctLimits(ds); l != limits || p != profiles || len(argv) != 2+7*profiles+len(ds) {
+			t.Fatalf("%s: %d limits, %d profiles in %d arguments, want %d, %d in %d", what, l, p, len(argv), limits, profiles, 2+7*profiles+len(ds))
 		}
 		replies := batchAgainstDecide(t, what, c, batch, seq, prefix+"{batch}:", prefix+"{seq}:", ds, false, now)
 		inline := batchAgainstDecide(t, what+", inline", c, batch, seq, prefix+"{inline}:", prefix+"{inline-seq}:", ds, true, now)
@@ -388,9 +389,9 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 	batch := redis.NewScript(lua.Source(lua.Batch))
 	tb := []any{int(tollgate.TokenBucket), 10, 1_000_000, 10, 1}
 	gcra := []any{int(tollgate.GCRA), 10, 1_000_000, 10, 1}
-	profiles := append(append([]any{2, 0, 0}, tb...), append([]any{4, 60_000}, gcra...)...)
+	profiles := append(append([]any{testEra, 2, 0, 0}, tb...), append([]any{4, 60_000}, gcra...)...)
 	good := append(slices.Clone(profiles), 1, 2)
-	inline := append(append([]any{0, 0}, tb...), append([]any{0}, gcra...)...) // keys goodKeys[:2]
+	inline := append(append([]any{testEra, 0, 0}, tb...), append([]any{0}, gcra...)...) // keys goodKeys[:2]
 	goodKeys := []string{prefix + "a:tb", prefix + "b:gcra", prefix + "b:gcra:r:x"}
 	extraKey := append(slices.Clone(goodKeys), prefix+"extra")
 	// The cases below differ from these whole calls only where named.
@@ -420,23 +421,23 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 	}{
 		{"a marker missing", goodKeys, append(slices.Clone(good), 2), keysWrong},
 		{"a key too many", extraKey, good, keysWrong},
-		{"a max_replays that is not a number", goodKeys, with(good, 8, "x"), noMode},
-		{"a max_replays below -1", goodKeys, with(good, 1, -2), noMode},
+		{"a max_replays that is not a number", goodKeys, with(good, 9, "x"), noMode},
+		{"a max_replays below -1", goodKeys, with(good, 2, -2), noMode},
 		{"a decision naming profile 0", extraKey, append(slices.Clone(good), 0), noProfile},
 		{"a decision naming a profile past the last", extraKey, append(slices.Clone(good), 3), noProfile},
 		{"a decision naming no number", extraKey, append(slices.Clone(good), "x"), noProfile},
 		{"a decision naming its profile not in decimal", extraKey, append(slices.Clone(good), "1.0"), noProfile},
-		{"a profile cut short", goodKeys, append(slices.Clone(profiles[:14]), 1, 2), keysWrong},
-		{"more profiles than arguments", goodKeys, with(good, 0, 3), argumentsWrong},
+		{"a profile cut short", goodKeys, append(slices.Clone(profiles[:15]), 1, 2), keysWrong},
+		{"more profiles than arguments", goodKeys, with(good, 1, 3), argumentsWrong},
 		{"inline: a decision cut short", goodKeys[:2], append(slices.Clone(inline), 0, tb[0], tb[1]), inlineWrong},
 		{"inline: a decision with its max_replays alone", goodKeys[:2], append(slices.Clone(inline), 0), inlineWrong},
 		{"inline: a decision of a TTL alone", goodKeys[:2], append(slices.Clone(inline), 4, 60_000), inlineWrong},
-		{"inline: a marker missing", goodKeys[:1], append([]any{0, 4, 60_000}, tb...), keysWrong},
+		{"inline: a marker missing", goodKeys[:1], append([]any{testEra, 0, 4, 60_000}, tb...), keysWrong},
 		{"inline: a key too many", extraKey, append(slices.Clone(inline), 0), keysWrong},
-		{"inline: a max_replays that is not a number", goodKeys[:2], with(inline, 7, "x"), noMode},
-		{"inline and no decision", nil, []any{0}, argumentsWrong},
+		{"inline: a max_replays that is not a number", goodKeys[:2], with(inline, 8, "x"), noMode},
+		{"inline and no decision", nil, []any{testEra, 0}, argumentsWrong},
 		{"profiles and no decision", nil, profiles, argumentsWrong},
-		{"no argument", goodKeys, nil, argumentsWrong},
+		{"no argument", goodKeys, []any{testEra}, argumentsWrong},
 		{"no decision", nil, nil, argumentsWrong},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -471,13 +472,13 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	}
 	keys := []string{prefix + "a:tb", prefix + "p:tb", poisoned, prefix + "c:tb"}
 	tb := []any{int(tollgate.TokenBucket), 10, 1_000_000, 10, 3}
-	argv := append(append(append([]any{2, 0, 0}, tb...), append([]any{4, 60_000}, tb...)...), 1, 2, 1)
+	argv := append(append(append([]any{testEra, 2, 0, 0}, tb...), append([]any{4, 60_000}, tb...)...), 1, 2, 1)
 	got, err := batch.Run(ctx, c, keys, argv...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	reply := decodeBatch(t, "batch", got, 3)
-	if reply[0][0] != 1 || reply[0][1] != 7 || !slices.Equal(reply[1], []int64{-2, 0, 0, 0, 0}) || reply[2][0] != 1 || reply[2][1] != 7 {
+	if reply[0][0] != 1 || reply[0][1] != 7 || !slices.Equal(reply[1], []int64{-2, 0, 0, 0, 0, 0}) || reply[2][0] != 1 || reply[2][1] != 7 {
 		t.Fatalf("reply %v (%v), want the first and last admitted (7 left) and the poisoned one -2", reply, got)
 	}
 	for _, k := range []string{keys[0], keys[3]} {
@@ -488,13 +489,13 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	if c.Exists(ctx, keys[1]).Val() != 0 || c.Get(ctx, poisoned).Val() != "1.5" {
 		t.Errorf("the failed decision wrote: state exists %d, marker %q", c.Exists(ctx, keys[1]).Val(), c.Get(ctx, poisoned).Val())
 	}
-	if err := decide.Run(ctx, c, keys[1:3], append([]any{4, 60_000}, tb...)...).Err(); err == nil {
+	if err := decide.Run(ctx, c, keys[1:3], append([]any{testEra, 4, 60_000}, tb...)...).Err(); err == nil {
 		t.Error("the same decision as a decide call of its own succeeded, want the INCR's error")
 	}
 }
 
 // decodeBatch decodes a batch script reply of n decisions with
-// batchreply.Decision into each decision's five integers, as its decide call
+// batchreply.Decision into each decision's six integers, as its decide call
 // would answer them, and fails t unless the reply is exactly n answers and
 // the server time.
 func decodeBatch(t *testing.T, what string, reply []int64, n int) [][]int64 {

@@ -43,7 +43,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 	base := os.Getenv("TOLLGATE_BASELINE_LUA")
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{0}}}
+			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{testEra, 0}}}
 			if base != "" {
 				scripts = append(scripts, baselineScript(b, base, alg))
 			}
@@ -87,8 +87,9 @@ func BenchmarkScriptServerCost(b *testing.B) {
 }
 
 // costScript is a script to measure and its calling convention: the
-// arguments before a decide script's entry (max_replays, and in earlier
-// versions a marker TTL), or nil for the older one script per algorithm.
+// arguments before a decide script's entry (the era and max_replays; in
+// earlier versions max_replays alone, or with a marker TTL), or nil for the
+// older one script per algorithm.
 type costScript struct {
 	name   string
 	script *redis.Script

@@ -15,14 +15,16 @@
 local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 
--- ARGV[1] is max_replays: -1 peeks (judges, writes nothing), 0 decides
--- without a request id, m > 0 decides with one, replayed at most m times;
--- then ARGV[2] is the markers' TTL and the KEYS after the state keys are the
--- request-id markers, one per entry. The entries' arguments follow, from
--- ARGV[head + 1].
-local max_replays = tonumber(ARGV[1])
+-- ARGV[1] is the era the call is stamped with ('' for none; see
+-- lineage_read.lua). ARGV[2] is max_replays: -1 peeks (judges, writes
+-- nothing), 0 decides without a request id, m > 0 decides with one,
+-- replayed at most m times; then ARGV[3] is the markers' TTL and the KEYS
+-- after the state keys are the request-id markers, one per entry. The
+-- entries' arguments follow, from ARGV[head + 1].
+local era = ARGV[1]
+local max_replays = tonumber(ARGV[2])
 local peek, with_id = max_replays < 0, max_replays > 0
-local head = with_id and 2 or 1
+local head = with_id and 3 or 2
 local entries = (#ARGV - head) / 5
 
 -- The server's clock in microseconds; never the caller's.
@@ -53,11 +55,12 @@ end
 -- the working state is carried in work (and its TTL in keep_for), and
 -- nothing is written until every entry is judged. A single decision needs
 -- neither table.
-local reply = {0, 0, 0, 0, 0, 0} -- sized for one entry: no resize on the common path
-local work, keep_for
-if entries > 1 then work, keep_for = {}, {} end
-local only_state, only_keep -- the single entry's write
+local reply = {0, 0, 0, 0, 0, 0, 0} -- sized for one entry: no resize on the common path
+local work, keep_for, seq_of
+if entries > 1 then work, keep_for, seq_of = {}, {}, {} end
+local only_state, only_keep, only_seq -- the single entry's write
 local all = true
+local lseq, lera, lbase, lprev, wseq
 for i = 1, entries do
   local key, o = KEYS[i], head + 5 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -69,6 +72,7 @@ for i = 1, entries do
   -- state is the key's string, or false when absent.
   local state = got[i]
   if work and work[key] then state = work[key] end
+  --#lineage_read
 
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
@@ -76,16 +80,21 @@ for i = 1, entries do
   --#arith
   --#judge
   if new_state then
-    if work then work[key], keep_for[key] = new_state, keep else only_state, only_keep = new_state, keep end
+    --#lineage_write
+    if work then
+      work[key], keep_for[key], seq_of[i] = new_state, keep, wseq
+    else
+      only_state, only_keep, only_seq = new_state, keep, wseq
+    end
   end
   if replay then
     allowed, retry = 1, 0
   elseif allowed == 0 then
     all = false
   end
-  local r = 5 * (i - 1)
+  local r = 6 * (i - 1)
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = allowed, remaining, retry, reset
-  reply[r + 5] = replay and 1 or 0
+  reply[r + 5], reply[r + 6] = replay and 1 or 0, 0
 end
 
 if replay then
@@ -101,14 +110,18 @@ if replay then
 elseif not all then
   -- All or nothing: an entry that would have been admitted is denied too,
   -- with no wait of its own.
-  for r = 1, 5 * entries, 5 do reply[r] = 0 end
+  for r = 1, 6 * entries, 6 do reply[r] = 0 end
 elseif not peek then
   -- One command writes each state and its TTL. PX counts from the server's
   -- millisecond clock, which may lag the TIME reading by up to a
   -- millisecond, hence the extra one: a key never vanishes while its state
   -- still matters, and outlives it by at most 2ms. Absent state is an idle
   -- identity.
-  if only_state then call('SET', KEYS[1], only_state, 'PX', ceil(only_keep / 1000) + 1) end
+  -- Each entry that wrote answers the sequence it wrote (lineage_write.lua).
+  if only_state then
+    call('SET', KEYS[1], only_state, 'PX', ceil(only_keep / 1000) + 1)
+    reply[6] = only_seq
+  end
   for i = 1, work and entries or 0 do
     local key = KEYS[i]
     local s = work[key]
@@ -116,18 +129,19 @@ elseif not peek then
       call('SET', key, s, 'PX', ceil(keep_for[key] / 1000) + 1)
       work[key] = nil
     end
+    if seq_of[i] then reply[6 * i] = seq_of[i] end
   end
   -- The marker is (re)started only on admission, so a denied id leaves no
   -- trace. A plain SET is the "SET NX" of an absent marker and the reset of
   -- an exhausted one: nothing runs between the read above and this write.
   if with_id then
     for i = entries + 1, 2 * entries do
-      call('SET', KEYS[i], '0', 'PX', ARGV[2])
+      call('SET', KEYS[i], '0', 'PX', ARGV[3])
     end
   end
 end
 
 -- The server time of the decision comes last: a refund of this call's
 -- debits needs it.
-reply[5 * entries + 1] = now
+reply[6 * entries + 1] = now
 return reply

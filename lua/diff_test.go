@@ -77,7 +77,7 @@ func TestScriptsMatchMirror(t *testing.T) {
 				// One transaction: the TTL cannot run out in real time
 				// between the write and its PERSIST.
 				pipe := c.TxPipeline()
-				eval := script.EvalSha(ctx, pipe, []string{key}, 0, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, now/1e6, now%1e6)
+				eval := script.EvalSha(ctx, pipe, []string{key}, "", 0, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, now/1e6, now%1e6)
 				get := pipe.Get(ctx, key)
 				pttl := pipe.PTTL(ctx, key)
 				pipe.Persist(ctx, key)
@@ -96,7 +96,7 @@ func TestScriptsMatchMirror(t *testing.T) {
 				wantReply.TTL = 0
 				where := fmt.Sprintf("step %d at %s, %s cost %d (params %+v), state before %q", step,
 					time.UnixMicro(now).UTC().Format(time.RFC3339Nano), limit, p.Cost, p, stateString(alg, before))
-				if len(reply) != 6 || got != wantReply || reply[4] != 0 || reply[5] != now {
+				if len(reply) != 7 || got != wantReply || reply[4] != 0 || reply[5] != 0 || reply[6] != now {
 					t.Fatalf("%s:\nscript reply %v\nmirror       %+v", where, reply, want)
 				}
 				stored, err := get.Result()

@@ -1,5 +1,5 @@
 // Package lua holds tollgate's Redis scripts (decide, batch, settle, seat,
-// reset, admit, finish and share). Each is assembled from a driver and the
+// reset, admit, finish, share and restore). Each is assembled from a driver and the
 // blocks it names among the *.lua files beside this one (assemble.go says
 // how), and generated as Redis runs it into gen/<driver> by
 // go generate ./lua: those files are embedded and sent, so a line number in
@@ -16,6 +16,22 @@
 // seat scripts trust their arguments: the store validates every request
 // first.
 //
+// # Lineage
+//
+// The scripts that write states (decide, batch, settle, admit, finish and
+// restore) take as ARGV[1] the era the call is stamped with: the store's
+// name for the primary it verified the call is going to (the first 12 hex
+// digits of its replication id), or the empty string for none. A state written with an
+// era ends in its lineage, "|seq era" or "|seq era base prev"
+// (lineage_read.lua): seq, the key's write sequence, is at least one more
+// than the sequence it replaces and at least the server's clock in µs; era
+// is the stamp; once a later era writes a key another era wrote, base and
+// prev record the sequence and era it took the key over at. A state and
+// its lineage are one string, so a replica holds both or neither: whether a
+// primary holds a given write of a key is a comparison of that write's
+// sequence and era with the key's lineage (restore.lua). Each write
+// answers the sequence it wrote (0 without an era).
+//
 // # Decide
 //
 // One call judges n ≥ 1 entries, each a (state key, limit, cost), in order,
@@ -25,12 +41,13 @@
 //	KEYS[i]          entry i's state key
 //	KEYS[n+i]        entry i's request-id marker (only when max_replays > 0)
 //
-//	ARGV[1]          max_replays: -1 peek (judge, write nothing), 0 decide
+//	ARGV[1]          the era (see Lineage)
+//	ARGV[2]          max_replays: -1 peek (judge, write nothing), 0 decide
 //	                 without a request id, m > 0 decide with one, replayed
 //	                 at most m times
-//	ARGV[2]          replay TTL: how long a marker lives after an admission
+//	ARGV[3]          replay TTL: how long a marker lives after an admission
 //	                 (only when max_replays > 0)
-//	ARGV[h+1..]      five per entry, from h = 2 when max_replays > 0, else 1:
+//	ARGV[h+1..]      five per entry, from h = 3 when max_replays > 0, else 2:
 //	                 algorithm, rate, period, capacity, cost
 //
 // An entry's five numbers are internal/algo.ParamsOf's: the algorithm is
@@ -40,9 +57,12 @@
 // capacity is the burst (buckets) or the rate (windows), and
 // 1 ≤ cost ≤ capacity.
 //
-// The reply is five integers per entry, then the server time:
+// The reply is six integers per entry, then the server time:
 //
-//	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1)} × n, now_us
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1), seq} × n, now_us
+//
+// where seq is the sequence the entry's state was written at (0 when the
+// call wrote nothing, or had no era).
 //
 // What a call writes depends on how it was judged:
 //
@@ -54,14 +74,15 @@
 //     a denied call leaves no marker.
 //   - Replayed (max_replays > 0 and every marker holds a count below
 //     max_replays): nothing is debited; each entry answers
-//     {1, remaining, 0, reset_after_us, 1} from its current state, and
+//     {1, remaining, 0, reset_after_us, 1, 0} from its current state, and
 //     each distinct marker counts the replay (INCR, which keeps its TTL).
 //   - Peek: judged like a decision without a request id; nothing is
 //     written.
 //
 // A state key holds a short string of decimal integers, laid out as its
-// algorithm's block (<algorithm>.lua) says; a key holding anything else
-// reads as absent and is overwritten by the next admission.
+// algorithm's block (<algorithm>.lua) says, then its lineage when written
+// with an era; a key holding anything else reads as absent and is
+// overwritten by the next admission.
 //
 // # Batch
 //
@@ -77,18 +98,20 @@
 //	KEYS             per decision: its state key, then its marker when its
 //	                 max_replays > 0
 //
-//	ARGV[1]          P ≥ 1, the number of profiles
-//	ARGV[2..7P+1]    seven per profile: max_replays, replay TTL (send 0 when
+//	ARGV[1]          the era (see Lineage)
+//	ARGV[2]          P ≥ 1, the number of profiles
+//	ARGV[3..7P+2]    seven per profile: max_replays, replay TTL (send 0 when
 //	                 max_replays ≤ 0), algorithm, rate, period, capacity, cost
-//	ARGV[7P+1+j]     decision j's profile, "1" to "P" in decimal
+//	ARGV[7P+2+j]     decision j's profile, "1" to "P" in decimal
 //
 // When the decisions share few profiles (the store's rule: fewer than two
 // decisions per profile), the call sends each decision's profile in turn
 // instead, as its decide call's ARGV (the replay TTL only when
 // max_replays > 0):
 //
-//	ARGV[1]          0
-//	ARGV[2..]        per decision: max_replays, [replay TTL,] algorithm,
+//	ARGV[1]          the era
+//	ARGV[2]          0
+//	ARGV[3..]        per decision: max_replays, [replay TTL,] algorithm,
 //	                 rate, period, capacity, cost
 //
 // The reply is each decision's answer in turn, then the server time; an
@@ -98,10 +121,13 @@
 //	                                      TTL or cost
 //	-2                                    Redis refused its write (INCR of a
 //	                                      marker that holds no integer)
-//	code, reset_after_us                  admitted
+//	code, reset_after_us                  admitted (seq 0 or 1)
+//	code, reset_after_us, seq - now_us    admitted (seq 2)
 //	code, reset_after_us, retry_after_us  denied
 //
-// where code = remaining*4 + allowed*2 + replayed. A decision answering -1
+// where code = remaining*16 + seq*4 + allowed*2 + replayed, and seq says the
+// sequence the decision's state was written at: 0 none (nothing written,
+// or no era), 1 the server time, 2 another, given after the reset. A decision answering -1
 // (every decision of that profile does) or -2 writes nothing; the others
 // are judged as usual. A call whose ARGV does not make whole profiles and
 // decisions, whose profile has no max_replays (an integer ≥ -1), whose
@@ -122,20 +148,25 @@
 //	                 last settled at, {tag}:<alg>:s:<hash of the request id>
 //	KEYS[2n+i]       entry i's request-id marker (mode 3 only), to delete
 //
-//	ARGV[1]          mode: 0 settle, 1 settle with records, 2 overdraw,
+//	ARGV[1]          the era (see Lineage)
+//	ARGV[2]          mode: 0 settle, 1 settle with records, 2 overdraw,
 //	                 3 settle with records, then delete the markers, 4 look:
 //	                 answer as mode 0 and write nothing (Peek's debt)
-//	ARGV[2]          the records' TTL in milliseconds (send 0 unless mode 1
+//	ARGV[3]          the records' TTL in milliseconds (send 0 unless mode 1
 //	                 or 3)
-//	ARGV[3+8(i-1)..] entry i: algorithm, rate, period, capacity, cost (the
+//	ARGV[4+8(i-1)..] entry i: algorithm, rate, period, capacity, cost (the
 //	                 reservation; in overdraw, the cost to debit, up to
 //	                 10^12), final cost (0 to 10^12; in overdraw, the cost
 //	                 again), the admission's now_us (0: unknown, as if now
 //	                 from an empty bucket) and its reset_after_us
 //
-// The reply is five integers per entry, then the server time (µs):
+// The reply is seven integers per entry, then the server time (µs):
 //
-//	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt} × n, now_us
+//	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt, seq, applied} × n, now_us
+//
+// where seq is the sequence the entry's state was written at (0 when it was
+// not written, or with no era) and applied the units its write debited
+// (below 0: gave back; 0 when it wrote none).
 //
 // A settlement gives back final − cost units when final is smaller (a
 // bucket no more than the refill it cannot have lost to its capacity since
@@ -175,12 +206,15 @@
 //
 //	KEYS[2j-1]       operation j's identity's seats, {tag}:if
 //	KEYS[2j]         its mean hold time in µs, {tag}:ih
-//	ARGV[1]          how long a mean hold time is kept, in ms (release)
-//	ARGV[4j-2]       operation j: acquire, renew, release or count
-//	ARGV[4j-1]       the most seats the identity has (acquire)
-//	ARGV[4j]         the seat's id
-//	ARGV[4j+1]       its TTL in µs (acquire, renew); for release, how long
-//	                 it was held in µs (0: unknown)
+//	ARGV[1]          the era (see Lineage; seats have none, but a call waits
+//	                 for its primary to be verified as every stamped call does)
+//	ARGV[2]          how long a mean hold time is kept, in ms (release)
+//	ARGV[4j-1]       operation j: acquire, renew, release, count or hold
+//	ARGV[4j]         the most seats the identity has (acquire)
+//	ARGV[4j+1]       the seat's id
+//	ARGV[4j+2]       its TTL in µs (acquire, renew); for release, how long
+//	                 it was held in µs (0: unknown); for hold, the instant it
+//	                 expires (µs)
 //
 // Every operation but count first drops the expired seats. acquire takes a
 // seat when fewer than ARGV[4j-1] are held, or renews the id's when it
@@ -191,8 +225,10 @@
 // change sets the key's PX to its last seat's expiry. release removes the
 // id, folds a known hold time into the mean (an exponential mean, each
 // hold weighing 1/8; the first is taken as it is), sets the mean's PX to
-// ARGV[1] and replies {1, now_us}; count replies {held, now_us} without
-// writing. The reply is the operations' replies one after the other.
+// ARGV[2] and replies {1, now_us}; count replies {held, now_us} without
+// writing; hold (a seat restored after a failover) adds the id until the
+// instant given, whatever the limit, unless that has passed, and replies
+// {1, now_us}. The reply is the operations' replies one after the other.
 //
 // # Admit
 //
@@ -224,7 +260,7 @@
 //	KEYS[1..k]       the settle call's KEYS (none when it settles nothing)
 //	KEYS[k+2j-1]     seat j's identity's seats, {tag}:if
 //	KEYS[k+2j]       its mean hold time, {tag}:ih
-//	ARGV[1..a]       the settle call's ARGV (none when k is 0)
+//	ARGV[1..a]       the settle call's ARGV (the era alone when k is 0)
 //	ARGV[a+2j-1]     seat j's id
 //	ARGV[a+2j]       how long it was held in µs (0: unknown)
 //	ARGV[a+2m+1]     how long a mean hold time is kept, in ms
@@ -265,4 +301,45 @@
 // replies {granted, fair, members, now_us}. When ARGV[5] other members
 // already hold a share, it writes nothing and replies {0, 0, members,
 // now_us}. store.Memory's Share mirrors it.
+//
+// # Restore
+//
+// Brings a primary that took keys over from another (a promoted replica, a
+// restarted node) up to date with the writes of the other that it does not
+// hold: each entry is one write the store journaled, or several writes of
+// one key that the store found the primary lacks, summed.
+//
+//	KEYS[3i-2]       entry i's state key
+//	KEYS[3i-1]       its request-id marker (aux 1) or settlement record
+//	                 (aux 2); its state key again when it has neither
+//	KEYS[3i]         the restoring store's record of what it restored on
+//	                 the key, {tag}:<alg>:x:<store>
+//	ARGV[1]          the era (see Lineage): this primary's
+//	ARGV[2]          how long a restore record lives, in ms
+//	ARGV[3+14(i-1)..] entry i: algorithm, rate, period, capacity; delta, the
+//	                 units the writes debited past empty (below 0: gave
+//	                 back); for a give-back its admission's now_us and
+//	                 reset_after_us (as the settle script takes them); the
+//	                 first write's seq and its era; when the effect ends (µs,
+//	                 the server's clock); aux (0 none, 1 marker, 2 record);
+//	                 the record's value; when the marker or record ends
+//	                 (µs); the last write's seq
+//
+// An entry is held when the lineage the key had as the call began names
+// its era with a sequence at least its own (or names it as prev with a
+// base at least its own), or when the store's restore record names its era
+// with a sequence at least its own. An entry not held is applied, in
+// order, as the settle script settles a delta (a debit past empty, or a
+// give-back), with its marker restored (SET NX) or its record set, unless
+// its effect has ended by now, or a later entry of the same key's has: a
+// state that refilled, or a window that closed, holds nothing of the
+// writes before. Each key written is written once, with this call's era,
+// and its restore record set to the last entry applied (its era and last
+// seq). The reply is three integers per entry, then the server time:
+//
+//	{applied (0|1), seq, keep_us} × n, now_us
+//
+// where seq is the sequence the entry's key was written at by this call
+// and keep_us how long its state matters (both 0 when the key was not
+// written).
 package lua

@@ -53,5 +53,13 @@ func replaceOnce(src, old, new string) string {
 func SettleSourceAt() string {
 	return replaceOnce(replaceOnce(Source(Settle),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
-		"local entries = (#ARGV - 2) / 8", "local entries = (#ARGV - 4) / 8")
+		"local entries = (#ARGV - 3) / 8", "local entries = (#ARGV - 5) / 8")
+}
+
+// RestoreSourceAt is SourceAt for the restore script: its ARGV are the usual
+// ones followed by the clock's seconds and microseconds.
+func RestoreSourceAt() string {
+	return replaceOnce(replaceOnce(Source(Restore),
+		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
+		"local entries = (#ARGV - 2) / 14", "local entries = (#ARGV - 4) / 14")
 }

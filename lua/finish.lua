@@ -9,7 +9,7 @@ local nargv = #ARGV
 local m = tonumber(ARGV[nargv])          -- seats to release
 local hold_ttl = ARGV[nargv - 1]         -- PX of a mean hold time
 local skeys = #KEYS - 2 * m              -- the settle call's KEYS
-local sargv = nargv - 2 - 2 * m          -- the settle call's ARGV
+local sargv = nargv - 2 - 2 * m          -- the settle call's ARGV (the era alone when it settles nothing)
 
 local settled
 if skeys > 0 then

@@ -44,11 +44,14 @@ const (
 	// Share records one member's demand on a shared limit and grants it
 	// its max-min fair share.
 	Share
+	// Restore applies on a primary that took keys over from another the
+	// writes the other made that it does not hold, by each key's lineage.
+	Restore
 )
 
 // drivers names each script's driver: the file that reads its arguments,
 // the clock and its keys, loops over its decisions, writes and replies.
-var drivers = [...]string{Decide: "decide.lua", Batch: "batch.lua", Settle: "settle.lua", Seat: "seat.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua"}
+var drivers = [...]string{Decide: "decide.lua", Batch: "batch.lua", Settle: "settle.lua", Seat: "seat.lua", Reset: "reset.lua", Admit: "admit.lua", Finish: "finish.lua", Share: "share.lua", Restore: "restore.lua"}
 
 // sources are the scripts as Redis runs them: the files gen/<driver>,
 // which go generate writes from the drivers and their parts (assemble). A
@@ -71,8 +74,8 @@ var hashes = func() (h [len(sources)]string) {
 }()
 
 // String returns the script's name, its driver's file name without
-// ".lua": "decide", "batch", "settle", "seat", "reset", "admit", "finish"
-// or "share".
+// ".lua": "decide", "batch", "settle", "seat", "reset", "admit", "finish",
+// "share" or "restore".
 func (s Script) String() string {
 	if int(s) < len(drivers) {
 		return strings.TrimSuffix(drivers[s], ".lua")

@@ -23,6 +23,11 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // directly.
 var decide = redis.NewScript(lua.Source(lua.Decide))
 
+// testEra is the era the tests stamp their calls with (ARGV[1] of the
+// decide, batch, settle and restore scripts): a state written with it
+// carries its lineage.
+const testEra = "a1b2c3d4e5f6"
+
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
 
 // TestEveryFileCompilesAlone sends each *.lua file alone to Redis with
@@ -80,19 +85,20 @@ func TestUnknownPartIsAnError(t *testing.T) {
 }
 
 // stateLayout is what KEYS[1] holds after an admission: decimal integers
-// only. A microsecond timestamp (~1.8e15) written through Lua's tostring
+// only, then its lineage (the sequence, a microsecond timestamp, and the
+// era). A microsecond timestamp (~1.8e15) written through Lua's tostring
 // would read "1.8e+15" and lose its last digits.
 var stateLayout = map[tollgate.Algorithm]*regexp.Regexp{
-	tollgate.TokenBucket:   regexp.MustCompile(`^\d+ \d{16}$`),
-	tollgate.GCRA:          regexp.MustCompile(`^\d{16} \d+$`),
-	tollgate.SlidingWindow: regexp.MustCompile(`^\d+ \d+ \d+$`),
-	tollgate.FixedWindow:   regexp.MustCompile(`^\d+ \d+$`),
+	tollgate.TokenBucket:   regexp.MustCompile(`^\d+ \d{16}\|\d{16} ` + testEra + `$`),
+	tollgate.GCRA:          regexp.MustCompile(`^\d{16} \d+\|\d{16} ` + testEra + `$`),
+	tollgate.SlidingWindow: regexp.MustCompile(`^\d+ \d+ \d+\|\d{16} ` + testEra + `$`),
+	tollgate.FixedWindow:   regexp.MustCompile(`^\d+ \d+\|\d{16} ` + testEra + `$`),
 }
 
 // TestStateIsOneStringWithTTL runs each script without and with a request
 // id, over state left by an older layout (a hash at KEYS[1]), and checks the
 // contract the store and the Go mirror rely on: the old state counts as
-// absent (a full bucket), the reply is the five integers, the one key written
+// absent (a full bucket), the reply is the six integers, the one key written
 // for the state is a string of decimal integers with a TTL no longer than
 // the state matters, and the request-id key, when there is one, gets the
 // replay TTL.
@@ -106,10 +112,10 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 				base := fmt.Sprintf("%s{%s-%v}:x", prefix, alg, withID)
 				keys := []string{base}
 				// 10 per second, capacity 10, cost 3.
-				argv := []any{0, int(alg), 10, 1_000_000, 10, 3}
+				argv := []any{testEra, 0, int(alg), 10, 1_000_000, 10, 3}
 				if withID {
 					keys = append(keys, base+":r:id")
-					argv = append([]any{4, 60_000}, argv[1:]...)
+					argv = append([]any{testEra, 4, 60_000}, argv[2:]...)
 				}
 				if err := c.HSet(ctx, keys[0], "n", 0, "t", 1, "w", 0, "c", 1<<40).Err(); err != nil {
 					t.Fatal(err)
@@ -118,8 +124,8 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(reply) != 6 || reply[0] != 1 || reply[1] != 7 || reply[2] != 0 || reply[4] != 0 || reply[5] < 1e15 {
-					t.Fatalf("reply %v over an old-layout key, want {1 7 0 reset 0 now}: the old state must read as absent", reply)
+				if len(reply) != 7 || reply[0] != 1 || reply[1] != 7 || reply[2] != 0 || reply[4] != 0 || reply[5] != reply[6] || reply[6] < 1e15 {
+					t.Fatalf("reply %v over an old-layout key, want {1 7 0 reset 0 now now}: the old state must read as absent, and the state written at the server time", reply)
 				}
 				state, err := c.Get(ctx, keys[0]).Result()
 				if err != nil {
@@ -158,7 +164,7 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 // A script's name is its driver's, and a number past the last script says
 // so.
 func TestScriptNames(t *testing.T) {
-	want := []string{"decide", "batch", "settle", "seat", "reset", "admit", "finish", "share"}
+	want := []string{"decide", "batch", "settle", "seat", "reset", "admit", "finish", "share", "restore"}
 	for i, name := range want {
 		if got := lua.Script(i).String(); got != name {
 			t.Errorf("Script(%d).String() = %q, want %q", i, got, name)

@@ -7,7 +7,10 @@
 -- time: the store folds concurrent seat calls into one script call, as the
 -- batch script folds decisions. The calling convention is in doc.go.
 local call = redis.call
-local hold_ttl = ARGV[1]
+-- ARGV[1] is the era the call is stamped with (doc.go, Lineage): seats
+-- have no lineage, but a seat call waits, as a decision does, for its
+-- primary to be verified.
+local hold_ttl = ARGV[2]
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -24,6 +27,15 @@ local function seat(key, holdkey, op, limit, id, ttl)
     return {call('ZCOUNT', key, '(' .. now, '+inf'), now}
   end
   call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if op == 'hold' then
+    -- A seat restored on a primary that lacks it: held until ttl, an
+    -- instant on the server's clock, whatever the limit.
+    if ttl > now then
+      call('ZADD', key, ttl, id)
+      expire(key)
+    end
+    return {1, now}
+  end
   if op == 'release' then
     call('ZREM', key, id)
     -- ttl is the time the seat was held (0: unknown), hold_ttl how long
@@ -54,8 +66,8 @@ local function seat(key, holdkey, op, limit, id, ttl)
 end
 
 local reply, nr = {}, 0
-for j = 1, (#ARGV - 1) / 4 do
-  local a = 4 * j - 3
+for j = 1, (#ARGV - 2) / 4 do
+  local a = 4 * j - 2
   local r = seat(KEYS[2 * j - 1], KEYS[2 * j], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4]))
   for i = 1, #r do reply[nr + i] = r[i] end
   nr = nr + #r

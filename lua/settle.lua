@@ -9,14 +9,17 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
--- ARGV[1] is the mode: 0 settles, 1 settles with a record per entry (the
--- KEYS after the state keys), 2 overdraws, 3 settles with records and then
--- deletes the request-id markers (the KEYS after the records: the refund
--- of a set denied on another Cluster slot), 4 looks: answers as 0 does and
--- writes nothing (a Peek reading the debt); ARGV[2] is the records' TTL.
-local mode = tonumber(ARGV[1])
+-- ARGV[1] is the era the call is stamped with ('' for none; see
+-- lineage_read.lua). ARGV[2] is the mode: 0 settles, 1 settles with a
+-- record per entry (the KEYS after the state keys), 2 overdraws, 3 settles
+-- with records and then deletes the request-id markers (the KEYS after the
+-- records: the refund of a set denied on another Cluster slot), 4 looks:
+-- answers as 0 does and writes nothing (a Peek reading the debt); ARGV[3]
+-- is the records' TTL.
+local era = ARGV[1]
+local mode = tonumber(ARGV[2])
 local with_record, overdraw, look = mode == 1 or mode == 3, mode == 2, mode == 4
-local entries = (#ARGV - 2) / 8
+local entries = (#ARGV - 3) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -26,8 +29,9 @@ local got = call('MGET', unpack(KEYS, 1, with_record and 2 * entries or entries)
 -- and the PX of each written state.
 local work, keep_for = {}, {}
 local reply = {}
+local lseq, lera, lbase, lprev, wseq
 for i = 1, entries do
-  local key, o = KEYS[i], 2 + 8 * (i - 1)
+  local key, o = KEYS[i], 3 + 8 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
   local rate = tonumber(ARGV[o + 2])
   local period = tonumber(ARGV[o + 3])
@@ -38,6 +42,7 @@ for i = 1, entries do
   local adm_reset = tonumber(ARGV[o + 8])     -- how far from full it left a bucket (us)
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
+  --#lineage_read
   -- arith.lua's functions are all defined here (span past 2^53): a debt's
   -- products outgrow the limit's own.
   local span = 9007199254740992
@@ -81,6 +86,7 @@ for i = 1, entries do
       if fitted then
         result, keep_after, delta = new_state, keep, 0
         reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = 1, remaining, 0, reset, 0
+        reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
       end
     end
     if not fitted then delta = cost end
@@ -112,6 +118,7 @@ for i = 1, entries do
     local debt = 0
     --#debt
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = a_allowed, remaining, a_retry, reset, debt
+    reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
     keep_after = reset
     if alg == 3 then
       -- A fixed window's state matters until its window ends.
@@ -125,6 +132,14 @@ for i = 1, entries do
     state = before
   end
   if result ~= nil then
+    if result and not look then
+      local new_state = result
+      --#lineage_write
+      -- The units applied, debited (a debit past empty, or an overdraw
+      -- that fitted) or, below 0, given back: what restoring the write
+      -- applies again.
+      result, reply[7 * i - 1], reply[7 * i] = new_state, wseq, fitted and cost or delta
+    end
     work[key], keep_for[key] = result, keep_after
   end
 end
@@ -145,7 +160,7 @@ for i = 1, look and 0 or entries do
 end
 if with_record then
   for i = 1, entries do
-    call('SET', KEYS[entries + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
+    call('SET', KEYS[entries + i], ARGV[3 + 8 * (i - 1) + 6], 'PX', ARGV[3])
   end
 end
 -- A refunded set was denied: its request id must leave no trace.

@@ -100,9 +100,9 @@ func TestSettleMatchesMirror(t *testing.T) {
 				if mode == 1 {
 					keys = append(keys, record)
 				}
-				argv := []any{mode, 120000, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, final, adm.At, adm.Reset, now / 1e6, now % 1e6}
+				argv := []any{"", mode, 120000, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, final, adm.At, adm.Reset, now / 1e6, now % 1e6}
 				if mode == 2 {
-					argv[6] = final
+					argv[7] = final
 				}
 				eval := script.EvalSha(ctx, pipe, keys, argv...)
 				get := pipe.Get(ctx, key)
@@ -121,7 +121,7 @@ func TestSettleMatchesMirror(t *testing.T) {
 				got := algo.Result{Allowed: reply[0] == 1, Remaining: reply[1], RetryAfter: reply[2], ResetAfter: reply[3], Debt: reply[4]}
 				wantReply := want
 				wantReply.TTL = 0
-				if len(reply) != 6 || got != wantReply || reply[5] != now {
+				if len(reply) != 8 || got != wantReply || reply[5] != 0 || reply[7] != now {
 					t.Fatalf("%s:\nscript reply %v\nmirror       %+v", where, reply, want)
 				}
 				stored, err := get.Result()

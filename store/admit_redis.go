@@ -14,12 +14,15 @@ import (
 // The admit script debits and takes a seat: sent once, like a decision.
 var admitScript = newScript(lua.Admit, sentOnce)
 
-// admitPart is what makes a call an admit call: its arguments, and once
-// answered, the seat's answer and whether the entries were judged.
+// admitPart is what makes a call an admit call: its arguments and its
+// seat, and once answered, the seat's answer and whether the entries were
+// judged.
 type admitPart struct {
-	args   []any
-	seat   tollgate.SeatDecision
-	judged bool
+	args    []any
+	seat    tollgate.Seat
+	seatKey [2]string // the identity's seats and hold-time keys
+	answer  tollgate.SeatDecision
+	judged  bool
 }
 
 // Admit seat answers (the first integer of its reply, lua/doc.go).
@@ -51,7 +54,6 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 		return allowWithSeat(ctx, r, s, reqs)
 	}
 	c := r.newCall(ctx, reqs, r.modeFor(reqs[0].RequestID, setReplayTTL(reqs)))
-	epoch := r.journalEpoch() // failover.go
 	nkeys := len(c.keys)
 	args := make([]any, 0, len(c.args)+5)
 	args = append(args, nil, nil, int64(nkeys+2))
@@ -59,7 +61,7 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 	args = append(args, seatKey, keyOf(prefix, holdCode, s.Key))
 	args = append(args, c.args[3+nkeys:]...)
 	args = append(args, s.Max, s.ID, s.TTL.Microseconds())
-	c.admit = &admitPart{args: args}
+	c.admit = &admitPart{args: args, seat: s, seatKey: [2]string{seatKey, keyOf(prefix, holdCode, s.Key)}}
 	// Through the batcher, as a decision goes: concurrent admit calls
 	// share round trips, each still a script call of its own (an admit's
 	// cost is its script's body, which folding several into one call did
@@ -68,7 +70,7 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 		// c stays with the abandoned call: its keys are the arguments.
 		return tollgate.SeatDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
 	}
-	sd, err := c.admit.seat, c.err
+	sd, err := c.admit.answer, c.err
 	var out []tollgate.Decision
 	if err == nil && c.admit.judged {
 		out = append(out, c.decisions...) // c's own array goes back to the pool
@@ -76,9 +78,6 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 	calls.Put(c)
 	if err != nil {
 		return tollgate.SeatDecision{}, nil, fmt.Errorf("tollgate: redis store: admit: %w", err)
-	}
-	if out != nil {
-		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
 	}
 	if r.deny != nil && sd.Allowed {
 		for _, req := range reqs {
@@ -100,8 +99,9 @@ func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
 
 // decodeAdmit decodes an admit script call's answer at the head of v
 // (lua/doc.go) for entries entries: the seat's answer (Allowed: taken) and, unless no
-// seat was free (nil), the decisions; and how many integers it took.
-func decodeAdmit(v []int64, entries int) (tollgate.SeatDecision, []tollgate.Decision, int, error) {
+// seat was free (nil), the decisions, with each entry's sequence in seqs;
+// and how many integers it took.
+func decodeAdmit(v []int64, entries int, seqs []int64) (tollgate.SeatDecision, []tollgate.Decision, int, error) {
 	if len(v) < len(seatReply{}) {
 		return tollgate.SeatDecision{}, nil, 0, errBadReply
 	}
@@ -125,7 +125,8 @@ func decodeAdmit(v []int64, entries int) (tollgate.SeatDecision, []tollgate.Deci
 	at := time.UnixMicro(d[len(d)-1])
 	out := make([]tollgate.Decision, entries)
 	for i := range out {
-		out[i] = entryReply(d[entryReplyLen*i:]).decision()
+		g := entryReply(d[entryReplyLen*i:])
+		out[i], seqs[i] = g.decision(), g[replySeq]
 		out[i].At = at
 	}
 	return sd, out, n, nil

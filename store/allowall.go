@@ -37,7 +37,6 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return r.overdraw(ctx, reqs)
 	}
 	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
-	epoch := r.journalEpoch() // failover.go
 	parts := r.partition(reqs)
 	if len(parts) == 1 {
 		c := r.newCall(ctx, reqs, mode)
@@ -52,7 +51,6 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 			out = slices.Clone(out) // the call's own array, which goes back to the pool
 		}
 		calls.Put(c)
-		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
 		return out, nil
 	}
 
@@ -119,7 +117,6 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return deniedSet(out), nil // a look that failed only leaves its answers out
 	}
 	if all {
-		r.journalAdmissions(ctx, reqs, out, epoch) // failover.go
 		return out, nil
 	}
 	// Give back what the parts that admitted debited.

@@ -198,6 +198,8 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 	sc := [1]scriptCall{c.scriptCall()}
 	r.roundTrip(ctx, sc[:])
 	c.readReply(sc[0].cmd)
+	c.era = eraOf(sc[0].args)
+	r.journalCall(c)
 }
 
 // runBatch sends batch as one pipeline and signals every call. On a
@@ -233,14 +235,24 @@ func (r *Redis) runBatch(batch []*call) {
 	r.roundTrip(ctx, sc)
 	for i, c := range own {
 		c.readReply(sc[i].cmd)
+		c.era = eraOf(sc[i].args)
 	}
 	for i, s := range shares {
 		s.read(sc[len(own)+i].cmd)
+		era := eraOf(sc[len(own)+i].args)
+		for _, c := range s.calls {
+			c.era = era
+		}
 	}
 	for i, f := range folds {
 		f.read(sc[len(own)+len(shares)+i].cmd)
+		era := eraOf(sc[len(own)+len(shares)+i].args)
+		for _, c := range f.calls {
+			c.era = era
+		}
 	}
 	for _, c := range batch {
+		r.journalCall(c)
 		c.done <- struct{}{}
 	}
 }

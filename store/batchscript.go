@@ -121,13 +121,14 @@ func newShared(calls []*call) *shared {
 	if !inline {
 		nargv = profileArgs*len(firsts) + len(calls)
 	}
-	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+1+nargv)}
+	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+2+nargv)}
 	s.args[2] = int64(nkeys)
 	for _, c := range calls {
 		for i := range c.keys {
 			s.args = append(s.args, &c.keys[i])
 		}
 	}
+	s.args = append(s.args, eraNone)
 	if inline {
 		s.args = append(s.args, int64(0))
 		for _, c := range calls {

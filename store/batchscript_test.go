@@ -320,7 +320,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		}
 		return append(head, int64(limits[limit].Algorithm), p.Rate, p.Period, p.Capacity, p.Cost)
 	}
-	want = append(want, 5)
+	want = append(want, "", 5) // no era: the gate stamps it as the call leaves
 	want = append(want, profile("", 0, 4)...)
 	want = append(want, profile("x", 1, 1)...)
 	want = append(want, profile("", 2, 1)...)
@@ -334,6 +334,8 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			switch v := a.(type) {
 			case *string:
 				got = append(got, *v)
+			case string:
+				got = append(got, v)
 			case *int64:
 				got = append(got, *v)
 			case int64:
@@ -353,7 +355,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	for _, c := range few {
 		want = append(want, c.keys[0])
 	}
-	want = append(want, 2)
+	want = append(want, "", 2)
 	want = append(want, profile("", 0, 4)...)
 	want = append(want, profile("", 2, 1)...)
 	want = append(want, 1, 1, 2, 2)
@@ -367,7 +369,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			want = append(want, k)
 		}
 	}
-	want = append(want, 0)
+	want = append(want, "", 0)
 	for _, c := range batch {
 		for _, a := range c.argv {
 			want = append(want, a)

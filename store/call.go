@@ -75,7 +75,7 @@ type call struct {
 	mode    decideMode
 	keys    []string // the entries' state keys, then their markers
 	argv    []int64  // mode, replay TTL (with markers), then entryArgs per entry
-	args    []any    // EVALSHA sha numkeys KEYS... ARGV...
+	args    []any    // EVALSHA sha numkeys KEYS... era argv...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
 	// admit, when set, makes the call an admit script call (a seat with
@@ -86,14 +86,17 @@ type call struct {
 
 	// Written by whoever runs the call, then signalled on done.
 	decisions []tollgate.Decision // one per entry, valid when err is nil
+	seqs      []int64             // each entry's state's sequence as written (0: none)
 	now       int64               // the server time of the reply, µs
+	era       string              // the era the call was stamped with ("" none)
 	err       error
 	done      chan struct{} // capacity 1, so the runner never blocks on a caller that left
 
 	keyBuf      [2]string
 	argvBuf     [maxHeader + entryArgs]int64
-	argBuf      [3 + 2 + maxHeader + entryArgs]any
+	argBuf      [3 + 2 + 1 + maxHeader + entryArgs]any
 	decisionBuf [1]tollgate.Decision
+	seqBuf      [1]int64
 }
 
 // calls recycles calls whose caller read the answer. A call abandoned by
@@ -115,9 +118,9 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 	nargv := header + entryArgs*n
 	c.entries, c.mode = n, mode
 	if n == 1 {
-		c.keys, c.argv, c.args, c.decisions = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+nargv], c.decisionBuf[:]
+		c.keys, c.argv, c.args, c.decisions, c.seqs = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+1+nargv], c.decisionBuf[:], c.seqBuf[:]
 	} else {
-		c.keys, c.argv, c.args, c.decisions = make([]string, nkeys), make([]int64, nargv), make([]any, 3+nkeys+nargv), make([]tollgate.Decision, n)
+		c.keys, c.argv, c.args, c.decisions, c.seqs = make([]string, nkeys), make([]int64, nargv), make([]any, 3+nkeys+1+nargv), make([]tollgate.Decision, n), make([]int64, n)
 	}
 	c.argv[0] = mode.arg()
 	id := ""
@@ -139,11 +142,13 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 	for i := range c.keys {
 		c.args[3+i] = &c.keys[i]
 	}
+	c.args[3+nkeys] = eraNone
 	for i := range c.argv {
-		c.args[3+nkeys+i] = &c.argv[i]
+		c.args[4+nkeys+i] = &c.argv[i]
 	}
 	c.deadline, _ = ctx.Deadline()
-	c.now, c.err, c.admit, c.seat = 0, nil, nil, nil
+	c.now, c.err, c.admit, c.seat, c.era = 0, nil, nil, nil, ""
+	clear(c.seqs)
 	return c
 }
 

@@ -2,50 +2,49 @@ package store
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
-	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/store/internal/failover"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
-// DefaultJournalWindow is the longest a Redis store keeps an admission in
-// its failover journal (see WithJournal) when the replicas of its primary
-// have not acknowledged it sooner: replicas acknowledge about once a
-// second, and Redis's own bound on a replica's lag for writes to go on
+// DefaultJournalWindow is the longest a Redis store keeps a write in its
+// failover journal (see WithJournal) when the replicas of its primary have
+// not acknowledged it sooner: replicas acknowledge about once a second,
+// and Redis's own bound on a replica's lag for writes to go on
 // (min-replicas-max-lag) is 10s by default.
 const DefaultJournalWindow = 10 * time.Second
 
-// journalProbeEvery is how often a store whose journal holds admissions
-// reads INFO replication from its primaries: it bounds both how late a
-// failover is seen and how many admissions of a replica in sync are
-// debited twice after one (those since the last read).
-const journalProbeEvery = 50 * time.Millisecond
+// DefaultJournalBytes is the most memory a failover journal holds (see
+// WithJournalBytes): at about 250 bytes a write, a quarter of a million
+// writes, the whole window at 25,000 writes a second with no replica
+// acknowledging.
+const DefaultJournalBytes = failover.DefaultMaxBytes
 
-// journalProbeTimeout bounds one round of INFO replication reads and of the
-// replays that follow.
-const journalProbeTimeout = time.Second
-
-// replayChunk is the most identities one overdraw call of a replay carries.
-const replayChunk = 64
-
-// WithJournal sets how long a Redis store keeps each admission, at most, to
-// debit it again after a failover (default DefaultJournalWindow); 0 turns
-// the journal off.
+// WithJournal sets how long a Redis store keeps each write, at most, to
+// restore it after a failover (default DefaultJournalWindow); 0 turns the
+// journal off.
 //
-// With the journal on, the store remembers what it admitted until every
-// replica of the primary that admitted it has acknowledged it (it reads
-// INFO replication every 50ms while it holds admissions). When it sees that
-// the primary it writes to changed (a new replication id on its primary, or
-// on a Cluster a new primary for the slots it wrote to), it debits again
-// on the new primary every admission the new primary may lack, whether or
-// not it fits (as a Request.Overdraw would): those the new primary's
-// replication offset shows it received are not debited again, nor those
-// whose request-id marker it holds; the others are, the safe side for
-// those that did arrive. docs/reliability.md has what a failover can still
-// over-admit. An admission older than window is forgotten even when no
-// replica acknowledged it: window should exceed the replicas' lag. A
-// negative window is an error.
+// With the journal on, every state the store writes carries its lineage
+// (the primary that wrote it and a sequence), and the store keeps each
+// write it made (decisions, settlements, overdraws, seats, and the
+// request-id markers and records beside them) until every replica of the
+// primary that made it has acknowledged it. When the store meets a new
+// primary (a replica promoted by Sentinel or a Cluster, another server
+// behind the same address), it restores there, before any decision runs
+// there, exactly the writes the new primary lacks: the restore script
+// compares each write with its key's lineage. docs/reliability.md has the
+// design and what remains. A write older than window is forgotten even
+// when no replica acknowledged it: window should exceed the replicas' lag.
+// A negative window is an error.
 func WithJournal(window time.Duration) RedisOption {
 	if window < 0 {
 		return badOption{invalidOption("WithJournal", window, "0 (off) or more")}
@@ -53,27 +52,41 @@ func WithJournal(window time.Duration) RedisOption {
 	return redisOption(func(r *Redis) { r.journalWindow = window })
 }
 
-// RedisStats counts what a Redis store did about failovers.
+// WithJournalBytes caps the memory of the failover journal (default
+// DefaultJournalBytes). Past it the oldest writes are dropped, each logged
+// and counted (RedisStats.JournalDropped): a write dropped before its
+// replicas acknowledged it is forgotten if its primary is lost. A cap
+// below 1 MiB is an error.
+func WithJournalBytes(n int64) RedisOption {
+	if n < 1<<20 {
+		return badOption{invalidOption("WithJournalBytes", n, "1 MiB (1048576) or more")}
+	}
+	return redisOption(func(r *Redis) { r.journalBytes = n })
+}
+
+// RedisStats counts what a Redis store did about failovers. Every store on
+// one client shares the client's journal: their figures are the client's.
 type RedisStats struct {
 	// NoScript counts the NOSCRIPT replies of the store's client (shared
 	// by every store on one client): the store loads its scripts on each
 	// new connection, so this stays at 0 unless a server's scripts are
 	// flushed under an open connection (SCRIPT FLUSH).
 	NoScript int64
-	// PrimaryChanges counts the times the store saw a primary it had
-	// written to replaced: a new replication id, or a Cluster slot's new
-	// primary.
+	// PrimaryChanges counts the primaries the store met replacing another
+	// (a promoted replica, a restart).
 	PrimaryChanges int64
-	// Replayed counts admissions debited again on a new primary, and
-	// ReplayedUnits their units.
-	Replayed, ReplayedUnits int64
-	// Replicated counts admissions a new primary was shown to hold (by
-	// its replication offset or the request id's marker): not debited
-	// again.
-	Replicated int64
-	// Journal is how many admissions the journal holds now, and
-	// JournalBytes the memory it holds for them (its slice's capacity;
-	// the identities and request ids are the callers' strings, shared).
+	// Restored counts writes restored on a new primary that lacked them,
+	// and RestoredUnits their units.
+	Restored, RestoredUnits int64
+	// Held counts writes a new primary was shown to hold (by their keys'
+	// lineage) or that every replica acknowledged: never restored.
+	Held int64
+	// JournalExpired counts writes that left the journal older than its
+	// window, unacknowledged; JournalDropped those dropped for its memory
+	// cap.
+	JournalExpired, JournalDropped int64
+	// Journal is how many writes the journal holds now, and JournalBytes
+	// their memory.
 	Journal      int
 	JournalBytes int64
 }
@@ -81,98 +94,176 @@ type RedisStats struct {
 // Stats returns what the store did about failovers so far.
 func (r *Redis) Stats() RedisStats {
 	s := RedisStats{NoScript: r.hooks.noScript.Load()}
-	if w := r.failover; w != nil {
-		s.PrimaryChanges, s.Replayed, s.ReplayedUnits = w.changes.Load(), w.replayed.Load(), w.replayedUnits.Load()
-		s.Replicated, s.Journal, s.JournalBytes = w.replicated.Load(), w.j.len(), w.j.bytes()
+	if f := r.failover; f != nil {
+		c := f.journal.Counts()
+		s.PrimaryChanges = f.changes()
+		s.Restored, s.RestoredUnits, s.Held = c.Restored, f.restoredUnits.Load(), c.Held
+		s.JournalExpired, s.JournalDropped = c.Expired, c.Dropped
+		s.Journal, s.JournalBytes = f.journal.Len(), f.journal.Bytes()
 	}
 	return s
 }
 
 // Close stops the goroutine the store's failover journal runs while it
-// holds admissions, waiting for it at most until ctx ends; it does not
-// close the client. The store still decides after Close, without a
-// journal. Close returns ctx's error if the goroutine did not stop in time.
+// holds writes, once every store sharing the client's journal is closed,
+// waiting for it at most until ctx ends; it does not close the client.
+// The store still decides after Close, without a journal. Close returns
+// ctx's error if the goroutine did not stop in time.
 func (r *Redis) Close(ctx context.Context) error {
-	if r.failover == nil {
+	f := r.failover
+	if f == nil {
 		return nil
 	}
-	return r.failover.close(ctx)
+	r.closeOnce.Do(func() {
+		f.mu.Lock()
+		f.stores--
+		r.lastStore = f.stores == 0
+		f.mu.Unlock()
+	})
+	if !r.lastStore {
+		return nil
+	}
+	if err := f.watcher.Close(ctx); err != nil {
+		return err
+	}
+	for _, g := range f.allGates() {
+		if err := g.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clientFailover is the failover machinery of one client, shared by every
+// store on it (store/internal/failover): the journal, the gate of each
+// primary, and the watcher.
+type clientFailover struct {
+	journal *failover.Journal
+	watcher *failover.Watcher
+	send    sender
+	// id names this process's restore records (lua/doc.go, Restore), which
+	// live recordTTL.
+	id        string
+	recordTTL time.Duration
+	log       *slog.Logger
+	blind     sync.Once // the warning that a server refuses INFO, once
+
+	mu     sync.Mutex
+	gates  map[string]*failover.Gate // by node address; "" for a *redis.Client's one server
+	hooked map[*redis.Client]bool    // the clients a gate is on
+	stores int                       // stores sharing it, not closed
+
+	restoredUnits atomic.Int64
 }
 
 // startJournal sets up the hooks and, unless WithJournal turned it off or
 // the client is a Ring (whose shards fail over each on its own), the
-// journal and its watcher.
+// client's failover machinery, shared with the other stores on the client.
 func (r *Redis) startJournal() {
 	r.hooks = hooksFor(r.client)
+	if r.journalWindow <= 0 {
+		return
+	}
 	switch r.client.(type) {
 	case *redis.Client, *redis.ClusterClient:
 	default:
 		return
 	}
-	if r.journalWindow > 0 {
-		r.failover = &watcher{r: r, j: newJournal(r.journalWindow), stop: make(chan struct{}), nudged: make(chan struct{}, 1),
-			views: map[string]*nodeView{}, infos: map[string]replInfo{}, listed: map[string]bool{}, acked: map[string]uint64{}}
-	}
+	r.failover = r.hooks.failoverFor(r)
 }
 
-// journalEpoch is the count of primary changes the store has seen, read
-// as a decision starts and handed to journalAdmission as it ends.
-func (r *Redis) journalEpoch() uint64 {
-	if r.failover == nil {
-		return 0
+// changes counts the primaries the gates found replacing another era.
+func (f *clientFailover) changes() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var n int64
+	for _, g := range f.gates {
+		n += g.Changes()
 	}
-	return r.failover.epoch.Load()
+	return n
 }
 
-// journalAdmission records d, the store's answer to req (normalized), when
-// it debited req. epoch is journalEpoch as the decision started: a
-// decision sent before a primary change was seen may have been admitted
-// by the old primary after its replica was promoted (a connection to it
-// answers until the client closes it), so it is replayed on the new one.
-func (r *Redis) journalAdmission(ctx context.Context, req tollgate.Request, d tollgate.Decision, epoch uint64) {
-	w := r.failover
-	if w == nil || !d.Allowed || d.Replayed || w.off.Load() {
+// gate returns node's gate, nil when it has none.
+func (f *clientFailover) gate(node string) *failover.Gate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gates[node]
+}
+
+// allGates lists every gate.
+func (f *clientFailover) allGates() []*failover.Gate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*failover.Gate, 0, len(f.gates))
+	for _, g := range f.gates {
+		out = append(out, g)
+	}
+	return out
+}
+
+// add journals e, unless the journal was closed.
+func (f *clientFailover) add(e failover.Entry) {
+	if f == nil || f.watcher.Off() || e.Era == "" {
 		return
 	}
-	node := ""
-	if r.cluster != nil {
-		if m, err := r.cluster.MasterForKey(ctx, r.tagKey(req)); err == nil {
-			node = m.Options().Addr
-		}
-	}
-	w.j.add(req, d, node, epoch != w.epoch.Load())
-	w.ensureRunning()
+	f.journal.Add(e)
+	f.watcher.Ensure()
 }
 
-// journalAdmissions records the answers ds to a set reqs (see
-// journalAdmission).
-func (r *Redis) journalAdmissions(ctx context.Context, reqs []tollgate.Request, ds []tollgate.Decision, epoch uint64) {
-	for i := range reqs {
-		r.journalAdmission(ctx, reqs[i], ds[i], epoch)
-	}
+// notRun reports whether err says a script call was not run, so that it
+// can be sent again: its server is no longer a primary (READONLY: no write
+// succeeds on a replica, and the batch script fails as a whole on its
+// first), or the failover gate stopped it before it was written.
+func notRun(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "READONLY") ||
+		errors.Is(err, failover.ErrServerChanged) || errors.Is(err, failover.ErrNotPrimary))
 }
 
-// tagKey is a key on req's Cluster slot: its state key.
-func (r *Redis) tagKey(req tollgate.Request) string {
-	return decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
-}
-
-// maxReadOnlyRetries is how many times a decision answered READONLY is
+// maxNotRunRetries is how many times a script call that was not run is
 // sent again: each READONLY closes one connection to the demoted primary,
 // and the pool may hold a few.
-const maxReadOnlyRetries = 3
+const maxNotRunRetries = 3
 
-// leftDemoted reports whether err says the server that answered is no
-// longer a primary (READONLY): go-redis has closed that connection, the
-// script wrote nothing (no write succeeds on a replica), and the call can
-// be sent again, on a new connection, to the new primary. It also has the
-// journal check its primary at once.
-func (r *Redis) leftDemoted(err error) bool {
-	if err == nil || !redis.HasErrorPrefix(err, "READONLY") {
-		return false
+// drops reports the writes the journal drops for its memory cap: each in
+// the telemetry.MetricJournalDropped counter, and in a warning at most
+// once a second, with how many since the last.
+type drops struct {
+	log     *slog.Logger
+	counter metric.Int64Counter
+
+	mu      sync.Mutex
+	last    time.Time
+	pending int
+}
+
+func newDrops(log *slog.Logger, mp metric.MeterProvider) *drops {
+	if log == nil {
+		log = slog.Default()
 	}
-	if w := r.failover; w != nil {
-		w.nudge()
+	if mp == nil {
+		mp = otel.GetMeterProvider()
 	}
-	return true
+	c, _ := mp.Meter("github.com/tollgate/tollgate/store").Int64Counter(telemetry.MetricJournalDropped,
+		metric.WithUnit("{write}"),
+		metric.WithDescription("Writes the failover journal dropped for its memory cap: each is forgotten if its primary is lost before a replica received it"))
+	return &drops{log: log, counter: c}
+}
+
+// note reports n writes dropped by a journal holding maxBytes.
+func (d *drops) note(n int, maxBytes int64) {
+	if d.counter != nil {
+		d.counter.Add(context.Background(), int64(n))
+	}
+	d.mu.Lock()
+	d.pending += n
+	now := time.Now()
+	if now.Sub(d.last) < time.Second {
+		d.mu.Unlock()
+		return
+	}
+	pending := d.pending
+	d.last, d.pending = now, 0
+	d.mu.Unlock()
+	d.log.Warn("tollgate: redis store: the failover journal is full: writes no replica has acknowledged are dropped, and forgotten if their primary is lost (a replica stopped or far behind? docs/reliability.md#failovers)",
+		"dropped", pending, "journal.bytes", maxBytes)
 }

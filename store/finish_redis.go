@@ -46,7 +46,7 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	for i := range all {
 		all[i] = i
 	}
-	args, nkeys := []any{nil, nil, 0}, 0
+	args, nkeys := []any{nil, nil, 0, eraNone}, 0 // nothing to settle: the era alone
 	if len(reqs) > 0 {
 		args = r.settleArgs(reqs, admitted, costs, all, settleMode(reqs, false))
 		nkeys = args[2].(int)
@@ -65,6 +65,9 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	out = append(out, seatHoldTTL.Milliseconds(), len(release))
 	sc := [1]scriptCall{{script: finishScript, args: out}}
 	err := r.exchange(ctx, sc[:])
+	if err == nil {
+		r.journalFinish(sc[0], nkeys, len(release))
+	}
 	ds := make([]tollgate.Decision, len(reqs))
 	if err == nil && len(reqs) > 0 {
 		err = readSettle(sc[0].cmd, all, ds)

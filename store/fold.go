@@ -49,16 +49,16 @@ func foldCalls(own []*call, bySlot bool) ([]*fold, []*call) {
 
 // newFold lays out calls, seat calls, as one seat script call, from each
 // call's arguments as it would be sent alone: EVALSHA sha 2 seats hold
-// holdTTL op max id ttl.
+// era holdTTL op max id ttl.
 func newFold(calls []*call) *fold {
-	args := make([]any, 3, 3+6*len(calls)+1)
+	args := make([]any, 3, 3+6*len(calls)+2)
 	args[2] = int64(2 * len(calls))
 	for _, c := range calls {
 		args = append(args, c.seat.args[3], c.seat.args[4])
 	}
-	args = append(args, calls[0].seat.args[5])
+	args = append(args, eraNone, calls[0].seat.args[6])
 	for _, c := range calls {
-		args = append(args, c.seat.args[6:10]...)
+		args = append(args, c.seat.args[7:11]...)
 	}
 	return &fold{calls: calls, sc: scriptCall{script: seatScript, args: args}}
 }
@@ -105,12 +105,12 @@ func (c *call) take(v []int64) int {
 		return want
 	}
 	a := c.admit
-	sd, ds, n, err := decodeAdmit(v, c.entries)
+	sd, ds, n, err := decodeAdmit(v, c.entries, c.seqs)
 	if err != nil {
 		c.err = err
 		return -1
 	}
-	a.seat, a.judged = sd, ds != nil
+	a.answer, a.judged = sd, ds != nil
 	if a.judged {
 		copy(c.decisions, ds)
 		c.now = ds[0].At.UnixMicro()

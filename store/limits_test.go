@@ -271,11 +271,11 @@ func TestCalendarResetIsTheNextBoundary(t *testing.T) {
 			keys := decisionKeys(prefix, l.Algorithm, "cal-exact-"+l.Calendar.String(), "")
 			p := algo.ParamsOf(tollgate.Request{Limit: l, Cost: 2})
 			for i, want := range []bool{true, false} {
-				v, err := plainDecide.Run(ctx, c, keys, modeNoID, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
+				v, err := plainDecide.Run(ctx, c, keys, "", modeNoID, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}
-				now := v[5]
+				now := v[6]
 				_, next := algo.CalendarWindow(l.Calendar, now)
 				if (v[0] == 1) != want || v[3] != next-now || (!want && v[2] != next-now) {
 					t.Fatalf("%s, call %d at %s: reply %v; want allowed %v, reset (and a denial's retry) %dµs, to %s",

@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,10 +44,9 @@ import (
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
-	client redis.UniversalClient
-	// cluster is client when it is a *redis.ClusterClient, else nil: the
-	// store routes batches and reloads slot maps through it.
-	cluster *redis.ClusterClient
+	// sender holds the client, and the Cluster client it is, if it is
+	// one, through which the store routes batches and reloads slot maps.
+	sender
 	prefix  string
 	replays replays
 	// deadlineSafe reports that the client gives up a command when its
@@ -76,10 +75,15 @@ type Redis struct {
 	tagCount    int
 	tagPrefixes []string
 	// Failover handling (failover.go): the client's hooks, the journal's
-	// window (WithJournal) and its watcher, nil when off.
+	// window (WithJournal) and memory (WithJournalBytes), and the client's
+	// failover machinery, nil when off; closeOnce and lastStore are
+	// Close's.
 	hooks         *clientHooks
 	journalWindow time.Duration
-	failover      *watcher
+	journalBytes  int64
+	failover      *clientFailover
+	closeOnce     sync.Once
+	lastStore     bool
 	// persistence is the one check that Redis persists long limits
 	// (persistence.go).
 	persistence persistence
@@ -101,7 +105,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 		return nil, fmt.Errorf("%w: NewRedis: the client is nil", ErrInvalidOption)
 	}
 	r := &Redis{
-		client:  c,
+		sender:  sender{client: c},
 		prefix:  DefaultPrefix,
 		replays: defaultReplays(),
 		batch:   &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
@@ -109,6 +113,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 		levels:  newLevels(),
 
 		journalWindow: DefaultJournalWindow,
+		journalBytes:  DefaultJournalBytes,
 	}
 	r.persistence.done = make(chan struct{})
 	for _, o := range opts {
@@ -167,17 +172,7 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 			return d, r.wrap(req, err)
 		}
 	}
-	epoch := r.journalEpoch() // failover.go
 	d, err := r.decide(ctx, req, mode)
-	for range maxReadOnlyRetries { // failover.go: READONLY wrote nothing; go on against the new primary
-		if !r.leftDemoted(err) {
-			break
-		}
-		d, err = r.decide(ctx, req, mode)
-	}
-	if err == nil {
-		r.journalAdmission(ctx, req, d, epoch) // failover.go
-	}
 	tk.record(d, err == nil)
 	return d, r.wrap(req, err)
 }
@@ -202,25 +197,6 @@ func (r *Redis) wrap(req tollgate.Request, err error) error {
 		return nil
 	}
 	return fmt.Errorf("tollgate: redis store: %s script: %w", req.Limit.Algorithm, err)
-}
-
-// refreshRouting asks a Cluster client to reload its slot map after a
-// decision failed without a reply from Redis (a refused connection, a
-// timeout). go-redis reloads the map by itself only when a node answers
-// MOVED, ASK or READONLY, or every ClusterStateReloadInterval (60s by
-// default): after a primary dies it keeps sending that primary's slots to
-// the dead address, which never answers MOVED, long after a replica has
-// been promoted. The reload runs in the background, at most one at a time
-// and one every 200ms (go-redis coalesces them).
-func (r *Redis) refreshRouting(err error) {
-	if err == nil || r.cluster == nil || errors.Is(err, context.Canceled) {
-		return
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		return // the node answered: it is there
-	}
-	r.cluster.ReloadState(context.Background())
 }
 
 // Peek reports what Allow would answer for req now, without a debit and

@@ -137,7 +137,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	// The demonstration: a script go-redis may retry runs several times.
 	keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain", "")
 	runs := asleep(func() {
-		argv := []any{modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
+		argv := []any{"", modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
 		_ = plainDecide.EvalSha(ctx, tc.client, keys, argv...).Err()
 	})
 	debits := capacity - remaining(tag+"plain")
@@ -160,7 +160,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		_, _ = tc.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := range 3 {
 				keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain-batch-"+strconv.Itoa(i), "")
-				plainDecide.EvalSha(ctx, p, keys, modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1)
+				plainDecide.EvalSha(ctx, p, keys, "", modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1)
 			}
 			return nil
 		})

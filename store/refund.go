@@ -43,6 +43,7 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 			}
 		}
 		if err == nil {
+			r.journalSettleCall(sc[j])
 			err = readSettle(sc[j].cmd, part, out)
 		}
 	}

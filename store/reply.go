@@ -11,7 +11,7 @@ import (
 )
 
 // errBadReply means a script answered something other than lua/doc.go
-// says (five integers per entry and the time; a batch: each decision's
+// says (six integers per entry and the time; a batch: each decision's
 // compact answer and the time): the scripts on the server are not the ones
 // this package was built with.
 var errBadReply = errors.New("script reply is not what lua/doc.go says the script answers")
@@ -26,7 +26,7 @@ var (
 // entryReply is what the decide script answers for one entry (lua/doc.go),
 // field by field, as batchreply.Decision also decodes a batch decision's
 // answer.
-type entryReply [5]int64
+type entryReply [6]int64
 
 const (
 	replyAllowed    = iota // 1 admitted, 0 denied; in a batch, -1 or -2 when not judged
@@ -34,6 +34,7 @@ const (
 	replyRetryAfter        // µs
 	replyResetAfter        // µs
 	replyReplayed          // 1 when an earlier admission under the request id was replayed
+	replySeq               // the sequence the entry's state was written at; 0 when it wrote none with an era
 )
 
 // decision is the Decision g answers.
@@ -65,7 +66,8 @@ func (c *call) read(cmd redis.Cmder) {
 	}
 	c.now = v[len(v)-1]
 	for i := range c.decisions {
-		c.decisions[i] = entryReply(v[entryReplyLen*i:]).decision()
+		g := entryReply(v[entryReplyLen*i:])
+		c.decisions[i], c.seqs[i] = g.decision(), g[replySeq]
 		c.decisions[i].At = time.UnixMicro(c.now)
 	}
 }
@@ -93,7 +95,7 @@ func (s *shared) read(cmd redis.Cmder) {
 		case -2:
 			c.err = errBatchWrite
 		default:
-			c.decisions[0] = entryReply(g).decision()
+			c.decisions[0], c.seqs[0] = entryReply(g).decision(), g[replySeq]
 		}
 	}
 	if err == nil && next != len(v)-1 {

@@ -16,6 +16,10 @@ type script struct {
 	// newCmd returns the command carrying a call's arguments: it reads the
 	// script's reply, and says whether go-redis may re-send it.
 	newCmd func(ctx context.Context, args ...any) redis.Cmder
+	// stamped: the script writes states with their lineage, and its
+	// ARGV[1] is the era the call is stamped with (lua/lineage_read.lua),
+	// which the failover gate fills in as the call leaves for a primary.
+	stamped bool
 }
 
 // The scripts the store calls (lua/doc.go has what each takes and answers).
@@ -24,8 +28,68 @@ var (
 	batchScript  = newScript(lua.Batch, sentOnce)
 )
 
+// newScript returns s as the store calls it; every script that writes a
+// state or a seat (decide, batch, settle, admit, finish, seat, restore) is
+// stamped.
 func newScript(s lua.Script, newCmd func(context.Context, ...any) redis.Cmder) *script {
-	return &script{sha: lua.Hash(s), src: lua.Source(s), newCmd: newCmd}
+	sc := &script{sha: lua.Hash(s), src: lua.Source(s), newCmd: newCmd}
+	switch s {
+	case lua.Decide, lua.Batch, lua.Settle, lua.Admit, lua.Finish, lua.Seat, lua.Restore:
+		sc.stamped = true
+		stampedScripts = append(stampedScripts, sc)
+	}
+	return sc
+}
+
+// stampedScripts are the scripts whose calls carry an era.
+var stampedScripts []*script
+
+// eraNone is the era a stamped call carries until the failover gate stamps
+// it, and when the store keeps no journal: none, so the scripts write no
+// lineage.
+var eraNone any = ""
+
+// eraAt returns where the era of a call of a stamped script sits in its
+// arguments (ARGV[1], after numkeys KEYS), and whether args are a call of
+// a stamped script at all.
+func eraAt(args []any) (int, bool) {
+	if len(args) < 3 {
+		return 0, false
+	}
+	stamped := false
+	for _, s := range stampedScripts {
+		if args[1] == s.sha || args[1] == s.src {
+			stamped = true
+			break
+		}
+	}
+	if !stamped {
+		return 0, false
+	}
+	var n int
+	switch k := args[2].(type) {
+	case int:
+		n = k
+	case int64:
+		n = int(k)
+	default:
+		return 0, false
+	}
+	if i := 3 + n; i < len(args) {
+		return i, true
+	}
+	return 0, false
+}
+
+// eraOf returns the era a sent call of a stamped script carried: "" when it
+// was not stamped.
+func eraOf(args []any) string {
+	if i, ok := eraAt(args); ok {
+		if e, ok := args[i].(string); ok {
+			return e
+		}
+	}
+	return ""
 }
 
 // Script-call arguments that never change, boxed once: converting a string
@@ -61,6 +125,11 @@ func (s *script) command(ctx context.Context, args []any, eval bool) redis.Cmder
 		args[0], args[1] = evalArg, s.src
 	} else {
 		args[0], args[1] = evalshaArg, s.sha
+	}
+	if s.stamped {
+		if i, ok := eraAt(args); ok {
+			args[i] = eraNone // until the gate stamps this send
+		}
 	}
 	cmd := s.newCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3) // KEYS[1]: the Cluster slot, without parsing numkeys

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -9,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/lua"
+	"github.com/tollgate/tollgate/store/internal/failover"
 )
 
 // clientHooks is what the Redis stores of one go-redis client add to it,
@@ -16,24 +19,24 @@ import (
 // every script on each new connection's server before the connection is
 // used, so that a server the client has just switched to (a promoted
 // replica, a restarted node) never answers EVALSHA with NOSCRIPT; a hook
-// that counts the NOSCRIPT replies the client still gets; and a signal
-// stores wait on to check, at once, whether their primary changed.
+// that counts the NOSCRIPT replies the client still gets; and, once a
+// store with a failover journal is made on the client, its failover
+// machinery: a gate on the client (each node's client, on a Cluster
+// client), whose part of OnConnect checks each new connection's server.
 type clientHooks struct {
 	noScript atomic.Int64
+	client   redis.UniversalClient
 
-	mu       sync.Mutex
-	connects chan struct{} // closed and replaced at each new connection
-	// connectInfo is INFO replication read on the latest new connection
-	// of a *redis.Client (whose connections all go to one server), and
-	// connectCount counts them: a connection to a new primary shows it at
-	// once, where a read through the pool may still get an old one.
-	connectInfo  replInfo
-	connectCount uint64
+	mu sync.Mutex
+	fo *clientFailover
+	// nodes are a Cluster client's nodes met so far, by address.
+	nodes map[string]*redis.Client
 }
 
-// hooked holds each client's hooks, by a weak pointer to the client, so that
-// a client dropped by its owner is not kept alive by its entry.
-var hooked sync.Map // weak.Pointer[client type] → *clientHooks
+// hooked holds each client's hooks, both by weak pointers, so that neither
+// keeps the client alive; a client's entry goes once the client is
+// collected.
+var hooked sync.Map // weak.Pointer[client type] → weak.Pointer[clientHooks]
 
 // hooksFor returns c's hooks, installing them on first use. The OnConnect
 // is set in c's options (chained after the one already there), which
@@ -41,79 +44,178 @@ var hooked sync.Map // weak.Pointer[client type] → *clientHooks
 // other goroutines, as client options are set before use. A client of a
 // type this package does not know (a Ring) gets the NOSCRIPT count only.
 func hooksFor(c redis.UniversalClient) *clientHooks {
-	var key any
 	switch c := c.(type) {
 	case *redis.Client:
-		key = weak.Make(c)
+		return hooksOf(c, c)
 	case *redis.ClusterClient:
-		key = weak.Make(c)
+		return hooksOf(c, c)
 	case *redis.Ring:
-		key = weak.Make(c)
-	default:
-		return &clientHooks{connects: make(chan struct{})}
+		return hooksOf(c, c)
 	}
-	h := &clientHooks{connects: make(chan struct{})}
-	got, loaded := hooked.LoadOrStore(key, h)
+	return &clientHooks{client: c}
+}
+
+// hooksOf returns the hooks of c (the client u), installing them on first
+// use; c's entry in hooked goes once c is collected.
+func hooksOf[T any](c *T, u redis.UniversalClient) *clientHooks {
+	key := weak.Make(c)
+	h := &clientHooks{client: u}
+	got, loaded := hooked.LoadOrStore(key, weak.Make(h))
 	if loaded {
-		return got.(*clientHooks)
+		if old := got.(weak.Pointer[clientHooks]).Value(); old != nil {
+			return old
+		}
+		// Not reached: the client holds its hooks (its options and hook
+		// list refer to them) for as long as it lives.
+		hooked.Store(key, weak.Make(h))
+	} else {
+		runtime.AddCleanup(c, func(k weak.Pointer[T]) { hooked.Delete(k) }, key)
 	}
-	switch c := c.(type) {
-	case *redis.Client:
-		o := c.Options()
-		o.OnConnect = h.onConnect(o.OnConnect, true)
-	case *redis.ClusterClient:
-		// Copied into each node's options when the node is first seen,
-		// as a promoted replica is after a failover.
-		o := c.Options()
-		o.OnConnect = h.onConnect(o.OnConnect, false)
-	}
-	c.AddHook(noScriptCounter{&h.noScript})
+	h.install()
 	return h
 }
 
+// install chains the OnConnect into the client's options (each node's,
+// on a Cluster client) and adds the NOSCRIPT count.
+func (h *clientHooks) install() {
+	switch c := h.client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		o.OnConnect = h.onConnect(o.OnConnect, "")
+	case *redis.ClusterClient:
+		// Each node's client when the Cluster client first meets the node,
+		// as a promoted replica is met after a failover; and the nodes met
+		// already, when the client was used before (its state is loaded
+		// then, and this reads no server).
+		c.OnNewNode(h.installNode)
+		if c.PoolStats().TotalConns > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), failover.ProbeTimeout)
+			_ = c.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+				h.installNode(n)
+				return nil
+			})
+			cancel()
+		}
+	}
+	h.client.AddHook(noScriptCounter{&h.noScript})
+}
+
+// installNode chains the OnConnect into the options of n, a Cluster node's
+// client, and puts the failover gate before it once the client has one.
+func (h *clientHooks) installNode(n *redis.Client) {
+	o := n.Options()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nodes == nil {
+		h.nodes = map[string]*redis.Client{}
+	}
+	if h.nodes[o.Addr] == n {
+		return
+	}
+	h.nodes[o.Addr] = n
+	o.OnConnect = h.onConnect(o.OnConnect, o.Addr)
+	if h.fo != nil {
+		h.fo.install(n, o.Addr)
+	}
+}
+
 // onConnect returns an OnConnect that runs next (the client's own, if any),
-// then loads the scripts and signals the new connection. It never fails a
-// connection for its own sake: a server that refuses SCRIPT (an ACL) still
-// gets each script with EVAL on its first NOSCRIPT.
-func (h *clientHooks) onConnect(next func(context.Context, *redis.Conn) error, replication bool) func(context.Context, *redis.Conn) error {
+// then loads the scripts, reading INFO replication in the same round trip,
+// and has node's gate (once the client has failover machinery) check the
+// new connection's server. It fails a connection only for the gate's sake:
+// a server that refuses SCRIPT (an ACL) still gets each script with EVAL
+// on its first NOSCRIPT.
+func (h *clientHooks) onConnect(next func(context.Context, *redis.Conn) error, node string) func(context.Context, *redis.Conn) error {
 	return func(ctx context.Context, cn *redis.Conn) error {
 		if next != nil {
 			if err := next(ctx, cn); err != nil {
 				return err
 			}
 		}
-		inf, ok := loadScripts(ctx, cn, replication)
-		h.signal(inf, ok)
+		inf, ok := loadScripts(ctx, cn)
+		h.mu.Lock()
+		fo := h.fo
+		h.mu.Unlock()
+		if fo == nil {
+			return nil
+		}
+		if g := fo.gate(node); g != nil {
+			return g.Check(inf, ok)
+		}
 		return nil
 	}
 }
 
-// signal wakes everyone waiting on the current connects channel, after
-// recording inf when ok.
-func (h *clientHooks) signal(inf replInfo, ok bool) {
+// failoverFor returns the client's failover machinery, made by the first
+// store that keeps a journal (with its window and memory cap), and counts
+// r among the stores sharing it.
+func (h *clientHooks) failoverFor(r *Redis) *clientFailover {
 	h.mu.Lock()
-	if ok {
-		h.connectInfo = inf
-		h.connectCount++
+	defer h.mu.Unlock()
+	if h.fo == nil {
+		f := &clientFailover{
+			journal: failover.NewJournal(r.journalWindow, r.journalBytes),
+			send:    sender{client: r.client, cluster: r.cluster},
+			id:      newRefundID(),
+			// A restore sent again comes within the window: its record
+			// outlives it.
+			recordTTL: 2 * r.journalWindow,
+			gates:     map[string]*failover.Gate{},
+			hooked:    map[*redis.Client]bool{},
+		}
+		f.log = r.persistence.log
+		if f.log == nil {
+			f.log = slog.Default()
+		}
+		d := newDrops(f.log, r.persistence.meter)
+		f.journal.SetOnDrop(func(n int) { d.note(n, r.journalBytes) })
+		f.watcher = failover.NewWatcher(f.journal, f, f.probe, f.gate, f.allGates)
+		switch c := r.client.(type) {
+		case *redis.Client:
+			f.install(c, "")
+		case *redis.ClusterClient:
+			for addr, n := range h.nodes {
+				f.install(n, addr)
+			}
+		}
+		h.fo = f
 	}
-	close(h.connects)
-	h.connects = make(chan struct{})
-	h.mu.Unlock()
+	h.fo.mu.Lock()
+	h.fo.stores++
+	h.fo.mu.Unlock()
+	return h.fo
 }
 
-// lastConnect returns the replication read on the latest new connection
-// and how many were read so far.
-func (h *clientHooks) lastConnect() (replInfo, uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.connectInfo, h.connectCount
-}
-
-// connected returns a channel closed at the next new connection.
-func (h *clientHooks) connected() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.connects
+// install puts node's gate before c, the client of the server (or
+// Sentinel set) at node, unless it has one: a node's client made anew (a
+// Cluster client drops those of nodes it no longer meets) gets the gate
+// of its address.
+func (f *clientFailover) install(c *redis.Client, node string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hooked[c] {
+		return
+	}
+	g := f.gates[node]
+	if g == nil {
+		info := func(ctx context.Context) (failover.ReplInfo, error) {
+			s, err := c.Info(ctx, "replication").Result()
+			if err != nil {
+				return failover.ReplInfo{}, err
+			}
+			return failover.ParseReplication(s), nil
+		}
+		g = failover.NewGate(node, f.journal, f, info, eraAt)
+		g.OnBlind = func(err error) {
+			f.blind.Do(func() {
+				f.log.Warn("tollgate: redis store: Redis refuses INFO to this user, so the failover journal cannot tell one primary from another and is off: grant +info (docs/reliability.md#failovers)",
+					"redis.node", node, "error", err)
+			})
+		}
+		f.gates[node] = g
+	}
+	f.hooked[c] = true
+	c.AddHook(g)
 }
 
 // allScripts are the scripts the store calls, loaded at connect: every
@@ -127,23 +229,19 @@ var allScripts = func() (all []lua.Script) {
 
 // loadScripts makes sure cn's server has every script: one SCRIPT EXISTS,
 // then a SCRIPT LOAD of each one missing (none on a server that already
-// ran them, one round trip more on a server that never did). With
-// replication it also reads INFO replication, in the same round trip, and
-// returns it (ok when read).
-func loadScripts(ctx context.Context, cn *redis.Conn, replication bool) (inf replInfo, ok bool) {
+// ran them, one round trip more on a server that never did). It also reads
+// INFO replication, in the same round trip, and returns it (ok when read).
+func loadScripts(ctx context.Context, cn *redis.Conn) (inf failover.ReplInfo, ok bool) {
 	shas := make([]string, len(allScripts))
 	for i, s := range allScripts {
 		shas[i] = lua.Hash(s)
 	}
 	pipe := cn.Pipeline()
 	exists := pipe.ScriptExists(ctx, shas...)
-	var info *redis.StringCmd
-	if replication {
-		info = pipe.Info(ctx, "replication")
-	}
+	info := pipe.Info(ctx, "replication")
 	_, _ = pipe.Exec(ctx)
-	if info != nil && info.Err() == nil {
-		inf, ok = parseReplication(info.Val()), true
+	if info.Err() == nil {
+		inf, ok = failover.ParseReplication(info.Val()), true
 	}
 	have, err := exists.Result()
 	if err != nil || len(have) != len(shas) {

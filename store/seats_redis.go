@@ -15,12 +15,15 @@ import (
 // it is sent once like every script call and a lost reply is an error.
 var seatScript = newScript(lua.Seat, sentOnce)
 
-// Seat script operations (ARGV[1], lua/doc.go).
+// Seat script operations (lua/doc.go).
 const (
 	seatAcquire = "acquire"
 	seatRenew   = "renew"
 	seatRelease = "release"
 	seatCount   = "count"
+	// seatRestore restores a seat after a failover: held until an instant,
+	// whatever the limit.
+	seatRestore = "hold"
 )
 
 // seatHoldTTL is how long the mean hold time of an identity's seats is kept
@@ -82,7 +85,7 @@ func (r *Redis) SeatsInUse(ctx context.Context, key string) (int64, error) {
 }
 
 // seatPart is what makes a call a seat call: its arguments as sent alone
-// (EVALSHA sha 2 seats hold holdTTL op max id ttl, lua/doc.go), its
+// (EVALSHA sha 2 seats hold era holdTTL op max id ttl, lua/doc.go), its
 // operation, and once answered, the reply.
 type seatPart struct {
 	args  []any
@@ -103,11 +106,11 @@ func (r *Redis) seatCall(ctx context.Context, s tollgate.Seat, op string) (seatR
 	}
 	prefix := r.keyPrefix(s.Key)
 	c := calls.Get().(*call)
-	c.entries, c.admit, c.err, c.now = 0, nil, nil, 0
+	c.entries, c.admit, c.err, c.now, c.era = 0, nil, nil, 0, ""
 	c.keys = c.keyBuf[:2]
 	c.keys[0], c.keys[1] = keyOf(prefix, seatsCode, s.Key), keyOf(prefix, holdCode, s.Key)
 	c.seat = &seatPart{op: op, args: []any{nil, nil, int64(2), &c.keys[0], &c.keys[1],
-		seatHoldTTL.Milliseconds(), op, s.Max, s.ID, s.TTL.Microseconds()}}
+		eraNone, seatHoldTTL.Milliseconds(), op, s.Max, s.ID, s.TTL.Microseconds()}}
 	c.deadline, _ = ctx.Deadline()
 	if err := r.send(ctx, c); err != nil {
 		// c stays with the abandoned call: its keys are the arguments.

@@ -30,8 +30,8 @@ const (
 	// settleArgs is how many ARGV each entry takes.
 	settleArgs = 8
 	// settleReplyLen is how many integers the script answers per entry:
-	// allowed, remaining, retry, reset, debt.
-	settleReplyLen = 5
+	// allowed, remaining, retry, reset, debt, seq, applied.
+	settleReplyLen = 7
 )
 
 // settleReply is what the settle script answers for one entry
@@ -44,6 +44,8 @@ const (
 	settleRetryAfter
 	settleResetAfter
 	settleDebt
+	settleSeq     // the sequence the entry's state was written at; 0 when it wrote none with an era
+	settleApplied // the units the entry's write debited (below 0: gave back)
 )
 
 // readSettle decodes a settle script call's reply (lua/doc.go), whose
@@ -157,7 +159,7 @@ func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Admiss
 		nkeys *= 2
 	}
 	nkeys += len(rec.markers)
-	args := make([]any, 3, 3+nkeys+2+settleArgs*len(part))
+	args := make([]any, 3, 3+nkeys+3+settleArgs*len(part))
 	args[2] = nkeys
 	keys := make([]string, 0, nkeys)
 	for _, i := range part {
@@ -180,7 +182,7 @@ func (r *Redis) settleLayout(reqs []tollgate.Request, admitted []tollgate.Admiss
 	if records {
 		ttl = rec.ttlMs
 	}
-	args = append(args, rec.mode, ttl)
+	args = append(args, eraNone, rec.mode, ttl)
 	for _, i := range part {
 		p := algo.ParamsOf(reqs[i])
 		final, at := costs[i], int64(0)
@@ -205,6 +207,7 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []
 	}
 	out := make([]tollgate.Decision, len(reqs))
 	for j, part := range parts {
+		r.journalSettleCall(sc[j])
 		if err := readSettle(sc[j].cmd, part, out); err != nil {
 			return nil, err
 		}

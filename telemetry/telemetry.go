@@ -57,6 +57,10 @@ const (
 	// reports neither AOF nor RDB snapshots, 0 when it persists, with the
 	// attribute AttrRedisNode.
 	MetricUnpersisted = "tollgate.redis.unpersisted"
+	// MetricJournalDropped counts the writes the Redis store's failover
+	// journal dropped for its memory cap ({write}): each is forgotten if its
+	// primary is lost before a replica received it.
+	MetricJournalDropped = "tollgate.redis.journal.dropped"
 	// MetricRLSQuotaActions counts the rate limit quota service's bucket
 	// actions ({action}), with the attributes AttrRLSDomain and
 	// AttrRLSAction.

@@ -10,22 +10,27 @@ import (
 // sends, one after the other as in a reply, and refuses replies that end
 // too early or hold a code the script never sends.
 func TestDecisionDecodes(t *testing.T) {
+	const now = 1_700_000_000_000_000
 	reply := []int64{
-		7*4 + 2, 1_500, // admitted, 7 left, full again in 1.5 ms
-		3*4 + 2 + 1, 900, // a replay: admitted, 3 left
+		7*16 + 2, 1_500, // admitted, 7 left, full again in 1.5 ms, no sequence
+		3*16 + 2 + 1, 900, // a replay: admitted, 3 left
 		0, 2_000_000, 250_000, // denied, 0 left, retry in 250 ms
-		-1,                   // out of range
-		-2,                   // its write refused
-		1<<40*4 + 2, 1 << 50, // the largest counts and durations
-		1_700_000_000_000_000, // the server time
+		-1,                    // out of range
+		-2,                    // its write refused
+		1<<40*16 + 2, 1 << 50, // the largest counts and durations
+		5*16 + 4 + 2, 800, // admitted and written at the server time
+		4*16 + 8 + 2, 700, 3, // admitted and written 3 us after it
+		now, // the server time
 	}
-	want := [][5]int64{
-		{1, 7, 0, 1_500, 0},
-		{1, 3, 0, 900, 1},
-		{0, 0, 250_000, 2_000_000, 0},
-		{-1, 0, 0, 0, 0},
-		{-2, 0, 0, 0, 0},
-		{1, 1 << 40, 0, 1 << 50, 0},
+	want := [][6]int64{
+		{1, 7, 0, 1_500, 0, 0},
+		{1, 3, 0, 900, 1, 0},
+		{0, 0, 250_000, 2_000_000, 0, 0},
+		{-1, 0, 0, 0, 0, 0},
+		{-2, 0, 0, 0, 0, 0},
+		{1, 1 << 40, 0, 1 << 50, 0, 0},
+		{1, 5, 0, 800, 0, now},
+		{1, 4, 0, 700, 0, now + 3},
 	}
 	next := 0
 	for i, w := range want {
@@ -47,7 +52,10 @@ func TestDecisionDecodes(t *testing.T) {
 		{"admitted without its reset", []int64{2}},
 		{"denied without its retry", []int64{0, 5}},
 		{"a code below -2", []int64{-3, 0, 0}},
-		{"a denied replay", []int64{1, 5, 5}},
+		{"a denied replay", []int64{1, 5, 5, 9}},
+		{"a denied write", []int64{4, 5, 5, 9}},
+		{"a sequence kind 3", []int64{12 + 2, 5, 9}},
+		{"a sequence without its difference", []int64{8 + 2, 5, 9}},
 	} {
 		if d, _, ok := batchreply.Decision(bad.reply, 0); ok {
 			t.Errorf("%s %v: decoded as %v", bad.name, bad.reply, d)

@@ -4,7 +4,9 @@
 package storefixture
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,12 +23,21 @@ func Memory(tb testing.TB, opts ...store.MemoryOption) *store.Memory {
 	return m
 }
 
-// Redis is store.NewRedis for a test: an option it rejects fails tb.
+// Redis is store.NewRedis for a test: an option it rejects fails tb. The
+// store is closed (its failover journal's goroutine stopped) when the test
+// ends.
 func Redis(tb testing.TB, c redis.UniversalClient, opts ...store.RedisOption) *store.Redis {
 	tb.Helper()
 	st, err := store.NewRedis(c, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := st.Close(ctx); err != nil {
+			tb.Errorf("closing the Redis store: %v", err)
+		}
+	})
 	return st
 }

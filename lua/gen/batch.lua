@@ -25,15 +25,18 @@ local function isint(v, lo)
   return v and v == floor(v) and v >= lo and v < 9007199254740992
 end
 
--- The profiles, each read and checked once however many decisions use it.
--- ARGV[1] is their number, then seven each: max_replays, replay TTL,
--- algorithm, rate, period, capacity, cost. Or ARGV[1] is 0 (inline) and every
--- decision's profile follows, as its decide call's arguments: the TTL only
--- when max_replays is above 0. A profile whose numbers the algorithms cannot
--- judge is kept as algorithm -1, which no block runs, so that every
--- decision of it answers -1 (arith.lua still reads numbers).
-local nprofiles = tonumber(ARGV[1])
-if not (isint(nprofiles, 0) and 1 + 7 * nprofiles < nargv) then
+-- ARGV[1] is the era the call is stamped with ('' for none; see
+-- lineage_read.lua). Then the profiles, each read and checked once however
+-- many decisions use it. ARGV[2] is their number, then seven each:
+-- max_replays, replay TTL, algorithm, rate, period, capacity, cost. Or
+-- ARGV[2] is 0 (inline) and every decision's profile follows, as its decide
+-- call's arguments after the era: the TTL only when max_replays is above 0.
+-- A profile whose numbers the algorithms cannot judge is kept as algorithm
+-- -1, which no block runs, so that every decision of it answers -1
+-- (arith.lua still reads numbers).
+local era = ARGV[1]
+local nprofiles = tonumber(ARGV[2])
+if not (isint(nprofiles, 0) and 2 + 7 * nprofiles < nargv) then
   return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not hold profiles and decisions')
 end
 local inline = nprofiles == 0
@@ -41,7 +44,7 @@ local preplays, pttl, palg, prate, pperiod, pcap, pcost, pkeys = {}, {}, {}, {},
 -- name maps the argument naming profile p ("1", "2", ...) to p: one table
 -- lookup per decision instead of a conversion and its checks.
 local name = not inline and {}
-local p, a = 0, 1 -- profiles read, arguments read
+local p, a = 0, 2 -- profiles read, arguments read
 while (inline and a < nargv) or p < nprofiles do
   local max_replays = tonumber(ARGV[a + 1])
   if not isint(max_replays, -1) then
@@ -104,6 +107,7 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local got = call('MGET', unpack(KEYS))
 local written = {}
 local reply, nr = {}, 0 -- nr: the reply's integers so far
+local lseq, lera, lbase, lprev, wseq
 
 k = 0
 for d = 1, n do
@@ -114,6 +118,35 @@ for d = 1, n do
   local key, marker, ttl = KEYS[k + 1], false, false
   local state, used = got[k + 1], false
   if written[key] then state = written[key] end
+-- reads: state (the key's whole string, false when absent)
+-- sets:  state (the algorithm's part of it, false when absent); lseq, lera,
+--        lbase, lprev (its lineage: the sequence of its last write and the
+--        era that wrote it, and when that era took the key over from
+--        another, the sequence the key had then and that era; 0 and false
+--        when the state has none)
+--
+-- Lineage, a block. A state written by a call stamped with an era (the
+-- primary the store verified it is writing to) ends in "|seq era", or
+-- "|seq era base prev" once a later era took it over: seq is the key's
+-- write sequence (at least one more than the last, and at least the
+-- server's clock in us, so it grows across the key's expiry too), era is
+-- the stamp of the primary that wrote it, and base and prev say where that
+-- era's writes began. A state without it (written with no stamp) has no
+-- lineage. The algorithm blocks read only the part before "|".
+lseq, lera, lbase, lprev = 0, false, false, false
+if state then
+  local body, tail = match(state, '^([^|]*)|(.*)$')
+  if body then
+    state = body
+    local s, e, rest = match(tail, '^(%d+) (%x+)(.*)$')
+    if s then
+      lseq, lera = tonumber(s), e
+      local b, p = match(rest, '^ (%d+) (%x+)$')
+      if b then lbase, lprev = tonumber(b), p end
+    end
+  end
+end
+  wseq = 0
   if with_id then
     ttl, marker = pttl[p], KEYS[k + 2]
     used = written[marker]
@@ -489,6 +522,33 @@ end
     -- As in the decide script: one SET ... PX per key, the state first, so
     -- that a marker never stands for a debit that was not made. Once the
     -- state is written the decision is admitted, whatever its marker's fate.
+-- reads: new_state (a state string of the algorithm's), now, era (the
+--        call's stamp, '' for none), lseq, lera, lbase, lprev (as
+--        lineage_read.lua set them for the state new_state replaces)
+-- sets:  new_state (with its lineage), wseq (the sequence written, 0 when
+--        the call has no stamp)
+--
+-- Lineage, a block (lineage_read.lua says what it holds). A write in the
+-- era of the state keeps where that era began; a write in another era
+-- starts one, recording the sequence and era it took the key over from; a
+-- state without lineage starts afresh. A call without a stamp writes the
+-- state without lineage.
+wseq = 0
+if era ~= '' then
+  wseq = lseq + 1
+  if wseq < now then wseq = now end
+  if lera == era then
+    if lbase then
+      new_state = format('%s|%d %s %d %s', new_state, wseq, era, lbase, lprev)
+    else
+      new_state = format('%s|%d %s', new_state, wseq, era)
+    end
+  elseif lera then
+    new_state = format('%s|%d %s %d %s', new_state, wseq, era, lseq, lera)
+  else
+    new_state = format('%s|%d %s', new_state, wseq, era)
+  end
+end
     local v = pcall_('SET', key, new_state, 'PX', ceil(keep / 1000) + 1)
     if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) == 'READONLY ' then
       -- A demoted primary: no write of this call can have succeeded. The
@@ -505,16 +565,25 @@ end
       end
     end
   end
-  -- The reply, compact (doc.go): a code that holds allowed, replayed and
-  -- remaining, then the reset, then the retry only when denied (it is 0
-  -- when admitted). Each integer of a reply costs Redis a conversion and
-  -- the client a parse: a decision answers two, against five.
+  -- The reply, compact (doc.go): a code that holds allowed, replayed,
+  -- remaining and the sequence written (none, the call's time, or another
+  -- that follows), then the reset, then the retry only when denied (it is
+  -- 0 when admitted) or the sequence less the time when it is not the
+  -- time. Each integer of a reply costs Redis a conversion and the client
+  -- a parse: a decision answers two, against six.
   if allowed < 0 then
     reply[nr + 1], nr = allowed, nr + 1
   elseif allowed == 1 then
-    reply[nr + 1], reply[nr + 2], nr = remaining * 4 + 2 + (replay and 1 or 0), reset, nr + 2
+    local code = remaining * 16 + 2 + (replay and 1 or 0)
+    if wseq == 0 then
+      reply[nr + 1], reply[nr + 2], nr = code, reset, nr + 2
+    elseif wseq == now then
+      reply[nr + 1], reply[nr + 2], nr = code + 4, reset, nr + 2
+    else
+      reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = code + 8, reset, wseq - now, nr + 3
+    end
   else
-    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 4, reset, retry, nr + 3
+    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 16, reset, retry, nr + 3
   end
 end
 

@@ -10,14 +10,17 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
--- ARGV[1] is the mode: 0 settles, 1 settles with a record per entry (the
--- KEYS after the state keys), 2 overdraws, 3 settles with records and then
--- deletes the request-id markers (the KEYS after the records: the refund
--- of a set denied on another Cluster slot), 4 looks: answers as 0 does and
--- writes nothing (a Peek reading the debt); ARGV[2] is the records' TTL.
-local mode = tonumber(ARGV[1])
+-- ARGV[1] is the era the call is stamped with ('' for none; see
+-- lineage_read.lua). ARGV[2] is the mode: 0 settles, 1 settles with a
+-- record per entry (the KEYS after the state keys), 2 overdraws, 3 settles
+-- with records and then deletes the request-id markers (the KEYS after the
+-- records: the refund of a set denied on another Cluster slot), 4 looks:
+-- answers as 0 does and writes nothing (a Peek reading the debt); ARGV[3]
+-- is the records' TTL.
+local era = ARGV[1]
+local mode = tonumber(ARGV[2])
 local with_record, overdraw, look = mode == 1 or mode == 3, mode == 2, mode == 4
-local entries = (#ARGV - 2) / 8
+local entries = (#ARGV - 3) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -27,8 +30,9 @@ local got = call('MGET', unpack(KEYS, 1, with_record and 2 * entries or entries)
 -- and the PX of each written state.
 local work, keep_for = {}, {}
 local reply = {}
+local lseq, lera, lbase, lprev, wseq
 for i = 1, entries do
-  local key, o = KEYS[i], 2 + 8 * (i - 1)
+  local key, o = KEYS[i], 3 + 8 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
   local rate = tonumber(ARGV[o + 2])
   local period = tonumber(ARGV[o + 3])
@@ -39,6 +43,34 @@ for i = 1, entries do
   local adm_reset = tonumber(ARGV[o + 8])     -- how far from full it left a bucket (us)
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
+-- reads: state (the key's whole string, false when absent)
+-- sets:  state (the algorithm's part of it, false when absent); lseq, lera,
+--        lbase, lprev (its lineage: the sequence of its last write and the
+--        era that wrote it, and when that era took the key over from
+--        another, the sequence the key had then and that era; 0 and false
+--        when the state has none)
+--
+-- Lineage, a block. A state written by a call stamped with an era (the
+-- primary the store verified it is writing to) ends in "|seq era", or
+-- "|seq era base prev" once a later era took it over: seq is the key's
+-- write sequence (at least one more than the last, and at least the
+-- server's clock in us, so it grows across the key's expiry too), era is
+-- the stamp of the primary that wrote it, and base and prev say where that
+-- era's writes began. A state without it (written with no stamp) has no
+-- lineage. The algorithm blocks read only the part before "|".
+lseq, lera, lbase, lprev = 0, false, false, false
+if state then
+  local body, tail = match(state, '^([^|]*)|(.*)$')
+  if body then
+    state = body
+    local s, e, rest = match(tail, '^(%d+) (%x+)(.*)$')
+    if s then
+      lseq, lera = tonumber(s), e
+      local b, p = match(rest, '^ (%d+) (%x+)$')
+      if b then lbase, lprev = tonumber(b), p end
+    end
+  end
+end
   -- arith.lua's functions are all defined here (span past 2^53): a debt's
   -- products outgrow the limit's own.
   local span = 9007199254740992
@@ -420,6 +452,7 @@ end
       if fitted then
         result, keep_after, delta = new_state, keep, 0
         reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = 1, remaining, 0, reset, 0
+        reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
       end
     end
     if not fitted then delta = cost end
@@ -1184,6 +1217,7 @@ end
 if sw and tonumber(sw) == w and sk == kind then debt = max(tonumber(sc) - rate, 0) end
 end
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = a_allowed, remaining, a_retry, reset, debt
+    reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
     keep_after = reset
     if alg == 3 then
       -- A fixed window's state matters until its window ends.
@@ -1197,6 +1231,40 @@ end
     state = before
   end
   if result ~= nil then
+    if result and not look then
+      local new_state = result
+-- reads: new_state (a state string of the algorithm's), now, era (the
+--        call's stamp, '' for none), lseq, lera, lbase, lprev (as
+--        lineage_read.lua set them for the state new_state replaces)
+-- sets:  new_state (with its lineage), wseq (the sequence written, 0 when
+--        the call has no stamp)
+--
+-- Lineage, a block (lineage_read.lua says what it holds). A write in the
+-- era of the state keeps where that era began; a write in another era
+-- starts one, recording the sequence and era it took the key over from; a
+-- state without lineage starts afresh. A call without a stamp writes the
+-- state without lineage.
+wseq = 0
+if era ~= '' then
+  wseq = lseq + 1
+  if wseq < now then wseq = now end
+  if lera == era then
+    if lbase then
+      new_state = format('%s|%d %s %d %s', new_state, wseq, era, lbase, lprev)
+    else
+      new_state = format('%s|%d %s', new_state, wseq, era)
+    end
+  elseif lera then
+    new_state = format('%s|%d %s %d %s', new_state, wseq, era, lseq, lera)
+  else
+    new_state = format('%s|%d %s', new_state, wseq, era)
+  end
+end
+      -- The units applied, debited (a debit past empty, or an overdraw
+      -- that fitted) or, below 0, given back: what restoring the write
+      -- applies again.
+      result, reply[7 * i - 1], reply[7 * i] = new_state, wseq, fitted and cost or delta
+    end
     work[key], keep_for[key] = result, keep_after
   end
 end
@@ -1217,7 +1285,7 @@ for i = 1, look and 0 or entries do
 end
 if with_record then
   for i = 1, entries do
-    call('SET', KEYS[entries + i], ARGV[2 + 8 * (i - 1) + 6], 'PX', ARGV[2])
+    call('SET', KEYS[entries + i], ARGV[3 + 8 * (i - 1) + 6], 'PX', ARGV[3])
   end
 end
 -- A refunded set was denied: its request id must leave no trace.

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,11 +24,11 @@ import (
 const journalCallers = 64
 
 // journalSubject is tollgate's token bucket with the failover journal on
-// (the default) or off; peak receives, for the journal, the most
-// admissions and bytes it held during a cell.
-func journalSubject(name string, on bool, peak *journalPeak) subject {
+// (the default) or off, on a client newClient makes; peak receives, for
+// the journal, the most writes and bytes it held during a cell.
+func journalSubject(name string, on bool, peak *journalPeak, newClient func() redis.UniversalClient) subject {
 	return subject{name: name, reference: !on, make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
-		c := redis.NewClient(cloneOptions(m.opts))
+		c := newClient()
 		opts := []store.RedisOption{store.WithPrefix(prefix())}
 		if !on {
 			opts = append(opts, store.WithJournal(0))
@@ -107,25 +110,137 @@ func (m *measurer) journalSection(ctx context.Context) ([]row, []string, error) 
 	for i := range ids {
 		ids[i] = "user-" + strconv.Itoa(i)
 	}
-	peak := &journalPeak{}
-	subjects := []subject{
-		journalSubject("tollgate token_bucket, journal off", false, nil),
-		journalSubject("tollgate token_bucket, journal on", true, peak),
-	}
-	rows, err := m.compare(ctx, "journal", "random", journalCallers, subjects, func(s subject) (*sample, error) {
-		d, release, err := s.make(m, storeLimit)
-		if err != nil {
-			return nil, err
+	var rows []row
+	var notes []string
+	compare := func(where string, newClient func() redis.UniversalClient) error {
+		peak := &journalPeak{}
+		subjects := []subject{
+			journalSubject("tollgate token_bucket, journal off"+where, false, nil, newClient),
+			journalSubject("tollgate token_bucket, journal on"+where, true, peak, newClient),
 		}
-		defer release()
-		return m.cell(ctx, d, journalCallers, ids, false)
-	})
-	if err != nil {
+		r, err := m.compare(ctx, "journal", "random", journalCallers, subjects, func(s subject) (*sample, error) {
+			d, release, err := s.make(m, storeLimit)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
+			return m.cell(ctx, d, journalCallers, ids, false)
+		})
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+		perSec := r[1].perSec
+		notes = append(notes, fmt.Sprintf("journal%s: at %d callers (%.0f decisions/s, median), the journal held at most %.0f writes and %.0f bytes (medians of the cells' peaks), %.0f bytes per admitted decision per second",
+			where, journalCallers, perSec, median(peak.entries), median(peak.bytes), median(peak.bytes)/perSec))
+		return nil
+	}
+	if err := compare("", func() redis.UniversalClient { return redis.NewClient(cloneOptions(m.opts)) }); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintln(os.Stderr, "load: journal done")
-	perSec := rows[1].perSec
-	note := fmt.Sprintf("journal: at %d callers (%.0f decisions/s, median), the journal held at most %.0f admissions and %.0f bytes (medians of the cells' peaks), %.0f bytes per admitted decision per second",
-		journalCallers, perSec, median(peak.entries), median(peak.bytes), median(peak.bytes)/perSec)
-	return rows, []string{note}, nil
+	cl, replicas, err := bench.StartClusterWithReplicas(clusterPrimaries)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		for _, r := range replicas {
+			r.Close()
+		}
+		cl.Close()
+	}()
+	if err := compare(", Cluster", func() redis.UniversalClient { return redis.NewClusterClient(cl.Options()) }); err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintln(os.Stderr, "load: journal on a Cluster done")
+	return rows, notes, nil
+}
+
+// journalStall is how long the journalstall section keeps the replica
+// frozen under load.
+var journalStall = flag.Duration("stall", time.Minute, "journalstall: how long the replica stays frozen under load")
+
+// journalStallSection measures what a frozen replica costs the process: a
+// replica of its own attached to the measured Redis and frozen (SIGSTOP),
+// journalCallers callers on -identities identities for -stall with the
+// journal on, then as long with it off, the Go heap (HeapInuse, after a
+// GC, every second) and the journal sampled. It returns a note.
+func (m *measurer) journalStallSection(ctx context.Context) ([]string, error) {
+	host, port, err := net.SplitHostPort(m.opts.Addr)
+	if err != nil {
+		return nil, err
+	}
+	replica, err := bench.StartRedis("--replicaof", host, port)
+	if err != nil {
+		return nil, err
+	}
+	defer replica.Close()
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, _ := rc.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("journalstall: the replica %s did not sync", replica.Addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := replica.Signal(syscall.SIGSTOP); err != nil {
+		return nil, err
+	}
+	defer func() { _ = replica.Signal(syscall.SIGCONT) }()
+	ids := make([]string, m.cfg.identities)
+	for i := range ids {
+		ids[i] = "user-" + strconv.Itoa(i)
+	}
+	var notes []string
+	for _, on := range []bool{true, false} {
+		c := redis.NewClient(cloneOptions(m.opts))
+		opts := []store.RedisOption{store.WithPrefix(prefix())}
+		if !on {
+			opts = append(opts, store.WithJournal(0))
+		}
+		st, err := redisStore(c, opts...)
+		if err != nil {
+			return nil, err
+		}
+		var heap, journal uint64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				heap, journal = max(heap, ms.HeapInuse), max(journal, uint64(st.Stats().JournalBytes))
+			}
+		})
+		cfg := m.cfg
+		m.cfg.d = *journalStall
+		s, err := m.cell(ctx, bench.Tollgate{Store: st, Limit: storeLimit(tollgate.TokenBucket)}, journalCallers, ids, false)
+		m.cfg = cfg
+		close(stop)
+		wg.Wait()
+		stats := st.Stats()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = st.Close(cctx)
+		cancel()
+		_ = c.Close()
+		if err != nil {
+			return nil, err
+		}
+		notes = append(notes, fmt.Sprintf("journalstall: replica frozen, journal on=%v, %s at %d callers: %.0f decisions/s; Go heap in use at most %.1f MB; journal at most %.1f MB, %d writes dropped for its cap",
+			on, *journalStall, journalCallers, s.perSec, float64(heap)/1e6, float64(journal)/1e6, stats.JournalDropped))
+		fmt.Fprintln(os.Stderr, "load:", notes[len(notes)-1])
+	}
+	return notes, nil
 }

@@ -1,0 +1,372 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/lua"
+	"github.com/tollgate/tollgate/store/internal/failover"
+)
+
+// The restore script applies journaled writes a new primary lacks; like a
+// settlement, a copy run twice would not apply them twice (the lineage the
+// first wrote holds them), but a lost reply would leave them unknown: sent
+// once.
+var restoreScript = newScript(lua.Restore, sentOnce)
+
+const (
+	// restoreArgs is how many ARGV each entry of a restore call takes.
+	restoreArgs = 14
+	// restoreReplyLen is how many integers it answers per entry: applied,
+	// seq, keep.
+	restoreReplyLen = 3
+	// restoreChunk is the most entries one restore call carries: the
+	// entries of one key are never split between calls.
+	restoreChunk = 64
+)
+
+// Aux kinds of a restore entry (lua/doc.go).
+const (
+	auxNone   = 0
+	auxMarker = 1
+	auxRecord = 2
+)
+
+// restoreCall is one script call of a restore: the entries it sends
+// (several writes of a key summed into one where they can be), and for
+// each the journal's entries it stands for.
+type restoreCall struct {
+	sc      scriptCall
+	sent    []restoreEntry
+	seats   bool
+	entries []failover.Entry // every entry the call stands for, for a failure
+}
+
+// restoreEntry is one entry of a restore call: a write, or the writes of
+// one key summed (last is the last one's sequence), standing for writes of
+// the journal.
+type restoreEntry struct {
+	failover.Entry
+	last   int64
+	writes []failover.Entry
+}
+
+// Restore applies entries (see failover.Restorer). It reads first the
+// lineage of every key the entries change, in one pipeline, and leaves
+// out the writes the new primary holds; the others of one key are summed
+// where they can be (debits with no marker or record beside them, one
+// after the other). Then restore script calls, grouped by Cluster slot,
+// the entries of one key together in the order of their sequences (the
+// script compares each with the key's lineage again); and the seats as
+// seat script calls; all in one pipeline under ctx. What each call applied
+// is journaled again, in the era it was stamped with: restored on a new
+// primary, a write is that primary's to lose.
+func (f *clientFailover) Restore(ctx context.Context, entries []failover.Entry) (applied, held int, failed []failover.Entry, err error) {
+	var states, seats []failover.Entry
+	for _, e := range entries {
+		if e.Write.Seat != "" {
+			seats = append(seats, e)
+		} else {
+			states = append(states, e)
+		}
+	}
+	slices.SortStableFunc(states, func(a, b failover.Entry) int {
+		return cmp.Or(cmp.Compare(a.Write.Key, b.Write.Key), cmp.Compare(a.Seq, b.Seq))
+	})
+	states, held = f.lacked(ctx, states)
+	calls := append(f.restoreStates(sumWrites(states)), restoreSeats(seats)...)
+	if len(calls) == 0 {
+		f.journal.Held(held)
+		return 0, held, nil, nil
+	}
+	sc := make([]scriptCall, len(calls))
+	for i := range calls {
+		sc[i] = calls[i].sc
+	}
+	f.send.roundTrip(ctx, sc)
+	for i, c := range calls {
+		c.sc = sc[i]
+		a, h, e := f.restored(c)
+		if e != nil {
+			failed, err = append(failed, c.entries...), e
+			continue
+		}
+		applied, held = applied+a, held+h
+	}
+	f.journal.Restored(applied)
+	f.journal.Held(held)
+	return applied, held, failed, err
+}
+
+// lacked returns the entries (sorted by key and sequence) the lineage of
+// their keys, read now, does not hold, and how many it holds. A key whose
+// state could not be read keeps all its entries: the restore script
+// compares them.
+func (f *clientFailover) lacked(ctx context.Context, entries []failover.Entry) ([]failover.Entry, int) {
+	if len(entries) == 0 {
+		return nil, 0
+	}
+	pipe := f.send.client.Pipeline()
+	gets := map[string]*redis.StringCmd{}
+	for _, e := range entries {
+		if _, ok := gets[e.Write.Key]; !ok {
+			gets[e.Write.Key] = pipe.Get(ctx, e.Write.Key)
+		}
+	}
+	_, _ = pipe.Exec(ctx)
+	out, held := entries[:0], 0
+	for _, e := range entries {
+		get := gets[e.Write.Key]
+		if v, err := get.Result(); (err == nil || err == redis.Nil) && parseLineage(v).holds(e.Era, e.Seq) {
+			held++
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, held
+}
+
+// lineage is a state's lineage (lua/lineage_read.lua), as the restore
+// script reads it.
+type lineage struct {
+	seq       int64
+	era       string
+	base      int64
+	prev      string
+	hasLineal bool
+}
+
+// parseLineage reads the lineage at the end of a state string ("" when the
+// key is absent).
+func parseLineage(state string) lineage {
+	_, tail, ok := strings.Cut(state, "|")
+	if !ok {
+		return lineage{}
+	}
+	f := strings.Fields(tail)
+	var l lineage
+	if len(f) != 2 && len(f) != 4 {
+		return lineage{}
+	}
+	var err error
+	if l.seq, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+		return lineage{}
+	}
+	l.era, l.hasLineal = f[1], true
+	if len(f) == 4 {
+		if l.base, err = strconv.ParseInt(f[2], 10, 64); err != nil {
+			return lineage{}
+		}
+		l.prev = f[3]
+	}
+	return l
+}
+
+// holds reports whether the lineage holds the write of era at seq, as the
+// restore script decides.
+func (l lineage) holds(era string, seq int64) bool {
+	switch {
+	case !l.hasLineal:
+		return false
+	case l.era == era:
+		return seq <= l.seq
+	case l.prev == era:
+		return seq <= l.base
+	}
+	return false
+}
+
+// sumWrites sums, key by key, the debits with nothing beside them that
+// follow one another in entries (sorted by key and sequence) into one
+// entry each: the first one's sequence and era, the last one's sequence
+// and end, the units of all. A write with a marker or a record, a
+// give-back, or a write of another era stays an entry of its own.
+func sumWrites(entries []failover.Entry) []restoreEntry {
+	var out []restoreEntry
+	for _, e := range entries {
+		if n := len(out); n > 0 && plain(e) {
+			p := &out[n-1]
+			if plain(p.Entry) && p.Write.Key == e.Write.Key && p.Era == e.Era && p.Write.Alg == e.Write.Alg &&
+				p.Write.Rate == e.Write.Rate && p.Write.Period == e.Write.Period && p.Write.Capacity == e.Write.Capacity {
+				p.Write.Delta += e.Write.Delta
+				p.Expires = max(p.Expires, e.Expires)
+				p.last = e.Seq
+				p.writes = append(p.writes, e)
+				continue
+			}
+		}
+		out = append(out, restoreEntry{Entry: e, last: e.Seq, writes: []failover.Entry{e}})
+	}
+	return out
+}
+
+// plain reports whether e is a debit with nothing beside it.
+func plain(e failover.Entry) bool { return e.Write.AuxKind == auxNone && e.Write.Delta > 0 }
+
+// restored journals what c applied, from its reply, and returns how many
+// writes it applied and how many the primary held.
+func (f *clientFailover) restored(c restoreCall) (applied, held int, err error) {
+	v, err := c.sc.cmd.(scriptCmd).Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	era := eraOf(c.sc.args)
+	if c.seats {
+		// One reply of two integers per operation: {1, now_us}.
+		if len(v) != 2*len(c.entries) {
+			return 0, 0, errBadReply
+		}
+		for _, e := range c.entries {
+			e.Era, e.Seq = era, 0
+			f.add(e)
+		}
+		return len(c.entries), 0, nil
+	}
+	if len(v) != restoreReplyLen*len(c.sent)+1 {
+		return 0, 0, errBadReply
+	}
+	now := v[len(v)-1]
+	for k, e := range c.sent {
+		g := v[restoreReplyLen*k:]
+		if g[0] != 1 {
+			held += len(e.writes)
+			continue
+		}
+		applied += len(e.writes)
+		f.restoredUnits.Add(max(e.Write.Delta, 0))
+		if g[1] > 0 {
+			r := e.Entry
+			r.Era, r.Seq, r.At, r.Expires = era, g[1], now, now+g[2]
+			f.add(r)
+		}
+	}
+	return applied, held, nil
+}
+
+// restoreStates lays out entries (sorted by key) as restore calls: grouped
+// by Cluster slot on a Cluster, at most restoreChunk entries a call but
+// never a key split.
+func (f *clientFailover) restoreStates(entries []restoreEntry) []restoreCall {
+	groups := map[int][]restoreEntry{}
+	var order []int
+	for _, e := range entries {
+		k := 0
+		if f.send.cluster != nil {
+			k = slot(e.Write.Key)
+		}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], e)
+	}
+	var out []restoreCall
+	for _, k := range order {
+		g := groups[k]
+		for len(g) > 0 {
+			n := min(len(g), restoreChunk)
+			for n < len(g) && g[n].Write.Key == g[n-1].Write.Key {
+				n++ // the rest of the key's entries
+			}
+			c := restoreCall{sc: scriptCall{script: restoreScript, args: f.restoreLayout(g[:n])}, sent: g[:n]}
+			for _, e := range g[:n] {
+				c.entries = append(c.entries, e.writes...)
+			}
+			out = append(out, c)
+			g = g[n:]
+		}
+	}
+	return out
+}
+
+// restoreLayout lays out one restore call (lua/doc.go, Restore).
+func (f *clientFailover) restoreLayout(entries []restoreEntry) []any {
+	args := make([]any, 3, 3+3*len(entries)+2+restoreArgs*len(entries))
+	args[2] = int64(3 * len(entries))
+	for _, e := range entries {
+		aux := e.Write.Aux
+		if e.Write.AuxKind == auxNone {
+			aux = e.Write.Key
+		}
+		args = append(args, e.Write.Key, aux, e.Write.Key+":x:"+f.id)
+	}
+	args = append(args, eraNone, f.recordTTL.Milliseconds())
+	for _, e := range entries {
+		w := e.Write
+		args = append(args, w.Alg, w.Rate, w.Period, w.Capacity, w.Delta, w.DebitedAt, w.AdmReset,
+			e.Seq, e.Era, e.Expires, w.AuxKind, w.AuxValue, w.AuxUntil, e.last)
+	}
+	return args
+}
+
+// restoreSeats lays out the seat entries as seat script calls, one per
+// seat: the last write of each seat wins (held until its expiry, or
+// released).
+func restoreSeats(entries []failover.Entry) []restoreCall {
+	type seat struct{ key, id string }
+	last := map[seat]failover.Entry{}
+	var order []seat
+	for _, e := range entries {
+		s := seat{e.Write.Key, e.Write.Seat}
+		if _, ok := last[s]; !ok {
+			order = append(order, s)
+		}
+		if p, ok := last[s]; !ok || e.At >= p.At {
+			last[s] = e
+		}
+	}
+	var out []restoreCall
+	for _, s := range order {
+		e := last[s]
+		op, ttl := seatRestore, e.Expires
+		if e.Write.Release {
+			op, ttl = seatRelease, 0
+		}
+		args := []any{nil, nil, int64(2), e.Write.Key, e.Write.Aux, eraNone, seatHoldTTL.Milliseconds(), op, int64(1), e.Write.Seat, ttl}
+		out = append(out, restoreCall{sc: scriptCall{script: seatScript, args: args}, entries: []failover.Entry{e}, seats: true})
+	}
+	return out
+}
+
+// probe reads every primary the client counts: INFO replication and TIME,
+// in one round trip each (see failover.Watcher).
+func (f *clientFailover) probe(ctx context.Context) ([]failover.Probe, error) {
+	read := func(ctx context.Context, node string, c *redis.Client) (failover.Probe, error) {
+		pipe := c.Pipeline()
+		info := pipe.Info(ctx, "replication")
+		now := pipe.Time(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return failover.Probe{}, err
+		}
+		return failover.Probe{Node: node, Info: failover.ParseReplication(info.Val()), Now: now.Val().UnixMicro()}, nil
+	}
+	if f.send.cluster == nil {
+		c, ok := f.send.client.(*redis.Client)
+		if !ok {
+			return nil, fmt.Errorf("tollgate: redis store: a failover journal on a %T", f.send.client)
+		}
+		p, err := read(ctx, "", c)
+		if err != nil {
+			return nil, err
+		}
+		return []failover.Probe{p}, nil
+	}
+	var out []failover.Probe
+	var mu = make(chan struct{}, 1)
+	err := f.send.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		p, err := read(ctx, c.Options().Addr, c)
+		if err != nil {
+			return nil // a primary that does not answer says nothing; the others do
+		}
+		mu <- struct{}{}
+		out = append(out, p)
+		<-mu
+		return nil
+	})
+	return out, err
+}
