@@ -35,6 +35,10 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if after.settles != nil {
 			ctx = withReport(ctx)
 		}
+		// A handler that panics ends the call too (an outer recovery
+		// interceptor may catch it): its seats are freed and it is settled
+		// as a call that failed. After the end below, this does nothing.
+		defer l.end(ctx, after, nil, errPanicked)
 		resp, err := handler(ctx, req)
 		l.end(ctx, after, resp, err)
 		return resp, err
@@ -64,6 +68,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if after != nil && after.settles != nil {
 			ss = &reportingStream{ServerStream: ss, ctx: withReport(ss.Context())}
 		}
+		defer l.end(ss.Context(), after, nil, errPanicked) // as for unary calls
 		if len(set.messages.plans) == 0 {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
