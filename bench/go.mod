@@ -3,12 +3,16 @@ module github.com/tollgate/tollgate/bench
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sethvargo/go-limiter v0.7.1
 	github.com/tollgate/tollgate v0.0.0-00010101000000-000000000000
+	github.com/tollgate/tollgate/connectlimit v0.0.0-00010101000000-000000000000
 	github.com/tollgate/tollgate/rls v0.0.0-00010101000000-000000000000
+	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -20,6 +24,7 @@ require (
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
@@ -37,3 +42,5 @@ require (
 replace github.com/tollgate/tollgate => ../
 
 replace github.com/tollgate/tollgate/rls => ../rls
+
+replace github.com/tollgate/tollgate/connectlimit => ../connectlimit
