@@ -36,31 +36,38 @@ type Problem struct {
 // ResourceExhausted 429, InvalidArgument 400, PermissionDenied 403,
 // Unavailable (FailClosed) 503, Canceled 499, DeadlineExceeded 504, and,
 // for a status a key function returned, the rest of the mapping Connect
-// uses; anything else 500.
+// uses (statuses); anything else 500.
 func Status(c codes.Code) int {
-	switch c {
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return http.StatusConflict
-	case codes.Canceled:
-		return 499 // client closed request
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
+	for _, m := range statuses {
+		if m.code == c {
+			return m.status
+		}
 	}
 	return http.StatusInternalServerError
+}
+
+// statuses pairs gRPC codes and HTTP statuses of the same meaning: Status
+// reads it one way, code (the error a Rule.Settle sees) the other, each
+// taking the first row that matches.
+var statuses = []struct {
+	code   codes.Code
+	status int
+}{
+	{codes.ResourceExhausted, http.StatusTooManyRequests},
+	{codes.InvalidArgument, http.StatusBadRequest},
+	{codes.FailedPrecondition, http.StatusBadRequest},
+	{codes.OutOfRange, http.StatusBadRequest},
+	{codes.Unauthenticated, http.StatusUnauthorized},
+	{codes.PermissionDenied, http.StatusForbidden},
+	{codes.NotFound, http.StatusNotFound},
+	{codes.AlreadyExists, http.StatusConflict},
+	{codes.Aborted, http.StatusConflict},
+	{codes.Canceled, 499}, // client closed request
+	{codes.Unimplemented, http.StatusNotImplemented},
+	{codes.Unavailable, http.StatusServiceUnavailable},
+	{codes.Unavailable, http.StatusBadGateway},
+	{codes.DeadlineExceeded, http.StatusGatewayTimeout},
+	{codes.Internal, http.StatusInternalServerError},
 }
 
 // refuse answers a request v refused with err.

@@ -143,29 +143,13 @@ func (w *recorder) err() error {
 	return status.Error(code(w.status), http.StatusText(w.status))
 }
 
-// code is the gRPC code of an HTTP error status: Status in reverse.
+// code is the gRPC code of an HTTP error status: Status in reverse; an
+// unlisted 4xx is FailedPrecondition, an unlisted 5xx Internal.
 func code(s int) codes.Code {
-	switch s {
-	case http.StatusBadRequest:
-		return codes.InvalidArgument
-	case http.StatusUnauthorized:
-		return codes.Unauthenticated
-	case http.StatusForbidden:
-		return codes.PermissionDenied
-	case http.StatusNotFound:
-		return codes.NotFound
-	case http.StatusConflict:
-		return codes.AlreadyExists
-	case http.StatusTooManyRequests:
-		return codes.ResourceExhausted
-	case 499:
-		return codes.Canceled
-	case http.StatusNotImplemented:
-		return codes.Unimplemented
-	case http.StatusServiceUnavailable, http.StatusBadGateway:
-		return codes.Unavailable
-	case http.StatusGatewayTimeout:
-		return codes.DeadlineExceeded
+	for _, m := range statuses {
+		if m.status == s {
+			return m.code
+		}
 	}
 	if s < 500 {
 		return codes.FailedPrecondition
