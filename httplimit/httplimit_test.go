@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/interceptor"
@@ -338,8 +340,9 @@ func TestRequestIDReplay(t *testing.T) {
 	}
 }
 
-// Settle reads what the handler wrote: its bytes, its status, or the cost
-// it reported with interceptor.ReportCost.
+// Settle reads what the handler wrote: its bytes, its status (or the gRPC
+// code of the same meaning), or the cost it reported with
+// interceptor.ReportCost.
 func TestSettleFromWhatWasWritten(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
@@ -359,6 +362,8 @@ func TestSettleFromWhatWasWritten(t *testing.T) {
 	rules := []interceptor.Rule{
 		{Name: "bytes", Methods: []string{"GET /bytes/{n}"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(1000)), Cost: 10, Settle: httplimit.SettleBytes},
 		{Name: "logins", Methods: []string{"POST /login"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), Settle: httplimit.SettleStatus(http.StatusUnauthorized)},
+		// The same, from the gRPC code a 401 is to Settle.
+		{Name: "failures", Methods: []string{"POST /login"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), Settle: interceptor.SettleFailures(codes.Unauthenticated)},
 		{Name: "reported", Methods: []string{"GET /report/{n}"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(1000)), Cost: 10, Settle: interceptor.SettleReported},
 	}
 	l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), rules...)
@@ -370,7 +375,7 @@ func TestSettleFromWhatWasWritten(t *testing.T) {
 	if err := l.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for rule, want := range map[string]int64{"bytes": 700, "logins": 4, "reported": 958} {
+	for rule, want := range map[string]int64{"bytes": 700, "logins": 4, "failures": 4, "reported": 958} {
 		qs, err := l.Peek(context.Background(), rule, interceptor.Caller{Value: "a"})
 		if err != nil {
 			t.Fatal(err)
