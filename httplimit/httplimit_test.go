@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
@@ -22,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/internal/storefixture"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -493,5 +497,79 @@ func TestWithoutRateLimitFields(t *testing.T) {
 	}
 	if _, err := httplimit.New(nil); err == nil {
 		t.Error("a nil Limiter accepted")
+	}
+}
+
+// downStore is a Memory store whose decisions fail, as a Redis that does
+// not answer.
+type downStore struct{ *store.Memory }
+
+func (downStore) Allow(context.Context, tollgate.Request) (tollgate.Decision, error) {
+	return tollgate.Decision{}, errors.New("the store is down")
+}
+
+func (downStore) AllowAll(context.Context, []tollgate.Request) ([]tollgate.Decision, error) {
+	return nil, errors.New("the store is down")
+}
+
+// Fail modes, shadow rules and telemetry are the Limiter's, as over gRPC:
+// a store that fails refuses a FailClosed route with 503 and admits a
+// FailOpen one without fields; a shadow rule's denial refuses nothing; each
+// decision is counted in tollgate.decisions.
+func TestFailModesShadowAndTelemetry(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	down := downStore{storefixture.Memory(t)}
+	key := keyfunc.Metadata("x-tenant")
+	l, err := interceptor.New(down, interceptor.WithMeterProvider(mp), interceptor.WithBreaker(0, 0), interceptor.WithRules(
+		interceptor.Rule{Name: "closed", Methods: []string{"GET /closed"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), FailMode: interceptor.FailClosed},
+		interceptor.Rule{Name: "open", Methods: []string{"GET /open"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5))},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /closed", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /open", func(http.ResponseWriter, *http.Request) {})
+	url := server(t, l, mux)
+	if resp, body := send(t, "GET", url+"/closed", "x-tenant", "a"); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "rate limiter unavailable") {
+		t.Errorf("FailClosed: %s %q, want 503", resp.Status, body)
+	}
+	if resp, _ := send(t, "GET", url+"/open", "x-tenant", "a"); resp.StatusCode != http.StatusOK || resp.Header.Get(httplimit.FieldRateLimit) != "" {
+		t.Errorf("FailOpen: %s, RateLimit %q; want 200 without fields", resp.Status, resp.Header.Get(httplimit.FieldRateLimit))
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricDecisions {
+				for _, dp := range sum.DataPoints {
+					o, _ := dp.Attributes.Value(telemetry.AttrOutcome)
+					outcomes[o.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	if outcomes["fail_closed"] != 1 || outcomes["fail_open"] != 1 {
+		t.Errorf("decisions by outcome %v, want one fail_closed and one fail_open", outcomes)
+	}
+
+	shadow := tenantRule(tollgate.PerHour(1))
+	shadow.Name, shadow.Shadow = "trial", true
+	sl := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), tenantRule(tollgate.PerHour(5)), shadow)
+	surl := server(t, sl, itemsMux())
+	for i := range 2 {
+		resp, _ := send(t, "GET", surl+"/items/1", "x-tenant", "a")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %s, want 200: a shadow rule refuses nothing", i+1, resp.Status)
+		}
+		if policy, _ := fields(t, resp.Header); len(policy) != 1 || policy["per-tenant"].value == "" {
+			t.Errorf("request %d: policies %v, want the enforcing rule's only", i+1, policy)
+		}
 	}
 }
