@@ -5,9 +5,7 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
@@ -37,33 +35,49 @@ const (
 const maxSFInteger = 999_999_999_999_999
 
 // setFields sets the RateLimit-Policy and RateLimit fields of limits on h.
+// Both are built in one buffer on the stack for the common one or two
+// limits, and set under their canonical keys with one slice: three
+// allocations (BenchmarkMiddleware).
 func setFields(h http.Header, limits []interceptor.LimitDecision) {
 	if len(limits) == 0 {
 		return
 	}
-	var policy, state strings.Builder
+	var buf [256]byte
+	b := buf[:0]
 	for i, ld := range limits {
 		if i > 0 {
-			policy.WriteString(", ")
-			state.WriteString(", ")
+			b = append(b, ", "...)
 		}
-		name := policyName(limits, i)
-		writeString(&policy, name)
-		writeString(&state, name)
+		b = appendString(b, policyName(limits, i))
 		if ld.Limit == (tollgate.Limit{}) {
-			writeParam(&policy, "q", ld.MaxInFlight)
-			policy.WriteString(`;qu="concurrent-requests"`)
-			writeParam(&state, "r", ld.Decision.Remaining)
+			b = appendParam(b, "q", ld.MaxInFlight)
+			b = append(b, `;qu="concurrent-requests"`...)
 			continue
 		}
-		writeParam(&policy, "q", ld.Limit.Capacity())
-		writeParam(&policy, "w", seconds(window(ld.Limit)))
-		writeParam(&state, "r", ld.Decision.Remaining)
-		writeParam(&state, "t", seconds(ld.Decision.ResetAfter))
+		b = appendParam(b, "q", ld.Limit.Capacity())
+		b = appendParam(b, "w", seconds(window(ld.Limit)))
 	}
-	h.Set(FieldPolicy, policy.String())
-	h.Set(FieldRateLimit, state.String())
+	policy := len(b)
+	for i, ld := range limits {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendString(b, policyName(limits, i))
+		b = appendParam(b, "r", ld.Decision.Remaining)
+		if ld.Limit != (tollgate.Limit{}) {
+			b = appendParam(b, "t", seconds(ld.Decision.ResetAfter))
+		}
+	}
+	all := string(b)
+	vals := []string{all[:policy], all[policy:]}
+	h[canonicalPolicy], h[canonicalRateLimit] = vals[0:1:1], vals[1:2:2]
 }
+
+// The fields' keys as http.Header keeps them.
+var (
+	canonicalPolicy    = http.CanonicalHeaderKey(FieldPolicy)
+	canonicalRateLimit = http.CanonicalHeaderKey(FieldRateLimit)
+)
 
 // policyName names limits[i]: its rule, with the limit's part when the
 // rule decided several limits of the request.
@@ -128,17 +142,17 @@ func seconds(d time.Duration) int64 {
 	return min(s, maxSFInteger)
 }
 
-func writeParam(b *strings.Builder, key string, v int64) {
-	b.WriteByte(';')
-	b.WriteString(key)
-	b.WriteByte('=')
-	b.WriteString(strconv.FormatInt(min(max(v, 0), maxSFInteger), 10))
+func appendParam(b []byte, key string, v int64) []byte {
+	b = append(b, ';')
+	b = append(b, key...)
+	b = append(b, '=')
+	return strconv.AppendInt(b, min(max(v, 0), maxSFInteger), 10)
 }
 
-// writeString writes s as a Structured Field String, or, when s has
+// appendString appends s as a Structured Field String, or, when s has
 // characters a String cannot carry (outside printable ASCII), as a Display
 // String (RFC 9651, 3.3.8): %"…" with its UTF-8 bytes percent-encoded.
-func writeString(b *strings.Builder, s string) {
+func appendString(b []byte, s string) []byte {
 	ascii := true
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] > 0x7e {
@@ -147,29 +161,23 @@ func writeString(b *strings.Builder, s string) {
 		}
 	}
 	if ascii {
-		b.WriteByte('"')
+		b = append(b, '"')
 		for i := 0; i < len(s); i++ {
 			if s[i] == '"' || s[i] == '\\' {
-				b.WriteByte('\\')
+				b = append(b, '\\')
 			}
-			b.WriteByte(s[i])
+			b = append(b, s[i])
 		}
-		b.WriteByte('"')
-		return
+		return append(b, '"')
 	}
 	const hex = "0123456789abcdef"
-	b.WriteString(`%"`)
-	for _, r := range s {
-		if r == utf8.RuneError || r < 0x20 || r > 0x7e || r == '%' || r == '"' {
-			var buf [utf8.UTFMax]byte
-			for _, c := range buf[:utf8.EncodeRune(buf[:], r)] {
-				b.WriteByte('%')
-				b.WriteByte(hex[c>>4])
-				b.WriteByte(hex[c&0xf])
-			}
+	b = append(b, `%"`...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '%' || c == '"' {
+			b = append(b, '%', hex[c>>4], hex[c&0xf])
 			continue
 		}
-		b.WriteRune(r)
+		b = append(b, s[i])
 	}
-	b.WriteByte('"')
+	return append(b, '"')
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Response is what the handler wrote, as a Rule.Settle receives it (its
-// resp argument) for a request through the middleware. Settle's err is
+// resp argument, a *Response) for a request through the middleware. Settle's err is
 // nil for a status below 400; otherwise it is a gRPC status whose code
 // says the same as the HTTP status (401 codes.Unauthenticated, 404
 // codes.NotFound, 429 codes.ResourceExhausted, 500 codes.Internal, 503
@@ -36,7 +36,7 @@ type Response struct {
 // the bytes of the response body its handler wrote: a rule's quota of
 // bytes served. A call that is not an HTTP request keeps its reservation.
 func SettleBytes(_ context.Context, resp any, _ error) (int64, bool) {
-	r, ok := resp.(Response)
+	r, ok := resp.(*Response)
 	if !ok {
 		return 0, false
 	}
@@ -51,7 +51,7 @@ func SettleBytes(_ context.Context, resp any, _ error) (int64, bool) {
 // that is not an HTTP request.
 func SettleBody(parse func(body []byte) (int64, error)) func(context.Context, any, error) (int64, bool) {
 	return func(_ context.Context, resp any, _ error) (int64, bool) {
-		r, ok := resp.(Response)
+		r, ok := resp.(*Response)
 		if !ok || r.Body == nil || r.Truncated {
 			return 0, false
 		}
@@ -70,7 +70,7 @@ func SettleBody(parse func(body []byte) (int64, error)) func(context.Context, an
 func SettleStatus(statuses ...int) func(context.Context, any, error) (int64, bool) {
 	statuses = slices.Clone(statuses)
 	return func(_ context.Context, resp any, _ error) (int64, bool) {
-		r, ok := resp.(Response)
+		r, ok := resp.(*Response)
 		if !ok || slices.Contains(statuses, r.Status) {
 			return 0, false
 		}
@@ -81,32 +81,29 @@ func SettleStatus(statuses ...int) func(context.Context, any, error) (int64, boo
 // recorder notes what the handler writes through it.
 type recorder struct {
 	http.ResponseWriter
-	keep      int // body bytes to keep
-	status    int
-	bytes     int64
-	body      []byte
-	truncated bool
+	keep int // body bytes to keep
+	resp Response
 }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
+	if w.resp.Status == 0 && code >= 200 {
+		w.resp.Status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
+	if w.resp.Status == 0 {
+		w.resp.Status = http.StatusOK
 	}
 	n, err := w.ResponseWriter.Write(p)
-	w.bytes += int64(n)
+	w.resp.Bytes += int64(n)
 	if w.keep > 0 {
-		room := w.keep - len(w.body)
+		room := w.keep - len(w.resp.Body)
 		if n > room {
-			w.truncated = true
+			w.resp.Truncated = true
 		}
-		w.body = append(w.body, p[:min(n, max(room, 0))]...)
+		w.resp.Body = append(w.resp.Body, p[:min(n, max(room, 0))]...)
 	}
 	return n, err
 }
@@ -124,23 +121,19 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // response returns what the handler wrote.
-func (w *recorder) response() Response {
-	r := Response{Status: w.status, Bytes: w.bytes, Truncated: w.truncated}
-	if w.keep > 0 {
-		r.Body = w.body
-		if r.Body == nil {
-			r.Body = []byte{}
-		}
+func (w *recorder) response() *Response {
+	if w.keep > 0 && w.resp.Body == nil {
+		w.resp.Body = []byte{}
 	}
-	return r
+	return &w.resp
 }
 
 // err is Settle's err for the status written.
 func (w *recorder) err() error {
-	if w.status < 400 {
+	if w.resp.Status < 400 {
 		return nil
 	}
-	return status.Error(code(w.status), http.StatusText(w.status))
+	return status.Error(code(w.resp.Status), http.StatusText(w.resp.Status))
 }
 
 // code is the gRPC code of an HTTP error status: Status in reverse; an

@@ -62,14 +62,7 @@ func httpSubjects() []httpSubject {
 			}
 			return tollgateHTTP(st, func() {})
 		}},
-		{name: "tollgate httplimit, Redis store", wrap: func(m *measurer) (func(http.Handler) http.Handler, func(), error) {
-			c := redis.NewClient(cloneOptions(m.opts))
-			st, err := redisStore(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
-			if err != nil {
-				return nil, nil, err // redisStore closed c
-			}
-			return tollgateHTTP(st, func() { _ = c.Close() })
-		}},
+		tollgateRedisHTTP("tollgate httplimit, Redis store"),
 		{name: "go-limiter httplimit, memory store", wrap: func(*measurer) (func(http.Handler) http.Handler, func(), error) {
 			st, err := memorystore.New(&memorystore.Config{Tokens: uint64(httpLimit.Rate), Interval: httpLimit.Period})
 			if err != nil {
@@ -95,6 +88,28 @@ func httpSubjects() []httpSubject {
 			l := ulule.New(st, ulule.Rate{Period: httpLimit.Period, Limit: httpLimit.Rate})
 			return stdlib.NewMiddleware(l, stdlib.WithKeyGetter(tenantOf)).Handler, func() { _ = c.Close() }, nil
 		}},
+	}
+}
+
+// tollgateRedisHTTP is httplimit's middleware over a Limiter on the Redis
+// store, with opts.
+func tollgateRedisHTTP(name string, opts ...store.RedisOption) httpSubject {
+	return httpSubject{name: name, wrap: func(m *measurer) (func(http.Handler) http.Handler, func(), error) {
+		c := redis.NewClient(cloneOptions(m.opts))
+		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
+		if err != nil {
+			return nil, nil, err // redisStore closed c
+		}
+		return tollgateHTTP(st, func() { _ = c.Close() })
+	}}
+}
+
+// httpVariants are the rows -variants adds: the Redis store with one
+// round trip in flight instead of DefaultMaxPipelines, and unbatched.
+func httpVariants() []httpSubject {
+	return []httpSubject{
+		tollgateRedisHTTP("tollgate httplimit, Redis store, one pipeline", store.WithBatching(store.DefaultBatchSize, 1)),
+		tollgateRedisHTTP("tollgate httplimit, Redis store, unbatched", store.WithBatching(0, 0)),
 	}
 }
 
@@ -180,11 +195,14 @@ func (m *measurer) httpCell(ctx context.Context, s httpSubject, tenants []string
 func (m *measurer) httpSection(ctx context.Context) ([]row, error) {
 	tenants := randomTenants(m.cfg.identities)
 	servers := httpSubjects()
+	if m.cfg.variants {
+		servers = append(servers, httpVariants()...)
+	}
 	subjects := make([]subject, len(servers))
 	for i, s := range servers {
 		subjects[i] = subject{name: s.name, reference: s.reference}
 	}
-	rows, err := m.compare(ctx, "http", "random", httpCallers, subjects, func(s subject) (*sample, error) {
+	rows, err := m.compare(ctx, "http", "random", httpCallers, m.filter(subjects), func(s subject) (*sample, error) {
 		for _, srv := range servers {
 			if srv.name == s.name {
 				return m.httpCell(ctx, srv, tenants, httpCallers)
@@ -257,7 +275,7 @@ func (m *measurer) connectCell(ctx context.Context, limited bool, tenants []stri
 func (m *measurer) connectSection(ctx context.Context) ([]row, error) {
 	tenants := randomTenants(m.cfg.identities)
 	subjects := []subject{{name: "no interceptor", reference: true}, {name: "tollgate connectlimit, Memory store"}}
-	rows, err := m.compare(ctx, "connect", "random", httpCallers, subjects, func(s subject) (*sample, error) {
+	rows, err := m.compare(ctx, "connect", "random", httpCallers, m.filter(subjects), func(s subject) (*sample, error) {
 		return m.connectCell(ctx, !s.reference, tenants, httpCallers)
 	})
 	fmt.Fprintln(os.Stderr, "load: connect done")
