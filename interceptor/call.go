@@ -59,9 +59,9 @@ type Verdict struct {
 	messages *planSet // the stream's PerMessage plans; nil without
 	after    *afterCall
 	limits   []LimitDecision
-	// limitBuf holds limits for the common call of one or two limits, so
-	// that collecting them allocates nothing (BenchmarkMiddleware).
-	limitBuf [2]LimitDecision
+	// limitBuf holds limits for the common call of one limit, so that
+	// collecting them allocates nothing (BenchmarkMiddleware).
+	limitBuf [1]LimitDecision
 
 	mu  sync.Mutex
 	res result // the latest decision with something to say
