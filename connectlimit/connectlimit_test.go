@@ -274,3 +274,32 @@ func TestPanicFreesTheSeat(t *testing.T) {
 		t.Error("a nil Limiter accepted")
 	}
 }
+
+// A retried call carrying the request id of an admitted one is admitted
+// again without a debit, in every protocol: the id is the Limiter's
+// request id header, as for gRPC and HTTP.
+func TestRequestIDReplay(t *testing.T) {
+	l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), perTenant(tollgate.PerHour(5)))
+	url, c := serveConnect(t, l, nil)
+	ctx := context.Background()
+	for name, opts := range protocols {
+		for range 3 {
+			req := connect.NewRequest(wrapperspb.String("hi"))
+			req.Header().Set("x-tenant", name)
+			req.Header().Set("x-request-id", "call-"+name)
+			if _, err := connect.NewClient[msg, msg](c, url+echo.SayMethod, opts...).CallUnary(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		qs, err := l.Peek(ctx, "per-tenant", interceptor.Caller{Value: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if qs[0].Available != 4 {
+			t.Errorf("%s: available = %d after one call sent three times, want 4", name, qs[0].Available)
+		}
+	}
+}
