@@ -3,6 +3,7 @@ module github.com/tollgate/tollgate/bench
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -10,8 +11,11 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.28.0
+	github.com/sethvargo/go-limiter v0.7.1
 	github.com/tollgate/tollgate v0.0.0-00010101000000-000000000000
+	github.com/tollgate/tollgate/connectlimit v0.0.0-00010101000000-000000000000
 	github.com/tollgate/tollgate/rls v0.0.0-00010101000000-000000000000
+	github.com/ulule/limiter/v3 v3.11.2
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -26,9 +30,10 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
-	github.com/mattn/go-isatty v0.0.16 // indirect
+	github.com/mattn/go-isatty v0.0.17 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.74.0 // indirect
@@ -51,3 +56,5 @@ require (
 replace github.com/tollgate/tollgate => ../
 
 replace github.com/tollgate/tollgate/rls => ../rls
+
+replace github.com/tollgate/tollgate/connectlimit => ../connectlimit

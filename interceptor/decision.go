@@ -69,21 +69,25 @@ func (c *check) denied() bool {
 // the client.
 var errSkipped = errors.New("another rule refused the call; this rule debited nothing")
 
-// decide decides a call (or one stream message) to method under set and
-// returns what the call gets: its error (nil admits it) and the decision its
-// trailers describe. req is the unary request or nil; stream says the call
-// is a stream's opening.
+// decide decides a call (or one stream message) under set and returns
+// what the call gets: its error (nil admits it) and the decision its
+// trailers describe. call.Stream says the call is a stream's opening.
+// When out is not nil, the decisions of every enforcing limit are
+// appended to it (see LimitDecision).
 //
 // When the call is admitted, after is what its rules are owed once it ends
 // (settlements, seats to release), or nil.
-func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req any, stream bool) (res result, after *afterCall) {
+func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *[]LimitDecision) (res result, after *afterCall) {
 	if len(set.plans) == 1 {
 		// One rule, the common case: its check comes from a pool, as a
 		// check on the stack would escape (its requests point into it).
 		c := checks.Get().(*check)
 		c.p = set.plans[0]
 		one := [1]*check{c}
-		res = l.decideChecks(ctx, one[:], set.enforcing, method, req, stream)
+		res = l.decideChecks(ctx, one[:], set.enforcing, call)
+		if out != nil {
+			*out = appendLimits((*out)[:0], one[:set.enforcing])
+		}
 		if set.owes {
 			after = l.owed(ctx, one[:], res)
 		}
@@ -97,7 +101,10 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, method string, req a
 		all[i].p = p
 		ptrs[i] = &all[i]
 	}
-	res = l.decideChecks(ctx, ptrs, set.enforcing, method, req, stream)
+	res = l.decideChecks(ctx, ptrs, set.enforcing, call)
+	if out != nil {
+		*out = appendLimits((*out)[:0], ptrs[:set.enforcing])
+	}
 	if set.owes {
 		after = l.owed(ctx, ptrs, res)
 	}
@@ -109,11 +116,11 @@ var checks = sync.Pool{New: func() any { return new(check) }}
 
 // decideChecks decides checks, of which the first n are enforcing and the
 // rest shadow.
-func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, method string, req any, stream bool) result {
+func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call Call) result {
 	enforcing, shadows := checks[:n], checks[n:]
 	for _, c := range checks {
 		c.ctx, c.span = l.tel.start(ctx, c.p)
-		l.prepare(c, method, req, stream)
+		l.prepare(c, call)
 	}
 	refused := refusedAny(enforcing)
 	if !refused {

@@ -10,8 +10,12 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// validatePattern accepts "/pkg.Service/Method" and "/pkg.Service/*".
+// validatePattern accepts "/pkg.Service/Method", "/pkg.Service/*" and an
+// HTTP route (validateRoute).
 func validatePattern(p string) error {
+	if method, route, ok := strings.Cut(p, " "); ok && !strings.HasPrefix(p, "/") {
+		return validateRoute(p, method, route)
+	}
 	service, method, ok := splitMethod(p)
 	switch {
 	case !ok:
@@ -20,6 +24,21 @@ func validatePattern(p string) error {
 		return fmt.Errorf("method %q: \"*\" may only stand alone as the method name", p)
 	case strings.ContainsFunc(p, unicode.IsSpace):
 		return fmt.Errorf("method %q has white space", p)
+	}
+	return nil
+}
+
+// validateRoute accepts an HTTP route as package httplimit names calls: a
+// method and a net/http ServeMux pattern ("GET /items/{id}"), matched
+// exactly.
+func validateRoute(p, method, route string) error {
+	switch {
+	case method == "" || strings.ContainsFunc(method, func(r rune) bool { return r < 'A' || r > 'Z' }):
+		return fmt.Errorf("route %q: an HTTP route starts with its method in capitals (GET, POST, …) and one space", p)
+	case !strings.Contains(route, "/") || strings.ContainsFunc(route, unicode.IsSpace):
+		return fmt.Errorf("route %q: after the method comes a ServeMux pattern with a path and no white space (\"GET /items/{id}\")", p)
+	case strings.ContainsRune(route, '*'):
+		return fmt.Errorf("route %q: an HTTP route is matched exactly, as its ServeMux pattern: \"*\" has no meaning in it", p)
 	}
 	return nil
 }

@@ -14,9 +14,9 @@ import (
 
 // prepare finds the check's identity, limits and cost and builds its
 // requests, or fills its result with the refusal.
-func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
+func (l *Limiter) prepare(c *check, call Call) {
 	p, res := c.p, &c.res
-	key, value, ok := identity(c.ctx, p, method, res)
+	key, value, ok := identity(c.ctx, p, call.Method, res)
 	if !ok {
 		return
 	}
@@ -44,7 +44,7 @@ func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 	} else if c.limits, ok = p.limitsFor(c.ctx, value, res); !ok {
 		return
 	}
-	cost, ok := costFor(c.ctx, p, method, req, c.limits, res)
+	cost, ok := costFor(c.ctx, p, call.Method, call.Request, c.limits, res)
 	if !ok {
 		return
 	}
@@ -65,7 +65,7 @@ func (l *Limiter) prepare(c *check, method string, req any, stream bool) {
 		c.reqs, c.decs = nil, nil // an in-flight limit alone
 	}
 	if p.inFlight != nil {
-		c.prepareSeat(c.ctx, key, requestID, stream)
+		c.prepareSeat(c.ctx, key, requestID, call.Stream)
 	}
 }
 

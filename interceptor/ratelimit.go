@@ -37,7 +37,7 @@ func (m middlewareLimiter) Limit(ctx context.Context) error {
 	// ratelimit.Limiter does not see the end of the call: a rule's Settle
 	// does not run, and its reservation stands; a seat could never be
 	// released, so a rule with InFlight refuses the call.
-	res, after := m.l.decide(ctx, &set.calls, method, nil, false)
+	res, after := m.l.decide(ctx, &set.calls, Call{Method: method}, nil)
 	if after != nil && after.seats != nil {
 		for _, h := range after.seats {
 			h.end()

@@ -44,8 +44,9 @@ type Rule struct {
 	// characters.
 	Name string
 	// Methods are the full method names the rule applies to, either exact
-	// ("/pkg.Service/Method") or a whole service ("/pkg.Service/*"). Empty
-	// means every method. Every rule whose Methods match a call applies to
+	// ("/pkg.Service/Method") or a whole service ("/pkg.Service/*"), or
+	// HTTP routes as package httplimit names them ("GET /items/{id}").
+	// Empty means every method. Every rule whose Methods match a call applies to
 	// it, unless a rule that also matches replaces it (Replaces); the call
 	// is admitted only if all of them admit it, and a denied call debits
 	// none of them.

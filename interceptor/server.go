@@ -20,7 +20,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if set == nil {
 			return handler(ctx, req)
 		}
-		res, after := l.decide(ctx, &set.calls, info.FullMethod, req, false)
+		res, after := l.decide(ctx, &set.calls, Call{Method: info.FullMethod, Request: req}, nil)
 		if md := res.trailer(l.admittedTrailers); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -35,6 +35,10 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if after.settles != nil {
 			ctx = withReport(ctx)
 		}
+		// A handler that panics ends the call too (an outer recovery
+		// interceptor may catch it): its seats are freed and it is settled
+		// as a call that failed. After the end below, this does nothing.
+		defer l.end(ctx, after, nil, errPanicked)
 		resp, err := handler(ctx, req)
 		l.end(ctx, after, resp, err)
 		return resp, err
@@ -54,7 +58,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if set == nil {
 			return handler(srv, ss)
 		}
-		res, after := l.openStream(ss.Context(), set, info.FullMethod)
+		res, after := l.openStream(ss.Context(), set, info.FullMethod, nil)
 		if res.err != nil {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
@@ -64,6 +68,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if after != nil && after.settles != nil {
 			ss = &reportingStream{ServerStream: ss, ctx: withReport(ss.Context())}
 		}
+		defer l.end(ss.Context(), after, nil, errPanicked) // as for unary calls
 		if len(set.messages.plans) == 0 {
 			if md := res.trailer(l.admittedTrailers); md != nil {
 				ss.SetTrailer(md)
@@ -87,12 +92,13 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 
 // openStream decides a stream's opening. A stream that finds no free seat
 // of a rule with InFlight.StreamWait waits for one, within the stream's
-// context and that wait, asking again after each suggested wait.
-func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string) (result, *afterCall) {
+// context and that wait, asking again after each suggested wait. out is
+// decide's.
+func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string, out *[]LimitDecision) (result, *afterCall) {
 	start := l.clk.now()
 	var waited time.Duration
 	for {
-		res, after := l.decide(ctx, &set.calls, method, nil, true)
+		res, after := l.decide(ctx, &set.calls, Call{Method: method, Stream: true}, out)
 		if res.err == nil || !res.seatWait {
 			if waited > 0 {
 				l.seatTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(telemetry.AttrRule.String(set.calls.plans[0].rule.Name)))
@@ -150,22 +156,28 @@ func (s *limitedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	ctx := s.Context()
+	return s.l.receive(s.Context(), s.plans, s.method, s.remember)
+}
+
+// receive decides one message received on a stream to method under plans
+// (its rules' PerMessage limits), telling remember each result. A message
+// a Shape rule denies waits until it fits, within the bound and the
+// stream's life; otherwise the denial is the error.
+func (l *Limiter) receive(ctx context.Context, plans *planSet, method string, remember func(result)) error {
 	var waited time.Duration
 	for {
-		res, _ := s.l.decide(ctx, s.plans, s.method, nil, false)
-		s.remember(res)
+		res, _ := l.decide(ctx, plans, Call{Method: method}, nil)
+		remember(res)
 		if res.err == nil || !res.hasDecision() || !res.shape {
 			return res.err
 		}
-		// Shape: wait until the same message fits, within the bound and
-		// the stream's life. A zero wait would spin, so wait at least 1ms.
+		// A zero wait would spin, so wait at least 1ms.
 		wait := max(res.decision.RetryAfter, time.Millisecond)
 		if waited+wait > res.maxShapeWait {
 			return res.err
 		}
 		waited += wait
-		if err := s.l.clk.sleep(ctx, wait); err != nil {
+		if err := l.clk.sleep(ctx, wait); err != nil {
 			return err
 		}
 	}

@@ -92,7 +92,14 @@ func admissions(decs []tollgate.Decision) []tollgate.Admission {
 type afterCall struct {
 	settles []settlement
 	seats   []*heldSeat
+	// ended: end ran; it runs once.
+	ended bool
 }
+
+// errPanicked is the error a call whose handler panicked is ended with:
+// its rules' Settle see a codes.Internal status, whatever an outer
+// recovery interceptor answers the client.
+var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicked")
 
 // owed returns what the checks of a call decided as res owe once it ends,
 // or nil. A refused call owes nothing: its seats are given back now.
@@ -139,10 +146,12 @@ func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterC
 // the Limiter's sender (see sender): the response does not wait for it.
 // The final costs are read now, under ctx (the handler's, carrying its
 // report); the seats stop being renewed and their hold times are recorded.
+// A call ends once: a second end does nothing.
 func (l *Limiter) end(ctx context.Context, a *afterCall, resp any, err error) {
-	if a == nil {
+	if a == nil || a.ended {
 		return
 	}
+	a.ended = true
 	e := &ending{seats: a.seats}
 	for i := range a.settles {
 		s := &a.settles[i]

@@ -12,6 +12,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -25,6 +26,7 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/tollgate/tollgate/connectlimit v0.0.0-00010101000000-000000000000 // indirect
 	github.com/tollgate/tollgate/internal/serving v0.0.0-00010101000000-000000000000 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0 // indirect
@@ -46,3 +48,5 @@ replace github.com/tollgate/tollgate => ../../
 replace github.com/tollgate/tollgate/examples/server => ../server
 
 replace github.com/tollgate/tollgate/internal/serving => ../../internal/serving
+
+replace github.com/tollgate/tollgate/connectlimit => ../../connectlimit

@@ -3,8 +3,10 @@ module github.com/tollgate/tollgate/examples/server
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/tollgate/tollgate v0.0.0-00010101000000-000000000000
+	github.com/tollgate/tollgate/connectlimit v0.0.0-00010101000000-000000000000
 	github.com/tollgate/tollgate/internal/serving v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -43,3 +45,5 @@ require (
 replace github.com/tollgate/tollgate => ../../
 
 replace github.com/tollgate/tollgate/internal/serving => ../../internal/serving
+
+replace github.com/tollgate/tollgate/connectlimit => ../../connectlimit

@@ -122,6 +122,7 @@ func (a *API) add(pkgName string, f *ast.File, public bool) {
 	if public && a.names[pkgName] == nil {
 		a.names[pkgName] = map[string]bool{}
 	}
+	a.declared[pkgName] = true // a package's name names it
 	name := func(n string) {
 		a.declared[n] = true
 		if public {
@@ -349,7 +350,7 @@ func (a *API) checkSpans(line string) [][2]string {
 // nothing in the module, or "" when it does or is not the module's to
 // check. inFileLine: the line names a .go file.
 func (a *API) resolve(first, second, third string, inFileLine bool) string {
-	if a.ignored[first] {
+	if a.ignored[first] || second != "" && a.ignored[first+"."+second] {
 		return ""
 	}
 	if second != "" {
@@ -379,7 +380,7 @@ func (a *API) resolve(first, second, third string, inFileLine bool) string {
 	return ""
 }
 
-// Ignore makes Check accept names, which the documentation quotes from
+// Ignore makes Check accept names (a name, or a Type.member), which the documentation quotes from
 // another project's code (a Redis function in a profile, say).
 func (a *API) Ignore(names ...string) {
 	for _, n := range names {

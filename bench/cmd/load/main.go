@@ -55,7 +55,7 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: journal, with a replica of its own and then on a Cluster with replicas, journalstall, with a replica frozen for -stall, and settle)")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: journal, with a replica of its own and then on a Cluster with replicas, journalstall, with a replica frozen for -stall, settle, and http and connect, the front doors over loopback)")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
@@ -160,6 +160,20 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	}
 	if cfg.sections["grpc"] {
 		r, err := m.grpcSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if cfg.sections["http"] {
+		r, err := m.httpSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if cfg.sections["connect"] {
+		r, err := m.connectSection(ctx)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -351,6 +352,9 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 		r.p50, r.p99 = time.Duration(median(p50)), time.Duration(median(p99))
 		if !s.reference {
 			r.ratio = median(ratios[i])
+			if len(ratios[i]) > 1 {
+				r.ratioLo, r.ratioHi = slices.Min(ratios[i]), slices.Max(ratios[i])
+			}
 			r.ratioRef = refName(subjects)
 			if len(cpuRatios[i]) > 0 {
 				r.cpuRatio = median(cpuRatios[i])

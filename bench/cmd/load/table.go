@@ -23,6 +23,9 @@ type row struct {
 	// (redis_rate for store, no limiter for grpc); ratioRef names it.
 	ratio    float64
 	ratioRef string
+	// ratioLo and ratioHi are the lowest and highest of the repetitions'
+	// ratios (zero with one repetition): the spread of ratio.
+	ratioLo, ratioHi float64
 	// usPerScript is Redis microseconds per script call; scriptsPerOp
 	// script calls per decision or call.
 	usPerScript, scriptsPerOp float64
@@ -44,6 +47,9 @@ func (r row) cells() []string {
 	ratio := "-"
 	if r.ratio > 0 {
 		ratio = fmt.Sprintf("%.2f× %s", r.ratio, r.ratioRef)
+		if r.ratioHi > r.ratioLo {
+			ratio = fmt.Sprintf("%.2f× %s (%.2f–%.2f)", r.ratio, r.ratioRef, r.ratioLo, r.ratioHi)
+		}
 	}
 	return []string{r.section, dash(r.keys), count(r.callers), r.subject, rate(r.perSec),
 		latency(r.p50), latency(r.p99), ratio,

@@ -57,7 +57,7 @@ func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger, mp met
 func tenantRule(cfg Config) interceptor.Rule {
 	return interceptor.Rule{
 		Name:     RuleName,
-		Methods:  []string{echo.AllMethods},
+		Methods:  []string{echo.AllMethods, HTTPRoute},
 		Key:      keyfunc.Metadata(cfg.TenantHeader),
 		Limits:   interceptor.Fixed(cfg.Limit),
 		FailMode: cfg.FailMode,

@@ -25,6 +25,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -106,6 +107,10 @@ type Config struct {
 	// MetricsAddr, when set, is the TCP address on which the limiter's
 	// OpenTelemetry metrics are served for Prometheus, at MetricsPath.
 	MetricsAddr string
+	// HTTPAddr, when set, is the TCP address of the listener serving Echo
+	// over Connect (the Connect, gRPC and gRPC-Web protocols) and
+	// HTTPRoute, sharing the tenants' quotas with Addr.
+	HTTPAddr string
 	// AdminAddr, when set, is the TCP address of a separate listener for the
 	// admin service (tollgate.admin.v1), which requires AdminToken.
 	AdminAddr string
@@ -133,6 +138,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 		failMode  string
 	)
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:50051", "TCP address to listen on")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:8080", "TCP address serving Echo over Connect and gRPC-Web, and "+HTTPRoute+" (empty: none)")
 	fs.Int64Var(&cfg.Limit.Rate, "rate", 10, "calls admitted per tenant in each -period")
 	fs.DurationVar(&cfg.Limit.Period, "period", time.Second, "the period of -rate")
 	fs.Int64Var(&cfg.Limit.Burst, "burst", 0, "most calls a tenant can make at once (token_bucket, gcra); 0 means -rate")
@@ -219,18 +225,41 @@ func Run(ctx context.Context, cfg Config, logOut io.Writer) error {
 }
 
 // Serve serves the rate-limited echo service and the health service on lis
-// until ctx is done, then stops gracefully: health turns NOT_SERVING, new
-// calls are refused, running ones get cfg.ShutdownTimeout to finish before
-// they are cancelled. It logs to logOut, starting with the store it uses and
-// "listening on ADDR". It returns nil after a shutdown caused by ctx, and
-// closes lis in every case.
+// and, when cfg.HTTPAddr is set, Echo over Connect and HTTPRoute on a
+// listener there; see ServeListeners.
 func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) error {
+	var httpLis net.Listener
+	if cfg.HTTPAddr != "" {
+		var err error
+		if httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			lis.Close()
+			return fmt.Errorf("-http-addr: %w", err)
+		}
+	}
+	return ServeListeners(ctx, cfg, lis, httpLis, logOut)
+}
+
+// ServeListeners serves the rate-limited echo service and the health
+// service on lis and, when httpLis is not nil, the handler of
+// NewHTTPHandler on httpLis, all behind one Limiter, until ctx is done;
+// then stops gracefully: health turns NOT_SERVING, new calls are refused,
+// running ones get cfg.ShutdownTimeout to finish before they are
+// cancelled. It logs to logOut, starting with the store it uses and
+// "listening on ADDR". It returns nil after a shutdown caused by ctx, and
+// closes both listeners in every case.
+func ServeListeners(ctx context.Context, cfg Config, lis, httpLis net.Listener, logOut io.Writer) error {
 	logger := log.New(logOut, "", log.LstdFlags)
+	fail := func(err error) error {
+		lis.Close()
+		if httpLis != nil {
+			httpLis.Close()
+		}
+		return err
+	}
 	redisCfg := serving.Redis{URL: cfg.RedisURL, ClusterAddrs: cfg.RedisClusterAddrs, SentinelAddrs: cfg.RedisSentinelAddrs, SentinelMaster: cfg.RedisSentinelMaster}
 	st, closeStore, err := redisCfg.Store(ctx, logger)
 	if err != nil {
-		lis.Close()
-		return err
+		return fail(err)
 	}
 	defer closeStore()
 
@@ -239,8 +268,7 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 	if cfg.MetricsAddr != "" {
 		mp, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger, nil)
 		if err != nil {
-			lis.Close()
-			return err
+			return fail(err)
 		}
 		defer stopMetrics()
 		provider = mp
@@ -249,19 +277,26 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 
 	lim, err := NewLimiter(st, cfg, limiterOpts...)
 	if err != nil {
-		lis.Close()
-		return err
+		return fail(err)
 	}
 	defer lim.Close(context.Background())
 	srv, hs := NewServerFor(lim, cfg)
-	logger.Printf("rule %s: %s per value of metadata %q on %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, cfg.FailMode)
+	logger.Printf("rule %s: %s per value of metadata %q on %s and %s; fail mode %s", RuleName, cfg.Limit, cfg.TenantHeader, echo.AllMethods, HTTPRoute, cfg.FailMode)
 	if cfg.AdminAddr != "" {
 		stopAdmin, err := serveAdmin(lim, cfg, logger, provider)
 		if err != nil {
-			lis.Close()
-			return err
+			return fail(err)
 		}
 		defer stopAdmin()
+	}
+	if httpLis != nil {
+		h, err := NewHTTPHandler(lim)
+		if err != nil {
+			return fail(err)
+		}
+		stopHTTP := serveHTTP(ctx, newHTTPServer(h), httpLis, cfg.ShutdownTimeout, logger)
+		defer stopHTTP()
+		logger.Printf("Connect, gRPC-Web and HTTP (%s) on http://%s", HTTPRoute, httpLis.Addr())
 	}
 	logger.Printf("listening on %s (plaintext)", lis.Addr())
 
@@ -274,6 +309,26 @@ func Serve(ctx context.Context, cfg Config, lis net.Listener, logOut io.Writer) 
 		logger.Printf("limiter: %v", cerr)
 	}
 	return err
+}
+
+// serveHTTP serves srv on lis until stop, which shuts it down, waiting up
+// to timeout for running requests.
+func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, timeout time.Duration, logger *log.Logger) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Printf("http: %v", err)
+		}
+	}()
+	return func() {
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			srv.Close()
+		}
+		<-done
+	}
 }
 
 // NewServer builds the gRPC server with its interceptor chain around st and

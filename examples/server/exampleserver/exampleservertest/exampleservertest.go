@@ -32,15 +32,19 @@ func Parse(t testing.TB, getenv func(string) string, args ...string) exampleserv
 type Server struct {
 	// Addr is the address the server listens on.
 	Addr string
+	// HTTPAddr is the address of its HTTP listener (Connect and HTTP), or
+	// "" without one.
+	HTTPAddr string
 	// Log is what the server logged so far.
 	Log *grpctest.Log
 
 	stop func() error
 }
 
-// Start runs exampleserver.Serve with cfg on lis, or on a new loopback port
-// when lis is nil, until Stop or the end of the test, which fails if Serve
-// returned an error.
+// Start runs exampleserver.ServeListeners with cfg on lis, or on a new
+// loopback port when lis is nil, and, when cfg.HTTPAddr is set, its HTTP
+// listener on a new loopback port, until Stop or the end of the test,
+// which fails if Serve returned an error.
 func Start(t testing.TB, cfg exampleserver.Config, lis net.Listener) *Server {
 	t.Helper()
 	if lis == nil {
@@ -49,10 +53,21 @@ func Start(t testing.TB, cfg exampleserver.Config, lis net.Listener) *Server {
 			t.Fatal(err)
 		}
 	}
+	var httpLis net.Listener
+	if cfg.HTTPAddr != "" {
+		var err error
+		if httpLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			lis.Close()
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{Addr: lis.Addr().String(), Log: &grpctest.Log{}}
+	if httpLis != nil {
+		s.HTTPAddr = httpLis.Addr().String()
+	}
 	done := make(chan error, 1)
-	go func() { done <- exampleserver.Serve(ctx, cfg, lis, s.Log) }()
+	go func() { done <- exampleserver.ServeListeners(ctx, cfg, lis, httpLis, s.Log) }()
 	var once sync.Once
 	var result error
 	s.stop = func() error {

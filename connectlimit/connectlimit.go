@@ -1,0 +1,155 @@
+// Package connectlimit puts a tollgate interceptor.Limiter in front of
+// connect-go (connectrpc.com/connect) handlers: the same rules, key
+// functions, overrides, request ids, seats, settlements, fail modes,
+// shadow rules and telemetry as the gRPC interceptors, on the same store,
+// whichever protocol a client speaks (Connect, gRPC or gRPC-Web).
+//
+// A call is its procedure ("/pkg.Service/Method", what a gRPC interceptor
+// sees as the full method), so one rule covers a service served by grpc-go
+// and by connect-go. Key functions read the request headers as gRPC
+// metadata and the client address as the peer. A refused call fails with
+// the code and the details the gRPC interceptors send (for a denial,
+// connect.CodeResourceExhausted with errdetails.RetryInfo and
+// errdetails.QuotaFailure, and retry-after and the x-ratelimit-* keys in
+// the error's metadata), so a Connect, a gRPC and a gRPC-Web client of the
+// same handler all read one answer.
+//
+// It is a module of its own, so that the core module does not depend on
+// connect-go.
+package connectlimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/interceptor"
+)
+
+// New returns the connect.Interceptor that limits the calls of the
+// handlers it is given to (connect.WithInterceptors) with l's rules: unary
+// calls, and streams, whose messages PerMessage rules limit as they are
+// received. Clients' calls pass through it unchanged.
+//
+// An admitted call's handler runs with a context carrying its report for
+// interceptor.ReportCost; once it returns (or panics) the call is ended:
+// its seats released and its rules settled, Rule.Settle seeing the
+// response message and the handler's error as a gRPC status of the same
+// code.
+func New(l *interceptor.Limiter) (connect.Interceptor, error) {
+	if l == nil {
+		return nil, errors.New("connectlimit: the Limiter is nil")
+	}
+	return &limiter{l: l}, nil
+}
+
+type limiter struct{ l *interceptor.Limiter }
+
+// begin decides a call of spec with header from peer.
+func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) *interceptor.Verdict {
+	ctx = interceptor.IncomingContext(ctx, header, peer.Addr)
+	stream := spec.StreamType != connect.StreamTypeUnary
+	return i.l.Begin(ctx, interceptor.Call{Method: spec.Procedure, Request: req, Stream: stream})
+}
+
+// WrapUnary limits a handler's unary calls.
+func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if req.Spec().IsClient {
+			return next(ctx, req)
+		}
+		v := i.begin(ctx, req.Spec(), req.Header(), req.Peer(), req.Any())
+		if err := v.Err(); err != nil {
+			return nil, refusal(err, v.Trailer())
+		}
+		defer v.EndPanicked()
+		resp, err := next(v.Context(), req)
+		var msg any
+		if resp != nil {
+			msg = resp.Any()
+			setAll(resp.Trailer(), v.Trailer())
+		}
+		v.End(msg, asStatus(err))
+		return resp, err
+	}
+}
+
+// WrapStreamingClient leaves clients' streams as they are.
+func (i *limiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler limits a handler's streams: one decision when the
+// stream opens, then one per message received under PerMessage rules.
+func (i *limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		v := i.begin(ctx, conn.Spec(), conn.RequestHeader(), conn.Peer(), nil)
+		if err := v.Err(); err != nil {
+			return refusal(err, v.Trailer())
+		}
+		defer v.EndPanicked()
+		err := next(v.Context(), &limitedConn{StreamingHandlerConn: conn, v: v, ctx: v.Context()})
+		setAll(conn.ResponseTrailer(), v.Trailer())
+		v.End(nil, asStatus(err))
+		return err
+	}
+}
+
+// limitedConn decides every message it receives.
+type limitedConn struct {
+	connect.StreamingHandlerConn
+	v   *interceptor.Verdict
+	ctx context.Context
+}
+
+// Receive receives a message, then has it judged: a message that never
+// arrives costs nothing.
+func (c *limitedConn) Receive(m any) error {
+	if err := c.StreamingHandlerConn.Receive(m); err != nil {
+		return err
+	}
+	if err := c.v.Received(c.ctx); err != nil {
+		return refusal(err, nil)
+	}
+	return nil
+}
+
+// refusal is the connect error of a call the Limiter refused with err, a
+// gRPC status: the same code (connect's codes are gRPC's), message and
+// details, and md in its metadata.
+func refusal(err error, md metadata.MD) *connect.Error {
+	st := status.Convert(err)
+	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
+	for _, a := range st.Proto().GetDetails() {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			continue // a detail whose type is not linked in: the code and message still say it
+		}
+		if d, err := connect.NewErrorDetail(m); err == nil {
+			ce.AddDetail(d)
+		}
+	}
+	setAll(ce.Meta(), md)
+	return ce
+}
+
+// asStatus returns a handler's error as a gRPC status of the same code,
+// which Rule.Settle reads (interceptor.SettleFailures).
+func asStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	return status.Error(codes.Code(connect.CodeOf(err)), err.Error())
+}
+
+// setAll sets every key of md in h.
+func setAll(h http.Header, md metadata.MD) {
+	for k, vs := range md {
+		h[http.CanonicalHeaderKey(k)] = vs
+	}
+}
