@@ -199,6 +199,11 @@ func TestRedisFirstCallAfterScriptFlush(t *testing.T) {
 	if _, err := st.Allow(ctx, req); err != nil {
 		t.Fatal(err)
 	}
+	if st.persistence.started.Load() {
+		// Its reads take a connection of the pool too: once it is done,
+		// the next call finds the one it used, opened before the flush.
+		<-st.persistence.done
+	}
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

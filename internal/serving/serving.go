@@ -123,17 +123,24 @@ func (r Redis) Store(ctx context.Context, logger *log.Logger) (tollgate.Store, f
 		}
 		return st, func() {}, nil
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := client.Ping(pingCtx).Err(); err != nil {
-		logger.Printf("warning: Redis does not answer (%v); the fail mode applies until it does", err)
-	}
+	// The store before any command: it chains its hooks into the client's
+	// options, read as connections open.
 	st, err := store.NewRedis(client)
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err
 	}
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := client.Ping(pingCtx).Err(); err != nil {
+		logger.Printf("warning: Redis does not answer (%v); the fail mode applies until it does", err)
+	}
 	return st, func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := st.Close(closeCtx); err != nil {
+			logger.Printf("closing the Redis store: %v", err)
+		}
 		if err := client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			logger.Printf("closing Redis client: %v", err)
 		}
