@@ -277,6 +277,39 @@ func settle(st *Redis) {
 	}
 }
 
+// flood writes 16 KB values to c (keys under tag, which names their Cluster
+// slot) until the returned stop is called: a frozen replica then falls
+// behind for sure, whatever the load's own rate, since the stream it does
+// not read outgrows the kernel's buffers (which would otherwise hold a
+// slow load's writes and hand them over on thaw).
+func flood(c redis.UniversalClient, tag string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	value := strings.Repeat("x", 16<<10)
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			pipe := c.Pipeline()
+			for k := range 8 {
+				pipe.Set(context.Background(), fmt.Sprintf("%sflood:%d", tag, (i*8+k)%64), value, 10*time.Second)
+			}
+			_, _ = pipe.Exec(context.Background())
+			// About 12 MB/s: more than the kernel's buffers hold in the
+			// freeze, less than would make the primary drop the replica
+			// (its output buffer's limits).
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // awaitAcknowledged waits until primary's replicas acknowledge a write of
 // its own: a replica whose link has just come up receives the stream only
 // once it has acknowledged its sync, and a failover before that loses
@@ -384,9 +417,11 @@ func TestFailoverSentinelLagging(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	l.plan(t, start, 2*time.Second) // past the kill: the replica misses writes
 	replica.Freeze(t)
+	stopFlood := flood(primary.Client(t), "")
 	time.Sleep(600 * time.Millisecond)
 	primary.Stop(t)
 	killed := time.Now()
+	stopFlood()
 	replica.Thaw(t)
 	addr, named := redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
 	if addr != replica.Addr() {
@@ -515,9 +550,11 @@ func TestFailoverClusterLagging(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	l.plan(t, start, 4*time.Second)
 	replica.Freeze(t)
+	stopFlood := flood(cl.Client(t), "{tenant-0}") // the victim's slot
 	time.Sleep(4 * time.Second)
 	victim.Stop(t)
 	killed := time.Now()
+	stopFlood()
 	replica.Thaw(t)
 	promoted := cl.AwaitPromoted(t, replica, 20*time.Second)
 	served := l.awaitServed(t, promoted, 10*time.Second)
@@ -644,8 +681,10 @@ func TestFailoverKeepsSettlementsAndOverdraws(t *testing.T) {
 			time.Sleep(400 * time.Millisecond)
 			l.plan(t, start, 2*time.Second) // past the kill: the replica misses writes
 			replica.Freeze(t)
+			stopFlood := flood(primary.Client(t), "")
 			time.Sleep(600 * time.Millisecond)
 			primary.Stop(t)
+			stopFlood()
 			replica.Thaw(t)
 			_, named := redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
 			l.awaitServed(t, named, 10*time.Second)
@@ -715,8 +754,10 @@ func TestFailoverKeepsSeats(t *testing.T) {
 	}
 	time.Sleep(1000 * time.Millisecond)
 	replica.Freeze(t)
+	stopFlood := flood(primary.Client(t), "")
 	time.Sleep(600 * time.Millisecond)
 	primary.Stop(t)
+	stopFlood()
 	replica.Thaw(t)
 	redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
 	time.Sleep(time.Second)

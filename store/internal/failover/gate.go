@@ -70,7 +70,8 @@ type epoch struct {
 	name     string
 	replid   string
 	// prev is the epoch this one replaced: no call is verified under this
-	// one before every call stamped under prev has ended.
+	// one before every call stamped under prev has ended. Set once, when
+	// the epoch is made: Check reads it from connections' goroutines.
 	prev     *epoch
 	inflight atomic.Int64
 	retired  atomic.Bool
@@ -236,7 +237,6 @@ func (g *Gate) check(ctx context.Context, e *epoch) (*epoch, error) {
 		// server with the old era.
 		select {
 		case <-p.drained:
-			e.prev = nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -241,10 +241,26 @@ func (j *Journal) Observe(era string, pos uint64, inf ReplInfo, now int64) {
 	j.expireLocked(l, at)
 }
 
-// expireLocked drops l's writes older than the window by its clock.
+// MaxSilence is the longest the journal keeps the writes of an era whose
+// primary has not been read since: a primary that died is replaced within
+// Sentinel's or the Cluster's failover time (Sentinel's default
+// down-after-milliseconds is 30 s), and its writes wait for their
+// successor however long that takes, up to this.
+const MaxSilence = 10 * time.Minute
+
+// expireLocked drops l's writes older than the window by its primary's
+// clock as last read: a clock that stops while the primary does not
+// answer, so that a dead primary's writes wait for its successor (at most
+// MaxSilence).
 func (j *Journal) expireLocked(l *eraLog, at time.Time) {
-	now := l.clock + at.Sub(l.clockAt).Microseconds()
-	for l.q.len() > 0 && l.q.front().At < now-j.window {
+	if at.Sub(l.clockAt) > MaxSilence {
+		for l.q.len() > 0 {
+			j.popLocked(l)
+			j.expired.Add(1)
+		}
+		return
+	}
+	for l.q.len() > 0 && l.q.front().At < l.clock-j.window {
 		j.popLocked(l)
 		j.expired.Add(1)
 	}

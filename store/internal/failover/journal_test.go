@@ -64,24 +64,27 @@ func TestJournalForgetsWhatReplicasAcknowledged(t *testing.T) {
 }
 
 // TestJournalWindowByThePrimarysClock drops writes older than the window
-// by their primary's clock, carried forward from its last reading by the
-// local one.
+// by their primary's clock as last read; a primary that stops answering
+// stops its clock, so its writes wait, up to MaxSilence by the local one.
 func TestJournalWindowByThePrimarysClock(t *testing.T) {
 	j := NewJournal(time.Second, DefaultMaxBytes)
 	local := time.Unix(1000, 0)
 	j.now = func() time.Time { return local }
 	j.Add(write("a", 1, 1, 5_000_000))
 	j.Add(write("a", 2, 2, 5_500_000))
-	j.Expire()
-	if n := j.Len(); n != 2 {
-		t.Fatalf("%d writes, want 2", n)
+	pos := j.Pos("a")
+	j.Observe("a", pos, ReplInfo{Master: true, Offset: 10, Acked: 5, Replicas: 1}, 6_300_000)
+	if n := j.Len(); n != 1 {
+		t.Fatalf("%d writes at 6.3 s by the primary's clock, want the one at 5.5 s", n)
 	}
-	local = local.Add(800 * time.Millisecond) // the primary's clock: 6.3 s
+	// The primary answers no more: an hour by the local clock changes
+	// nothing, until MaxSilence.
+	local = local.Add(time.Hour / 12)
 	j.Expire()
 	if n := j.Len(); n != 1 {
-		t.Fatalf("%d writes 0.8 s on, want the one at 5.5 s", n)
+		t.Fatalf("%d writes, want the one still waiting for its primary's successor", n)
 	}
-	local = local.Add(time.Second)
+	local = local.Add(MaxSilence)
 	j.Expire()
 	if n, c := j.Len(), j.Counts(); n != 0 || c.Expired != 2 {
 		t.Fatalf("%d writes, %d expired; want 0 and 2", n, c.Expired)
