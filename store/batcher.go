@@ -217,12 +217,14 @@ func (r *Redis) runBatch(batch []*call) {
 	defer cancel()
 	var shares []*shared
 	var folds []*fold
+	var settles []*settleFold
 	own := batch // the calls sent as script calls of their own
 	if r.usesBatchScript() {
 		shares, own = shareCalls(batch, r.cluster != nil)
 		folds, own = foldCalls(own, r.cluster != nil)
+		settles, own = foldSettles(own, r.cluster != nil)
 	}
-	sc := make([]scriptCall, 0, len(own)+len(shares)+len(folds))
+	sc := make([]scriptCall, 0, len(own)+len(shares)+len(folds)+len(settles))
 	for _, c := range own {
 		sc = append(sc, c.scriptCall())
 	}
@@ -230,6 +232,9 @@ func (r *Redis) runBatch(batch []*call) {
 		sc = append(sc, scriptCall{script: batchScript, args: s.args})
 	}
 	for _, f := range folds {
+		sc = append(sc, f.sc)
+	}
+	for _, f := range settles {
 		sc = append(sc, f.sc)
 	}
 	r.roundTrip(ctx, sc)
@@ -247,6 +252,14 @@ func (r *Redis) runBatch(batch []*call) {
 	for i, f := range folds {
 		f.read(sc[len(own)+len(shares)+i].cmd)
 		era := eraOf(sc[len(own)+len(shares)+i].args)
+		for _, c := range f.calls {
+			c.era = era
+		}
+	}
+	for i, f := range settles {
+		k := len(own) + len(shares) + len(folds) + i
+		f.read(sc[k].cmd)
+		era := eraOf(sc[k].args)
 		for _, c := range f.calls {
 			c.era = era
 		}

@@ -30,7 +30,7 @@ type shared struct {
 func shareCalls(batch []*call, bySlot bool) ([]*shared, []*call) {
 	var singles, own []*call
 	for _, c := range batch {
-		if c.entries == 1 && c.admit == nil {
+		if c.entries == 1 && c.decides() {
 			singles = append(singles, c)
 		} else {
 			own = append(own, c)

@@ -83,6 +83,12 @@ type call struct {
 	admit *admitPart
 	// seat, when set, makes the call a seat script call (see seatCall).
 	seat *seatPart
+	// settle, when set, makes the call a settle script call (see
+	// settleCall), which the batcher folds with others of its mode.
+	settle *settlePart
+	// finish, when set, makes the call a finish script call (see
+	// finishCall).
+	finish *finishPart
 
 	// Written by whoever runs the call, then signalled on done.
 	decisions []tollgate.Decision // one per entry, valid when err is nil
@@ -147,19 +153,23 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 		c.args[4+nkeys+i] = &c.argv[i]
 	}
 	c.deadline, _ = ctx.Deadline()
-	c.now, c.err, c.admit, c.seat, c.era = 0, nil, nil, nil, ""
+	c.now, c.err, c.admit, c.seat, c.settle, c.finish, c.era = 0, nil, nil, nil, nil, nil, ""
 	clear(c.seqs)
 	return c
 }
 
 // scriptCall is c as the send path takes it alone: a decide call, an
-// admit call or a seat call.
+// admit call, a seat call or a settle call.
 func (c *call) scriptCall() scriptCall {
 	switch {
 	case c.admit != nil:
 		return scriptCall{script: admitScript, args: c.admit.args}
 	case c.seat != nil:
 		return scriptCall{script: seatScript, args: c.seat.args}
+	case c.settle != nil:
+		return scriptCall{script: settleScript, args: settleArgs([]*settlePart{c.settle})}
+	case c.finish != nil:
+		return scriptCall{script: finishScript, args: c.finish.args()}
 	}
 	return scriptCall{script: decideScript, args: c.args}
 }
@@ -167,7 +177,19 @@ func (c *call) scriptCall() scriptCall {
 // readReply records cmd's reply, c's script call's, with the decoder of
 // its script.
 func (c *call) readReply(cmd redis.Cmder) {
-	if c.admit == nil && c.seat == nil {
+	if c.settle != nil || c.finish != nil {
+		var err error
+		if c.settle != nil {
+			err = readSettles(cmd, []*settlePart{c.settle})
+		} else {
+			err = c.finish.read(cmd)
+		}
+		if err != nil {
+			c.err = err
+		}
+		return
+	}
+	if c.decides() {
 		c.read(cmd)
 		return
 	}
@@ -178,6 +200,12 @@ func (c *call) readReply(cmd redis.Cmder) {
 	if err != nil {
 		c.err = err
 	}
+}
+
+// decides reports whether c is a decide call: not an admit, seat, settle
+// or finish call.
+func (c *call) decides() bool {
+	return c.admit == nil && c.seat == nil && c.settle == nil && c.finish == nil
 }
 
 // debited reports whether the call, answered without an error, debited its

@@ -39,6 +39,9 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 			}
 		}
 	}
+	if len(reqs) == 0 && len(release) == 0 {
+		return []tollgate.Decision{}, nil
+	}
 	if !r.oneSlot(reqs, release) {
 		return settleThenRelease(ctx, r, reqs, admitted, costs, release)
 	}
@@ -46,36 +49,31 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	for i := range all {
 		all[i] = i
 	}
-	args, nkeys := []any{nil, nil, 0, eraNone}, 0 // nothing to settle: the era alone
+	f := &finishPart{}
 	if len(reqs) > 0 {
-		args = r.settleArgs(reqs, admitted, costs, all, settleMode(reqs, false))
-		nkeys = args[2].(int)
+		f.settle = r.newSettlePart(reqs, admitted, costs, all, r.recordsFor(settleMode(reqs, false)))
 	}
-	out := make([]any, 0, len(args)+4*len(release)+2)
-	out = append(out, nil, nil, nkeys+2*len(release))
-	out = append(out, args[3:3+nkeys]...)
 	for _, s := range release {
 		prefix := r.keyPrefix(s.Key)
-		out = append(out, keyOf(prefix, seatsCode, s.Key), keyOf(prefix, holdCode, s.Key))
+		f.seats = append(f.seats, [2]string{keyOf(prefix, seatsCode, s.Key), keyOf(prefix, holdCode, s.Key)})
+		f.ids = append(f.ids, s.ID)
+		f.held = append(f.held, max(s.Hold, 0).Microseconds())
 	}
-	out = append(out, args[3+nkeys:]...)
-	for _, s := range release {
-		out = append(out, s.ID, max(s.Hold, 0).Microseconds())
+	// Through the batcher, as every debit goes: a finish call shares round
+	// trips with the others, a script call of its own.
+	c := r.finishCall(ctx, f)
+	if err := r.send(ctx, c); err != nil {
+		return nil, fmt.Errorf("tollgate: redis store: finish: %w", err) // c is abandoned to its runner
 	}
-	out = append(out, seatHoldTTL.Milliseconds(), len(release))
-	sc := [1]scriptCall{{script: finishScript, args: out}}
-	err := r.exchange(ctx, sc[:])
-	if err == nil {
-		r.journalFinish(sc[0], nkeys, len(release))
-	}
-	ds := make([]tollgate.Decision, len(reqs))
-	if err == nil && len(reqs) > 0 {
-		err = readSettle(sc[0].cmd, all, ds)
-	} else if err == nil {
-		_, err = sc[0].cmd.(scriptCmd).Result()
-	}
+	err := c.err
+	c.finish = nil
+	calls.Put(c)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: finish: %w", err)
+	}
+	ds := make([]tollgate.Decision, len(reqs))
+	if f.settle != nil {
+		f.settle.decisions(all, ds)
 	}
 	if r.deny != nil {
 		for _, req := range reqs {
@@ -131,4 +129,74 @@ func settleThenRelease(ctx context.Context, st tollgate.SeatSettler, reqs []toll
 		}
 	}
 	return ds, nil
+}
+
+// finishPart is what makes a call a finish call: the settle part it
+// settles (nil: none) and the seats it releases, each's keys (seats, hold
+// time), id and hold time in µs.
+type finishPart struct {
+	settle *settlePart
+	seats  [][2]string
+	ids    []string
+	held   []int64
+	now    int64 // the server time of the reply, µs
+}
+
+// args lays out the finish script call (lua/doc.go, Finish): the settle
+// call's KEYS, the seats' keys, the settle call's ARGV (the era alone
+// without one), each seat's id and hold time, the hold time's TTL, the
+// number of seats.
+func (f *finishPart) args() []any {
+	var settle []any
+	nkeys := 0
+	if f.settle != nil {
+		settle = settleArgs([]*settlePart{f.settle})
+		nkeys = int(settle[2].(int64))
+	} else {
+		settle = []any{nil, nil, int64(0), eraNone}
+	}
+	out := make([]any, 0, len(settle)+4*len(f.seats)+2)
+	out = append(out, nil, nil, int64(nkeys+2*len(f.seats)))
+	out = append(out, settle[3:3+nkeys]...)
+	for _, k := range f.seats {
+		out = append(out, k[0], k[1])
+	}
+	out = append(out, settle[3+nkeys:]...)
+	for i, id := range f.ids {
+		out = append(out, id, f.held[i])
+	}
+	return append(out, seatHoldTTL.Milliseconds(), int64(len(f.seats)))
+}
+
+// read records the finish script's reply: the settle call's, or {now_us}.
+func (f *finishPart) read(cmd redis.Cmder) error {
+	if f.settle != nil {
+		err := readSettles(cmd, []*settlePart{f.settle})
+		f.now = f.settle.now
+		return err
+	}
+	v, err := cmd.(scriptCmd).Result()
+	if err == nil && len(v) != 1 {
+		err = errBadReply
+	}
+	if err == nil {
+		f.now = v[0]
+	}
+	return err
+}
+
+// finishCall returns a call carrying f, to send through the batcher.
+func (r *Redis) finishCall(ctx context.Context, f *finishPart) *call {
+	c := calls.Get().(*call)
+	c.entries, c.mode, c.admit, c.seat, c.settle, c.finish = 0, decideMode{}, nil, nil, nil, f
+	c.keys = c.keyBuf[:1]
+	switch {
+	case f.settle != nil:
+		c.keys[0] = f.settle.states[0]
+	case len(f.seats) > 0:
+		c.keys[0] = f.seats[0][0]
+	}
+	c.now, c.err, c.era = 0, nil, ""
+	c.deadline, _ = ctx.Deadline()
+	return c
 }

@@ -17,8 +17,15 @@ func (r *Redis) journalCall(c *call) {
 	if f == nil || c.err != nil || c.era == "" {
 		return
 	}
-	if c.seat != nil {
+	switch {
+	case c.seat != nil:
 		r.journalSeat(c)
+		return
+	case c.settle != nil:
+		r.journalSettle(c.settle, c.era)
+		return
+	case c.finish != nil:
+		r.journalFinish(c.finish, c.era)
 		return
 	}
 	if c.mode.peek || c.entries == 0 {
@@ -68,97 +75,37 @@ func (r *Redis) journalSeat(c *call) {
 	r.failover.add(e)
 }
 
-// journalSettle journals what a settle script call wrote, from its keys
-// (the state keys, then the records when its mode keeps them), its ARGV
-// from the era on, and its reply: each entry's units applied, and the
-// record it set.
-func (r *Redis) journalSettle(keys []string, argv []any, reply []int64) {
+// journalSettle journals what p, a settle part answered, wrote, stamped
+// with era: each entry's units applied, and the record it set.
+func (r *Redis) journalSettle(p *settlePart, era string) {
 	f := r.failover
-	if f == nil || len(argv) < 3 {
+	if f == nil || era == "" || p.mode == settleLook || len(p.reply) != settleReplyLen*len(p.states) {
 		return
 	}
-	era, _ := argv[0].(string)
-	mode, _ := argv[1].(int64)
-	if era == "" || mode == settleLook {
-		return
-	}
-	n := (len(argv) - 3) / settleArgs
-	if len(reply) != settleReplyLen*n+1 {
-		return
-	}
-	records := mode == settleRecord || mode == settleRefund
-	ttl, _ := argv[2].(int64)
-	now := reply[len(reply)-1]
-	for k := range n {
-		g := reply[settleReplyLen*k:]
+	for k, key := range p.states {
+		g := p.reply[settleReplyLen*k:]
 		if g[settleSeq] == 0 {
 			continue // nothing written
 		}
-		a := argv[3+settleArgs*k:]
-		w := failover.Write{Key: keys[k], Delta: g[settleApplied]}
-		w.Alg, w.Rate, w.Period, w.Capacity, w.DebitedAt, w.AdmReset = a[0].(int64), a[1].(int64), a[2].(int64), a[3].(int64), a[6].(int64), a[7].(int64)
-		if records {
-			w.Aux, w.AuxKind, w.AuxValue, w.AuxUntil = keys[n+k], auxRecord, a[5].(int64), now+1000*ttl
+		a := p.argv[settleEntryArgs*k:]
+		w := failover.Write{Key: key, Delta: g[settleApplied], Alg: a[0], Rate: a[1], Period: a[2], Capacity: a[3], DebitedAt: a[6], AdmReset: a[7]}
+		if p.records != nil {
+			w.Aux, w.AuxKind, w.AuxValue, w.AuxUntil = p.records[k], auxRecord, a[5], p.now+1000*p.ttlMs
 		}
-		f.add(failover.Entry{Era: era, Seq: g[settleSeq], At: now, Expires: now + g[settleResetAfter], Write: w})
+		f.add(failover.Entry{Era: era, Seq: g[settleSeq], At: p.now, Expires: p.now + g[settleResetAfter], Write: w})
 	}
 }
 
-// journalSettleCall journals what sc, a settle script call answered, wrote.
-func (r *Redis) journalSettleCall(sc scriptCall) {
-	if r.failover == nil || sc.cmd == nil {
+// journalFinish journals what f, a finish call answered, wrote, stamped
+// with era: its settlements and the seats it released.
+func (r *Redis) journalFinish(f *finishPart, era string) {
+	if r.failover == nil || era == "" {
 		return
 	}
-	v, err := sc.cmd.(scriptCmd).Result()
-	if err != nil {
-		return
+	if f.settle != nil {
+		r.journalSettle(f.settle, era)
 	}
-	i, ok := eraAt(sc.args)
-	if !ok {
-		return
-	}
-	keys := make([]string, 0, i-3)
-	for _, k := range sc.args[3:i] {
-		s, _ := k.(string)
-		keys = append(keys, s)
-	}
-	r.journalSettle(keys, sc.args[i:], v)
-}
-
-// journalFinish journals what sc, a finish script call of settles entries
-// (its settle call's ARGV first) and the seats of release, wrote.
-func (r *Redis) journalFinish(sc scriptCall, settleKeys int, release int) {
-	if r.failover == nil || sc.cmd == nil {
-		return
-	}
-	v, err := sc.cmd.(scriptCmd).Result()
-	if err != nil {
-		return
-	}
-	i, ok := eraAt(sc.args)
-	if !ok {
-		return
-	}
-	era, _ := sc.args[i].(string)
-	if era == "" {
-		return
-	}
-	keys := make([]string, 0, settleKeys)
-	for _, k := range sc.args[3 : 3+settleKeys] {
-		s, _ := k.(string)
-		keys = append(keys, s)
-	}
-	settleArgv := sc.args[i : len(sc.args)-2-2*release]
-	if settleKeys > 0 {
-		r.journalSettle(keys, settleArgv, v)
-	}
-	now := v[len(v)-1]
-	seats := sc.args[3+settleKeys : 3+settleKeys+2*release]
-	ids := sc.args[len(sc.args)-2-2*release:]
-	for j := range release {
-		key, _ := seats[2*j].(string)
-		hold, _ := seats[2*j+1].(string)
-		id, _ := ids[2*j].(string)
-		r.failover.add(failover.Entry{Era: era, At: now, Expires: now, Write: failover.Write{Key: key, Aux: hold, Seat: id, Release: true}})
+	for i, k := range f.seats {
+		r.failover.add(failover.Entry{Era: era, At: f.now, Expires: f.now, Write: failover.Write{Key: k[0], Aux: k[1], Seat: f.ids[i], Release: true}})
 	}
 }

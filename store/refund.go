@@ -33,18 +33,13 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 	defer cancel()
-	sc := r.refundCalls(reqs, cs, parts, newRefundID())
-	err := r.exchange(ctx, sc)
 	out := make([]tollgate.Decision, len(reqs))
-	for j, part := range parts {
-		if r.deny != nil {
+	err := r.settleParts(ctx, r.refundParts(reqs, cs, parts, newRefundID()), parts, out)
+	if r.deny != nil {
+		for _, part := range parts {
 			for _, i := range part {
 				r.deny.forget(r.deny.key(reqs[i].Key, reqs[i].Limit.Algorithm))
 			}
-		}
-		if err == nil {
-			r.journalSettleCall(sc[j])
-			err = readSettle(sc[j].cmd, part, out)
 		}
 	}
 	if err != nil {
@@ -53,11 +48,11 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 	return nil
 }
 
-// refundCalls lays out the settle script calls that give back the debits
-// of the decide calls cs (see refund), recorded under id.
-func (r *Redis) refundCalls(reqs []tollgate.Request, cs []*call, parts [][]int, id string) []scriptCall {
+// refundParts lays out the settle parts that give back the debits of the
+// decide calls cs (see refund), recorded under id.
+func (r *Redis) refundParts(reqs []tollgate.Request, cs []*call, parts [][]int, id string) []*settlePart {
 	admitted, final := make([]tollgate.Admission, len(reqs)), make([]int64, len(reqs))
-	sc := make([]scriptCall, len(cs))
+	ps := make([]*settlePart, len(cs))
 	for j, c := range cs {
 		for k, i := range parts[j] {
 			admitted[i] = c.decisions[k].Admission()
@@ -66,9 +61,9 @@ func (r *Redis) refundCalls(reqs []tollgate.Request, cs []*call, parts [][]int, 
 		if c.mode.markers() {
 			rec.mode, rec.markers = settleRefund, c.keys[c.entries:2*c.entries]
 		}
-		sc[j] = scriptCall{script: settleScript, args: r.settleLayout(reqs, admitted, final, parts[j], rec)}
+		ps[j] = r.newSettlePart(reqs, admitted, final, parts[j], rec)
 	}
-	return sc
+	return ps
 }
 
 // newRefundID returns a random id for one refund's settle records, unique

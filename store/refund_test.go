@@ -40,12 +40,9 @@ func sendRefund(t *testing.T, st *Redis, reqs []tollgate.Request, c *call, id st
 	for i := range part {
 		part[i] = i
 	}
-	sc := st.refundCalls(reqs, []*call{c}, [][]int{part}, id)
+	ps := st.refundParts(reqs, []*call{c}, [][]int{part}, id)
 	out := make([]tollgate.Decision, len(reqs))
-	if err := st.exchange(context.Background(), sc); err != nil {
-		t.Fatalf("refund: %v", err)
-	}
-	if err := readSettle(sc[0].cmd, part, out); err != nil {
+	if err := st.settleParts(context.Background(), ps, [][]int{part}, out); err != nil {
 		t.Fatalf("refund: %v", err)
 	}
 	return out

@@ -106,7 +106,7 @@ func (r *Redis) seatCall(ctx context.Context, s tollgate.Seat, op string) (seatR
 	}
 	prefix := r.keyPrefix(s.Key)
 	c := calls.Get().(*call)
-	c.entries, c.admit, c.err, c.now, c.era = 0, nil, nil, 0, ""
+	c.entries, c.admit, c.settle, c.finish, c.err, c.now, c.era = 0, nil, nil, nil, nil, 0, ""
 	c.keys = c.keyBuf[:2]
 	c.keys[0], c.keys[1] = keyOf(prefix, seatsCode, s.Key), keyOf(prefix, holdCode, s.Key)
 	c.seat = &seatPart{op: op, args: []any{nil, nil, int64(2), &c.keys[0], &c.keys[1],

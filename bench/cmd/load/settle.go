@@ -25,9 +25,9 @@ import (
 // settleCallers is the concurrency of the section's gRPC cells.
 const settleCallers = 32
 
-// unfolded is the store option of the anchor cell: every seat call a
-// script call of its own (concurrent ones still share round trips), as
-// before the store folded them.
+// unfolded is the store option of the anchor cells: every seat or settle
+// call a script call of its own (concurrent ones still share round trips),
+// as before the store folded them.
 var unfolded = store.WithBatchScript(false)
 
 // settleLimit admits every call of the section: the write paths are
@@ -54,6 +54,7 @@ const (
 	seatOnly                         // AcquireSeat, then ReleaseSeat
 	together                         // AllowAllWithSeat, then SettleAllAndRelease
 	togetherTail                     // AllowAllWithSeat, then the end to the finisher
+	settleOnly                       // Settle alone, of a reservation of 500 at 7
 )
 
 func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, error) {
@@ -77,6 +78,10 @@ func (s settled) Decide(ctx context.Context, identity, requestID string) (bool, 
 		}
 		_, err = s.st.SettleAllAndRelease(ctx, []tollgate.Request{req}, []tollgate.Admission{ds[0].Admission()}, []int64{7}, []tollgate.Seat{seat})
 		return true, err
+	}
+	if s.mode == settleOnly {
+		_, err := s.st.Settle(ctx, req, tollgate.Admission{At: time.Now(), ResetAfter: time.Second}, 7)
+		return err == nil, err
 	}
 	d, err := s.st.Allow(ctx, req)
 	if err != nil || !d.Allowed {
@@ -235,6 +240,8 @@ func (m *measurer) settleSection(ctx context.Context) ([]row, error) {
 		redisRateSubject(),
 		settledSubject("decision (request id, cost 500)", decisionOnly),
 		settledSubject("decision + Settle", decisionSettle),
+		settledSubject("Settle alone, a script call each", settleOnly, unfolded),
+		settledSubject("Settle alone, folded", settleOnly),
 		settledSubject("decision + settlements batched as the sender does", decisionTail),
 		settledSubject("AcquireSeat + ReleaseSeat, a script call each", seatOnly, unfolded),
 		settledSubject("AcquireSeat + ReleaseSeat, folded", seatOnly),
