@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,17 +15,17 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// awaitCount waits until n reaches want, failing after d.
+// awaitCount waits until n reaches want, failing after d, and returns how
+// long it waited.
 func awaitCount(t *testing.T, n *atomic.Int64, want int64, d time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for n.Load() < want {
-		if time.Since(start) > d {
-			t.Fatalf("count %d after %s, want %d", n.Load(), d, want)
+	return redistest.Eventually(t, d, func() error {
+		if got := n.Load(); got < want {
+			return fmt.Errorf("count %d, want %d", got, want)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
+		return nil
+	}).Sub(start)
 }
 
 // A change through one client is announced to a watch on another within
@@ -153,7 +154,11 @@ func TestRedisOverridesBoundedByDeadline(t *testing.T) {
 		}
 	}
 	srv.AwaitAnswer(t, 10*time.Second)
-	time.Sleep(o.ReadTimeout) // the abandoned commands end
+	// The commands abandoned at their deadline end at the client's read
+	// timeout at the latest, or as soon as the server answers them.
+	if !redistest.AwaitGoroutinesGone(o.ReadTimeout+time.Second, "store.bounded[") {
+		t.Errorf("a command abandoned at its deadline still runs %s after the server answers again", o.ReadTimeout+time.Second)
+	}
 }
 
 // DeleteOverride refuses a key longer than MaxKeyLen on both stores, as
