@@ -236,14 +236,14 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 	}
 	stoppedAt := time.Now()
 	srv.Stop(t)
-	redistest.Elapse(faultDown)
-	srv.Restart(t) // returns once the new process answers PING
+	redistest.Elapse(faultDown) // the outage
+	srv.Restart(t)              // returns once the new process answers PING
 	back1 := time.Now()
-	redistest.Elapse(faultSettle)
+	redistest.Elapse(faultSettle) // healthy, until the next outage
 	pausedAt := time.Now()
 	srv.Pause(t, faultPause)
 	back2 := srv.AwaitAnswer(t, faultPause+5*time.Second)
-	redistest.Elapse(faultSettle)
+	redistest.Elapse(faultSettle) // healthy, until the load ends
 	close(stop)
 	wg.Wait()
 	end := time.Now()
