@@ -64,14 +64,15 @@ func (s *Server) Sleep(t testing.TB, d time.Duration) <-chan error {
 	return done
 }
 
-// AwaitAnswer waits until s answers PING on a new connection and returns
-// the instant it first did. It fails the test if s does not answer within
+// AwaitAnswer waits until s answers PING on a new connection, polling at
+// least every 5ms, and returns the instant it first did (tests measure
+// recoveries from it). It fails the test if s does not answer within
 // timeout.
 func (s *Server) AwaitAnswer(t testing.TB, timeout time.Duration) time.Time {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	at, err := poll(ctx, func() error { return ping(s.addr, 100*time.Millisecond) })
+	at, err := pollEvery(ctx, 5*time.Millisecond, func() error { return ping(s.addr, 100*time.Millisecond) })
 	if err != nil {
 		t.Fatalf("redistest: %s does not answer after %s: %v", s.addr, timeout, err)
 	}

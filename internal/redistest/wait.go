@@ -84,7 +84,13 @@ func AwaitGoroutinesGone(timeout time.Duration, frame string) bool {
 // poll calls cond until it returns nil, then returns that instant; when ctx
 // ends first it returns cond's last error.
 func poll(ctx context.Context, cond func() error) (time.Time, error) {
-	for interval := minPoll; ; interval = min(2*interval, maxPoll) {
+	return pollEvery(ctx, maxPoll, cond)
+}
+
+// pollEvery is poll with the intervals growing to at most most, for a wait
+// whose end is an instant a test measures by.
+func pollEvery(ctx context.Context, most time.Duration, cond func() error) (time.Time, error) {
+	for interval := min(minPoll, most); ; interval = min(2*interval, most) {
 		err := cond()
 		if err == nil {
 			return time.Now(), nil
