@@ -82,7 +82,8 @@ func AwaitGoroutinesGone(timeout time.Duration, frame string) bool {
 }
 
 // poll calls cond until it returns nil, then returns that instant; when ctx
-// ends first it returns cond's last error.
+// ends first it returns cond's last error, from a last call as ctx ends:
+// a condition that holds by the deadline is seen to hold.
 func poll(ctx context.Context, cond func() error) (time.Time, error) {
 	return pollEvery(ctx, maxPoll, cond)
 }
@@ -97,6 +98,9 @@ func pollEvery(ctx context.Context, most time.Duration, cond func() error) (time
 		}
 		select {
 		case <-ctx.Done():
+			if err = cond(); err == nil {
+				return time.Now(), nil
+			}
 			return time.Time{}, err
 		case <-time.After(interval):
 		}

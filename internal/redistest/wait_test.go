@@ -59,6 +59,23 @@ func TestEventuallyFailsWithTheLastError(t *testing.T) {
 	})
 }
 
+// A condition that holds only at the deadline is seen to hold: the last
+// look is as the timeout ends.
+func TestEventuallyLooksAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		deadline := time.Now().Add(100 * time.Millisecond)
+		at := Eventually(t, 100*time.Millisecond, func() error {
+			if time.Now().Before(deadline) {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		if !at.Equal(deadline) {
+			t.Fatalf("held at %s, want at the deadline %s", at, deadline)
+		}
+	})
+}
+
 // Await reports whether its condition held within the timeout.
 func TestAwait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
