@@ -159,7 +159,7 @@ func TestInFlightSeatsOfAStoppedReplicaExpire(t *testing.T) {
 		wantCode(t, err, codes.ResourceExhausted, "in-flight")
 		stopped := time.Now()
 		dead.Stop() // the handlers go on: the seats are freed only by expiring
-		redistest.Eventually(t, ttl+time.Second, func() error {
+		redistest.Eventually(t, time.Until(stopped.Add(ttl+time.Second)), func() error {
 			_, _, err := say(tenant("a"), other)
 			if err == nil {
 				return nil
