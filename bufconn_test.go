@@ -128,11 +128,20 @@ func one(t *testing.T, md metadata.MD, key string) string {
 
 func wantCode(t *testing.T, err error, code codes.Code, msg string) *status.Status {
 	t.Helper()
-	st, _ := status.FromError(err)
-	if st.Code() != code || !strings.Contains(st.Message(), msg) {
-		t.Fatalf("error %v, want %s containing %q", err, code, msg)
+	if err := hasCode(err, code, msg); err != nil {
+		t.Fatal(err)
 	}
+	st, _ := status.FromError(err)
 	return st
+}
+
+// hasCode returns nil when err is code with a message containing msg, and
+// says what err is otherwise: a condition for redistest.Eventually.
+func hasCode(err error, code codes.Code, msg string) error {
+	if st, _ := status.FromError(err); st.Code() != code || !strings.Contains(st.Message(), msg) {
+		return fmt.Errorf("error %v, want %s containing %q", err, code, msg)
+	}
+	return nil
 }
 
 // Tenant a exhausts its quota through two replicas hammering Redis at once;

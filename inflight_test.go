@@ -4,6 +4,7 @@ package tollgate_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
@@ -157,17 +159,14 @@ func TestInFlightSeatsOfAStoppedReplicaExpire(t *testing.T) {
 		wantCode(t, err, codes.ResourceExhausted, "in-flight")
 		stopped := time.Now()
 		dead.Stop() // the handlers go on: the seats are freed only by expiring
-		for {
+		redistest.Eventually(t, time.Until(stopped.Add(ttl+time.Second)), func() error {
 			_, _, err := say(tenant("a"), other)
 			if err == nil {
-				break
+				return nil
 			}
 			wantCode(t, err, codes.ResourceExhausted, "in-flight")
-			if time.Since(stopped) > ttl+time.Second {
-				t.Fatalf("still refused %s after the replica stopped; its seats should expire within %s", time.Since(stopped), ttl)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("still refused after the replica stopped; its seats should expire within %s", ttl)
+		})
 		if waited := time.Since(stopped); waited < ttl/3 {
 			t.Errorf("admitted %s after the stop: the stopped replica's seats were freed before they could expire", waited)
 		}
@@ -196,7 +195,7 @@ func TestInFlightStreamRenewsItsSeat(t *testing.T) {
 			}
 			_, _, err := say(tenant("a"), c)
 			wantCode(t, err, codes.ResourceExhausted, "in-flight")
-			time.Sleep(ttl / 5)
+			redistest.Elapse(ttl / 5) // the stream lives on, longer than its seat's TTL
 		}
 		if err := stream.CloseSend(); err != nil {
 			t.Fatal(err)
@@ -204,15 +203,12 @@ func TestInFlightStreamRenewsItsSeat(t *testing.T) {
 		if _, err := stream.Recv(); err != io.EOF {
 			t.Fatalf("stream end: %v", err)
 		}
-		deadline := time.Now().Add(time.Second)
-		for {
-			if _, _, err := say(tenant("a"), c); err == nil {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatalf("a second after the stream ended: %v; its seat should be free", err)
+		redistest.Eventually(t, time.Second, func() error {
+			if _, _, err := say(tenant("a"), c); err != nil {
+				return fmt.Errorf("after the stream ended: %v; its seat should be free", err)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 }
 
@@ -297,27 +293,26 @@ func TestInFlightFailedReleaseIsRetried(t *testing.T) {
 		t.Errorf("the response took %s after its handler returned: held by the release", took)
 	}
 	srv.AwaitAnswer(t, 5*time.Second)
-	for {
+	redistest.Eventually(t, time.Until(ended.Add(2*time.Second)), func() error {
 		_, _, err := say(tenant("a"), c)
 		if err == nil {
-			break
+			return nil
 		}
 		wantCode(t, err, codes.ResourceExhausted, "in-flight")
-		if time.Since(ended) > 2*time.Second {
-			t.Fatalf("still refused %s after the call ended and Redis came back; the release was not retried", time.Since(ended))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("still refused after the call ended and Redis came back; the release was not retried")
+	})
 }
 
-// After 20 calls of 200ms on one replica, a replica that served none of
-// the identity's calls suggests, when it finds no free seat, the wait the
-// fleet observed (the mean hold time the store keeps beside the seats),
-// not the held seat's expiry (the call's deadline, 5s, plus a margin).
+// After 20 calls of 200ms on one replica (on its clock, which the
+// handler moves), a replica that served none of the identity's calls
+// suggests, when it finds no free seat, the wait the fleet observed (the
+// mean hold time the store keeps beside the seats), not the held seat's
+// expiry (the call's deadline, 5s, plus a margin).
 func TestInFlightRetryInfoFromTheFleet(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		t.Parallel()
 		r := inFlightRule(t, 1, 0)
+		clock := fakeclock.New(time.Now()) // replica A's: how long its calls held their seats
 		hold, held := make(chan struct{}), make(chan struct{})
 		srv := &echo.Server{Before: func(ctx context.Context, _ string) error {
 			if metadata.ValueFromIncomingContext(ctx, "x-hold") != nil {
@@ -325,10 +320,10 @@ func TestInFlightRetryInfoFromTheFleet(t *testing.T) {
 				<-hold
 				return nil
 			}
-			time.Sleep(200 * time.Millisecond)
+			clock.Advance(200 * time.Millisecond)
 			return nil
 		}}
-		la := limiter(t, st, interceptor.WithRules(r))
+		la := limiter(t, st, interceptor.WithRules(r), interceptor.WithClock(clock.Now))
 		a := serve(t, la, srv, nil)
 		b := serve(t, limiter(t, st, interceptor.WithRules(r)), srv, nil)
 		for i := range 20 {

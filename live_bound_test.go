@@ -7,6 +7,7 @@ package tollgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/store"
 )
@@ -43,14 +45,16 @@ func onEveryDeployment(t *testing.T, test func(t *testing.T, st tollgate.Store))
 }
 
 // Two Limiters on one store, each with the default refresh delay: B is
-// warm, then idle 2.5s; A changes the caller's override; B's first call
-// 300ms later is decided on the change. A block, its lifting and an
-// override of 3 an hour (exactly 3 of 6 admitted).
+// warm, then idle 2.5s (on its clock, which the test moves); A changes the
+// caller's override; B's first call 300ms later is decided on the change.
+// A block, its lifting and an override of 3 an hour (exactly 3 of 6
+// admitted).
 func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 	onEveryDeployment(t, func(t *testing.T, st tollgate.Store) {
 		r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100, Period: tollgate.MaxPeriod})
 		a := limiter(t, st, interceptor.WithRules(r))
-		b := limiter(t, st, interceptor.WithRules(r))
+		clock := fakeclock.New(time.Now()) // B's: how old its view of the overrides is
+		b := limiter(t, st, interceptor.WithRules(r), interceptor.WithClock(clock.Now))
 		c := serve(t, b, &echo.Server{}, nil)
 		ctx := context.Background()
 		who := interceptor.Caller{Value: "x"}
@@ -59,14 +63,17 @@ func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 			if _, _, err := say(tenant("warm"), c); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(2500 * time.Millisecond)
+			clock.Advance(2500 * time.Millisecond)
 		}
+		// The change is announced meanwhile: B's first call comes this
+		// long after it.
+		const later = 300 * time.Millisecond
 
 		warmThenIdle()
 		if err := a.Block(ctx, r.Name, who, 0); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		redistest.Elapse(later)
 		_, _, err := say(tenant("x"), c)
 		wantCode(t, err, codes.PermissionDenied, "blocked")
 
@@ -74,7 +81,7 @@ func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 		if err := a.DeleteOverride(ctx, r.Name, who); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		redistest.Elapse(later)
 		if _, _, err := say(tenant("x"), c); err != nil {
 			t.Fatalf("first call after the block was lifted: %v, want admitted", err)
 		}
@@ -83,7 +90,7 @@ func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 		if err := a.SetOverride(ctx, r.Name, who, []tollgate.Limit{tollgate.PerHour(3)}, 0); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		redistest.Elapse(later)
 		admitted := 0
 		for range 6 {
 			_, _, err := say(tenant("x"), c)
@@ -102,8 +109,8 @@ func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 }
 
 // B's refresh delay is an hour and B has just checked: only the store's
-// watch can tell it. A block set through A refuses B's call 100ms later;
-// its deletion admits it again 100ms after.
+// watch can tell it. A block set through A refuses B's calls within 100ms;
+// its deletion admits them again within 100ms.
 func TestOverrideWatchAppliesWithin100ms(t *testing.T) {
 	onEveryDeployment(t, func(t *testing.T, st tollgate.Store) {
 		r := rule(t, tollgate.PerHour(100))
@@ -111,24 +118,40 @@ func TestOverrideWatchAppliesWithin100ms(t *testing.T) {
 		b := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(time.Hour))
 		c := serve(t, b, &echo.Server{}, nil)
 		ctx := context.Background()
-		who := interceptor.Caller{Value: "y"}
-		if _, _, err := say(tenant("y"), c); err != nil {
+		blocked := func(name string) error {
+			_, _, err := say(tenant(name), c)
+			return hasCode(err, codes.PermissionDenied, "blocked")
+		}
+		admitted := func(name string) error {
+			if _, _, err := say(tenant(name), c); err != nil {
+				return fmt.Errorf("%s's call: %v, want admitted", name, err)
+			}
+			return nil
+		}
+		// B's watch is subscribed once a change through A reaches it: a
+		// block of another caller, lifted again.
+		probe := interceptor.Caller{Value: "probe"}
+		if err := a.Block(ctx, r.Name, probe, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // the watch is subscribed
+		redistest.Eventually(t, 5*time.Second, func() error { return blocked("probe") })
+		if err := a.DeleteOverride(ctx, r.Name, probe); err != nil {
+			t.Fatal(err)
+		}
+		redistest.Eventually(t, 5*time.Second, func() error { return admitted("probe") })
+
+		who := interceptor.Caller{Value: "y"}
+		if err := admitted("y"); err != nil {
+			t.Fatal(err)
+		}
 		if err := a.Block(ctx, r.Name, who, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-		_, _, err := say(tenant("y"), c)
-		wantCode(t, err, codes.PermissionDenied, "blocked")
+		redistest.Eventually(t, 100*time.Millisecond, func() error { return blocked("y") })
 		if err := a.DeleteOverride(ctx, r.Name, who); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-		if _, _, err := say(tenant("y"), c); err != nil {
-			t.Fatalf("call 100ms after the block was deleted: %v, want admitted", err)
-		}
+		redistest.Eventually(t, 100*time.Millisecond, func() error { return admitted("y") })
 	})
 }
 
@@ -138,14 +161,16 @@ type unwatched struct{ tollgate.OverrideStore }
 
 // With no announcement at all, a call after the refresh delay waits for a
 // check and is decided on the change: B, warm, is told nothing of A's
-// block, and its call past the delay is refused.
+// block, and its call past the delay (on its clock, which the test moves)
+// is refused.
 func TestOverrideWithoutAnnouncementWithinRefresh(t *testing.T) {
 	onEveryStore(t, func(t *testing.T, st tollgate.Store) {
 		const refresh = 200 * time.Millisecond
 		r := rule(t, tollgate.PerHour(100))
 		hidden := unwatched{st.(tollgate.OverrideStore)}
 		a := limiter(t, hidden, interceptor.WithRules(r))
-		b := limiter(t, hidden, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh))
+		clock := fakeclock.New(time.Now())
+		b := limiter(t, hidden, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh), interceptor.WithClock(clock.Now))
 		c := serve(t, b, &echo.Server{}, nil)
 		for range 3 {
 			if _, _, err := say(tenant("z"), c); err != nil {
@@ -155,7 +180,7 @@ func TestOverrideWithoutAnnouncementWithinRefresh(t *testing.T) {
 		if err := a.Block(context.Background(), r.Name, interceptor.Caller{Value: "z"}, 0); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(refresh + 20*time.Millisecond)
+		clock.Advance(refresh + 20*time.Millisecond)
 		_, _, err := say(tenant("z"), c)
 		wantCode(t, err, codes.PermissionDenied, "blocked")
 	})
@@ -175,8 +200,9 @@ func (f *failingVersion) OverridesVersion(ctx context.Context) (int64, error) {
 	return f.Memory.OverridesVersion(ctx)
 }
 
-// A call whose overrides are older than the refresh delay and cannot be
-// checked is decided by its rule's fail policy, not on the old overrides.
+// A call whose overrides are older than the refresh delay (on the
+// Limiter's clock, which the test moves) and cannot be checked is decided
+// by its rule's fail policy, not on the old overrides.
 func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 	const refresh = 50 * time.Millisecond
 	for _, tc := range []struct {
@@ -187,13 +213,15 @@ func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 			st := &failingVersion{Memory: newMemory(t)}
 			r := rule(t, tollgate.PerHour(1))
 			r.FailMode = tc.mode
-			l := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh), interceptor.WithStoreTimeout(50*time.Millisecond))
+			clock := fakeclock.New(time.Now())
+			l := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh), interceptor.WithStoreTimeout(50*time.Millisecond),
+				interceptor.WithClock(clock.Now))
 			c := serve(t, l, &echo.Server{}, nil)
 			if _, _, err := say(tenant("w"), c); err != nil {
 				t.Fatal(err)
 			}
 			st.broken.Store(true)
-			time.Sleep(refresh + 10*time.Millisecond)
+			clock.Advance(refresh + 10*time.Millisecond)
 			// The rule's own limit (1 an hour) would refuse this call.
 			_, _, err := say(tenant("w"), c)
 			if status.Code(err) != tc.code {

@@ -4,6 +4,7 @@ package tollgate_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // A rule of 10 per window is raised to 30 by SetRules while 64 callers go
@@ -113,16 +115,15 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		}
 		set := time.Now()
 		admitted := 0
-		for admitted < 3 {
-			if _, _, err := say(tenant("a"), c); err == nil {
+		redistest.Eventually(t, refresh+time.Second, func() error {
+			for admitted < 3 {
+				if _, _, err := say(tenant("a"), c); err != nil {
+					return fmt.Errorf("the override is not seen by the other replica: %d of 3 more admitted, %v", admitted, err)
+				}
 				admitted++
-				continue
 			}
-			if time.Since(set) > refresh+time.Second {
-				t.Fatalf("the override is not seen by the other replica %s after it was set", time.Since(set))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 		_, _, err = say(tenant("a"), c)
 		wantCode(t, err, codes.ResourceExhausted, "exceeded")
 
@@ -130,9 +131,9 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		if err := admin.Block(ctx, r.Name, interceptor.Caller{Value: "b"}, 0); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, refresh+time.Second, func() bool {
+		redistest.Eventually(t, refresh+time.Second, func() error {
 			_, _, err := say(tenant("b"), c)
-			return status.Code(err) == codes.PermissionDenied
+			return hasCode(err, codes.PermissionDenied, "blocked")
 		})
 		list, err := other.Overrides(ctx, r.Name)
 		if err != nil {
@@ -150,10 +151,11 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		}
 
 		// Expiry: back to 2 for a, whose window already holds 5.
-		time.Sleep(time.Until(set.Add(ttl)))
-		waitFor(t, refresh+time.Second, func() bool {
-			list, _ := other.Overrides(ctx, r.Name)
-			return len(list) == 1
+		redistest.Eventually(t, time.Until(set.Add(ttl))+refresh+time.Second, func() error {
+			if list, err := other.Overrides(ctx, r.Name); err != nil || len(list) != 1 {
+				return fmt.Errorf("Overrides = %+v, %v; want b's block alone once a's override expired", list, err)
+			}
+			return nil
 		})
 		_, _, err = say(tenant("a"), c)
 		wantCode(t, err, codes.ResourceExhausted, "exceeded")
@@ -163,9 +165,11 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		if err := admin.DeleteOverride(ctx, r.Name, interceptor.Caller{Value: "b"}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, refresh+time.Second, func() bool {
-			_, _, err := say(tenant("b"), c)
-			return status.Code(err) != codes.PermissionDenied
+		redistest.Eventually(t, refresh+time.Second, func() error {
+			if _, _, err := say(tenant("b"), c); status.Code(err) == codes.PermissionDenied {
+				return fmt.Errorf("b is still blocked: %v", err)
+			}
+			return nil
 		})
 
 		// Bad input: refused, nothing stored.
@@ -193,16 +197,4 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 			t.Errorf("Overrides after the refused ones = %+v, %v; want none", list, err)
 		}
 	})
-}
-
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not so after %s", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // costHeader carries the cost a test's handler reports.
@@ -44,12 +45,12 @@ func costing(tenantName string, cost int64) context.Context {
 	return metadata.AppendToOutgoingContext(tenant(tenantName), costHeader, strconv.FormatInt(cost, 10))
 }
 
-// waitForMinute sleeps, when the current minute has less than left to go,
-// into the next one: a test counting in a minute's fixed window must not
-// see it end.
+// waitForMinute lets the current minute end when it has less than left to
+// go: a test counting in a minute's fixed window (on the server's clock)
+// must not see it end.
 func waitForMinute(left time.Duration) {
 	if rest := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); rest < left {
-		time.Sleep(rest + 50*time.Millisecond)
+		redistest.Elapse(rest + 50*time.Millisecond)
 	}
 }
 
@@ -167,11 +168,13 @@ func TestSettledDebtIsRepaid(t *testing.T) {
 		if lo, hi := 4100*time.Millisecond-time.Since(start), 4100*time.Millisecond; wait < lo || wait > hi {
 			t.Fatalf("RetryInfo %s, want the repayment time, in [%s, %s]", wait, lo, hi)
 		}
+		// The debt is repaid on the store's clock (Redis's own): the test
+		// asks just before and just after.
 		due := time.Now().Add(wait)
-		time.Sleep(time.Until(due) - 200*time.Millisecond)
+		redistest.Elapse(time.Until(due) - 200*time.Millisecond)
 		_, _, err = say(tenant("a"), c)
 		wantCode(t, err, codes.ResourceExhausted, "exceeded")
-		time.Sleep(time.Until(due) + 20*time.Millisecond)
+		redistest.Elapse(time.Until(due) + 20*time.Millisecond)
 		if _, _, err := say(tenant("a"), c); err != nil {
 			t.Fatalf("a call once the debt is repaid: %v", err)
 		}

@@ -4,6 +4,7 @@ package tollgate_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,13 +41,12 @@ func (g *gate) before(ctx context.Context, _ string) error {
 // await waits until n handlers are held.
 func (g *gate) await(t *testing.T, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.arrived.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d calls reached their handler", g.arrived.Load(), n)
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if got := g.arrived.Load(); got < n {
+			return fmt.Errorf("%d of %d calls reached their handler", got, n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // settledCalls runs n calls of tenant who through c, each held by g, and
@@ -147,7 +147,7 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 					t.Fatal("Redis took a write: the test proves nothing")
 				}
 			}
-			time.Sleep(time.Until(refused.Add(600 * time.Millisecond)))
+			redistest.Elapse(time.Until(refused.Add(600 * time.Millisecond))) // Redis refuses writes for 600ms
 			refuse("0")
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

@@ -215,17 +215,35 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 	}
 
 	start := time.Now()
-	time.Sleep(300 * time.Millisecond)
+	// Every limiter decides calls on the store before the first outage.
+	if !redistest.Await(10*time.Second, func() bool {
+		for _, ft := range targets {
+			n := 0
+			for _, r := range ft.in(start, time.Now()) {
+				if r.byStore {
+					n++
+				}
+			}
+			if n < 20 {
+				return false
+			}
+		}
+		return true
+	}) {
+		close(stop)
+		wg.Wait()
+		t.Fatal("a limiter decided fewer than 20 calls on the store within 10s of the load's start")
+	}
 	stoppedAt := time.Now()
 	srv.Stop(t)
-	time.Sleep(faultDown)
-	srv.Restart(t) // returns once the new process answers PING
+	redistest.Elapse(faultDown) // the outage
+	srv.Restart(t)              // returns once the new process answers PING
 	back1 := time.Now()
-	time.Sleep(faultSettle)
+	redistest.Elapse(faultSettle) // healthy, until the next outage
 	pausedAt := time.Now()
 	srv.Pause(t, faultPause)
 	back2 := srv.AwaitAnswer(t, faultPause+5*time.Second)
-	time.Sleep(faultSettle)
+	redistest.Elapse(faultSettle) // healthy, until the load ends
 	close(stop)
 	wg.Wait()
 	end := time.Now()

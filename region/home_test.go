@@ -95,7 +95,7 @@ func TestHomeNeverGrantsWhatAnotherHolds(t *testing.T) {
 		advance func(time.Duration)
 	}{
 		"memory": {NewMemoryHome(clock.Now), clock.Advance},
-		"redis":  {redisHome(t, redistest.Single(t).Client(t)), time.Sleep},
+		"redis":  {redisHome(t, redistest.Single(t).Client(t)), redistest.Elapse}, // Redis's clock
 	}
 	limit := normalize(tollgate.PerSecond(600))
 	for name, h := range homes {

@@ -38,7 +38,7 @@ func TestThreeRegionsOnRedis(t *testing.T) {
 	for range 4 {
 		w.drive(2, "tenant", limit, 1, 0, nil)
 	}
-	time.Sleep(4 * time.Second)
+	redistest.Elapse(4 * time.Second) // the regions run for 4s
 	w.halt()
 	from, to := start.Add(3*interval), start.Add(4*time.Second)
 	secs := to.Sub(from).Seconds()

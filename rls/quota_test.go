@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/fakeclock"
+	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rls"
 )
 
@@ -56,7 +57,7 @@ func TestQuotaFairShares(t *testing.T) {
 			s.planes[3].leave()
 			s.planes[3].demand = 0
 			if b.name != "memory" {
-				time.Sleep(3100 * time.Millisecond) // the store's clock is Redis's
+				redistest.Elapse(3100 * time.Millisecond) // the store's clock is Redis's
 			}
 			rest := s.planes[:3]
 			got := 0

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,7 +149,14 @@ func TestRedisPartsOneCall(t *testing.T) {
 		if n := admitted.Load(); n != 19 {
 			t.Fatalf("64 callers under 5/s and 20/hour admitted %d sets after the first; want exactly 19", n)
 		}
-		time.Sleep(time.Second)
+		// Once the per-second bucket is full again, a set the hour denies
+		// leaves it full.
+		redistest.Eventually(t, 2*time.Second, func() error {
+			if d, err := st.Peek(ctx, second); err != nil || d.Remaining != 4 {
+				return fmt.Errorf("5/s after the hour was spent: %+v, %v; want a full bucket (4 after the peeked unit)", d, err)
+			}
+			return nil
+		})
 		ds, err := st.AllowAll(ctx, set)
 		if err != nil || ds[0].Allowed || ds[1].Allowed || ds[0].RetryAfter != 0 {
 			t.Fatalf("set after 20 admissions: %+v, %v; want denied by the hour only", ds, err)

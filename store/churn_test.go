@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -143,13 +144,10 @@ func churnRedis(t *testing.T, identities int, minDuration time.Duration, callers
 	// Redis deletes expired keys in the background (and on access): wait
 	// for the last of them.
 	var keys int64
-	for deadline := last.Add(30 * time.Second); ; {
+	redistest.Await(time.Until(last.Add(30*time.Second)), func() bool {
 		keys, _ = keyspace(t, srv)
-		if keys == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return keys == 0
+	})
 	empty := time.Since(last)
 	t.Logf("Redis: %d identities in %s (%.0f decisions/s), peak %d keys and %d bytes over the empty server's; keys without a TTL at any sample: %d; empty %s after the last decision (TTLs %s)",
 		used, elapsed.Round(time.Millisecond), float64(used)/elapsed.Seconds(), peakKeys.Load(), peakMemory.Load(),
@@ -198,11 +196,12 @@ func churnMemory(t *testing.T, identities int, minDuration time.Duration, bound 
 
 	// Short-lived state: once its TTL passed, ordinary decisions on a few
 	// live identities reclaim it, with no goroutine of the store's own.
-	short := newMemory(t, WithReplayTTL(churnTTL))
+	clock := fakeclock.New(time.Now())
+	short := newMemory(t, WithReplayTTL(churnTTL), WithClock(clock.Now))
 	n := min(identities, 20_000)
 	churnLoad(t, short, "short:", n, 0, churnTTL, runtime.GOMAXPROCS(0), 0)
 	afterRun := short.Len()
-	time.Sleep(2 * churnTTL)
+	clock.Advance(2 * churnTTL)
 	// 64 live identities hold at most 80 entries: their states and the
 	// markers of the one in four with a request id.
 	const live, liveEntries = 64, 80

@@ -393,11 +393,13 @@ func TestDenyCacheLeavesReplaysToRedis(t *testing.T) {
 // caller's probe returns its own context's error when that ends.
 func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	st := newRedis(t, redistest.Single(t).Client(t), WithPrefix(redistest.KeyPrefix(t)))
+	var now atomic.Int64 // the cache's clock, moved by the test
+	st.deny.clock = now.Load
 	l := tollgate.PerSecond(1)
 	req, _ := check.Normalize(tollgate.Request{Key: "k", Limit: l})
 	k := st.deny.key(req.Key, l.Algorithm)
 	st.deny.record(k, l, 1, st.deny.now(), tollgate.Decision{RetryAfter: 5 * time.Millisecond}, true, nil)
-	time.Sleep(6 * time.Millisecond)
+	now.Add(int64(6 * time.Millisecond))
 	_, v, probe := st.deny.lookup(k, l, 1, true)
 	if v != adviceProbe {
 		t.Fatal("no probe: the entry did not run out")

@@ -112,17 +112,13 @@ func (l *ledger) report() failoverReport {
 }
 
 // plan drains the identities so that each has about ledgerLeft units left
-// after another d of load (the rate measured over the load so far): the
-// failover the test makes then meets quotas nearly used up. The units are
-// debited with Overdraw, before anything fails, and counted as the
+// after another d of load (the rate measured over the load since from):
+// the failover the test makes then meets quotas nearly used up. The units
+// are debited with Overdraw, before anything fails, and counted as the
 // identity's.
-func (l *ledger) plan(t *testing.T, since time.Time, d time.Duration) {
+func (l *ledger) plan(t *testing.T, from rateMark, d time.Duration) {
 	t.Helper()
-	var used int64
-	for i := range l.ids {
-		used += l.admitted[i].Load()
-	}
-	rate := float64(used) / float64(len(l.ids)) / time.Since(since).Seconds() // units per identity per second
+	rate := float64(l.units()-from.units) / float64(len(l.ids)) / time.Since(from.at).Seconds() // units per identity per second
 	ahead := int64(rate*d.Seconds()) + ledgerLeft
 	for i, id := range l.ids {
 		d, err := l.st.Peek(context.Background(), tollgate.Request{Key: id, Limit: ledgerLimit})
@@ -142,18 +138,60 @@ func (l *ledger) plan(t *testing.T, since time.Time, d time.Duration) {
 // awaitUsedUp waits, for at most timeout, until the callers were told
 // that most identities' quotas are used up.
 func (l *ledger) awaitUsedUp(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	redistest.Await(timeout, func() bool {
 		n := 0
 		for i := range l.ids {
 			if l.admitted[i].Load()+l.drained[i].Load() >= ledgerLimit.Burst {
 				n++
 			}
 		}
-		if n >= len(l.ids)*9/10 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return n >= len(l.ids)*9/10
+	})
+}
+
+// ledgerWarmUp is how many calls the load makes before a test plans its
+// failover: the first fifth open connections and load scripts, the others
+// show the rate the plan counts on (10 to 30 thousand calls a second on a
+// busy 2-core machine).
+const ledgerWarmUp = 3000
+
+// rateMark is where a load's rate is measured from: an instant and the
+// units the callers were told were debited by then.
+type rateMark struct {
+	at    time.Time
+	units int64
+}
+
+// units returns the units the callers were told were debited so far.
+func (l *ledger) units() int64 {
+	var n int64
+	for i := range l.ids {
+		n += l.admitted[i].Load()
+	}
+	return n
+}
+
+// warmUp waits until the load runs steadily and has shown its rate, and
+// returns the mark the rate is measured from.
+func (l *ledger) warmUp(t *testing.T) rateMark {
+	t.Helper()
+	l.awaitDecisions(t, ledgerWarmUp/5)
+	from := rateMark{time.Now(), l.units()}
+	l.awaitDecisions(t, ledgerWarmUp)
+	return from
+}
+
+// awaitDecisions waits until the callers have made n calls in all.
+func (l *ledger) awaitDecisions(t *testing.T, n int) {
+	t.Helper()
+	decided := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.events)
+	}
+	if !redistest.Await(20*time.Second, func() bool { return decided() >= n }) {
+		l.finish()
+		t.Fatalf("%d of %d calls made in 20s: the load does not run", decided(), n)
 	}
 }
 
@@ -237,10 +275,11 @@ func (f failoverFigures) String() string {
 // after since, and returns when the last of them first was.
 func (l *ledger) awaitServed(t *testing.T, since time.Time, timeout time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var first map[int]time.Time
+	served := func() bool {
 		l.mu.Lock()
-		first := map[int]time.Time{}
+		defer l.mu.Unlock()
+		first = map[int]time.Time{}
 		for _, e := range l.events {
 			if e.err == nil && e.end.After(since) {
 				if _, ok := first[e.id]; !ok {
@@ -248,33 +287,25 @@ func (l *ledger) awaitServed(t *testing.T, since time.Time, timeout time.Duratio
 				}
 			}
 		}
-		l.mu.Unlock()
-		if len(first) == len(l.ids) {
-			var last time.Time
-			for _, at := range first {
-				if at.After(last) {
-					last = at
-				}
-			}
-			return last
-		}
-		if time.Now().After(deadline) {
-			l.finish()
-			t.Fatalf("%d of %d identities served within %s of %s; errors %v", len(first), len(l.ids), timeout, since.Format(time.StampMilli), l.report().kinds)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(first) == len(l.ids)
 	}
+	if !redistest.Await(timeout, served) {
+		l.finish()
+		t.Fatalf("%d of %d identities served within %s of %s; errors %v", len(first), len(l.ids), timeout, since.Format(time.StampMilli), l.report().kinds)
+	}
+	var last time.Time
+	for _, at := range first {
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last
 }
 
-// settle waits for the journal to have restored what it will: the
-// watcher's next read of the new primary.
+// settle waits, for at most a second, for the journal to have restored
+// what it will: the watcher's next read of the new primary.
 func settle(st *Redis) {
-	for range 40 {
-		if st.Stats().Journal == 0 {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	redistest.Await(time.Second, func() bool { return st.Stats().Journal == 0 })
 }
 
 // flood writes 16 KB values to c (keys under tag, which names their Cluster
@@ -357,10 +388,8 @@ func sentinelSet(t *testing.T, opts ...RedisOption) (primary, replica, sentinel 
 // failed calls may have debited.
 func TestFailoverSentinelOrdered(t *testing.T) {
 	primary, replica, sentinel, st := sentinelSet(t)
-	start := time.Now()
 	l := startLedger(st, ledgerIdentities, decideOne)
-	time.Sleep(400 * time.Millisecond)
-	l.plan(t, start, 600*time.Millisecond) // the client switches about that long after the command
+	l.plan(t, l.warmUp(t), 600*time.Millisecond) // the client switches about that long after the command
 	watch := watchSwitch(primary, replica)
 	switched := time.Now()
 	redistest.SentinelFailover(t, sentinel)
@@ -412,13 +441,11 @@ func (f failoverFigures) usedUp(t *testing.T, identities int) {
 // forgotten, nothing counted twice but what failed calls may have debited.
 func TestFailoverSentinelLagging(t *testing.T) {
 	primary, replica, sentinel, st := sentinelSet(t)
-	start := time.Now()
 	l := startLedger(st, ledgerIdentities, decideOne)
-	time.Sleep(400 * time.Millisecond)
-	l.plan(t, start, 2*time.Second) // past the kill: the replica misses writes
+	l.plan(t, l.warmUp(t), 2*time.Second) // past the kill: the replica misses writes
 	replica.Freeze(t)
 	stopFlood := flood(primary.Client(t), "")
-	time.Sleep(600 * time.Millisecond)
+	redistest.Elapse(600 * time.Millisecond) // the replica falls behind
 	primary.Stop(t)
 	killed := time.Now()
 	stopFlood()
@@ -473,10 +500,8 @@ func TestFailoverDemotedPrimaryLeftAtOnce(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 
-	start := time.Now()
 	l := startLedger(st, ledgerIdentities, decideOne)
-	time.Sleep(400 * time.Millisecond)
-	l.plan(t, start, 100*time.Millisecond)
+	l.plan(t, l.warmUp(t), 100*time.Millisecond)
 	rc, oc := replica.Client(t), old.Client(t)
 	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
@@ -544,14 +569,12 @@ func clusterLedger(t *testing.T) (cl *redistest.Cluster, st *Redis, victim, repl
 // the identities of the other primaries are exact to the unit.
 func TestFailoverClusterLagging(t *testing.T) {
 	cl, st, victim, replica, ownerOf := clusterLedger(t)
-	start := time.Now()
 	l := startLedger(st, 300, decideOne)
 	onVictim := l.on(victim.Addr(), ownerOf)
-	time.Sleep(400 * time.Millisecond)
-	l.plan(t, start, 4*time.Second)
+	l.plan(t, l.warmUp(t), 4*time.Second)
 	replica.Freeze(t)
 	stopFlood := flood(cl.Client(t), "{tenant-0}") // the victim's slot
-	time.Sleep(4 * time.Second)
+	redistest.Elapse(4 * time.Second)              // the replica falls behind
 	victim.Stop(t)
 	killed := time.Now()
 	stopFlood()
@@ -574,12 +597,10 @@ func TestFailoverClusterLagging(t *testing.T) {
 // count nothing twice but what failed calls may have debited.
 func TestFailoverClusterInSync(t *testing.T) {
 	cl, st, victim, replica, ownerOf := clusterLedger(t)
-	start := time.Now()
 	l := startLedger(st, 300, decideOne)
 	onVictim := l.on(victim.Addr(), ownerOf)
-	time.Sleep(400 * time.Millisecond)
-	l.plan(t, start, 2500*time.Millisecond) // the promotion takes about 2s
-	time.Sleep(300 * time.Millisecond)
+	l.plan(t, l.warmUp(t), 2500*time.Millisecond) // the promotion takes about 2s
+	redistest.Elapse(300 * time.Millisecond)      // the load goes on before the kill, as planned
 	victim.Stop(t)
 	killed := time.Now()
 	promoted := cl.AwaitPromoted(t, replica, 20*time.Second)
@@ -676,13 +697,11 @@ func TestFailoverKeepsSettlementsAndOverdraws(t *testing.T) {
 	}{{"settle", settleThree}, {"overdraw", overdrawOne}} {
 		t.Run(tc.name, func(t *testing.T) {
 			primary, replica, sentinel, st := sentinelSet(t)
-			start := time.Now()
 			l := startLedger(st, ledgerIdentities, tc.op)
-			time.Sleep(400 * time.Millisecond)
-			l.plan(t, start, 2*time.Second) // past the kill: the replica misses writes
+			l.plan(t, l.warmUp(t), 2*time.Second) // past the kill: the replica misses writes
 			replica.Freeze(t)
 			stopFlood := flood(primary.Client(t), "")
-			time.Sleep(600 * time.Millisecond)
+			redistest.Elapse(600 * time.Millisecond) // the replica falls behind
 			primary.Stop(t)
 			stopFlood()
 			replica.Thaw(t)
@@ -715,6 +734,7 @@ func TestFailoverKeepsSeats(t *testing.T) {
 	const identities = 100
 	var held [identities]atomic.Int64
 	var unknownTake, unknownRelease atomic.Int64 // calls that failed, which may or may not have run
+	var answered atomic.Int64                    // calls that did not fail
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range ledgerCallers {
@@ -731,6 +751,7 @@ func TestFailoverKeepsSeats(t *testing.T) {
 					h := mine[len(mine)-1]
 					err := st.ReleaseSeat(ctx, tollgate.Seat{Key: fmt.Sprintf("seats-%d", h[0]), ID: h[1].(string)})
 					if err == nil {
+						answered.Add(1)
 						held[h[0].(int)].Add(-1)
 						mine = mine[:len(mine)-1]
 					} else {
@@ -746,21 +767,42 @@ func TestFailoverKeepsSeats(t *testing.T) {
 					case d.Allowed:
 						held[id].Add(1)
 						mine = append(mine, [2]any{id, seat})
+						fallthrough
+					default:
+						answered.Add(1)
 					}
 				}
 				cancel()
 			}
 		})
 	}
-	time.Sleep(1000 * time.Millisecond)
+	// The callers hold seats before the replica falls behind, and go on
+	// on the new primary, each identity's seats taken and released there.
+	progress := func(what string, done func() bool) {
+		t.Helper()
+		if !redistest.Await(10*time.Second, done) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("%s within 10s: %d calls answered, %d takes and %d releases failed",
+				what, answered.Load(), unknownTake.Load(), unknownRelease.Load())
+		}
+	}
+	progress("no 4000 seats held", func() bool {
+		var n int64
+		for i := range held {
+			n += held[i].Load()
+		}
+		return n >= 4000
+	})
 	replica.Freeze(t)
 	stopFlood := flood(primary.Client(t), "")
-	time.Sleep(600 * time.Millisecond)
+	redistest.Elapse(600 * time.Millisecond) // the replica falls behind
 	primary.Stop(t)
 	stopFlood()
 	replica.Thaw(t)
 	redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
-	time.Sleep(time.Second)
+	since := answered.Load()
+	progress("no 4000 calls answered on the new primary", func() bool { return answered.Load()-since >= 4000 })
 	close(stop)
 	wg.Wait()
 	settle(st)
@@ -813,29 +855,29 @@ func TestJournalMemoryIsCapped(t *testing.T) {
 		}
 	}()
 	l := startLedger(st, 10_000, decideOne)
+	// Sampled until the journal has filled up and then dropped as many
+	// writes as it holds: every write it held when full has given way.
 	var most int64
-	for range 40 {
-		time.Sleep(50 * time.Millisecond)
-		most = max(most, st.Stats().JournalBytes)
-	}
+	turned := redistest.Await(20*time.Second, func() bool {
+		s := st.Stats()
+		most = max(most, s.JournalBytes)
+		return s.JournalDropped > 0 && s.JournalDropped >= int64(s.Journal)
+	})
 	l.finish()
 	s := st.Stats()
 	t.Logf("%d calls; the journal held at most %d bytes (%d writes now), dropped %d writes", l.report().decisions, most, s.Journal, s.JournalDropped)
 	if most > 1<<20 {
 		t.Errorf("the journal held %d bytes, more than its cap of %d", most, 1<<20)
 	}
-	if s.JournalDropped == 0 {
-		t.Fatal("the journal dropped nothing: the test proves nothing")
+	if !turned {
+		t.Fatal("the journal did not drop as many writes as it holds within 20s: the test proves nothing")
 	}
 	if !strings.Contains(logs.String(), "the failover journal is full") {
 		t.Errorf("no warning of the writes dropped; the log holds %q", logs.String())
 	}
 	replica.Thaw(t)
 	thawed = true
-	deadline := time.Now().Add(10 * time.Second)
-	for st.Stats().Journal > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	redistest.Await(10*time.Second, func() bool { return st.Stats().Journal == 0 })
 	if n := st.Stats().Journal; n > 0 {
 		t.Errorf("%d writes still in the journal after the replica acknowledged", n)
 	}

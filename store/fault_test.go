@@ -209,14 +209,37 @@ func (l *failoverLoad) lostWrites(t *testing.T) []int64 {
 // been decided without error after since.
 func (l *failoverLoad) awaitServed(t *testing.T, since time.Time, ids []int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !l.servedSince(since, ids) {
-		if time.Now().After(deadline) {
-			l.finish()
-			r := l.report()
-			t.Fatalf("identities %v not served within %s of %s; errors %v", ids, timeout, since.Format(time.StampMilli), r.kinds)
+	if !redistest.Await(timeout, func() bool { return l.servedSince(since, ids) }) {
+		l.finish()
+		r := l.report()
+		t.Fatalf("identities %v not served within %s of %s; errors %v", ids, timeout, since.Format(time.StampMilli), r.kinds)
+	}
+}
+
+// loadWarmUp is how many decisions of each identity show that a load runs
+// before a test hurts the server.
+const loadWarmUp = 10
+
+// awaitDecided waits until every identity has been decided, with or
+// without an error, n times after since: the load ran that long, however
+// fast the machine is. Identities are decided 30 to 500 times a second
+// each on a busy 2-core machine, depending on the test.
+func (l *failoverLoad) awaitDecided(t *testing.T, since time.Time, n int) {
+	t.Helper()
+	decided := func() (least int) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		per := make([]int, len(l.ids))
+		for _, e := range l.events {
+			if e.end.After(since) {
+				per[e.id]++
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return slices.Min(per)
+	}
+	if !redistest.Await(20*time.Second, func() bool { return decided() >= n }) {
+		l.finish()
+		t.Fatalf("an identity decided %d times in 20s after %s, want %d: the load does not run", decided(), since.Format(time.StampMilli), n)
 	}
 }
 
@@ -293,12 +316,12 @@ func TestClusterSlowPrimaryHoldsOnlyItsOwn(t *testing.T) {
 	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
 
 	load := startFailoverLoad(st, ids, time.Second)
-	time.Sleep(300 * time.Millisecond)
+	load.awaitDecided(t, time.Time{}, loadWarmUp)
 	woke := victim.Sleep(t, 1500*time.Millisecond)
 	if err := <-woke; err != nil {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	load.awaitDecided(t, time.Now(), 10) // the load goes on once the primary is awake
 	load.finish()
 
 	r := load.report()
@@ -350,12 +373,12 @@ func clusterFailover(t *testing.T, opts ...RedisOption) {
 	affected, survivors := splitByPrimary(t, primaryOf, victim.Addr())
 
 	load := startFailoverLoad(st, ids, failoverCallTimeout)
-	time.Sleep(500 * time.Millisecond)
+	load.awaitDecided(t, time.Time{}, loadWarmUp)
 	killed := time.Now()
 	victim.Stop(t)
 	promoted := cl.AwaitPromoted(t, replica, 20*time.Second)
 	load.awaitServed(t, promoted, affected, 10*time.Second)
-	time.Sleep(500 * time.Millisecond) // served steadily, not once
+	load.awaitDecided(t, time.Now(), 20) // served steadily, not once
 	load.finish()
 
 	r := load.report()
@@ -484,7 +507,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		ids[i], all[i] = fmt.Sprintf("tenant-%d", i), i
 	}
 	load := startFailoverLoad(st, ids, failoverCallTimeout)
-	time.Sleep(500 * time.Millisecond)
+	load.awaitDecided(t, time.Time{}, loadWarmUp)
 	watch := watchSwitch(primary, replica)
 	switched := time.Now()
 	redistest.SentinelFailover(t, sentinel)
@@ -493,7 +516,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 		t.Fatalf("Sentinel named %s, want the replica %s", addr, replica.Addr())
 	}
 	load.awaitServed(t, named, all, 10*time.Second)
-	time.Sleep(500 * time.Millisecond) // served steadily, not once
+	load.awaitDecided(t, time.Now(), 100) // served steadily, not once
 	load.finish()
 	promoted, lastOld, oldWrites := watch()
 	// Sentinel demotes the old primary only some seconds after the switch
@@ -591,7 +614,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 			from, to := nodeID(cl.Nodes[0]), nodeID(cl.Nodes[1])
 
 			load := startFailoverLoad(st, ids, failoverCallTimeout)
-			time.Sleep(300 * time.Millisecond)
+			load.awaitDecided(t, time.Time{}, loadWarmUp)
 			began := time.Now()
 			out, err := exec.Command("redis-cli", "--cluster", "reshard", cl.Nodes[0].Addr(),
 				"--cluster-from", from, "--cluster-to", to, "--cluster-slots", strconv.Itoa(moved), "--cluster-yes").CombinedOutput()
@@ -601,7 +624,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 			}
 			ended := time.Now()
 			load.awaitServed(t, ended, moving, 10*time.Second)
-			time.Sleep(300 * time.Millisecond)
+			load.awaitDecided(t, time.Now(), 20) // the moved identities stay served
 			load.finish()
 
 			if owner, err := cc.MasterForKey(ctx, decisionKeys(st.keyPrefix(ids[moving[0]]), failoverLimit.Algorithm, ids[moving[0]], "")[0]); err != nil || owner.Options().Addr != cl.Nodes[1].Addr() {

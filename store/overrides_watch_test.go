@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,17 +15,31 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-// awaitCount waits until n reaches want, failing after d.
-func awaitCount(t *testing.T, n *atomic.Int64, want int64, d time.Duration) time.Duration {
+// announcements counts a watch's calls and remembers when the last came.
+type announcements struct {
+	n    atomic.Int64
+	last atomic.Int64 // unix nanoseconds
+}
+
+// heard is the watch's function.
+func (a *announcements) heard() {
+	a.last.Store(time.Now().UnixNano())
+	a.n.Add(1)
+}
+
+// await waits until a has counted want calls, failing after d, and returns
+// how long after it began waiting the last of them came (0 when it came
+// before: an announcement may overtake the reply to the change).
+func (a *announcements) await(t *testing.T, want int64, d time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for n.Load() < want {
-		if time.Since(start) > d {
-			t.Fatalf("count %d after %s, want %d", n.Load(), d, want)
+	redistest.Eventually(t, d, func() error {
+		if got := a.n.Load(); got < want {
+			return fmt.Errorf("%d announcements, want %d", got, want)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
+		return nil
+	})
+	return max(time.Unix(0, a.last.Load()).Sub(start), 0)
 }
 
 // A change through one client is announced to a watch on another within
@@ -56,17 +71,17 @@ func TestRedisWatchOverrides(t *testing.T) {
 			ca, cb := newClients(t)
 			prefix := redistest.KeyPrefix(t)
 			a, b := newRedis(t, ca, WithPrefix(prefix)), newRedis(t, cb, WithPrefix(prefix))
-			var heard atomic.Int64
-			stop := b.WatchOverrides(func() { heard.Add(1) })
+			var heard announcements
+			stop := b.WatchOverrides(heard.heard)
 			defer stop()
-			awaitCount(t, &heard, 1, 5*time.Second) // the subscription
+			heard.await(t, 1, 5*time.Second) // the subscription
 			ctx := context.Background()
 			var took []time.Duration
 			for i := range int64(3) {
 				if err := a.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(1 + i)}}, 0); err != nil {
 					t.Fatal(err)
 				}
-				d := awaitCount(t, &heard, 2+i, time.Second)
+				d := heard.await(t, 2+i, time.Second)
 				if d > 100*time.Millisecond {
 					t.Errorf("change %d announced after %s, want within 100ms", i, d)
 				}
@@ -76,20 +91,20 @@ func TestRedisWatchOverrides(t *testing.T) {
 			if err := a.DeleteOverride(ctx, "g", "k"); err != nil {
 				t.Fatal(err)
 			}
-			awaitCount(t, &heard, 5, time.Second)
+			heard.await(t, 5, time.Second)
 		})
 	}
 	t.Run("resubscribes", func(t *testing.T) {
 		srv := redistest.Start(t)
 		st := newRedis(t, srv.Client(t))
-		var heard atomic.Int64
-		stop := st.WatchOverrides(func() { heard.Add(1) })
+		var heard announcements
+		stop := st.WatchOverrides(heard.heard)
 		defer stop()
-		awaitCount(t, &heard, 1, 5*time.Second)
+		heard.await(t, 1, 5*time.Second)
 		if err := srv.Client(t).Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 			t.Fatal(err)
 		}
-		awaitCount(t, &heard, 2, 5*time.Second) // a change may have been missed
+		heard.await(t, 2, 5*time.Second) // a change may have been missed
 	})
 }
 
@@ -153,7 +168,11 @@ func TestRedisOverridesBoundedByDeadline(t *testing.T) {
 		}
 	}
 	srv.AwaitAnswer(t, 10*time.Second)
-	time.Sleep(o.ReadTimeout) // the abandoned commands end
+	// The commands abandoned at their deadline end at the client's read
+	// timeout at the latest, or as soon as the server answers them.
+	if !redistest.AwaitGoroutinesGone(o.ReadTimeout+time.Second, "store.bounded[") {
+		t.Errorf("a command abandoned at its deadline still runs %s after the server answers again", o.ReadTimeout+time.Second)
+	}
 }
 
 // DeleteOverride refuses a key longer than MaxKeyLen on both stores, as

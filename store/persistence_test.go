@@ -175,7 +175,7 @@ func TestRestartCostByPersistence(t *testing.T) {
 			}
 			switch event {
 			case "crash":
-				time.Sleep(1200 * time.Millisecond) // past one everysec fsync
+				redistest.Elapse(1200 * time.Millisecond) // past one everysec fsync
 				srv.Restart(t)
 			case "clean":
 				_ = srv.Client(t).Shutdown(ctx).Err() // the connection ends with the server

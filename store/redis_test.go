@@ -82,7 +82,7 @@ func TestRedisConformance(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		storetest.Run(t, storetest.Harness{
 			Store:      newRedis(t, c, WithPrefix(redistest.KeyPrefix(t))),
-			Advance:    time.Sleep,
+			Advance:    redistest.Elapse, // Redis's clock
 			Slack:      realClockSlack,
 			MaxReplays: DefaultMaxReplays,
 		})
@@ -97,7 +97,7 @@ func TestRedisConformanceTagged(t *testing.T) {
 	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
 		storetest.Run(t, storetest.Harness{
 			Store:      newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithClusterTags(6)),
-			Advance:    time.Sleep,
+			Advance:    redistest.Elapse, // Redis's clock
 			Slack:      realClockSlack,
 			MaxReplays: DefaultMaxReplays,
 		})

@@ -32,21 +32,20 @@ func shareBackends(t *testing.T) []shareBackend {
 	prefix := redistest.KeyPrefix(t)
 	single := redistest.Single(t).Client(t)
 	cluster := redistest.SharedCluster(t).Client(t)
-	sleep := func(d time.Duration) { time.Sleep(d) }
 	return []shareBackend{
 		{name: "memory", store: mem, advance: clock.Advance, keys: func(*testing.T) int {
 			mem.shares.mu.Lock()
 			defer mem.shares.mu.Unlock()
 			return len(mem.shares.keys)
 		}},
-		{name: "redis", store: newRedis(t, single, WithPrefix(prefix)), advance: sleep, keys: func(t *testing.T) int {
+		{name: "redis", store: newRedis(t, single, WithPrefix(prefix)), advance: redistest.Elapse, keys: func(t *testing.T) int {
 			ks, err := single.Keys(context.Background(), prefix+"*").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			return len(ks)
 		}},
-		{name: "cluster", store: newRedis(t, cluster, WithPrefix(prefix)), advance: sleep, keys: func(t *testing.T) int {
+		{name: "cluster", store: newRedis(t, cluster, WithPrefix(prefix)), advance: redistest.Elapse, keys: func(t *testing.T) int {
 			var mu sync.Mutex
 			n := 0
 			err := cluster.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // writeAtomically replaces name's content in one rename, as a secret
@@ -99,15 +101,10 @@ func TestMutualTLS(t *testing.T) {
 	c2, k2 := ca.Issue(102, false)
 	writeAtomically(t, keyFile, k2)
 	writeAtomically(t, certFile, c2)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		serial, err := call(ca.ClientCert(202))
-		if err == nil && serial == 102 {
-			break
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if serial, err := call(ca.ClientCert(202)); err != nil || serial != 102 {
+			return fmt.Errorf("after rotating the certificate: serial %d, %v; want 102 without a restart", serial, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after rotating the certificate: serial %d, %v; want 102 without a restart", serial, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

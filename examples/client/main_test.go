@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate/examples/server/exampleserver/exampleservertest"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -160,7 +161,7 @@ func TestWaitsForServer(t *testing.T) {
 		err := run(t.Context(), []string{"-addr", addr, "-n", "4", "-c", "2", "-tenants", "w", "-wait", "20s"}, &stdout, io.Discard)
 		done <- result{stdout.String(), err}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	redistest.Elapse(300 * time.Millisecond) // the server comes up later than the client
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

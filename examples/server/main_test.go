@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"regexp"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,13 +39,14 @@ func TestRun(t *testing.T) {
 
 	listening := regexp.MustCompile(`listening on (\S+)`)
 	var addr string
-	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
-		if m := listening.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the server did not start:\n%s", out.String())
+	redistest.Eventually(t, 30*time.Second, func() error {
+		m := listening.FindStringSubmatch(out.String())
+		if m == nil {
+			return fmt.Errorf("the server did not start:\n%s", out.String())
 		}
-	}
+		addr = m[1]
+		return nil
+	})
 
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

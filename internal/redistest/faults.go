@@ -5,11 +5,9 @@ package redistest
 // over) and to read what the server saw (INFO fields, error counts).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,32 +58,25 @@ func (s *Server) Sleep(t testing.TB, d time.Duration) <-chan error {
 		_ = conn.SetDeadline(time.Now().Add(d + 10*time.Second))
 		done <- roundTrip(conn, "DEBUG", "SLEEP", secs)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for ping(s.addr, 20*time.Millisecond) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: %s still answers after DEBUG SLEEP %s", s.addr, secs)
-		}
-		time.Sleep(2 * time.Millisecond)
+	if !Await(5*time.Second, func() bool { return ping(s.addr, 20*time.Millisecond) != nil }) {
+		t.Fatalf("redistest: %s still answers after DEBUG SLEEP %s", s.addr, secs)
 	}
 	return done
 }
 
-// AwaitAnswer waits until s answers PING on a new connection, polling every
-// 5ms, and returns the instant it first did. It fails the test if s does not
-// answer within timeout.
+// AwaitAnswer waits until s answers PING on a new connection, polling at
+// least every 5ms, and returns the instant it first did (tests measure
+// recoveries from it). It fails the test if s does not answer within
+// timeout.
 func (s *Server) AwaitAnswer(t testing.TB, timeout time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := ping(s.addr, 100*time.Millisecond)
-		if err == nil {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: %s does not answer after %s: %v", s.addr, timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	at, err := pollEvery(ctx, 5*time.Millisecond, func() error { return ping(s.addr, 100*time.Millisecond) })
+	if err != nil {
+		t.Fatalf("redistest: %s does not answer after %s: %v", s.addr, timeout, err)
 	}
+	return at
 }
 
 // Info returns field from INFO section on s ("" when absent). It fails the
@@ -327,15 +318,5 @@ func AwaitSentinelPrimary(t testing.TB, sentinel *Server, old string, timeout ti
 // Call it before creating the test's clients: cleanups run last-in
 // first-out, so it then runs after they are closed.
 func LetDialProbesEnd(t testing.TB) {
-	t.Cleanup(func() {
-		buf := make([]byte, 1<<20)
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
-			n := runtime.Stack(buf, true)
-			if !bytes.Contains(buf[:n], []byte("pool.(*ConnPool).tryDial")) {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
+	t.Cleanup(func() { AwaitGoroutinesGone(3*time.Second, "pool.(*ConnPool).tryDial") })
 }

@@ -132,25 +132,35 @@ func spawn(dir string, port int, lead, extraArgs []string) (*process, error) {
 		close(p.done)
 	}()
 
-	deadline := time.Now().Add(startTimeout)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	exited := false
+	_, err = poll(ctx, func() error {
 		select {
 		case <-p.done:
-			log := logTail(dir)
-			if strings.Contains(log, "Address already in use") {
-				return nil, errPortTaken
-			}
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, log)
+			exited = true
+			cancel() // nothing more to wait for
+			return errors.New("exited")
 		default:
 		}
-		if reply, err := command(addr(port), "PING"); err == nil && reply == "PONG" {
-			return p, nil
+		reply, err := command(addr(port), "PING")
+		if err == nil && reply != "PONG" {
+			err = fmt.Errorf("PING answered %q", reply)
 		}
-		if time.Now().After(deadline) {
-			p.kill()
-			return nil, fmt.Errorf("redis-server on port %d not ready after %s: %s", port, startTimeout, logTail(dir))
+		return err
+	})
+	switch {
+	case err == nil:
+		return p, nil
+	case exited:
+		log := logTail(dir)
+		if strings.Contains(log, "Address already in use") {
+			return nil, errPortTaken
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil, fmt.Errorf("redis-server on port %d exited: %s", port, log)
+	default:
+		p.kill()
+		return nil, fmt.Errorf("redis-server on port %d not ready after %s: %v: %s", port, startTimeout, err, logTail(dir))
 	}
 }
 
@@ -223,20 +233,11 @@ func infoField(info, field string) string {
 	return ""
 }
 
-// waitFor polls cond every 20ms until it returns nil or ctx ends, and then
-// returns cond's last error.
+// waitFor polls cond until it returns nil or ctx ends, and then returns
+// cond's last error.
 func waitFor(ctx context.Context, cond func() error) error {
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	_, err := poll(ctx, cond)
+	return err
 }
 
 // waitInfo waits until INFO section on address contains want

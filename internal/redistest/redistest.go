@@ -1,7 +1,9 @@
 // Package redistest gives tests real Redis servers: it starts redis-server
 // processes on free loopback ports, or uses the servers named by the
 // environment, so that tests exercise the real scripts, the real protocol
-// and the real Cluster routing instead of a mock.
+// and the real Cluster routing instead of a mock. Tests that wait on such
+// real things wait for what they expect through Eventually and Await;
+// Elapse is the one way they let a fixed span of real time pass.
 //
 // Environment:
 //

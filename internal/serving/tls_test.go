@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -42,66 +43,70 @@ func reloads(t *testing.T, r *sdkmetric.ManualReader) map[string]int64 {
 
 // A bad rotation keeps the last good certificate serving, and is logged
 // and counted once; a good one that follows is served, logged and counted.
+// The files are looked at once a second at most: the test moves a synctest
+// bubble's clock past that instead of waiting for it.
 func TestTLSRotationIsLoggedAndCounted(t *testing.T) {
-	dir := t.TempDir()
-	ca := grpctest.NewCA(t, "rotation CA")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	write := func(name string, data []byte) {
-		t.Helper()
-		if err := os.WriteFile(name, data, 0o600); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		ca := grpctest.NewCA(t, "rotation CA")
+		certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+		write := func(name string, data []byte) {
+			t.Helper()
+			if err := os.WriteFile(name, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	c1, k1 := ca.Issue(1, false)
-	write(certFile, c1)
-	write(keyFile, k1)
-	var logs bytes.Buffer
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(context.Background())
-	files := TLSFiles{Cert: certFile, Key: keyFile}
-	tc, err := files.Config(ReloadReporter(log.New(&logs, "", 0), mp, "rls"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial := func() int64 {
-		t.Helper()
-		c, err := tc.GetConfigForClient(&tls.ClientHelloInfo{})
+		c1, k1 := ca.Issue(1, false)
+		write(certFile, c1)
+		write(keyFile, k1)
+		var logs bytes.Buffer
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer mp.Shutdown(context.Background())
+		files := TLSFiles{Cert: certFile, Key: keyFile}
+		tc, err := files.Config(ReloadReporter(log.New(&logs, "", 0), mp, "rls"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		leaf := c.Certificates[0].Leaf // parsed by tls.LoadX509KeyPair
-		if leaf == nil {
-			t.Fatal("no parsed leaf")
+		serial := func() int64 {
+			t.Helper()
+			c, err := tc.GetConfigForClient(&tls.ClientHelloInfo{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaf := c.Certificates[0].Leaf // parsed by tls.LoadX509KeyPair
+			if leaf == nil {
+				t.Fatal("no parsed leaf")
+			}
+			return leaf.SerialNumber.Int64()
 		}
-		return leaf.SerialNumber.Int64()
-	}
-	if serial() != 1 {
-		t.Fatal("not serving the first certificate")
-	}
-	write(keyFile, []byte("not a key")) // a bad rotation
-	time.Sleep(recheck + 50*time.Millisecond)
-	serial()
-	time.Sleep(recheck + 50*time.Millisecond)
-	if got := serial(); got != 1 {
-		t.Fatalf("after a bad rotation: serving %d, want the last good certificate 1", got)
-	}
-	if n := strings.Count(logs.String(), "refused"); n != 1 || !strings.Contains(logs.String(), "rls listener") {
-		t.Fatalf("log = %q, want one refusal naming the listener", logs.String())
-	}
-	c2, k2 := ca.Issue(2, false)
-	write(certFile, c2)
-	write(keyFile, k2)
-	time.Sleep(recheck + 50*time.Millisecond)
-	if got := serial(); got != 2 {
-		t.Fatalf("after a good rotation: serving %d, want 2", got)
-	}
-	if got := reloads(t, reader); got["error"] != 1 || got["ok"] != 1 {
-		t.Fatalf("%s = %v, want one error and one ok", telemetry.MetricTLSReloads, got)
-	}
-	for files, want := range map[TLSFiles]string{{}: "plaintext", {Cert: "c", Key: "k"}: "TLS", {Cert: "c", Key: "k", ClientCA: "ca"}: "mutual TLS"} {
-		if got := files.Mode(); got != want {
-			t.Errorf("%+v.Mode() = %q, want %q", files, got, want)
+		if serial() != 1 {
+			t.Fatal("not serving the first certificate")
 		}
-	}
+		write(keyFile, []byte("not a key")) // a bad rotation
+		time.Sleep(recheck + 50*time.Millisecond)
+		serial()
+		time.Sleep(recheck + 50*time.Millisecond)
+		if got := serial(); got != 1 {
+			t.Fatalf("after a bad rotation: serving %d, want the last good certificate 1", got)
+		}
+		if n := strings.Count(logs.String(), "refused"); n != 1 || !strings.Contains(logs.String(), "rls listener") {
+			t.Fatalf("log = %q, want one refusal naming the listener", logs.String())
+		}
+		c2, k2 := ca.Issue(2, false)
+		write(certFile, c2)
+		write(keyFile, k2)
+		time.Sleep(recheck + 50*time.Millisecond)
+		if got := serial(); got != 2 {
+			t.Fatalf("after a good rotation: serving %d, want 2", got)
+		}
+		if got := reloads(t, reader); got["error"] != 1 || got["ok"] != 1 {
+			t.Fatalf("%s = %v, want one error and one ok", telemetry.MetricTLSReloads, got)
+		}
+		for files, want := range map[TLSFiles]string{{}: "plaintext", {Cert: "c", Key: "k"}: "TLS", {Cert: "c", Key: "k", ClientCA: "ca"}: "mutual TLS"} {
+			if got := files.Mode(); got != want {
+				t.Errorf("%+v.Mode() = %q, want %q", files, got, want)
+			}
+		}
+	})
 }

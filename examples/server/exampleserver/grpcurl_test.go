@@ -5,6 +5,7 @@ package exampleserver_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/redistest"
 )
 
 // docsAdminToken is the token the documentation's commands carry, as
@@ -34,17 +36,15 @@ const docsAdminToken = "s3cret"
 // listenRetrying listens on the documented address, waiting a little for
 // another test to let it go.
 func listenRetrying(t *testing.T, addr string) net.Listener {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		lis, err := net.Listen("tcp", addr)
-		if err == nil {
-			return lis
+	t.Helper()
+	var lis net.Listener
+	redistest.Eventually(t, 10*time.Second, func() (err error) {
+		if lis, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("the documentation's commands need %s: %w", addr, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the documentation's commands need %s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return lis
 }
 
 func TestDocsGrpcurlCommands(t *testing.T) {
@@ -93,18 +93,13 @@ func TestDocsGrpcurlCommands(t *testing.T) {
 	}
 	defer cc.Close()
 	client := echo.NewClient(cc)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.Eventually(t, 10*time.Second, func() error {
 		conn, err := net.Dial("tcp", cfg.AdminAddr)
-		if err == nil {
-			conn.Close()
-			break
+		if err != nil {
+			return fmt.Errorf("the admin listener does not answer: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the admin listener does not answer: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return conn.Close()
+	})
 
 	// What some commands must print, beyond a zero exit status.
 	wants := map[string]*regexp.Regexp{
