@@ -76,6 +76,12 @@ func settledCalls(t *testing.T, c *echo.Client, who string, g *gate, n int) func
 // meteredRule reserves 100 per call from 10,000 a day and settles at what
 // the handler reported.
 func meteredRule(t *testing.T) interceptor.Rule {
+	// The window turns at 00:00 UTC: a test that would cross it waits
+	// until it has, rather than count across two windows.
+	now := time.Now().UTC()
+	if left := now.Truncate(24 * time.Hour).Add(24 * time.Hour).Sub(now); left < 30*time.Second {
+		redistest.Elapse(left + 100*time.Millisecond)
+	}
 	r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 10_000, Period: 24 * time.Hour})
 	r.Cost, r.Settle = 100, interceptor.SettleReported
 	return r

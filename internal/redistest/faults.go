@@ -46,19 +46,33 @@ func (s *Server) Sleep(t testing.TB, d time.Duration) <-chan error {
 	if err := ping(s.addr, time.Second); err != nil {
 		t.Fatalf("redistest: %s does not answer before DEBUG SLEEP: %v", s.addr, err)
 	}
-	done := make(chan error, 1)
+	conn, err := net.DialTimeout("tcp", s.addr, time.Second)
+	if err != nil {
+		t.Fatalf("redistest: DEBUG SLEEP on %s: %v", s.addr, err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(d + 10*time.Second))
 	secs := strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+	if err := send(conn, "DEBUG", "SLEEP", secs); err != nil {
+		conn.Close()
+		t.Fatalf("redistest: DEBUG SLEEP on %s: %v", s.addr, err)
+	}
+	done := make(chan error, 1)
 	go func() {
-		conn, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err != nil {
-			done <- err
-			return
-		}
 		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(d + 10*time.Second))
-		done <- roundTrip(conn, "DEBUG", "SLEEP", secs)
+		done <- readReply(conn)
 	}()
-	if !Await(5*time.Second, func() bool { return ping(s.addr, 20*time.Millisecond) != nil }) {
+	// Asleep once two PINGs in a row, each sent after DEBUG SLEEP, go
+	// unanswered: a busy machine can delay one answer, hardly two.
+	silent := 0
+	asleep := func() bool {
+		if ping(s.addr, 30*time.Millisecond) == nil {
+			silent = 0
+			return false
+		}
+		silent++
+		return silent == 2
+	}
+	if !Await(5*time.Second, asleep) {
 		t.Fatalf("redistest: %s still answers after DEBUG SLEEP %s", s.addr, secs)
 	}
 	return done
@@ -114,14 +128,26 @@ func ping(address string, timeout time.Duration) error {
 // roundTrip sends one command on conn and reads the first line of its reply,
 // returning the error a "-" reply carries.
 func roundTrip(conn net.Conn, args ...string) error {
+	if err := send(conn, args...); err != nil {
+		return err
+	}
+	return readReply(conn)
+}
+
+// send writes one command on conn.
+func send(conn net.Conn, args ...string) error {
 	var req strings.Builder
 	req.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
 	for _, a := range args {
 		req.WriteString("$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n")
 	}
-	if _, err := conn.Write([]byte(req.String())); err != nil {
-		return err
-	}
+	_, err := conn.Write([]byte(req.String()))
+	return err
+}
+
+// readReply reads the first line of a reply on conn, returning the error a
+// "-" reply carries.
+func readReply(conn net.Conn) error {
 	buf := make([]byte, 512)
 	n, err := conn.Read(buf)
 	if err != nil {
