@@ -59,9 +59,12 @@ func BenchmarkBatchServerCost(b *testing.B) {
 	c := srv.Client(b)
 	ctx := context.Background()
 	decide := redis.NewScript(lua.Source(lua.Decide))
-	scripts := []batchScript{{"", redis.NewScript(lua.Source(lua.Batch)), true}}
+	scripts := []batchScript{{name: "", script: redis.NewScript(lua.Source(lua.Batch)), profiles: true}}
 	if dir := os.Getenv("TOLLGATE_BASELINE_LUA"); dir != "" {
 		scripts = append(scripts, baselineBatchScript(b, dir))
+	}
+	if os.Getenv("TOLLGATE_UNSTAMPED") != "" {
+		scripts = append(scripts, batchScript{name: "unstamped-", script: scripts[0].script, profiles: true, unstamped: true})
 	}
 	if err := decide.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
@@ -99,7 +102,7 @@ func BenchmarkBatchServerCost(b *testing.B) {
 										var ds []batchDecision
 										for d := range size {
 											seq++
-											key := "{bench-" + strconv.Itoa(seq%1000) + "}:" + alg.String()
+											key := "{bench-" + scripts[s].name + strconv.Itoa(seq%1000) + "}:" + alg.String() // each script its own states
 											keys = append(keys, key)
 											argv := []int64{0}
 											if withID {
@@ -174,6 +177,11 @@ type batchScript struct {
 	name     string
 	script   *redis.Script
 	profiles bool
+	// unstamped sends the current script with no era: its calls write no
+	// lineage, as a store without a journal sends them.
+	unstamped bool
+	// stamped: a baseline that takes an era, as the current script does.
+	stamped bool
 }
 
 // args lays out ds as s's ARGV.
@@ -187,8 +195,11 @@ func (s batchScript) args(ds []batchDecision) []any {
 			inline = true
 		}
 		argv, _ := batchArgs(ds, inline)
-		if s.name != "" {
-			argv = argv[1:] // a baseline's batch script takes no era
+		switch {
+		case s.unstamped:
+			argv[0] = ""
+		case s.name != "" && !s.stamped:
+			argv = argv[1:] // a baseline's batch script that takes no era
 		}
 		return argv
 	}
@@ -225,7 +236,8 @@ func baselineBatchScript(b *testing.B, dir string) batchScript {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return batchScript{"base-", redis.NewScript(src), true}
+		// A version that reads an era takes one, as the current script does.
+		return batchScript{name: "base-", script: redis.NewScript(src), profiles: true, stamped: strings.Contains(head, "local era = ARGV[1]")}
 	}
 	blocks := ""
 	for i, a := range algorithms {
@@ -235,5 +247,5 @@ func baselineBatchScript(b *testing.B, dir string) batchScript {
 		blocks += fmt.Sprintf("if alg == %d then\n%s", i, read(a.String()+".lua"))
 	}
 	src := head + read("arith.lua") + blocks + "end\n" + read("batch_end.lua")
-	return batchScript{"base-", redis.NewScript(src), strings.Contains(head, "local nprofiles")}
+	return batchScript{name: "base-", script: redis.NewScript(src), profiles: strings.Contains(head, "local nprofiles")}
 }
