@@ -24,9 +24,9 @@ import (
 const DefaultJournalWindow = 10 * time.Second
 
 // DefaultJournalBytes is the most memory a failover journal holds (see
-// WithJournalBytes): at about 250 bytes a write, a quarter of a million
-// writes, the whole window at 25,000 writes a second with no replica
-// acknowledging.
+// WithJournalBytes), 48 MiB: at about 200 bytes a write, a quarter of a
+// million writes, the whole window at 25,000 writes a second with no
+// replica acknowledging.
 const DefaultJournalBytes = failover.DefaultMaxBytes
 
 // WithJournal sets how long a Redis store keeps each write, at most, to

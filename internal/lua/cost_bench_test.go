@@ -36,7 +36,7 @@ import (
 //
 //	mkdir -p /tmp/lua-base && for f in $(git ls-tree --name-only bd7d069 lua/ | grep '[.]lua$'); do
 //	  git show bd7d069:$f > /tmp/lua-base/${f#lua/}; done
-//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./lua/
+//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./internal/lua/
 func BenchmarkScriptServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)

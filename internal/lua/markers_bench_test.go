@@ -94,7 +94,7 @@ return n
 // layout reports its median µs per decision, and logs its range and its
 // median per-round ratio to no marker:
 //
-//	go test -run '^$' -bench MarkerServerCost -benchtime 8x ./lua/
+//	go test -run '^$' -bench MarkerServerCost -benchtime 8x ./internal/lua/
 func BenchmarkMarkerServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)

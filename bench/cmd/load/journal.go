@@ -112,7 +112,7 @@ func (m *measurer) journalSection(ctx context.Context) ([]row, []string, error) 
 	}
 	var rows []row
 	var notes []string
-	compare := func(where string, newClient func() redis.UniversalClient) error {
+	compare := func(m *measurer, where string, newClient func() redis.UniversalClient) error {
 		peak := &journalPeak{}
 		subjects := []subject{
 			journalSubject("tollgate token_bucket, journal off"+where, false, nil, newClient),
@@ -135,7 +135,7 @@ func (m *measurer) journalSection(ctx context.Context) ([]row, []string, error) 
 			where, journalCallers, perSec, median(peak.entries), median(peak.bytes), median(peak.bytes)/perSec))
 		return nil
 	}
-	if err := compare("", func() redis.UniversalClient { return redis.NewClient(cloneOptions(m.opts)) }); err != nil {
+	if err := compare(m, "", func() redis.UniversalClient { return redis.NewClient(cloneOptions(m.opts)) }); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintln(os.Stderr, "load: journal done")
@@ -149,7 +149,14 @@ func (m *measurer) journalSection(ctx context.Context) ([]row, []string, error) 
 		}
 		cl.Close()
 	}()
-	if err := compare(", Cluster", func() redis.UniversalClient { return redis.NewClusterClient(cl.Options()) }); err != nil {
+	// Redis figures summed over the primaries, as the cluster section's.
+	cm := &measurer{cfg: m.cfg, admin: m.admin, opts: m.opts}
+	for _, s := range cl.Nodes {
+		c := redis.NewClient(s.Options())
+		defer c.Close()
+		cm.nodes = append(cm.nodes, c)
+	}
+	if err := compare(cm, ", Cluster", func() redis.UniversalClient { return redis.NewClusterClient(cl.Options()) }); err != nil {
 		return nil, nil, err
 	}
 	fmt.Fprintln(os.Stderr, "load: journal on a Cluster done")

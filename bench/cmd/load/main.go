@@ -112,10 +112,19 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	defer admin.Close()
 	ctx := context.Background()
 	if info, err := admin.Info(ctx, "server").Result(); err == nil {
+		// Valkey answers redis_version with the Redis it is compatible
+		// with, and its own in valkey_version.
+		var valkey string
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-				version = v
+				version = "Redis " + v
 			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "valkey_version:"); ok {
+				valkey = v
+			}
+		}
+		if valkey != "" {
+			version = "Valkey " + valkey
 		}
 	} else {
 		return fmt.Errorf("redis at %s: %w", opts.Addr, err)
@@ -216,7 +225,7 @@ func run(cfg config, redisURL, cpuprofile string) error {
 		}
 		notes = append(notes, n...)
 	}
-	fmt.Printf("tollgate vs redis_rate: Redis %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
+	fmt.Printf("tollgate vs redis_rate: %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
 		version, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), cfg.d, cfg.reps, cfg.identities, time.Since(start).Round(time.Second))
 	if err := writeTable(os.Stdout, rows, cfg.markdown); err != nil {
 		return err

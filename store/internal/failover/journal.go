@@ -58,8 +58,10 @@ func (e *Entry) size() int64 {
 }
 
 // DefaultMaxBytes is the journal's memory cap when WithJournal's store
-// sets none: at about 250 bytes a write, a quarter of a million writes.
-const DefaultMaxBytes = 64 << 20
+// sets none: at about 200 bytes a write, a quarter of a million writes;
+// with the rest of a busy process, a heap under 64 MB while a replica is
+// stopped (docs/performance.md).
+const DefaultMaxBytes = 48 << 20
 
 // A Journal keeps recent writes by era (see the package doc). It is safe
 // for concurrent use; adding a write is O(1) and takes one lock.
