@@ -92,15 +92,7 @@ for i = 1, entries do
         local new_state, keep
         state = result
         --#judge
-        keep_after = reset
-        if alg == 3 then
-          if period > 0 then
-            keep_after = (floor(now / period) + 1) * period - now
-          else
-            local _, next_start = calendar(now, -period)
-            keep_after = next_start - now
-          end
-        end
+        --#keep_after
         new_state = result
         --#lineage_write
         result, seq_of[key] = new_state, wseq

@@ -119,16 +119,7 @@ for i = 1, entries do
     --#debt
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = a_allowed, remaining, a_retry, reset, debt
     reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
-    keep_after = reset
-    if alg == 3 then
-      -- A fixed window's state matters until its window ends.
-      if period > 0 then
-        keep_after = (floor(now / period) + 1) * period - now
-      else
-        local _, next_start = calendar(now, -period)
-        keep_after = next_start - now
-      end
-    end
+    --#keep_after
     state = before
   end
   if result ~= nil then

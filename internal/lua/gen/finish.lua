@@ -1236,16 +1236,21 @@ if sw and tonumber(sw) == w and sk == kind then debt = max(tonumber(sc) - rate, 
 end
     reply[#reply + 1], reply[#reply + 2], reply[#reply + 3], reply[#reply + 4], reply[#reply + 5] = a_allowed, remaining, a_retry, reset, debt
     reply[#reply + 1], reply[#reply + 2] = 0, 0 -- the sequence written and the units applied, set below
-    keep_after = reset
-    if alg == 3 then
-      -- A fixed window's state matters until its window ends.
-      if period > 0 then
-        keep_after = (floor(now / period) + 1) * period - now
-      else
-        local _, next_start = calendar(now, -period)
-        keep_after = next_start - now
-      end
-    end
+-- reads: alg, now, period, reset (us until the state is full again), and
+--        arith.lua's calendar for a calendar window
+-- sets:  keep_after (us from now that a settled state matters)
+--
+-- Keep after a settlement, a block: a state matters until it is full again,
+-- and a fixed window's until its window ends, whatever it holds.
+keep_after = reset
+if alg == 3 then
+  if period > 0 then
+    keep_after = (floor(now / period) + 1) * period - now
+  else
+    local _, next_start = calendar(now, -period)
+    keep_after = next_start - now
+  end
+end
     state = before
   end
   if result ~= nil then
