@@ -85,27 +85,11 @@ func (p *journalPeak) watch(st *store.Redis, stop <-chan struct{}) {
 // acknowledges them, as in production). It returns the rows and a note
 // with the journal's peak size.
 func (m *measurer) journalSection(ctx context.Context) ([]row, []string, error) {
-	host, port, err := net.SplitHostPort(m.opts.Addr)
+	replica, err := m.startReplica(ctx)
 	if err != nil {
-		return nil, nil, err
-	}
-	replica, err := bench.StartRedis("--replicaof", host, port)
-	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("journal: %w", err)
 	}
 	defer replica.Close()
-	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
-	defer rc.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		info, _ := rc.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, nil, fmt.Errorf("journal: the replica %s of %s did not sync", replica.Addr, m.opts.Addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	ids := make([]string, m.cfg.identities)
 	for i := range ids {
 		ids[i] = "user-" + strconv.Itoa(i)
@@ -173,27 +157,11 @@ var journalStall = flag.Duration("stall", time.Minute, "journalstall: how long t
 // journal on, then as long with it off, the Go heap (HeapInuse, after a
 // GC, every second) and the journal sampled. It returns a note.
 func (m *measurer) journalStallSection(ctx context.Context) ([]string, error) {
-	host, port, err := net.SplitHostPort(m.opts.Addr)
+	replica, err := m.startReplica(ctx)
 	if err != nil {
-		return nil, err
-	}
-	replica, err := bench.StartRedis("--replicaof", host, port)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("journalstall: %w", err)
 	}
 	defer replica.Close()
-	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
-	defer rc.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		info, _ := rc.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("journalstall: the replica %s did not sync", replica.Addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	if err := replica.Signal(syscall.SIGSTOP); err != nil {
 		return nil, err
 	}
@@ -250,4 +218,30 @@ func (m *measurer) journalStallSection(ctx context.Context) ([]string, error) {
 		fmt.Fprintln(os.Stderr, "load:", notes[len(notes)-1])
 	}
 	return notes, nil
+}
+
+// startReplica starts a redis-server replicating the measured one and
+// returns once its link is up (within 10 s).
+func (m *measurer) startReplica(ctx context.Context) (*bench.Server, error) {
+	host, port, err := net.SplitHostPort(m.opts.Addr)
+	if err != nil {
+		return nil, err
+	}
+	replica, err := bench.StartRedis("--replicaof", host, port)
+	if err != nil {
+		return nil, err
+	}
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, _ := rc.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return replica, nil
+		}
+		if time.Now().After(deadline) {
+			replica.Close()
+			return nil, fmt.Errorf("the replica %s of %s did not sync", replica.Addr, m.opts.Addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
