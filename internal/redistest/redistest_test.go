@@ -63,7 +63,9 @@ func TestReplicaFollowsPrimary(t *testing.T) {
 	p := Start(t)
 	r := Replica(t, p)
 	ctx := context.Background()
-	pc, rc := p.Client(t), r.Client(t)
+	// WAIT waits for the writes of its own connection: one connection.
+	pc, rc := p.Client(t).Conn(), r.Client(t)
+	defer pc.Close()
 	if err := pc.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
