@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 )
@@ -33,20 +30,25 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	for _, req := range reqs {
 		r.notePersistence(req.Limit)
 	}
-	if reqs[0].Overdraw {
-		return r.overdraw(ctx, reqs)
+	// An overdraw is a settle call, which keeps no request-id markers.
+	var mode decideMode
+	if !reqs[0].Overdraw {
+		mode = r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
 	}
-	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
-	parts := r.partition(reqs)
+	lay := r.layOut(reqs, mode.markerID())
+	if reqs[0].Overdraw {
+		return r.overdraw(ctx, reqs, lay)
+	}
+	parts := lay.parts
 	if len(parts) == 1 {
-		c := r.newCall(ctx, reqs, mode)
+		c := newCall(ctx, reqs, lay.keys, mode)
 		if err := r.send(ctx, c); err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
 		}
 		if c.err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", c.err)
 		}
-		out := c.decisions // newCall gives a call of several entries a slice of its own
+		out := c.decisions // a call of several entries has a slice of its own
 		if c.entries == 1 {
 			out = slices.Clone(out) // the call's own array, which goes back to the pool
 		}
@@ -58,7 +60,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	// judged without a debit (peek mode), so that its other parts are not
 	// debited and given back, which could deny concurrent callers.
 	if !mode.markers() && slices.ContainsFunc(reqs, r.deny.remembers) {
-		cs, errs := r.sendParts(ctx, reqs, parts, decideMode{peek: true})
+		cs, errs := r.sendParts(ctx, reqs, lay, parts, decideMode{peek: true})
 		out, all, err := answers(cs, errs, parts, len(reqs))
 		if err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
@@ -79,7 +81,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	}
 	first := r.levels.riskiest(reqs, parts)
 	cs, errs := make([]*call, len(parts)), make([]error, len(parts))
-	c0, e0 := r.sendParts(ctx, reqs, parts[first:first+1], mode)
+	c0, e0 := r.sendParts(ctx, reqs, lay, parts[first:first+1], mode)
 	cs[first], errs[first] = c0[0], e0[0]
 	if e0[0] != nil {
 		return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", e0[0])
@@ -95,7 +97,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 			rest = append(rest, part)
 		}
 	}
-	crest, erest := r.sendParts(ctx, reqs, rest, restMode)
+	crest, erest := r.sendParts(ctx, reqs, lay, rest, restMode)
 	for j, k := 0, 0; j < len(parts); j++ {
 		if j != first {
 			cs[j], errs[j] = crest[k], erest[k]
@@ -127,7 +129,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 			debited, debitedParts = append(debited, cs[j]), append(debitedParts, part)
 		}
 	}
-	if err := r.refund(ctx, reqs, debited, debitedParts); failed == nil && err != nil {
+	if err := r.refund(ctx, reqs, lay.keys[:len(reqs)], debited, debitedParts); failed == nil && err != nil {
 		failed = err
 	}
 	if failed != nil {
@@ -136,41 +138,10 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	return deniedSet(out), nil
 }
 
-// partition groups the indexes of reqs into the parts one script call can
-// decide, each in the set's order: one part on a single node, one per
-// Cluster slot on a ClusterClient, one per hash tag on any other client.
-func (r *Redis) partition(reqs []tollgate.Request) [][]int {
-	_, single := r.client.(*redis.Client)
-	if single || len(reqs) == 1 {
-		all := make([]int, len(reqs))
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
-	}
-	var parts [][]int
-	index := make(map[string]int, len(reqs))
-	for i, req := range reqs {
-		k := decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
-		part := hashTag(k)
-		if r.cluster != nil {
-			part = strconv.Itoa(slot(k))
-		}
-		j, ok := index[part]
-		if !ok {
-			j = len(parts)
-			index[part] = j
-			parts = append(parts, nil)
-		}
-		parts[j] = append(parts[j], i)
-	}
-	return parts
-}
-
-// sendParts sends one decide call in mode for each part of reqs, all at
-// once, and returns the calls and their errors once every one is answered
-// or abandoned (its error then is ctx's).
-func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, parts [][]int, mode decideMode) ([]*call, []error) {
+// sendParts sends one decide call in mode for each part of reqs (laid out
+// as lay), all at once, and returns the calls and their errors once every
+// one is answered or abandoned (its error then is ctx's).
+func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, lay layout, parts [][]int, mode decideMode) ([]*call, []error) {
 	cs := make([]*call, len(parts))
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
@@ -179,7 +150,11 @@ func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, parts []
 		for k, i := range part {
 			sub[k] = reqs[i]
 		}
-		cs[j] = r.newCall(ctx, sub, mode)
+		// The call's own array holds the keys of a part of one request.
+		c := calls.Get().(*call)
+		keys := partKeys(c.keyBuf[:0], lay, part, len(reqs), mode.markers())
+		c.fill(ctx, sub, keys, mode)
+		cs[j] = c
 		wg.Go(func() {
 			if errs[j] = r.send(ctx, cs[j]); errs[j] == nil {
 				errs[j] = cs[j].err
@@ -188,6 +163,26 @@ func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, parts []
 	}
 	wg.Wait()
 	return cs, errs
+}
+
+// partKeys appends to dst the KEYS of a decide call of the requests part
+// names, of a set of n laid out as lay, with or without their markers:
+// their state keys, then their markers.
+func partKeys(dst []string, lay layout, part []int, n int, markers bool) []string {
+	nkeys := len(part)
+	if markers {
+		nkeys *= 2
+	}
+	keys := slices.Grow(dst, nkeys)
+	for _, i := range part {
+		keys = append(keys, lay.keys[i])
+	}
+	if markers {
+		for _, i := range part {
+			keys = append(keys, lay.keys[n+i])
+		}
+	}
+	return keys
 }
 
 // answers collects the n decisions of the parts' calls, reporting whether
