@@ -50,10 +50,15 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 	}
 	prefix := r.keyPrefix(s.Key)
 	seatKey := keyOf(prefix, seatsCode, s.Key)
-	if reqs[0].Overdraw || len(r.partition(reqs)) > 1 || !r.sameSlot(seatKey, reqs[0]) {
+	if reqs[0].Overdraw {
 		return allowWithSeat(ctx, r, s, reqs)
 	}
-	c := r.newCall(ctx, reqs, r.modeFor(reqs[0].RequestID, setReplayTTL(reqs)))
+	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
+	lay := r.layOut(reqs, mode.markerID())
+	if len(lay.parts) > 1 || !r.sameSlot(seatKey, lay.keys[0]) {
+		return allowWithSeat(ctx, r, s, reqs)
+	}
+	c := newCall(ctx, reqs, lay.keys, mode)
 	nkeys := len(c.keys)
 	args := make([]any, 0, len(c.args)+5)
 	args = append(args, nil, nil, int64(nkeys+2))
@@ -87,14 +92,14 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 	return sd, out, nil
 }
 
-// sameSlot reports whether key and req's state are on one Cluster slot
-// (always, off a Cluster).
-func (r *Redis) sameSlot(key string, req tollgate.Request) bool {
+// sameSlot reports whether key and the state key state are on one Cluster
+// slot (always, off a Cluster).
+func (r *Redis) sameSlot(key, state string) bool {
 	if r.cluster == nil {
 		_, single := r.client.(*redis.Client)
 		return single
 	}
-	return slot(key) == slot(decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0])
+	return slot(key) == slot(state)
 }
 
 // decodeAdmit decodes an admit script call's answer at the head of v

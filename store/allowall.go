@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
 )
@@ -25,6 +21,10 @@ import (
 // concurrent caller). On any other client (a Ring) the set is split by hash tag, as the client shards
 // by it. An error from Redis leaves the set's outcome unknown for the
 // slots whose reply was lost; the debits known are given back.
+//
+// The set is checked, laid out once (its keys and its parts; see layout),
+// then decided: as an overdraw, with one decide call when it is one part,
+// or in parts (allowParts).
 func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
 	reqs, err := normalizeAll(reqs)
 	if err != nil {
@@ -33,214 +33,33 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 	for _, req := range reqs {
 		r.notePersistence(req.Limit)
 	}
-	if reqs[0].Overdraw {
-		return r.overdraw(ctx, reqs)
+	// An overdraw is a settle call, which keeps no request-id markers.
+	var mode decideMode
+	if !reqs[0].Overdraw {
+		mode = r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
 	}
-	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
-	parts := r.partition(reqs)
-	if len(parts) == 1 {
-		c := r.newCall(ctx, reqs, mode)
+	lay := r.layOut(reqs, mode.markerID())
+	if reqs[0].Overdraw {
+		return r.overdraw(ctx, reqs, lay)
+	}
+	if len(lay.parts) == 1 {
+		c := newCall(ctx, reqs, lay.keys, mode)
 		if err := r.send(ctx, c); err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
 		}
 		if c.err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", c.err)
 		}
-		out := c.decisions // newCall gives a call of several entries a slice of its own
+		out := c.decisions // a call of several entries has a slice of its own
 		if c.entries == 1 {
 			out = slices.Clone(out) // the call's own array, which goes back to the pool
 		}
 		calls.Put(c)
 		return out, nil
 	}
-
-	// A set with a member whose denial is remembered is denied: it is
-	// judged without a debit (peek mode), so that its other parts are not
-	// debited and given back, which could deny concurrent callers.
-	if !mode.markers() && slices.ContainsFunc(reqs, r.deny.remembers) {
-		cs, errs := r.sendParts(ctx, reqs, parts, decideMode{peek: true})
-		out, all, err := answers(cs, errs, parts, len(reqs))
-		if err != nil {
-			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
-		}
-		if !all {
-			return deniedSet(out), nil
-		}
-		// The denial ran out meanwhile: decide the set after all.
+	out, err := r.allowParts(ctx, reqs, lay, mode)
+	if err != nil {
+		return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
 	}
-
-	// The part most likely to deny first, alone; the others only when it
-	// admits, all at once, each through its primary's round trips like
-	// any decision. When it denies, the others are judged without a debit
-	// (for their answers): nothing is debited to be given back.
-	sent := int64(0)
-	if r.deny != nil {
-		sent = r.deny.now()
-	}
-	first := r.levels.riskiest(reqs, parts)
-	cs, errs := make([]*call, len(parts)), make([]error, len(parts))
-	c0, e0 := r.sendParts(ctx, reqs, parts[first:first+1], mode)
-	cs[first], errs[first] = c0[0], e0[0]
-	if e0[0] != nil {
-		return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", e0[0])
-	}
-	denied := !cs[first].decisions[0].Allowed
-	restMode := mode
-	if denied {
-		restMode = decideMode{peek: true}
-	}
-	rest := make([][]int, 0, len(parts)-1)
-	for j, part := range parts {
-		if j != first {
-			rest = append(rest, part)
-		}
-	}
-	crest, erest := r.sendParts(ctx, reqs, rest, restMode)
-	for j, k := 0, 0; j < len(parts); j++ {
-		if j != first {
-			cs[j], errs[j] = crest[k], erest[k]
-			k++
-		}
-	}
-	for j, part := range parts {
-		if errs[j] == nil {
-			for k, i := range part {
-				r.levels.note(reqs[i], cs[j].decisions[k])
-			}
-		}
-	}
-	if !mode.markers() {
-		r.rememberDenials(reqs, cs, errs, parts, sent)
-	}
-	out, all, failed := answers(cs, errs, parts, len(reqs))
-	if denied {
-		return deniedSet(out), nil // a look that failed only leaves its answers out
-	}
-	if all {
-		return out, nil
-	}
-	// Give back what the parts that admitted debited.
-	var debited []*call
-	var debitedParts [][]int
-	for j, part := range parts {
-		if errs[j] == nil && cs[j].debited() {
-			debited, debitedParts = append(debited, cs[j]), append(debitedParts, part)
-		}
-	}
-	if err := r.refund(ctx, reqs, debited, debitedParts); failed == nil && err != nil {
-		failed = err
-	}
-	if failed != nil {
-		return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", failed)
-	}
-	return deniedSet(out), nil
-}
-
-// partition groups the indexes of reqs into the parts one script call can
-// decide, each in the set's order: one part on a single node, one per
-// Cluster slot on a ClusterClient, one per hash tag on any other client.
-func (r *Redis) partition(reqs []tollgate.Request) [][]int {
-	_, single := r.client.(*redis.Client)
-	if single || len(reqs) == 1 {
-		all := make([]int, len(reqs))
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
-	}
-	var parts [][]int
-	index := make(map[string]int, len(reqs))
-	for i, req := range reqs {
-		k := decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
-		part := hashTag(k)
-		if r.cluster != nil {
-			part = strconv.Itoa(slot(k))
-		}
-		j, ok := index[part]
-		if !ok {
-			j = len(parts)
-			index[part] = j
-			parts = append(parts, nil)
-		}
-		parts[j] = append(parts[j], i)
-	}
-	return parts
-}
-
-// sendParts sends one decide call in mode for each part of reqs, all at
-// once, and returns the calls and their errors once every one is answered
-// or abandoned (its error then is ctx's).
-func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, parts [][]int, mode decideMode) ([]*call, []error) {
-	cs := make([]*call, len(parts))
-	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for j, part := range parts {
-		sub := make([]tollgate.Request, len(part))
-		for k, i := range part {
-			sub[k] = reqs[i]
-		}
-		cs[j] = r.newCall(ctx, sub, mode)
-		wg.Go(func() {
-			if errs[j] = r.send(ctx, cs[j]); errs[j] == nil {
-				errs[j] = cs[j].err
-			}
-		})
-	}
-	wg.Wait()
-	return cs, errs
-}
-
-// answers collects the n decisions of the parts' calls, reporting whether
-// every one admitted, and the last error of a part that failed.
-func answers(cs []*call, errs []error, parts [][]int, n int) (out []tollgate.Decision, all bool, failed error) {
-	out, all = make([]tollgate.Decision, n), true
-	for j, part := range parts {
-		if errs[j] != nil {
-			failed, all = errs[j], false
-			continue
-		}
-		for k, i := range part {
-			out[i] = cs[j].decisions[k]
-			all = all && out[i].Allowed
-		}
-	}
-	return out, all, failed
-}
-
-// deniedSet turns the decisions of a set's parts, of which one denied, into
-// the set's: every request denied, those their part admitted with no wait.
-func deniedSet(out []tollgate.Decision) []tollgate.Decision {
-	for i := range out {
-		out[i].Allowed, out[i].Replayed = false, false
-	}
-	return out
-}
-
-// rememberDenials gives the deny cache the denials of a set's requests
-// whose Key and algorithm appear once in the set (one that shares its
-// state with an earlier request was judged after that one's debit, which
-// Allow would not see), sent at sent.
-func (r *Redis) rememberDenials(reqs []tollgate.Request, cs []*call, errs []error, parts [][]int, sent int64) {
-	if r.deny == nil {
-		return
-	}
-	shared := func(i int) bool {
-		for o := range reqs {
-			if o != i && reqs[o].Key == reqs[i].Key && reqs[o].Limit.Algorithm == reqs[i].Limit.Algorithm {
-				return true
-			}
-		}
-		return false
-	}
-	for j, part := range parts {
-		if errs[j] != nil {
-			continue
-		}
-		for k, i := range part {
-			if d := cs[j].decisions[k]; !d.Allowed && d.RetryAfter > 0 && !shared(i) {
-				tk := ticket{dc: r.deny, key: r.deny.key(reqs[i].Key, reqs[i].Limit.Algorithm), limit: reqs[i].Limit, cost: reqs[i].Cost, sent: sent}
-				tk.record(d, true)
-			}
-		}
-	}
+	return out, nil
 }

@@ -119,7 +119,7 @@ func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, st.newCall(context.Background(), []tollgate.Request{req}, st.modeFor(id, 0)))
+		out = append(out, st.decisionCall(context.Background(), req, st.modeFor(id, 0)))
 	}
 	return out
 }
@@ -239,7 +239,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 		}
 		set = append(set, req)
 	}
-	batch = append(batch, st.newCall(ctx, set, decideMode{}))
+	batch = append(batch, newCall(ctx, set, st.setKeys(set, ""), decideMode{}))
 	st.runBatch(batch)
 	for i, c := range batch[:300] {
 		<-c.done
@@ -299,7 +299,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			if d.peek {
 				mode = decideMode{peek: true}
 			}
-			out = append(out, st.newCall(ctx, []tollgate.Request{req}, mode))
+			out = append(out, st.decisionCall(ctx, req, mode))
 		}
 		return out
 	}

@@ -40,6 +40,15 @@ func (r *Redis) modeFor(requestID string, replayTTL time.Duration) decideMode {
 // markers reports whether the call reads and writes request-id markers.
 func (m decideMode) markers() bool { return !m.peek && m.replays > 0 }
 
+// markerID is the request id whose markers the call keeps; "" without
+// markers.
+func (m decideMode) markerID() string {
+	if m.markers() {
+		return m.requestID
+	}
+	return ""
+}
+
 // header is how many ARGV come before the entries': the mode, and the
 // markers' TTL when there are markers.
 func (m decideMode) header() int {
@@ -69,7 +78,8 @@ const (
 // ARGV, laid out so that handing them to go-redis (as pointers, which box
 // without allocating) costs nothing beyond the call itself, and the answer.
 // A call of one entry (a single decision) uses the arrays in the call; a
-// call of several entries allocates its slices.
+// call of several entries allocates its slices. Its keys are laid out by
+// its maker (see newCall, decisionCall).
 type call struct {
 	entries int
 	mode    decideMode
@@ -113,33 +123,42 @@ var calls = sync.Pool{New: func() any {
 }}
 
 // newCall takes a call from the pool and fills it in under ctx for reqs
-// (normalized, one slot's worth; see AllowAll) in mode.
-func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decideMode) *call {
+// (normalized, one part's worth; see layout) in mode, with keys as its
+// KEYS: the requests' state keys, then, when mode has markers, their
+// markers. The call keeps keys.
+func newCall(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) *call {
 	c := calls.Get().(*call)
+	c.fill(ctx, reqs, keys, mode)
+	return c
+}
+
+// decisionCall is newCall for a single decision, req (normalized): its
+// keys are written into the call's own array, so that they cost only their
+// names.
+func (r *Redis) decisionCall(ctx context.Context, req tollgate.Request, mode decideMode) *call {
+	c := calls.Get().(*call)
+	n := fillDecisionKeys(&c.keyBuf, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, mode.markerID())
+	c.fill(ctx, []tollgate.Request{req}, c.keyBuf[:n], mode)
+	return c
+}
+
+// fill lays c out under ctx as the decide call of reqs in mode, whose KEYS
+// are keys (see newCall).
+func (c *call) fill(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) {
 	n := len(reqs)
-	nkeys, header := n, mode.header()
-	if mode.markers() {
-		nkeys = 2 * n
-	}
+	nkeys, header := len(keys), mode.header()
 	nargv := header + entryArgs*n
-	c.entries, c.mode = n, mode
+	c.entries, c.mode, c.keys = n, mode, keys
 	if n == 1 {
-		c.keys, c.argv, c.args, c.decisions, c.seqs = c.keyBuf[:nkeys], c.argvBuf[:nargv], c.argBuf[:3+nkeys+1+nargv], c.decisionBuf[:], c.seqBuf[:]
+		c.argv, c.args, c.decisions, c.seqs = c.argvBuf[:nargv], c.argBuf[:3+nkeys+1+nargv], c.decisionBuf[:], c.seqBuf[:]
 	} else {
-		c.keys, c.argv, c.args, c.decisions, c.seqs = make([]string, nkeys), make([]int64, nargv), make([]any, 3+nkeys+1+nargv), make([]tollgate.Decision, n), make([]int64, n)
+		c.argv, c.args, c.decisions, c.seqs = make([]int64, nargv), make([]any, 3+nkeys+1+nargv), make([]tollgate.Decision, n), make([]int64, n)
 	}
 	c.argv[0] = mode.arg()
-	id := ""
 	if mode.markers() {
-		c.argv[1], id = mode.ttlMs, mode.requestID
+		c.argv[1] = mode.ttlMs
 	}
 	for i, req := range reqs {
-		var k [2]string
-		fillDecisionKeys(&k, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, id)
-		c.keys[i] = k[0]
-		if mode.markers() {
-			c.keys[n+i] = k[1]
-		}
 		p := algo.ParamsOf(req)
 		g := c.argv[header+entryArgs*i:]
 		g[0], g[1], g[2], g[3], g[4] = int64(req.Limit.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost
@@ -155,7 +174,6 @@ func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, mode decid
 	c.deadline, _ = ctx.Deadline()
 	c.now, c.err, c.admit, c.seat, c.settle, c.finish, c.era = 0, nil, nil, nil, nil, nil, ""
 	clear(c.seqs)
-	return c
 }
 
 // scriptCall is c as the send path takes it alone: a decide call, an

@@ -42,7 +42,8 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	if len(reqs) == 0 && len(release) == 0 {
 		return []tollgate.Decision{}, nil
 	}
-	if !r.oneSlot(reqs, release) {
+	states := r.setKeys(reqs, "")
+	if !r.oneSlot(states, release) {
 		return settleThenRelease(ctx, r, reqs, admitted, costs, release)
 	}
 	all := make([]int, len(reqs))
@@ -51,7 +52,7 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	}
 	f := &finishPart{}
 	if len(reqs) > 0 {
-		f.settle = r.newSettlePart(reqs, admitted, costs, all, r.recordsFor(settleMode(reqs, false)))
+		f.settle = newSettlePart(reqs, states, admitted, costs, all, r.recordsFor(settleMode(reqs)))
 	}
 	for _, s := range release {
 		prefix := r.keyPrefix(s.Key)
@@ -83,10 +84,10 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	return ds, nil
 }
 
-// oneSlot reports whether every key of reqs and release can go in one
-// script call: on a single node (or through Sentinel) always, on a Cluster
-// when they share one slot.
-func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Seat) bool {
+// oneSlot reports whether the state keys states and every key of release
+// can go in one script call: on a single node (or through Sentinel)
+// always, on a Cluster when they share one slot.
+func (r *Redis) oneSlot(states []string, release []tollgate.Seat) bool {
 	if r.cluster == nil {
 		_, single := r.client.(*redis.Client)
 		return single
@@ -99,8 +100,8 @@ func (r *Redis) oneSlot(reqs []tollgate.Request, release []tollgate.Seat) bool {
 		}
 		return s == want
 	}
-	for _, req := range reqs {
-		if !same(decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]) {
+	for _, k := range states {
+		if !same(k) {
 			return false
 		}
 	}

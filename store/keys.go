@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/partkey"
 )
@@ -338,4 +340,82 @@ func (r *Redis) keyPrefix(identity string) string {
 		return r.prefix
 	}
 	return r.tagPrefixes[tagOf(identity, len(r.tagPrefixes))]
+}
+
+// layout is where the requests of a set live in Redis, worked out once for
+// the whole call: their keys, and the parts of the set that one script call
+// each can take.
+type layout struct {
+	// keys are the requests' state keys, in the set's order, then, when
+	// the set's decide calls keep request-id markers, their markers: the
+	// KEYS of a decide call of the whole set (lua/doc.go).
+	keys []string
+	// parts groups the indexes of the requests by the script call that
+	// can take them (see partition).
+	parts [][]int
+}
+
+// layOut lays out reqs (normalized), with the request-id markers of
+// markers ("" for none): each request's keys, then the parts they fall in.
+func (r *Redis) layOut(reqs []tollgate.Request, markers string) layout {
+	keys := r.setKeys(reqs, markers)
+	return layout{keys: keys, parts: r.partition(keys[:len(reqs)])}
+}
+
+// setKeys returns the state keys of reqs (normalized) in their order,
+// then, when markers is not empty, the request-id markers of markers, one
+// per request, in the same order.
+func (r *Redis) setKeys(reqs []tollgate.Request, markers string) []string {
+	n := len(reqs)
+	nkeys := n
+	if markers != "" {
+		nkeys = 2 * n
+	}
+	keys := make([]string, nkeys)
+	for i, req := range reqs {
+		var k [2]string
+		fillDecisionKeys(&k, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, markers)
+		keys[i] = k[0]
+		if markers != "" {
+			keys[n+i] = k[1]
+		}
+	}
+	return keys
+}
+
+// onePart is the parts of a set of one request: shared, as parts are only
+// ever read.
+var onePart = [][]int{{0}}
+
+// partition groups the indexes of the requests whose state keys are states
+// into the parts one script call can decide, each in the set's order: one
+// part on a single node, one per Cluster slot on a ClusterClient, one per
+// hash tag on any other client.
+func (r *Redis) partition(states []string) [][]int {
+	if len(states) == 1 {
+		return onePart
+	}
+	if _, single := r.client.(*redis.Client); single {
+		all := make([]int, len(states))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	var parts [][]int
+	index := make(map[string]int, len(states))
+	for i, k := range states {
+		part := hashTag(k)
+		if r.cluster != nil {
+			part = strconv.Itoa(slot(k))
+		}
+		j, ok := index[part]
+		if !ok {
+			j = len(parts)
+			index[part] = j
+			parts = append(parts, nil)
+		}
+		parts[j] = append(parts[j], i)
+	}
+	return parts
 }

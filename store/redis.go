@@ -157,7 +157,8 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	}
 	r.notePersistence(req.Limit)
 	if req.Overdraw {
-		ds, err := r.overdraw(ctx, []tollgate.Request{req})
+		reqs := []tollgate.Request{req}
+		ds, err := r.overdraw(ctx, reqs, r.layOut(reqs, ""))
 		if err != nil {
 			return tollgate.Decision{}, err
 		}
@@ -179,7 +180,7 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 
 // decide sends req (normalized) in mode as one decide script call.
 func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode decideMode) (tollgate.Decision, error) {
-	c := r.newCall(ctx, []tollgate.Request{req}, mode)
+	c := r.decisionCall(ctx, req, mode)
 	if err := r.send(ctx, c); err != nil {
 		return tollgate.Decision{}, err // c is abandoned to its runner
 	}
@@ -216,7 +217,8 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 		look := req
 		look.RequestID = ""
 		var s []tollgate.Decision
-		if s, err = r.settle(ctx, []tollgate.Request{look}, []tollgate.Admission{{}}, []int64{req.Cost}, settleLook); err == nil {
+		looks := []tollgate.Request{look}
+		if s, err = r.settle(ctx, looks, r.layOut(looks, ""), []tollgate.Admission{{}}, []int64{req.Cost}, settleLook); err == nil {
 			d.Debt = s[0].Debt
 		}
 	}

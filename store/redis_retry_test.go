@@ -177,7 +177,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, st.newCall(ctx, []tollgate.Request{req}, decideMode{}))
+		batch = append(batch, st.decisionCall(ctx, req, decideMode{}))
 	}
 	runs = asleep(func() { st.runBatch(batch) })
 	want := int64(9) // one decide call each; one batch script call for all where the store sends one

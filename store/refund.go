@@ -18,7 +18,7 @@ const refundRecordTTL = time.Minute
 const refundTimeout = 2 * time.Second
 
 // refund gives back the debits of the decide calls cs, whose entries are
-// reqs[parts[j]], with one settle script call each (lua/doc.go), in one
+// reqs[parts[j]] (whose state keys are states), with one settle script call each (lua/doc.go), in one
 // pipeline: each entry is settled at a final cost of 0 against the
 // admission its decide call answered, the rule every give-back follows.
 // The settlements are recorded under one random id, so a copy of the
@@ -27,14 +27,15 @@ const refundTimeout = 2 * time.Second
 // denied set leaves no trace. It runs even when ctx is done: a debit left
 // behind would deny later callers. The deny cache forgets the refunded
 // identities.
-func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call, parts [][]int) error {
+func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, states []string, cs []*call, parts [][]int) error {
 	if len(cs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 	defer cancel()
+	ps := refundParts(reqs, states, cs, parts, newRefundID())
 	out := make([]tollgate.Decision, len(reqs))
-	err := r.settleParts(ctx, r.refundParts(reqs, cs, parts, newRefundID()), parts, out)
+	err := r.settleParts(ctx, ps, parts, out)
 	if r.deny != nil {
 		for _, part := range parts {
 			for _, i := range part {
@@ -50,7 +51,7 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, cs []*call,
 
 // refundParts lays out the settle parts that give back the debits of the
 // decide calls cs (see refund), recorded under id.
-func (r *Redis) refundParts(reqs []tollgate.Request, cs []*call, parts [][]int, id string) []*settlePart {
+func refundParts(reqs []tollgate.Request, states []string, cs []*call, parts [][]int, id string) []*settlePart {
 	admitted, final := make([]tollgate.Admission, len(reqs)), make([]int64, len(reqs))
 	ps := make([]*settlePart, len(cs))
 	for j, c := range cs {
@@ -61,7 +62,7 @@ func (r *Redis) refundParts(reqs []tollgate.Request, cs []*call, parts [][]int, 
 		if c.mode.markers() {
 			rec.mode, rec.markers = settleRefund, c.keys[c.entries:2*c.entries]
 		}
-		ps[j] = r.newSettlePart(reqs, admitted, final, parts[j], rec)
+		ps[j] = newSettlePart(reqs, states, admitted, final, parts[j], rec)
 	}
 	return ps
 }

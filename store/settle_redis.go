@@ -71,48 +71,46 @@ func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted
 			return nil, fmt.Errorf("%w: SettleAll request %d: the requests of a set all carry a request id or none do", tollgate.ErrInvalidRequest, i)
 		}
 	}
-	out, err := r.settle(ctx, reqs, admitted, costs, settleMode(reqs, false))
+	out, err := r.settle(ctx, reqs, r.layOut(reqs, ""), admitted, costs, settleMode(reqs))
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: settle: %w", err)
 	}
 	return out, nil
 }
 
-// overdraw debits reqs (normalized, all Overdraw) whether or not they fit,
-// with the settle script in its overdraw mode.
-func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request) ([]tollgate.Decision, error) {
+// overdraw debits reqs (normalized, all Overdraw; laid out as lay) whether
+// or not they fit, with the settle script in its overdraw mode.
+func (r *Redis) overdraw(ctx context.Context, reqs []tollgate.Request, lay layout) ([]tollgate.Decision, error) {
 	costs := make([]int64, len(reqs))
 	for i, req := range reqs {
 		costs[i] = req.Cost
 	}
-	out, err := r.settle(ctx, reqs, make([]tollgate.Admission, len(reqs)), costs, settleMode(reqs, true))
+	out, err := r.settle(ctx, reqs, lay, make([]tollgate.Admission, len(reqs)), costs, settleOverdraw)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: overdraw: %w", err)
 	}
 	return out, nil
 }
 
-// settleMode is the settle script's mode for reqs (normalized, a set).
-func settleMode(reqs []tollgate.Request, overdraw bool) int64 {
-	switch {
-	case overdraw:
-		return settleOverdraw
-	case reqs[0].RequestID != "":
+// settleMode is the settle script's mode for settling reqs (normalized, a
+// set): with records when they carry a request id.
+func settleMode(reqs []tollgate.Request) int64 {
+	if reqs[0].RequestID != "" {
 		return settleRecord
 	}
 	return settleNoRecord
 }
 
-// settle sends reqs to the settle script in mode, one call per part (see
-// partition), each through its primary's batcher.
-func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, mode int64) ([]tollgate.Decision, error) {
-	parts := r.partition(reqs)
-	ps := make([]*settlePart, len(parts))
-	for j, part := range parts {
-		ps[j] = r.newSettlePart(reqs, admitted, costs, part, r.recordsFor(mode))
+// settle sends reqs, laid out as lay, to the settle script in mode, one
+// call per part, each through its primary's batcher.
+func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, lay layout, admitted []tollgate.Admission, costs []int64, mode int64) ([]tollgate.Decision, error) {
+	rec := r.recordsFor(mode)
+	ps := make([]*settlePart, len(lay.parts))
+	for j, part := range lay.parts {
+		ps[j] = newSettlePart(reqs, lay.keys, admitted, costs, part, rec)
 	}
 	out := make([]tollgate.Decision, len(reqs))
-	err := r.settleParts(ctx, ps, parts, out)
+	err := r.settleParts(ctx, ps, lay.parts, out)
 	if r.deny != nil && mode != settleLook {
 		for _, req := range reqs {
 			r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm)) // the state changed

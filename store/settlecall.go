@@ -49,16 +49,17 @@ func (r *Redis) recordsFor(mode int64) settleRecords {
 	return settleRecords{mode: mode}
 }
 
-// newSettlePart lays out the entries of the requests part names, settled
-// at costs against admitted, as rec says.
-func (r *Redis) newSettlePart(reqs []tollgate.Request, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) *settlePart {
-	p := &settlePart{mode: rec.mode, markers: rec.markers, argv: make([]int64, 0, settleEntryArgs*len(part))}
+// newSettlePart lays out the entries of the requests part names, whose
+// state keys are states[i], settled at costs against admitted, as rec
+// says.
+func newSettlePart(reqs []tollgate.Request, states []string, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) *settlePart {
+	p := &settlePart{mode: rec.mode, markers: rec.markers, states: make([]string, 0, len(part)), argv: make([]int64, 0, settleEntryArgs*len(part))}
 	records := rec.mode == settleRecord || rec.mode == settleRefund
 	if records {
-		p.ttlMs = rec.ttlMs
+		p.ttlMs, p.records = rec.ttlMs, make([]string, 0, len(part))
 	}
 	for _, i := range part {
-		k := decisionKeys(r.keyPrefix(reqs[i].Key), reqs[i].Limit.Algorithm, reqs[i].Key, "")[0]
+		k := states[i]
 		p.states = append(p.states, k)
 		if records {
 			id := rec.id
