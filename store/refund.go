@@ -18,9 +18,10 @@ const refundRecordTTL = time.Minute
 const refundTimeout = 2 * time.Second
 
 // refund gives back the debits of the decide calls cs, whose entries are
-// reqs[parts[j]] (whose state keys are states), with one settle script call each (lua/doc.go), in one
-// pipeline: each entry is settled at a final cost of 0 against the
-// admission its decide call answered, the rule every give-back follows.
+// reqs[parts[j]] (their state keys states[parts[j]]), with one settle
+// script call each (lua/doc.go), in one pipeline: each entry is settled
+// at a final cost of 0 against the admission its decide call answered,
+// the rule every give-back follows.
 // The settlements are recorded under one random id, so a copy of the
 // refund that runs again gives back nothing more; the decide calls'
 // request-id markers are deleted in the same call (settleRefund), so the
