@@ -369,7 +369,7 @@ func (s *Server) failed(ctx context.Context, r storecall.Result, err error) (out
 		return storecall.OutcomeCanceled, status.FromContextError(ctx.Err()).Err()
 	case r == storecall.Invalid:
 		return storecall.OutcomeInvalid, status.Errorf(codes.Internal, "rate limit: the store refused a request the configuration allowed: %v", err)
-	case s.opts.failMode == FailOpen:
+	case s.opts.storeFail == AnswerOK:
 		return storecall.OutcomeFailOpen, nil
 	}
 	return storecall.OutcomeFailClosed, status.Error(codes.Unavailable, "rate limit service unavailable: its store cannot decide")

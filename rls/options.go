@@ -10,32 +10,33 @@ import (
 	"github.com/tollgate/tollgate/internal/storecall"
 )
 
-// FailMode says what the server answers when the store cannot decide (an
-// error, its deadline passed, or the breaker is open): FailClosed (the
-// default) or FailOpen. The zero value is FailOpen.
-type FailMode uint8
+// StoreFailAnswer is what the server answers when the store cannot decide
+// (an error, its deadline passed, or the breaker is open). The zero value,
+// AnswerUnavailable, is the default. It is not package interceptor's
+// FailMode: the edge has no local cap to fall back to, and its default is
+// envoyproxy/ratelimit's.
+type StoreFailAnswer uint8
 
 const (
-	// FailOpen answers OK, with each limited descriptor's current_limit and
-	// no remaining count.
-	FailOpen FailMode = iota
-	// FailClosed returns codes.Unavailable, so that Envoy's own
+	// AnswerUnavailable returns codes.Unavailable, so that Envoy's own
 	// failure_mode_deny decides: by default Envoy lets the request through,
 	// with failure_mode_deny: true it refuses it. This is what
 	// envoyproxy/ratelimit does when Redis fails, and the default.
-	FailClosed
+	AnswerUnavailable StoreFailAnswer = iota
+	// AnswerOK answers OK, with each limited descriptor's current_limit and
+	// no remaining count.
+	AnswerOK
 )
 
-// String returns "open" or "closed", as package interceptor's FailMode
-// names the same modes.
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return storecall.FailModeOpen
-	case FailClosed:
-		return storecall.FailModeClosed
+// String returns "unavailable" or "ok".
+func (a StoreFailAnswer) String() string {
+	switch a {
+	case AnswerUnavailable:
+		return "unavailable"
+	case AnswerOK:
+		return "ok"
 	}
-	return "failmode(" + strconv.Itoa(int(m)) + ")"
+	return "storefailanswer(" + strconv.Itoa(int(a)) + ")"
 }
 
 // Defaults of WithStoreTimeout and WithBreaker, the same as package
@@ -64,7 +65,7 @@ type Option func(*options)
 
 type options struct {
 	config         *Config
-	failMode       FailMode
+	storeFail      StoreFailAnswer
 	storeCalls     storecall.Config
 	headers        bool
 	headerNames    [3]string
@@ -75,7 +76,6 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		failMode:    FailClosed,
 		storeCalls:  storecall.Config{Timeout: DefaultStoreTimeout, BreakerFailures: DefaultBreakerFailures, BreakerCoolDown: DefaultBreakerCoolDown},
 		headerNames: [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
 	}
@@ -87,10 +87,10 @@ func WithConfig(c *Config) Option {
 	return func(o *options) { o.config = c }
 }
 
-// WithFailMode sets what the server answers when the store cannot decide:
-// FailClosed (the default) or FailOpen.
-func WithFailMode(m FailMode) Option {
-	return func(o *options) { o.failMode = m }
+// WithStoreFailAnswer sets what the server answers when the store cannot
+// decide: AnswerUnavailable (the default) or AnswerOK.
+func WithStoreFailAnswer(a StoreFailAnswer) Option {
+	return func(o *options) { o.storeFail = a }
 }
 
 // WithStoreTimeout bounds each store call (default DefaultStoreTimeout);

@@ -49,8 +49,8 @@ func NewServer(st tollgate.Store, opts ...Option) (*Server, error) {
 	switch {
 	case argcheck.Nil(st):
 		return nil, errors.New("rls: the store is nil")
-	case o.failMode != FailClosed && o.failMode != FailOpen:
-		return nil, fmt.Errorf("rls: fail mode %s: want FailClosed or FailOpen", o.failMode)
+	case o.storeFail != AnswerUnavailable && o.storeFail != AnswerOK:
+		return nil, fmt.Errorf("rls: store fail answer %s: want AnswerUnavailable or AnswerOK", o.storeFail)
 	}
 	calls, err := storecall.New(st, o.storeCalls)
 	if err != nil {

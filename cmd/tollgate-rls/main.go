@@ -93,7 +93,7 @@ func main() {
 type config struct {
 	dir             string
 	addr            string
-	failMode        rls.FailMode
+	storeFail       rls.StoreFailAnswer
 	storeTimeout    time.Duration
 	headers         bool
 	headerNames     [3]string
@@ -113,7 +113,7 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	var failMode string
 	fs.StringVar(&c.dir, "config", "", "directory of envoyproxy/ratelimit YAML files, one per domain (required)")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "TCP address to listen on")
-	fs.StringVar(&failMode, "fail-mode", rls.FailClosed.String(), "when the store cannot decide: closed, also spelled error (UNAVAILABLE: Envoy's failure_mode_deny decides) or open (answer OK)")
+	fs.StringVar(&failMode, "fail-mode", "closed", "when the store cannot decide: closed, also spelled error (UNAVAILABLE: Envoy's failure_mode_deny decides) or open (answer OK)")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", rls.DefaultStoreTimeout, "how long a request waits for the store before the fail mode applies")
 	fs.BoolVar(&c.headers, "response-headers", false, "add the limit, remaining and reset headers to responses (as LIMIT_RESPONSE_HEADERS_ENABLED)")
 	fs.StringVar(&c.headerNames[0], "limit-header", rls.DefaultLimitHeader, "name of the limit header")
@@ -143,10 +143,10 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 		return config{}, errors.New("-tls-cert and -tls-key go together (and -tls-client-ca needs them)")
 	}
 	switch failMode {
-	case rls.FailClosed.String(), "error":
-		c.failMode = rls.FailClosed
-	case rls.FailOpen.String():
-		c.failMode = rls.FailOpen
+	case "closed", "error":
+		c.storeFail = rls.AnswerUnavailable
+	case "open":
+		c.storeFail = rls.AnswerOK
 	default:
 		return config{}, fmt.Errorf("-fail-mode %q: want closed (or error) or open", failMode)
 	}
@@ -189,7 +189,7 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 		return err
 	}
 	defer closeStore()
-	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout)}
+	opts := []rls.Option{rls.WithConfig(conf), rls.WithStoreFailAnswer(cfg.storeFail), rls.WithStoreTimeout(cfg.storeTimeout)}
 	if cfg.shadow {
 		opts = append(opts, rls.WithShadow())
 	}

@@ -241,14 +241,14 @@ func TestParseFlags(t *testing.T) {
 // TestFailModeFlag: the default answers Unavailable, and "error" still
 // names it.
 func TestFailModeFlag(t *testing.T) {
-	for args, want := range map[string]rls.FailMode{"": rls.FailClosed, "closed": rls.FailClosed, "error": rls.FailClosed, "open": rls.FailOpen} {
+	for args, want := range map[string]rls.StoreFailAnswer{"": rls.AnswerUnavailable, "closed": rls.AnswerUnavailable, "error": rls.AnswerUnavailable, "open": rls.AnswerOK} {
 		argv := []string{"-config", "d"}
 		if args != "" {
 			argv = append(argv, "-fail-mode", args)
 		}
 		c, err := parseFlags(argv, func(string) string { return "" }, io.Discard)
-		if err != nil || c.failMode != want {
-			t.Errorf("-fail-mode %q: %v, %v; want %v", args, c.failMode, err, want)
+		if err != nil || c.storeFail != want {
+			t.Errorf("-fail-mode %q: %v, %v; want %v", args, c.storeFail, err, want)
 		}
 	}
 }
