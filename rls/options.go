@@ -70,6 +70,10 @@ type options struct {
 	headers        bool
 	headerNames    [3]string
 	shadow         bool
+	quota          bool
+	countOver      bool
+	metadata       bool
+	hits           *hitCounter
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 }
@@ -136,6 +140,43 @@ func WithResponseHeaders(limit, remaining, reset string) Option {
 // tollgate.outcome "shadow_denied".
 func WithShadow() Option {
 	return func(o *options) { o.shadow = true }
+}
+
+// WithQuotaMode puts every limited descriptor in quota mode, as
+// envoyproxy/ratelimit's QUOTA_MODE does (a descriptor's quota_mode: true
+// does it for one): a descriptor over its limit is answered OK with its
+// limit and what remains (nothing), never refuses the request, and is named
+// in the response's dynamic metadata (WithDynamicMetadata).
+func WithQuotaMode() Option {
+	return func(o *options) { o.quota = true }
+}
+
+// WithCountOverLimit counts every descriptor's hits even over its limit,
+// each descriptor on its own, as envoyproxy/ratelimit counts them (its
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, the default), and as a
+// configuration file's count_over_limit does for its domain: answers are
+// then envoyproxy/ratelimit's, request after request. Without it a refused
+// request debits none of its descriptors.
+func WithCountOverLimit() Option {
+	return func(o *options) { o.countOver = true }
+}
+
+// WithDynamicMetadata makes every answer carry dynamic_metadata as
+// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain, the
+// descriptors' entries ("key=value") and hits_addend, quotaModeEnabled and,
+// when a quota-mode descriptor is over its limit, quotaModeViolations (the
+// indexes of those descriptors).
+func WithDynamicMetadata() Option {
+	return func(o *options) { o.metadata = true }
+}
+
+// WithHitCounts calls record after every decided request with each
+// limited descriptor's HitCounts, split as envoyproxy/ratelimit's
+// statistics split hits: a hit is near the limit above ⌊nearRatio·limit⌋
+// (that project's NEAR_LIMIT_RATIO, 0.8 by default). record is called on
+// the request's goroutine: it must be quick and safe for concurrent use.
+func WithHitCounts(nearRatio float32, record func(HitCounts)) Option {
+	return func(o *options) { o.hits = &hitCounter{ratio: nearRatio, record: record} }
 }
 
 // WithTracerProvider sets where spans go (default the global provider).

@@ -121,6 +121,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.R
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 		}
+		if s.opts.metadata {
+			resp.DynamicMetadata = dynamicMetadata(req, nil)
+		}
 		return resp, storecall.OutcomeAllowed, nil
 	}
 	// Only configured domains name spans: span names stay few.
@@ -131,6 +134,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.R
 	}
 	overall, err := s.decide(ctx, d.name, checks)
 	s.recordChecks(ctx, checks)
+	if s.opts.hits != nil {
+		s.opts.hits.count(checks)
+	}
 	if err != nil {
 		return nil, overall, err
 	}
@@ -142,6 +148,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.R
 	}
 	if s.opts.headers {
 		resp.ResponseHeadersToAdd = s.headers(checks)
+	}
+	if s.opts.metadata {
+		resp.DynamicMetadata = dynamicMetadata(req, checks)
 	}
 	return resp, overall, nil
 }

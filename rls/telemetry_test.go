@@ -118,4 +118,3 @@ func TestStoreFailAnswerNames(t *testing.T) {
 		t.Errorf("the zero StoreFailAnswer is %s, want the default %s", zero, rls.AnswerUnavailable)
 	}
 }
-
