@@ -222,7 +222,11 @@ func TestParseFlags(t *testing.T) {
 		args []string
 		env  map[string]string
 	}{
-		"no config":         {nil, nil},
+		"bad config type":   {nil, map[string]string{"CONFIG_TYPE": "CONSUL"}},
+		"bad bool":          {nil, map[string]string{"SHADOW_MODE": "maybe"}},
+		"memcache":          {nil, map[string]string{"BACKEND_TYPE": "memcache"}},
+		"tls without cert":  {nil, map[string]string{"GRPC_SERVER_USE_TLS": "true"}},
+		"sentinel one node": {nil, map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster"}},
 		"bad fail mode":     {[]string{"-config", "d", "-fail-mode", "maybe"}, nil},
 		"two stores":        {[]string{"-config", "d"}, map[string]string{envRedisURL: "redis://x", envRedisClusterAddrs: "a:1"}},
 		"sentinel nameless": {[]string{"-config", "d"}, map[string]string{envRedisSentinelAddrs: "a:1"}},
