@@ -278,4 +278,3 @@ func BuildTollgateRLS(dir string) (string, error) {
 
 // EnvoyRatelimitBin is envoyproxy/ratelimit's server binary, for Start.
 func EnvoyRatelimitBin() (string, error) { return envoyRatelimitBin() }
-

@@ -336,7 +336,9 @@ func randomRequest(rng *rand.Rand, domain string) *pb.RateLimitRequest {
 	pick := func(vs ...string) string { return vs[rng.IntN(len(vs))] }
 	shapes := []func() *rlv3.RateLimitDescriptor{
 		func() *rlv3.RateLimitDescriptor { return entry("route", "api", "user", pick("ann", "bob", "vip")) },
-		func() *rlv3.RateLimitDescriptor { return entry("route", "api", "path", pick("/admin", "/admin/users", "/home")) },
+		func() *rlv3.RateLimitDescriptor {
+			return entry("route", "api", "path", pick("/admin", "/admin/users", "/home"))
+		},
 		func() *rlv3.RateLimitDescriptor { return entry("route", "api", "watch", pick("w1", "w2")) },
 		func() *rlv3.RateLimitDescriptor { return entry("route", "api", "plan", pick("free", "pro")) },
 		func() *rlv3.RateLimitDescriptor { return entry("tenant", pick("t1", "t2")) },
@@ -437,4 +439,3 @@ func answerDiff(a, b *pb.RateLimitResponse, straddled bool) string {
 	}
 	return strings.Join(out, "\n")
 }
-
