@@ -221,7 +221,11 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 		}
 		defer stopHTTP()
 	}
-	gs := grpc.NewServer(append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tracerOr(tp)))))...)
+	if tp != nil {
+		// The call's server span, the parent of the decision's.
+		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+	}
+	gs := grpc.NewServer(serverOpts...)
 	pb.RegisterRateLimitServiceServer(gs, &gate{srv: srv, loaded: &loads.any})
 	quota, err := rls.NewQuotaServer(srv, rls.WithAssignmentReports(cfg.quotaReports), rls.WithRebalanceInterval(cfg.quotaRebalance))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,8 @@ import (
 // config_load_success and config_load_error.
 type refMetrics struct {
 	hits                  [5]*prometheus.CounterVec
+	byKey                 sync.Map // statistics key -> *[5]prometheus.Counter
+
 	requests              *prometheus.CounterVec
 	responseTime          *prometheus.HistogramVec
 	loadSuccess, loadFail prometheus.Counter
@@ -57,11 +60,20 @@ func (m *refMetrics) collectors() []prometheus.Collector {
 
 // record counts one descriptor's hits (rls.WithHitCounts).
 func (m *refMetrics) record(h rls.HitCounts) {
-	labels := statLabels(h.Key)
+	v, ok := m.byKey.Load(h.Key)
+	if !ok {
+		// A key's five series exist from its first hit, as the reference's
+		// counters do once flushed.
+		var cs [5]prometheus.Counter
+		labels := statLabels(h.Key)
+		for i := range cs {
+			cs[i] = m.hits[i].With(labels)
+		}
+		v, _ = m.byKey.LoadOrStore(h.Key, &cs)
+	}
 	for i, n := range [5]uint64{h.Total, h.WithinLimit, h.NearLimit, h.OverLimit, h.ShadowMode} {
-		c := m.hits[i].With(labels)
 		if n > 0 {
-			c.Add(float64(n))
+			v.(*[5]prometheus.Counter)[i].Add(float64(n))
 		}
 	}
 }

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"strings"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // tracingSettings are envoyproxy/ratelimit's TRACING_* variables: OTLP
@@ -66,12 +64,4 @@ func (t tracingSettings) provider(ctx context.Context) (*sdktrace.TracerProvider
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(t.sampling))),
 	), nil
-}
-
-// tracerOr returns tp, or otel's global provider when tp is nil.
-func tracerOr(tp *sdktrace.TracerProvider) trace.TracerProvider {
-	if tp == nil {
-		return otel.GetTracerProvider()
-	}
-	return tp
 }
