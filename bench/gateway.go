@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -263,13 +264,18 @@ func (b *SyncBuffer) String() string {
 	return string(b.buf)
 }
 
-// BuildTollgateRLS builds cmd/tollgate-rls as Dockerfile builds it
-// (CGO_ENABLED=0, static) into dir, and returns the binary's path, named
-// ratelimit as the image installs it.
+// BuildTollgateRLS builds cmd/tollgate-rls as its Dockerfile builds it
+// (its own module and go.sum, CGO_ENABLED=0: a static binary) into dir,
+// and returns the binary's path, named ratelimit as the image installs it.
 func BuildTollgateRLS(dir string) (string, error) {
+	work, err := exec.Command("go", "env", "GOWORK").Output()
+	if err != nil || len(bytes.TrimSpace(work)) == 0 {
+		return "", fmt.Errorf("building tollgate-rls: the repository's go.work is not found (%v)", err)
+	}
 	bin := filepath.Join(dir, "ratelimit")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/tollgate/tollgate/cmd/tollgate-rls")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Dir = filepath.Join(filepath.Dir(string(bytes.TrimSpace(work))), "cmd", "tollgate-rls")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building tollgate-rls: %v\n%s", err, out)
 	}
