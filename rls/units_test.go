@@ -30,7 +30,7 @@ func TestLongUnits(t *testing.T) {
 	e := newEnv(t, b, []string{unitsYAML})
 	for key, period := range map[string]time.Duration{"weekly": 7 * 24 * time.Hour, "monthly": 30 * 24 * time.Hour} {
 		st := e.must(t, "units", 0, d(key, "x")).Statuses[0]
-		if got, want := st.DurationUntilReset.AsDuration(), (period-time.Duration(fixedNow.UnixNano())%period).Round(time.Second); got != want {
+		if got, want := st.DurationUntilReset.AsDuration(), (period - time.Duration(fixedNow.UnixNano())%period).Round(time.Second); got != want {
 			t.Fatalf("%s window resets in %s, want %s (aligned to the epoch)", key, got, want)
 		}
 	}

@@ -21,8 +21,8 @@ import (
 // (in milliseconds, as that project records it under that name);
 // config_load_success and config_load_error.
 type refMetrics struct {
-	hits                  [5]*prometheus.CounterVec
-	byKey                 sync.Map // statistics key -> *[5]prometheus.Counter
+	hits  [5]*prometheus.CounterVec
+	byKey sync.Map // statistics key -> *[5]prometheus.Counter
 
 	requests              *prometheus.CounterVec
 	responseTime          *prometheus.HistogramVec
