@@ -235,8 +235,10 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	}
 	fmt.Printf("tollgate vs redis_rate: %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
 		version, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), cfg.d, cfg.reps, cfg.identities, time.Since(start).Round(time.Second))
-	if err := writeTable(os.Stdout, rows, cfg.markdown); err != nil {
-		return err
+	if len(rows) > 0 {
+		if err := writeTable(os.Stdout, rows, cfg.markdown); err != nil {
+			return err
+		}
 	}
 	if len(notes) > 0 {
 		fmt.Println()
