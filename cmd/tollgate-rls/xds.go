@@ -110,6 +110,10 @@ func (b backoff) wait(n int) time.Duration {
 	return max(d, time.Millisecond)
 }
 
+// repeatedNackDelay is how long a rejected snapshot sent again waits for
+// its NACK.
+const repeatedNackDelay = 100 * time.Millisecond
+
 // xdsClient keeps the server's configuration equal to the xDS server's
 // RateLimitConfig resources: each response is compiled with the YAML
 // path's checks (rls.ParseRateLimitConfigs) and applied and ACKed, or
@@ -180,8 +184,16 @@ func (c *xdsClient) follow(ctx context.Context, opts []grpc.DialOption) (answere
 		}
 		answered = true
 		if rejectedErr != nil && sameResources(resp.Resources, rejected) {
-			// A management server sends a rejected snapshot again and
-			// again until the next version: the answer is the same.
+			// A management server may send a rejected snapshot again as
+			// soon as it is NACKed, until the next version (go-control-plane
+			// does): the answer is the same, and waiting a moment before it
+			// keeps the storm to a few NACKs a second. A new version is
+			// sent in answer to the NACK, so it waits at most as long.
+			select {
+			case <-ctx.Done():
+				return answered
+			case <-time.After(repeatedNackDelay):
+			}
 			if err := ads.Nack(rejectedErr.Error()); err != nil {
 				return answered
 			}
