@@ -8,6 +8,13 @@
 // Usage:
 //
 //	tollgate-rls -config DIR [-addr host:port] [flags]
+//	tollgate-rls            # envoyproxy/ratelimit's environment, as Envoy Gateway runs it
+//
+// Started without -config, every setting comes from envoyproxy/ratelimit's
+// environment variables with that server's defaults (env.go): the
+// configuration from RUNTIME_ROOT or over xDS (CONFIG_TYPE=GRPC_XDS_SOTW,
+// xds.go), /healthcheck on PORT, that server's metric families at
+// PROMETHEUS_ADDR; a flag wins over its variable.
 //
 // The store is in-process memory unless the environment names a Redis:
 // REDIS_URL (one node, a redis:// or rediss:// URL), REDIS_CLUSTER_ADDRS
