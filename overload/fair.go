@@ -1,56 +1,80 @@
 package overload
 
-// tenants orders tenants by recent service: start-time fair queueing
-// (Goyal, Vin and Cheng, 1996) with one unit of work per call. Each tenant
-// has a finish tag, the clock's value when its last call was admitted plus
-// one; the clock is the start tag of the last call admitted. A waiting call
-// is ranked by its tenant's tag, never below the clock, so a tenant that
-// was idle banks no credit, a tenant asking less than its share is always
-// ahead of one asking more, and tenants that ask more than their share
-// split what is left equally: max-min fairness by demand.
+// tenants orders the calls of tenants by start-time fair queueing (Goyal,
+// Vin and Cheng, 1996), one unit of work per call. A call entering the
+// room gets a start tag, the larger of the clock and its tenant's finish
+// tag, and pushes that finish tag one past it; the clock is the start tag
+// of the last call admitted. The room serves the lowest tag first (within
+// a criticality), so a tenant asking less than its share always has the
+// lowest tags, and the tenants asking more split what is left equally:
+// max-min fairness by demand. A tenant that was idle banks no credit: its
+// finish tag is behind the clock and its next call starts at the clock.
 //
-// Tags at or below the clock say nothing (they rank as the clock), so they
-// are forgotten at every sweep; past MaxTenants the tenants one call ahead
-// are forgotten too, and if that is not enough, all of them: fairness
-// restarts from equal, memory stays bounded.
+// Finish tags at or behind the clock say nothing (a tag never starts
+// below the clock), so a sweep forgets them; past max tenants the tenants
+// one call ahead are forgotten too, and if that is not enough, all of
+// them: fairness restarts from equal, memory stays bounded.
 type tenants struct {
-	tag   map[string]int64
-	clock int64
-	max   int
+	finish map[string]int64
+	clock  int64
+	max    int
 }
 
 func newTenants(maxTenants int) tenants {
-	return tenants{tag: map[string]int64{}, max: maxTenants}
+	return tenants{finish: map[string]int64{}, max: maxTenants}
 }
 
-// rank is the tenant's start tag: a lower rank goes first.
-func (t *tenants) rank(id string) int64 {
-	return max(t.tag[id], t.clock)
+// next is the start tag a call of the tenant would get now.
+func (t *tenants) next(id string) int64 {
+	return max(t.finish[id], t.clock)
 }
 
-// over reports whether the tenant has been served more than one call ahead
-// of the clock: it is above its share.
-func (t *tenants) over(id string) bool {
-	return t.tag[id] > t.clock+1
+// take gives a call of the tenant its start tag.
+func (t *tenants) take(id string) int64 {
+	s := t.next(id)
+	t.finish[id] = s + 1
+	return s
 }
 
-// served notes one call of the tenant admitted.
-func (t *tenants) served(id string) {
-	s := t.rank(id)
-	t.tag[id], t.clock = s+1, s
+// maxLead bounds how far a tenant's finish tag runs ahead of the clock
+// through refused calls.
+const maxLead = 32
+
+// withinShare is how many calls past the clock a tenant's start tag may
+// be while it counts as within its fair share: its next call, and one
+// more that arrived in the same round (arrivals are bursty).
+const withinShare = 2
+
+// within reports whether a call with start tag tag is within its
+// tenant's share.
+func (t *tenants) within(tag int64) bool {
+	return tag <= t.clock+withinShare
+}
+
+// charge counts a refused call of the tenant as demand: its finish tag
+// moves one further ahead, at most maxLead past the clock, so a tenant
+// whose calls are refused ranks behind those that ask less; once it asks
+// less, it is level again within maxLead admissions.
+func (t *tenants) charge(id string) {
+	t.finish[id] = min(t.next(id)+1, t.clock+maxLead)
+}
+
+// admitted advances the clock to the start tag of a call admitted.
+func (t *tenants) admitted(tag int64) {
+	t.clock = max(t.clock, tag)
 }
 
 // sweep forgets what no longer ranks a tenant apart, and more past max.
 func (t *tenants) sweep() {
 	for _, keep := range []int64{0, 1} {
-		for id, f := range t.tag {
+		for id, f := range t.finish {
 			if f <= t.clock+keep {
-				delete(t.tag, id)
+				delete(t.finish, id)
 			}
 		}
-		if len(t.tag) <= t.max {
+		if len(t.finish) <= t.max {
 			return
 		}
 	}
-	clear(t.tag)
+	clear(t.finish)
 }

@@ -49,12 +49,13 @@ func newGradient(o *Options, now time.Time) gradient {
 	return gradient{o: o, limit: float64(o.InitialLimit), start: now, winStart: now, stale: true}
 }
 
-// admits reports whether one more call may run with inflight running.
+// admits reports whether one more call may run with inflight running: the
+// limit's whole part, at least one.
 func (g *gradient) admits(inflight int) bool {
 	if g.probing {
 		return inflight < 1
 	}
-	return float64(inflight) < g.limit
+	return inflight < max(1, int(g.limit))
 }
 
 // granted notes a call admitted; inflight includes it.

@@ -44,7 +44,7 @@ func New(o Options) (*Limiter, error) {
 		return nil, err
 	}
 	now := time.Now()
-	l := &Limiter{o: o, tenants: newTenants(o.MaxTenants), empty: now, swept: now}
+	l := &Limiter{o: o, tenants: newTenants(o.MaxTenants), room: newRoom(now), swept: now}
 	l.g = newGradient(&l.o, now)
 	return l, nil
 }
@@ -88,14 +88,16 @@ func (l *Limiter) Check(c Call) error {
 	defer l.mu.Unlock()
 	now := time.Now()
 	l.expire(now)
-	if (l.room.len() == 0 && l.g.admits(l.inflight)) || l.room.len() < l.queueCap(now) {
+	if l.admitsNow(c.Criticality) || l.room.len() < l.queueCap(c.Criticality, l.tenants.next(c.Tenant), now) {
 		return nil
 	}
-	if w, rank := l.room.worst(&l.tenants); ahead(c.Criticality, l.tenants.rank(c.Tenant), w.call.Criticality, rank) {
+	if w := l.room.worst(); ahead(c.Criticality, l.tenants.next(c.Tenant), w.call.Criticality, w.tag) {
 		return nil
 	}
 	l.shedByCheck++
-	return l.refuse(c, QueueFull)
+	err := l.refuse(c.Criticality, l.tenants.next(c.Tenant), QueueFull)
+	l.tenants.charge(c.Tenant)
+	return err
 }
 
 // Acquire returns a seat for the call, waiting for one if every seat is
@@ -108,30 +110,28 @@ func (l *Limiter) Acquire(ctx context.Context, c Call) (*Seat, error) {
 	l.mu.Lock()
 	now := time.Now()
 	l.expire(now)
-	if l.room.len() == 0 && l.g.admits(l.inflight) {
-		s := l.grant(c, now)
+	if l.admitsNow(c.Criticality) {
+		s := l.grant(c.Criticality, l.tenants.take(c.Tenant), now)
 		l.mu.Unlock()
 		return s, nil
 	}
 	l.g.binding()
-	if l.room.len() >= l.queueCap(now) {
-		w, rank := l.room.worst(&l.tenants)
-		if !ahead(c.Criticality, l.tenants.rank(c.Tenant), w.call.Criticality, rank) {
-			err := l.refuse(c, QueueFull)
+	if l.room.len() >= l.queueCap(c.Criticality, l.tenants.next(c.Tenant), now) {
+		w := l.room.worst()
+		if !ahead(c.Criticality, l.tenants.next(c.Tenant), w.call.Criticality, w.tag) {
+			err := l.refuse(c.Criticality, l.tenants.next(c.Tenant), QueueFull)
+			l.tenants.charge(c.Tenant)
 			l.mu.Unlock()
 			return nil, err
 		}
 		l.shedWaiter(w, Evicted, now)
 	}
-	if l.room.len() == 0 {
-		l.empty = now
-	}
-	w := &waiter{call: c, since: now, seq: l.arrivals, ready: make(chan struct{})}
+	w := &waiter{call: c, tag: l.tenants.take(c.Tenant), since: now, seq: l.arrivals, ready: make(chan struct{})}
 	l.arrivals++
-	l.room.add(w)
+	l.room.add(w, now)
 	l.dispatch(now) // a seat may be free while others wait (the limit just grew)
 	wait := l.o.MaxWait
-	if l.standing(now) {
+	if l.expirable(w, now) {
 		wait = l.o.Target
 	}
 	l.mu.Unlock()
@@ -150,11 +150,10 @@ func (l *Limiter) Acquire(ctx context.Context, c Call) (*Seat, error) {
 		return w.seat, w.err
 	}
 	now = time.Now()
-	l.room.remove(w)
-	l.noteEmpty(now)
+	l.room.remove(w, now)
 	var err error = ctx.Err()
 	if err == nil {
-		err = l.refuse(c, QueueTimeout)
+		err = l.refuse(c.Criticality, w.tag, QueueTimeout)
 	}
 	l.dispatch(now)
 	l.mu.Unlock()
@@ -171,83 +170,112 @@ func (l *Limiter) Stats() Stats {
 		lim = 1
 	}
 	return Stats{
-		Limit: lim, InFlight: l.inflight, Queued: l.room.len(), QueueCap: l.queueCap(now),
-		Standing: l.standing(now), Probing: l.g.probing, Alone: l.g.alone, Throughput: l.g.throughput,
+		Limit: lim, InFlight: l.inflight, Queued: l.room.len(), QueueCap: l.queueCap(Sheddable, l.tenants.clock+withinShare+1, now),
+		Standing: l.standing(Sheddable, now), Probing: l.g.probing, Alone: l.g.alone, Throughput: l.g.throughput,
 		Admitted: l.admitted, Shed: l.shed, ShedBy: l.shedBy, ShedByCheck: l.shedByCheck,
 	}
 }
 
-func (l *Limiter) grant(c Call, now time.Time) *Seat {
+func (l *Limiter) grant(c Criticality, tag int64, now time.Time) *Seat {
 	alone := l.inflight == 0
 	l.inflight++
 	l.grants++
 	l.g.granted(l.inflight)
-	l.tenants.served(c.Tenant)
-	l.admitted[min(c.Criticality, CriticalPlus)]++
+	l.tenants.admitted(tag)
+	l.admitted[min(c, CriticalPlus)]++
 	return &Seat{l: l, start: now, seq: l.grants, alone: alone}
+}
+
+// admits reports whether a call of criticality c may take a seat now:
+// CriticalPlus calls have one seat beyond the limit, so that they never
+// wait for a less critical call to finish.
+func (l *Limiter) admits(c Criticality) bool {
+	if c >= CriticalPlus && !l.g.probing {
+		return l.g.admits(l.inflight - 1)
+	}
+	return l.g.admits(l.inflight)
+}
+
+// admitsNow reports whether a call of criticality c may take a seat
+// without waiting: a seat is free to it and no call that goes before it
+// waits.
+func (l *Limiter) admitsNow(c Criticality) bool {
+	return l.room.waiting(c) == 0 && l.admits(c)
 }
 
 // dispatch gives free seats to the best waiters.
 func (l *Limiter) dispatch(now time.Time) {
 	l.expire(now)
-	for l.room.len() > 0 && l.g.admits(l.inflight) {
-		w := l.room.best(&l.tenants, l.standing(now))
-		l.room.remove(w)
-		l.noteEmpty(now)
-		w.seat = l.grant(w.call, now)
+	for l.room.len() > 0 {
+		w, head := l.room.best(func(c Criticality) bool { return l.standing(c, now) })
+		if !l.admits(w.call.Criticality) {
+			return
+		}
+		// The newest goes in its tenant's place, the lowest tag, and leaves
+		// its own to the oldest, now the first to shed.
+		w.tag, head.tag = head.tag, w.tag
+		l.room.remove(w, now)
+		w.seat = l.grant(w.call.Criticality, w.tag, now)
 		close(w.ready)
 	}
 }
 
-// expire sheds the waiters past Target while the queue is standing (CoDel).
+// expire sheds the waiters past Target in a standing queue (CoDel).
 func (l *Limiter) expire(now time.Time) {
-	if !l.standing(now) {
+	if !l.standing(Sheddable, now) {
 		return
 	}
 	for i := l.room.len() - 1; i >= 0; i-- {
 		if i < l.room.len() {
-			if w := l.room.ws[i]; now.Sub(w.since) > l.o.Target {
+			if w := l.room.ws[i]; now.Sub(w.since) > l.o.Target && l.expirable(w, now) {
 				l.shedWaiter(w, QueueTimeout, now)
 			}
 		}
 	}
 }
 
+// expirable reports whether a waiter is bound by Target rather than
+// MaxWait: its criticality's queue is standing and its tenant is past its
+// share (a tenant's next calls are not the backlog CoDel sheds: they are
+// how a tenant within its share is served).
+func (l *Limiter) expirable(w *waiter, now time.Time) bool {
+	return l.standing(w.call.Criticality, now) && !l.tenants.within(w.tag)
+}
+
 func (l *Limiter) shedWaiter(w *waiter, r Reason, now time.Time) {
-	l.room.remove(w)
-	l.noteEmpty(now)
-	w.err = l.refuse(w.call, r)
+	l.room.remove(w, now)
+	w.err = l.refuse(w.call.Criticality, w.tag, r)
 	close(w.ready)
 }
 
-func (l *Limiter) refuse(c Call, r Reason) error {
-	c.Criticality = min(c.Criticality, CriticalPlus)
+// refuse counts a call shed and returns its Refusal; tag is its start tag
+// (would-be, for a call never in the room), which tells whether its tenant
+// was within its share.
+func (l *Limiter) refuse(c Criticality, tag int64, r Reason) error {
+	c = min(c, CriticalPlus)
 	l.shedBy[r]++
-	if l.tenants.over(c.Tenant) {
-		l.shed[c.Criticality].OverShare++
+	if !l.tenants.within(tag) {
+		l.shed[c].OverShare++
 	} else {
-		l.shed[c.Criticality].WithinShare++
+		l.shed[c].WithinShare++
 	}
-	return &Refusal{Reason: r, Criticality: c.Criticality, RetryAfter: retryAfter(l.o.RetryAfter, c.Criticality)}
+	return &Refusal{Reason: r, Criticality: c, RetryAfter: retryAfter(l.o.RetryAfter, c)}
 }
 
-func (l *Limiter) noteEmpty(now time.Time) {
-	if l.room.len() == 0 {
-		l.empty = now
-	}
+// standing reports whether the queue of criticality c or more has stood
+// for an Interval.
+func (l *Limiter) standing(c Criticality, now time.Time) bool {
+	return l.room.standing(c, now, l.o.Interval)
 }
 
-// standing reports a queue that has not been empty for an Interval.
-func (l *Limiter) standing(now time.Time) bool {
-	return l.room.len() > 0 && now.Sub(l.empty) > l.o.Interval
-}
-
-// queueCap is how many calls may wait: what the server drains within the
-// wait bound (MaxWait, or Target when standing) at its recent throughput,
-// at least the limit, at most MaxQueue.
-func (l *Limiter) queueCap(now time.Time) int {
+// queueCap is how many calls may wait when a call of criticality c with
+// start tag tag arrives: what the server drains within MaxWait at its
+// recent throughput, or within Target when the call would be backlog
+// CoDel sheds (its criticality's queue standing, its tenant past its
+// share); at least the limit, at most MaxQueue.
+func (l *Limiter) queueCap(c Criticality, tag int64, now time.Time) int {
 	bound := l.o.MaxWait
-	if l.standing(now) {
+	if l.standing(c, now) && !l.tenants.within(tag) {
 		bound = l.o.Target
 	}
 	lim := int(math.Ceil(l.g.limit))

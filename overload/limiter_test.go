@@ -97,7 +97,7 @@ func TestFullRoomShedsLowestFirst(t *testing.T) {
 		if err := l.Check(Call{Criticality: SheddablePlus}); err != nil {
 			t.Fatalf("Check(SheddablePlus) = %v, want nil: it goes before a waiting Sheddable", err)
 		}
-		waitFor(t, l, t.Context(), Call{Criticality: CriticalPlus}, out)
+		waitFor(t, l, t.Context(), Call{Criticality: Critical, Tenant: "other"}, out)
 		r := <-out
 		var ref *Refusal
 		if !errors.As(r.err, &ref) || ref.Reason != Evicted || r.call.Criticality != Sheddable {
@@ -105,10 +105,10 @@ func TestFullRoomShedsLowestFirst(t *testing.T) {
 		}
 		_, err := l.Acquire(t.Context(), Call{Criticality: Critical})
 		if !errors.As(err, &ref) || ref.Reason != QueueFull {
-			t.Fatalf("Acquire(Critical) on a room of Critical and CriticalPlus = %v, want QueueFull", err)
+			t.Fatalf("Acquire(Critical) on a room of two Critical calls, one of its tenant = %v, want QueueFull", err)
 		}
 		seat.Done()
-		for _, want := range []Criticality{CriticalPlus, Critical} {
+		for _, want := range []Criticality{Critical, Critical} {
 			r := <-out
 			if r.err != nil || r.call.Criticality != want {
 				t.Fatalf("admitted %+v, want %v", r, want)
@@ -118,6 +118,38 @@ func TestFullRoomShedsLowestFirst(t *testing.T) {
 		st := l.Stats()
 		if st.Shed[Sheddable].WithinShare+st.Shed[Sheddable].OverShare != 2 || st.Shed[Critical].WithinShare+st.Shed[Critical].OverShare != 1 {
 			t.Fatalf("shed counts %+v, want 2 Sheddable (Check, eviction) and 1 Critical", st.Shed)
+		}
+	})
+}
+
+// TestCriticalPlusNeverWaitsForLess: with every seat taken by less
+// critical calls, a CriticalPlus call takes the one seat beyond the limit
+// at once; a second one waits, and goes first.
+func TestCriticalPlusNeverWaitsForLess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := fixed(t, 1, 10)
+		low, _ := l.Acquire(t.Context(), Call{Criticality: Sheddable})
+		out := make(chan result, 2)
+		waitFor(t, l, t.Context(), Call{Criticality: Critical}, out)
+		cp, err := l.Acquire(t.Context(), Call{Criticality: CriticalPlus})
+		if err != nil {
+			t.Fatalf("CriticalPlus with the limit's seats taken: %v, want its own seat", err)
+		}
+		waitFor(t, l, t.Context(), Call{Criticality: CriticalPlus}, out)
+		if st := l.Stats(); st.InFlight != 2 || st.Queued != 2 {
+			t.Fatalf("stats %+v, want 2 in flight and 2 waiting", st)
+		}
+		cp.Done()
+		if r := <-out; r.call.Criticality != CriticalPlus || r.err != nil {
+			t.Fatalf("got %+v, want the waiting CriticalPlus call", r)
+		} else {
+			r.seat.Done()
+		}
+		low.Done()
+		if r := <-out; r.call.Criticality != Critical || r.err != nil {
+			t.Fatalf("got %+v, want the Critical call", r)
+		} else {
+			r.seat.Done()
 		}
 	})
 }
@@ -160,45 +192,76 @@ func TestTenantServedLeastGoesFirst(t *testing.T) {
 	})
 }
 
-// TestStandingQueueNewestFirstAndTarget: a room not empty for an Interval
-// serves newest first and sheds waiters past Target.
-func TestStandingQueueNewestFirstAndTarget(t *testing.T) {
+// TestStandingQueueTarget: a room not empty for an Interval sheds, at
+// Target, the calls of a tenant queued past its share, and lets the calls
+// within its share wait up to MaxWait.
+func TestStandingQueueTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, err := New(Options{MinLimit: 1, MaxLimit: 1, InitialLimit: 1, ProbeInterval: -1, MaxWait: time.Second, Target: 200 * time.Millisecond, MaxQueue: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		seat, _ := l.Acquire(t.Context(), Call{})
-		out := make(chan result, 4)
-		waitFor(t, l, t.Context(), Call{Tenant: "old"}, out)
-		time.Sleep(150 * time.Millisecond) // the room has held a call for more than an Interval
-		waitFor(t, l, t.Context(), Call{Tenant: "a"}, out)
-		waitFor(t, l, t.Context(), Call{Tenant: "b"}, out)
+		seat, _ := l.Acquire(t.Context(), Call{Tenant: "t"}) // tag 0
+		out := make(chan result, 8)
+		start := time.Now()
+		for range 3 { // tags 1 and 2 are within t's share, 3 is past it
+			waitFor(t, l, t.Context(), Call{Tenant: "t"}, out)
+		}
+		waitFor(t, l, t.Context(), Call{Tenant: "below"}, out)
+		time.Sleep(150 * time.Millisecond)
 		if !l.Stats().Standing {
-			t.Fatal("not standing after 150ms with a call waiting")
+			t.Fatal("not standing after 150ms with calls waiting")
 		}
 		time.Sleep(60 * time.Millisecond)
-		seat.Done() // expires "old" (waited 210ms > Target), then admits the newest
-		got := map[string]result{}
+		seat.Done() // sheds tag 3 (210ms > Target), admits below
+		var below *Seat
 		for range 2 {
 			r := <-out
-			got[r.call.Tenant] = r
+			var ref *Refusal
+			switch {
+			case r.call.Tenant == "t" && errors.As(r.err, &ref) && ref.Reason == QueueTimeout && time.Since(start) == 210*time.Millisecond:
+			case r.call.Tenant == "below" && r.err == nil:
+				below = r.seat
+			default:
+				t.Fatalf("at %s: %+v, want t's call past its share shed at Target and below admitted", time.Since(start), r)
+			}
 		}
-		var ref *Refusal
-		if r := got["old"]; !errors.As(r.err, &ref) || ref.Reason != QueueTimeout {
-			t.Fatalf("old waiter: %+v, want QueueTimeout", r)
+		if got := l.Stats().Queued; got != 2 {
+			t.Fatalf("%d waiting after below was admitted, want t's two within its share", got)
 		}
-		if r := got["b"]; r.err != nil {
-			t.Fatalf("newest waiter: %+v, want admitted first (LIFO under a standing queue)", r)
-		} else {
+		below.Done()
+		for range 2 {
+			r := <-out
+			if r.err != nil {
+				t.Fatalf("t call within its share: %v after %s", r.err, time.Since(start))
+			}
 			r.seat.Done()
 		}
-		r := <-out
-		if r.call.Tenant != "a" || r.err != nil {
-			t.Fatalf("got %+v, want a admitted last", r)
-		}
-		r.seat.Done()
 	})
+}
+
+// TestBestNewestOfTheTenantFirstWhenStanding: the room's next call is the
+// most critical, then the lowest start tag; under a standing queue, the
+// newest call of that tenant instead of its oldest.
+func TestBestNewestOfTheTenantFirstWhenStanding(t *testing.T) {
+	now := time.Now()
+	r := newRoom(now)
+	a1 := &waiter{call: Call{Criticality: Critical, Tenant: "a"}, tag: 1, seq: 1}
+	b := &waiter{call: Call{Criticality: Critical, Tenant: "b"}, tag: 2, seq: 2}
+	a2 := &waiter{call: Call{Criticality: Critical, Tenant: "a"}, tag: 3, seq: 3}
+	low := &waiter{call: Call{Criticality: Sheddable, Tenant: "c"}, tag: 0, seq: 0}
+	for _, w := range []*waiter{a1, b, a2, low} {
+		r.add(w, now)
+	}
+	if w, head := r.best(func(Criticality) bool { return false }); w != a1 || head != a1 {
+		t.Fatalf("FIFO: best %+v head %+v, want a's oldest", w, head)
+	}
+	if w, head := r.best(func(Criticality) bool { return true }); w != a2 || head != a1 {
+		t.Fatalf("LIFO: best %+v head %+v, want a's newest in a's place", w, head)
+	}
+	if w := r.worst(); w != low {
+		t.Fatalf("worst %+v, want the Sheddable call", w)
+	}
 }
 
 // TestWaitBoundedByMaxWaitAndContext: a waiter gives up at MaxWait with a
@@ -246,7 +309,8 @@ func TestRetryAfterSpreadByCriticality(t *testing.T) {
 }
 
 // TestManyCallersExactCounts: many goroutines through a limit of 3 and a
-// small room: never more than 3 run at once, and every call is admitted,
+// small room: never more than 3 run at once (4 with the CriticalPlus
+// seat), and every call is admitted,
 // shed or timed out, counted once.
 func TestManyCallersExactCounts(t *testing.T) {
 	l, err := New(Options{MinLimit: 3, MaxLimit: 3, InitialLimit: 3, MaxQueue: 5, ProbeInterval: -1})
@@ -289,7 +353,7 @@ func TestManyCallersExactCounts(t *testing.T) {
 		sAdm += st.Admitted[c]
 		sShed += st.Shed[c].WithinShare + st.Shed[c].OverShare
 	}
-	if peak > 3 || admitted+shed != n || int(sAdm) != admitted || int(sShed) != shed || st.InFlight != 0 || st.Queued != 0 {
+	if peak > 4 || admitted+shed != n || int(sAdm) != admitted || int(sShed) != shed || st.InFlight != 0 || st.Queued != 0 {
 		t.Fatalf("peak %d admitted %d shed %d; stats %+v", peak, admitted, shed, st)
 	}
 }

@@ -34,6 +34,8 @@ func (r Reason) String() string {
 		return "evicted"
 	case QueueTimeout:
 		return "queue timeout"
+	case Throttled:
+		return "throttled by the client"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

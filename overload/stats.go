@@ -25,7 +25,7 @@ type Stats struct {
 	Shed [Levels]ShedCount
 	// ShedBy counts the calls refused by Reason, and ShedByCheck those
 	// refused by Check, before the door spent anything on them.
-	ShedBy      [3]uint64
+	ShedBy      [Throttled]uint64
 	ShedByCheck uint64
 }
 

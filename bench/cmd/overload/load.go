@@ -25,6 +25,7 @@ import (
 	"github.com/tollgate/tollgate/bench"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/overload"
+	"github.com/tollgate/tollgate/overload/overloadgrpc"
 )
 
 const (
@@ -53,6 +54,7 @@ type cell struct {
 	All               bench.Histogram
 	Lag               bench.Histogram // the generator's lateness
 	Server            serverStats
+	Wall              time.Duration // the server process's life
 }
 
 func (c *cell) sum(a [levels]int64) (n int64) {
@@ -88,7 +90,6 @@ func startServer(cfg serverConfig) (*server, error) {
 	}
 	cmd := exec.Command(self, "-serve", string(b))
 	cmd.Stderr = os.Stderr
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -140,17 +141,26 @@ func (s *server) stop() (serverStats, error) {
 // run offers streams to a fresh server of subject for warmup+window and
 // counts the calls scheduled in the window.
 func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*cell, error) {
-	cfg := serverConfig{Subject: subject, CPU: m.serverCPU, Steps: m.steps, Spin: m.spin}
+	cfg := serverConfig{Subject: serverOf(subject), CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs}
 	if m.profiles != "" {
 		cfg.Profile = fmt.Sprintf("%s/%s-%s-%g.pprof", m.profiles, scenario, subject, x)
 	}
+	born := time.Now()
 	srv, err := startServer(cfg)
 	if err != nil {
 		return nil, err
 	}
 	conns := make([]*echo.Client, tenants)
 	for i := range conns {
-		cc, err := grpc.NewClient(srv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if subject == subjectThrottle {
+			t, err := overload.NewThrottle(overload.ThrottleOptions{})
+			if err != nil {
+				return nil, err
+			}
+			dial = append(dial, grpc.WithUnaryInterceptor(overloadgrpc.UnaryClientInterceptor(overloadgrpc.WithThrottle(t))))
+		}
+		cc, err := grpc.NewClient(srv.addr, dial...)
 		if err != nil {
 			_, _ = srv.stop()
 			return nil, err
@@ -224,6 +234,7 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 	}
 	wg.Wait()
 	c.Server, err = srv.stop()
+	c.Wall = time.Since(born)
 	return c, err
 }
 
@@ -250,7 +261,7 @@ func (m *measurer) mixOf(x float64) []stream {
 // closedLoop keeps n calls in flight on a fresh server of subject and
 // returns the calls/s completed in window after warmup.
 func (m *measurer) closedLoop(subject string, n int, warmup, window time.Duration) (float64, error) {
-	srv, err := startServer(serverConfig{Subject: subject, CPU: m.serverCPU, Steps: m.steps, Spin: m.spin})
+	srv, err := startServer(serverConfig{Subject: subject, CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs})
 	if err != nil {
 		return 0, err
 	}

@@ -3,7 +3,7 @@
 // overloadgrpc), failsafe-go's adaptive limiter and prioritizer, and no
 // protection, in one run, as medians of alternating repetitions.
 //
-// The server is a separate process pinned to one CPU with GOMAXPROCS 1;
+// The server is a separate process pinned to one CPU (-server-procs Ps on it);
 // each call is -work of CPU in -steps steps with a yield between them, so
 // calls in flight share the core and the server has a real knee. This
 // process, pinned to another CPU, offers open-loop Poisson load with a
@@ -26,12 +26,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 type measurer struct {
 	serverCPU, clientCPU int
+	serverProcs          int
 	steps, spin          int
 	capacity             float64 // calls/s the server completes when saturated
 	shares               []float64
@@ -43,7 +42,7 @@ func main() {
 	serveCfg := flag.String("serve", "", "run as the server process (internal)")
 	sections := flag.String("sections", "sweep,spike,tenant", "comma-separated: sweep, spike, tenant, refusal")
 	loads := flag.String("loads", "0.5,1,2,4,8,12", "offered loads of the sweep, in capacities")
-	subjects := flag.String("subjects", subjectNone+","+subjectFailsafe+","+subjectTollgate, "subjects, comma-separated (also "+subjectNoTap+")")
+	subjects := flag.String("subjects", subjectNone+","+subjectFailsafe+","+subjectTollgate+","+subjectThrottle, "subjects, comma-separated (also "+subjectNoTap+")")
 	shares := flag.String("shares", "0.1,0.2,0.3,0.4", "shares of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE in the mix")
 	reps := flag.Int("reps", 3, "repetitions; the tables show medians and the spread")
 	workD := flag.Duration("work", time.Millisecond, "CPU per call")
@@ -54,6 +53,7 @@ func main() {
 	m := &measurer{serverCPU: 1, clientCPU: 0}
 	flag.DurationVar(&m.warmup, "warmup", 1500*time.Millisecond, "load before each cell's measurement")
 	flag.DurationVar(&m.window, "window", 2500*time.Millisecond, "each cell's measurement")
+	flag.IntVar(&m.serverProcs, "server-procs", 1, "GOMAXPROCS of the server process, all on its one CPU (with 1, a P always busy with handlers polls the network only every 10ms)")
 	flag.StringVar(&m.profiles, "profiles", "", "write each server's CPU profile into this directory")
 	flag.Parse()
 	if *serveCfg != "" {
@@ -69,9 +69,7 @@ func main() {
 	}
 	runtime.GOMAXPROCS(1)
 	debug.SetGCPercent(400) // the load's own garbage must not make it late
-	var set unix.CPUSet
-	set.Set(m.clientCPU)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
+	if err := pin(m.clientCPU); err != nil {
 		fmt.Fprintln(os.Stderr, "overload:", err)
 		os.Exit(1)
 	}
@@ -104,8 +102,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "overload:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("overload: server pinned to CPU %d (GOMAXPROCS 1), load from CPU %d; %s; %d CPUs; %s of CPU per call in %d steps; capacity %.0f calls/s; deadline %s; shares %s; %d tenants; warmup %s, window %s, reps %d; took %s\n\n",
-		m.serverCPU, m.clientCPU, runtime.Version(), runtime.NumCPU(), *workD, m.steps, m.capacity, deadline, *shares, tenants, m.warmup, m.window, *reps, time.Since(start).Round(time.Second))
+	fmt.Printf("overload: server pinned to CPU %d (GOMAXPROCS %d), load from CPU %d; %s; %d CPUs; %s of CPU per call in %d steps; capacity %.0f calls/s; deadline %s; shares %s; %d tenants; warmup %s, window %s, reps %d; took %s\n\n",
+		m.serverCPU, m.serverProcs, m.clientCPU, runtime.Version(), runtime.NumCPU(), *workD, m.steps, m.capacity, deadline, *shares, tenants, m.warmup, m.window, *reps, time.Since(start).Round(time.Second))
 	r.print(os.Stdout)
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(r.cells, "", " ")

@@ -97,8 +97,8 @@ func (r *report) print(w io.Writer) {
 	un := r.unloaded()
 	if xs, subjects := r.points("sweep"); len(xs) > 0 {
 		fmt.Fprintf(w, "Sweep: the mix at each load. Served: answered OK within the deadline, of the calls offered. Unloaded p99 (every call, %s at %.1f×): %s ms.\n\n", subjectNone, xs[0], un.num("%.2f"))
-		fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p50 CRITICAL_PLUS ms | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms | server CPU |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, x := range xs {
 			for _, s := range subjects {
 				cs := r.group("sweep", x, s)
@@ -110,8 +110,8 @@ func (r *report) print(w io.Writer) {
 	if xs, subjects := r.points("spike"); len(xs) > 0 {
 		fmt.Fprintln(w, "Spike: the mix at 0.8× plus SHEDDABLE at 12×.")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p50 CRITICAL_PLUS ms | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms | server CPU |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, s := range subjects {
 			r.row(w, fmt.Sprintf("%.1f×", xs[0]), s, r.group("spike", xs[0], s), un)
 		}
@@ -213,14 +213,16 @@ func (r *report) row(w io.Writer, load, s string, cs []*cell, un stat) {
 			break
 		}
 	}
+	p50 := statOf(cs, func(c *cell) float64 { return ms(c.Lat[overload.CriticalPlus].Quantile(0.5)) })
 	p99 := statOf(cs, func(c *cell) float64 { return ms(c.Lat[overload.CriticalPlus].Quantile(0.99)) })
 	ratio := statOf(cs, func(c *cell) float64 {
 		return ms(c.Lat[overload.CriticalPlus].Quantile(0.99)) / max(un.med, 1e-9)
 	})
 	tout := statOf(cs, func(c *cell) float64 { return frac(c.sum(c.Timeout), c.sum(c.Offered)) })
 	lag := statOf(cs, func(c *cell) float64 { return ms(c.Lag.Quantile(0.99)) })
-	fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", load, s, statOf(cs, r.goodput).num("%.2f"),
-		strings.Join(served, " | "), p99.num("%.1f"), ratio.num("%.1f"), tout.pct(), lag.num("%.1f"))
+	cpu := statOf(cs, func(c *cell) float64 { return float64(c.Server.CPU) / float64(c.Wall) })
+	fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", load, s, statOf(cs, r.goodput).num("%.2f"),
+		strings.Join(served, " | "), p50.num("%.1f"), p99.num("%.1f"), ratio.num("%.2f"), tout.pct(), lag.num("%.1f"), cpu.pct())
 }
 
 // printServers shows what the servers reported of themselves: tollgate's
@@ -229,6 +231,10 @@ func (r *report) printServers(w io.Writer) {
 	fmt.Fprintln(w, "Servers at the end of each cell (first repetition):")
 	fmt.Fprintln(w)
 	for _, c := range r.cells[:len(r.cells)/max(1, r.reps)] {
+		if c.Server.InServer[1] > 0 {
+			fmt.Fprintf(w, "- %s %.1f× %s: CRITICAL_PLUS in the server p50 %.1f ms p99 %.1f ms, in the handler p50 %.1f ms p99 %.1f ms\n", c.Scenario, c.X, c.Subject,
+				c.Server.InServer[0], c.Server.InServer[1], c.Server.InHandler[0], c.Server.InHandler[1])
+		}
 		switch {
 		case c.Server.Tollgate != nil:
 			st := c.Server.Tollgate

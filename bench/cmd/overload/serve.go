@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -38,40 +40,96 @@ const (
 	subjectFailsafe   = "failsafe-go"
 	subjectTollgate   = "tollgate"
 	subjectNoTap      = "tollgate-interceptor" // tollgate without the early refusal
+	subjectThrottle   = "tollgate+throttle"    // tollgate, and clients that throttle themselves
 	subjectRefuseTap  = "refuse-tap"
 	subjectRefuseIcpt = "refuse-interceptor"
 	subjectAcceptNoop = "accept-noop"
 )
 
+// serverOf is the server a subject runs: tollgate+throttle is tollgate's
+// server with clients of its own.
+func serverOf(subject string) string {
+	if subject == subjectThrottle {
+		return subjectTollgate
+	}
+	return subject
+}
+
 // serverConfig is what the measuring process tells a server process.
 type serverConfig struct {
 	Subject string
-	CPU     int // the CPU the server is pinned to
-	Steps   int // steps of work per call
-	Spin    int // iterations of the work loop per step
+	CPU     int    // the CPU the server is pinned to
+	Steps   int    // steps of work per call
+	Spin    int    // iterations of the work loop per step
 	Profile string // write a CPU profile of the server here
+	Procs   int    // GOMAXPROCS of the server (all on its one CPU)
 }
 
 // serverStats is what a server process reports when it is stopped.
 type serverStats struct {
-	CPU      time.Duration // user+system CPU of the whole process
-	Tollgate *overload.Stats `json:",omitempty"`
+	CPU      time.Duration                          // user+system CPU of the whole process
+	Tollgate *overload.Stats                        `json:",omitempty"`
 	Failsafe *struct{ Limit, Inflight, Queued int } `json:",omitempty"`
+	// Server-side p50 and p99 of the CRITICAL_PLUS calls served, in ms:
+	// in the server (from the first interceptor) and in the handler.
+	InServer, InHandler [2]float64
 }
 
-// serve runs a server process: pinned to one CPU with GOMAXPROCS 1, so
-// its capacity is one core's; it prints its address, serves until
+// timing measures CRITICAL_PLUS calls inside the server, to tell the
+// server's part of their latency from the network's and the client's.
+type timing struct {
+	mu                  sync.Mutex
+	inServer, inHandler bench.Histogram
+}
+
+func isCriticalPlus(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(overload.Header)
+	return len(v) > 0 && v[0] == overload.CriticalPlus.String()
+}
+
+func (t *timing) interceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	if err == nil && isCriticalPlus(ctx) {
+		t.mu.Lock()
+		t.inServer.Record(time.Since(start))
+		t.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (t *timing) handler(w func(context.Context, string) error) func(context.Context, string) error {
+	return func(ctx context.Context, m string) error {
+		start := time.Now()
+		err := w(ctx, m)
+		if err == nil && isCriticalPlus(ctx) {
+			t.mu.Lock()
+			t.inHandler.Record(time.Since(start))
+			t.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (t *timing) fill(st *serverStats) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st.InServer = [2]float64{ms(t.inServer.Quantile(0.5)), ms(t.inServer.Quantile(0.99))}
+	st.InHandler = [2]float64{ms(t.inHandler.Quantile(0.5)), ms(t.inHandler.Quantile(0.99))}
+}
+
+// serve runs a server process: pinned to one CPU, so its capacity is one
+// core's, whatever its GOMAXPROCS; it prints its address, serves until
 // SIGTERM, then prints its stats.
 func serve(cfgJSON string) error {
 	var cfg serverConfig
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		return err
 	}
-	runtime.GOMAXPROCS(1)
-	var set unix.CPUSet
-	set.Set(cfg.CPU)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return fmt.Errorf("pinning to CPU %d: %w", cfg.CPU, err)
+	runtime.GOMAXPROCS(cfg.Procs)
+	if err := pin(cfg.CPU); err != nil {
+		return err
 	}
 	opts, stats, err := protection(cfg.Subject)
 	if err != nil {
@@ -87,9 +145,10 @@ func serve(cfgJSON string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	srv := grpc.NewServer(opts...)
+	var tm timing
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(tm.interceptor)}, opts...)...)
 	w := work{steps: cfg.Steps, spin: cfg.Spin}
-	before := w.call
+	before := tm.handler(w.call)
 	if cfg.Subject == subjectAcceptNoop || cfg.Subject == subjectRefuseTap || cfg.Subject == subjectRefuseIcpt {
 		before = nil
 	}
@@ -107,6 +166,7 @@ func serve(cfgJSON string) error {
 	_ = srv.Serve(lis)
 	st := stats()
 	st.CPU = processCPU()
+	tm.fill(&st)
 	b, _ := json.Marshal(st)
 	fmt.Fprintf(out, "STATS %s\n", b)
 	return out.Flush()
