@@ -186,11 +186,16 @@ func (m *measurer) runSections(r *report, sections, loads string, subjects []str
 }
 
 // measureCapacity runs the unprotected server closed-loop, 8 calls always
-// in flight, and returns the calls/s it completes.
+// in flight, and returns the most calls/s it completes in three tries: on
+// a shared machine another process can only take CPU away.
 func (m *measurer) measureCapacity() (float64, error) {
-	c, err := m.closedLoop(subjectNone, 8, time.Second, 2*time.Second)
-	if err != nil {
-		return 0, err
+	best := 0.0
+	for range 3 {
+		c, err := m.closedLoop(subjectNone, 8, 500*time.Millisecond, time.Second)
+		if err != nil {
+			return 0, err
+		}
+		best = max(best, c)
 	}
-	return c, nil
+	return best, nil
 }
