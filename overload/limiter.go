@@ -88,16 +88,14 @@ func (l *Limiter) Check(c Call) error {
 	defer l.mu.Unlock()
 	now := time.Now()
 	l.expire(now)
-	if l.admitsNow(c.Criticality) || l.room.len() < l.queueCap(c.Criticality, l.tenants.next(c.Tenant), now) {
+	if l.admitsNow(c.Criticality) {
 		return nil
 	}
-	if w := l.room.worst(); ahead(c.Criticality, l.tenants.next(c.Tenant), w.call.Criticality, w.tag) {
+	if ok, _ := l.place(c, now); ok {
 		return nil
 	}
 	l.shedByCheck++
-	err := l.refuse(c.Criticality, l.tenants.next(c.Tenant), QueueFull)
-	l.tenants.charge(c.Tenant)
-	return err
+	return l.refuseFull(c)
 }
 
 // Acquire returns a seat for the call, waiting for one if every seat is
@@ -116,27 +114,44 @@ func (l *Limiter) Acquire(ctx context.Context, c Call) (*Seat, error) {
 		return s, nil
 	}
 	l.g.binding()
-	if l.room.len() >= l.queueCap(c.Criticality, l.tenants.next(c.Tenant), now) {
-		w := l.room.worst()
-		if !ahead(c.Criticality, l.tenants.next(c.Tenant), w.call.Criticality, w.tag) {
-			err := l.refuse(c.Criticality, l.tenants.next(c.Tenant), QueueFull)
-			l.tenants.charge(c.Tenant)
-			l.mu.Unlock()
-			return nil, err
-		}
-		l.shedWaiter(w, Evicted, now)
+	ok, evict := l.place(c, now)
+	if !ok {
+		err := l.refuseFull(c)
+		l.mu.Unlock()
+		return nil, err
+	}
+	if evict != nil {
+		l.shedWaiter(evict, Evicted, now)
 	}
 	w := &waiter{call: c, tag: l.tenants.take(c.Tenant), since: now, seq: l.arrivals, ready: make(chan struct{})}
 	l.arrivals++
 	l.room.add(w, now)
 	l.dispatch(now) // a seat may be free while others wait (the limit just grew)
-	wait := l.o.MaxWait
+	bound := l.o.MaxWait
 	if l.expirable(w, now) {
-		wait = l.o.Target
+		bound = l.o.Target
 	}
 	l.mu.Unlock()
+	return l.wait(ctx, w, bound)
+}
 
-	timer := time.NewTimer(wait)
+// place reports whether a call that must wait has a place in the room: the
+// room has space for it, or it goes before the room's worst waiter, which
+// it then evicts.
+func (l *Limiter) place(c Call, now time.Time) (ok bool, evict *waiter) {
+	tag := l.tenants.next(c.Tenant)
+	if l.room.len() < l.queueCap(c.Criticality, tag, now) {
+		return true, nil
+	}
+	if w := l.room.worst(); ahead(c.Criticality, tag, w.call.Criticality, w.tag) {
+		return true, w
+	}
+	return false, nil
+}
+
+// wait waits for w's outcome, bound or ctx's end: then it leaves the room.
+func (l *Limiter) wait(ctx context.Context, w *waiter, bound time.Duration) (*Seat, error) {
+	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {
 	case <-w.ready:
@@ -145,18 +160,17 @@ func (l *Limiter) Acquire(ctx context.Context, c Call) (*Seat, error) {
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if w.at < 0 { // admitted or shed meanwhile: that outcome stands
-		l.mu.Unlock()
 		return w.seat, w.err
 	}
-	now = time.Now()
+	now := time.Now()
 	l.room.remove(w, now)
-	var err error = ctx.Err()
+	err := ctx.Err()
 	if err == nil {
-		err = l.refuse(c.Criticality, w.tag, QueueTimeout)
+		err = l.refuse(w.call.Criticality, w.tag, QueueTimeout)
 	}
 	l.dispatch(now)
-	l.mu.Unlock()
 	return nil, err
 }
 
@@ -240,6 +254,14 @@ func (l *Limiter) expire(now time.Time) {
 // how a tenant within its share is served).
 func (l *Limiter) expirable(w *waiter, now time.Time) bool {
 	return l.standing(w.call.Criticality, now) && !l.tenants.within(w.tag)
+}
+
+// refuseFull refuses a call the full room has no place for; the call
+// counts as its tenant's demand.
+func (l *Limiter) refuseFull(c Call) error {
+	err := l.refuse(c.Criticality, l.tenants.next(c.Tenant), QueueFull)
+	l.tenants.charge(c.Tenant)
+	return err
 }
 
 func (l *Limiter) shedWaiter(w *waiter, r Reason, now time.Time) {

@@ -54,11 +54,28 @@ func main() {
 	flag.DurationVar(&m.warmup, "warmup", 1500*time.Millisecond, "load before each cell's measurement")
 	flag.DurationVar(&m.window, "window", 2500*time.Millisecond, "each cell's measurement")
 	flag.IntVar(&m.serverProcs, "server-procs", 1, "GOMAXPROCS of the server process, all on its one CPU (with 1, a P always busy with handlers polls the network only every 10ms)")
+	replot := flag.String("replot", "", "draw -plot from the cells of an earlier -json file (with its -capacity) and exit")
 	flag.StringVar(&m.profiles, "profiles", "", "write each server's CPU profile into this directory")
 	flag.Parse()
 	if *serveCfg != "" {
 		if err := serve(*serveCfg); err != nil {
 			fmt.Fprintln(os.Stderr, "overload server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *replot != "" {
+		var cells []*cell
+		b, err := os.ReadFile(*replot)
+		if err == nil {
+			err = json.Unmarshal(b, &cells)
+		}
+		if err == nil {
+			m.capacity = *capacity
+			err = (&report{m: m, reps: *reps, cells: cells}).plot(*plotOut)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "overload:", err)
 			os.Exit(1)
 		}
 		return

@@ -42,9 +42,13 @@ func plotSweep(r *report, path string) error {
 			line(img, px(0), py(y), px(xmax), py(y), grey)
 			text(img, ox+left-34, py(y)+4, fmt.Sprintf("%3.0f%%", 100*y), color.Black)
 		}
+		last := -100
 		for _, x := range xs {
 			line(img, px(x), py(0), px(x), py(0)+4, color.Black)
-			text(img, px(x)-8, py(0)+18, fmt.Sprintf("%g", x), color.Black)
+			if px(x)-last >= 24 { // labels too close would overlap
+				text(img, px(x)-8, py(0)+18, fmt.Sprintf("%g", x), color.Black)
+				last = px(x)
+			}
 		}
 		line(img, px(0), py(0), px(xmax), py(0), color.Black)
 		line(img, px(0), py(0), px(0), py(1), color.Black)
@@ -59,7 +63,7 @@ func plotSweep(r *report, path string) error {
 				}
 				v := statOf(cs, f).med
 				x0, y0 := px(x), py(min(v, 1))
-				if j > 0 && (!dashed || j%1 == 0) {
+				if j > 0 {
 					thick(img, lx, ly, x0, y0, c, dashed)
 				}
 				square(img, x0, y0, c)
@@ -105,11 +109,12 @@ func line(img *image.RGBA, x0, y0, x1, y1 int, c color.Color) {
 		if x0 == x1 && y0 == y1 {
 			return
 		}
-		if 2*e >= dy {
+		e2 := 2 * e
+		if e2 >= dy {
 			e += dy
 			x0 += sx
 		}
-		if 2*e <= dx {
+		if e2 <= dx {
 			e += dx
 			y0 += sy
 		}
