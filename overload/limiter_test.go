@@ -197,14 +197,15 @@ func TestTenantServedLeastGoesFirst(t *testing.T) {
 // within its share wait up to MaxWait.
 func TestStandingQueueTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := New(Options{MinLimit: 1, MaxLimit: 1, InitialLimit: 1, ProbeInterval: -1, MaxWait: time.Second, Target: 200 * time.Millisecond, MaxQueue: 100})
+		l, err := New(Options{MinLimit: 2, MaxLimit: 2, InitialLimit: 2, ProbeInterval: -1, MaxWait: time.Second, Target: 200 * time.Millisecond, MaxQueue: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		seat, _ := l.Acquire(t.Context(), Call{Tenant: "t"}) // tag 0
-		out := make(chan result, 8)
+		first, _ := l.Acquire(t.Context(), Call{Tenant: "t"})  // tag 0
+		second, _ := l.Acquire(t.Context(), Call{Tenant: "t"}) // tag 1: the clock
+		out := make(chan result, 16)
 		start := time.Now()
-		for range 3 { // tags 1 and 2 are within t's share, 3 is past it
+		for range withinShare + 1 { // tags 2 … 1+withinShare are within t's share, the last past it
 			waitFor(t, l, t.Context(), Call{Tenant: "t"}, out)
 		}
 		waitFor(t, l, t.Context(), Call{Tenant: "below"}, out)
@@ -213,7 +214,7 @@ func TestStandingQueueTarget(t *testing.T) {
 			t.Fatal("not standing after 150ms with calls waiting")
 		}
 		time.Sleep(60 * time.Millisecond)
-		seat.Done() // sheds tag 3 (210ms > Target), admits below
+		first.Done() // sheds the call past t's share (210ms > Target), admits below
 		var below *Seat
 		for range 2 {
 			r := <-out
@@ -226,11 +227,12 @@ func TestStandingQueueTarget(t *testing.T) {
 				t.Fatalf("at %s: %+v, want t's call past its share shed at Target and below admitted", time.Since(start), r)
 			}
 		}
-		if got := l.Stats().Queued; got != 2 {
-			t.Fatalf("%d waiting after below was admitted, want t's two within its share", got)
+		if got := l.Stats().Queued; got != withinShare {
+			t.Fatalf("%d waiting after below was admitted, want t's %d within its share", got, withinShare)
 		}
 		below.Done()
-		for range 2 {
+		second.Done()
+		for range withinShare {
 			r := <-out
 			if r.err != nil {
 				t.Fatalf("t call within its share: %v after %s", r.err, time.Since(start))

@@ -12,9 +12,9 @@ import (
 )
 
 // ClientOption configures the client interceptors.
-type ClientOption func(*client)
+type ClientOption func(*clientSide)
 
-type client struct {
+type clientSide struct {
 	throttle *overload.Throttle
 }
 
@@ -22,11 +22,11 @@ type client struct {
 // the server refuses them (overload.Throttle): a throttled call fails with
 // codes.Unavailable and RetryInfo without leaving the process.
 func WithThrottle(t *overload.Throttle) ClientOption {
-	return func(c *client) { c.throttle = t }
+	return func(c *clientSide) { c.throttle = t }
 }
 
-func newClient(opts []ClientOption) *client {
-	c := &client{}
+func newClient(opts []ClientOption) *clientSide {
+	c := &clientSide{}
 	for _, o := range opts {
 		o(c)
 	}
@@ -53,7 +53,7 @@ func outgoing(ctx context.Context) (context.Context, overload.Criticality) {
 }
 
 // send runs one call through the throttle, if any.
-func (cl *client) send(ctx context.Context, call func(context.Context) error) error {
+func (cl *clientSide) send(ctx context.Context, call func(context.Context) error) error {
 	ctx, c := outgoing(ctx)
 	if cl.throttle == nil {
 		return call(ctx)

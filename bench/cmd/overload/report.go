@@ -97,8 +97,7 @@ func (r *report) print(w io.Writer) {
 	un := r.unloaded()
 	if xs, subjects := r.points("sweep"); len(xs) > 0 {
 		fmt.Fprintf(w, "Sweep: the mix at each load. Served: answered OK within the deadline, of the calls offered. Unloaded p99 (every call, %s at %.1f×): %s ms.\n\n", subjectNone, xs[0], un.num("%.2f"))
-		fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p50 CRITICAL_PLUS ms | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms | server CPU |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		classHeader(w)
 		for _, x := range xs {
 			for _, s := range subjects {
 				cs := r.group("sweep", x, s)
@@ -110,8 +109,7 @@ func (r *report) print(w io.Writer) {
 	if xs, subjects := r.points("spike"); len(xs) > 0 {
 		fmt.Fprintln(w, "Spike: the mix at 0.8× plus SHEDDABLE at 12×.")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p50 CRITICAL_PLUS ms | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms | server CPU |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		classHeader(w)
 		for _, s := range subjects {
 			r.row(w, fmt.Sprintf("%.1f×", xs[0]), s, r.group("spike", xs[0], s), un)
 		}
@@ -180,6 +178,12 @@ func (r *report) print(w io.Writer) {
 	r.printServers(w)
 }
 
+// classHeader heads the tables of served fractions by class.
+func classHeader(w io.Writer) {
+	fmt.Fprintln(w, "| load | subject | goodput | CRITICAL_PLUS | CRITICAL | SHEDDABLE_PLUS | SHEDDABLE | p50 CRITICAL_PLUS ms | p99 CRITICAL_PLUS ms | ÷ unloaded p99 | timed out | gen. lag p99 ms | server CPU |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+}
+
 // cpuPerCall is the server process's CPU over the whole cell (warmup and
 // drain included) per call scheduled in it.
 func (r *report) cpuPerCall(c *cell) float64 {
@@ -216,7 +220,10 @@ func (r *report) row(w io.Writer, load, s string, cs []*cell, un stat) {
 	p50 := statOf(cs, func(c *cell) float64 { return ms(c.Lat[overload.CriticalPlus].Quantile(0.5)) })
 	p99 := statOf(cs, func(c *cell) float64 { return ms(c.Lat[overload.CriticalPlus].Quantile(0.99)) })
 	ratio := statOf(cs, func(c *cell) float64 {
-		return ms(c.Lat[overload.CriticalPlus].Quantile(0.99)) / max(un.med, 1e-9)
+		if un.med == 0 {
+			return 0 // no sweep in this run: no unloaded p99
+		}
+		return ms(c.Lat[overload.CriticalPlus].Quantile(0.99)) / un.med
 	})
 	tout := statOf(cs, func(c *cell) float64 { return frac(c.sum(c.Timeout), c.sum(c.Offered)) })
 	lag := statOf(cs, func(c *cell) float64 { return ms(c.Lag.Quantile(0.99)) })
