@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
 	adminv1 "github.com/tollgate/tollgate/admin/v1"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
@@ -55,7 +56,7 @@ func TestAdmin(t *testing.T) {
 			perUser := interceptor.Rule{
 				Name:         "per-user " + prefix,
 				Key:          keyfunc.Metadata("x-user"),
-				OnMissingKey: interceptor.ShareMissing,
+				OnMissingKey: engine.ShareMissing,
 				Limits:       interceptor.Fixed(tollgate.PerHour(2)),
 				Shadow:       true,
 			}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 )
 
@@ -51,10 +52,10 @@ func New(l *interceptor.Limiter) (connect.Interceptor, error) {
 type limiter struct{ l *interceptor.Limiter }
 
 // begin decides a call of spec with header from peer.
-func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) *interceptor.Verdict {
-	ctx = interceptor.IncomingContext(ctx, header, peer.Addr)
+func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) *engine.Verdict {
+	ctx = engine.IncomingContext(ctx, header, peer.Addr)
 	stream := spec.StreamType != connect.StreamTypeUnary
-	return i.l.Begin(ctx, interceptor.Call{Method: spec.Procedure, Request: req, Stream: stream})
+	return i.l.Begin(ctx, engine.Call{Method: spec.Procedure, Request: req, Stream: stream})
 }
 
 // WrapUnary limits a handler's unary calls.
@@ -103,7 +104,7 @@ func (i *limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 // limitedConn decides every message it receives.
 type limitedConn struct {
 	connect.StreamingHandlerConn
-	v   *interceptor.Verdict
+	v   *engine.Verdict
 	ctx context.Context
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/connectlimit"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
@@ -166,7 +167,7 @@ func TestDenialIsOneAnswerInEveryProtocol(t *testing.T) {
 			if _, ok := got[0].(*errdetails.RetryInfo); !ok {
 				t.Errorf("first detail %T, want RetryInfo", got[0])
 			}
-			for _, k := range []string{interceptor.TrailerRetryAfter, interceptor.TrailerRemaining, interceptor.TrailerLimit} {
+			for _, k := range []string{engine.TrailerRetryAfter, engine.TrailerRemaining, engine.TrailerLimit} {
 				if v := ce.Meta().Get(k); v == "" || v != trailer.Get(k)[0] {
 					t.Errorf("metadata %s = %q, want %q as grpc-go's trailer", k, v, trailer.Get(k))
 				}
@@ -179,7 +180,7 @@ func TestDenialIsOneAnswerInEveryProtocol(t *testing.T) {
 // passes the PerMessage limit, Police failing the receive.
 func TestStreamMessagesLimited(t *testing.T) {
 	rule := perTenant(tollgate.PerHour(10))
-	rule.PerMessage = interceptor.Police(tollgate.PerHour(2))
+	rule.PerMessage = engine.Police(tollgate.PerHour(2))
 	l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), rule)
 	url, c := serveConnect(t, l, nil)
 	for name, opts := range protocols {

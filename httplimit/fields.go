@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/partkey"
 )
 
@@ -38,7 +38,7 @@ const maxSFInteger = 999_999_999_999_999
 // Both are built in one buffer on the stack for the common one or two
 // limits, and set under their canonical keys with one slice: three
 // allocations (BenchmarkMiddleware).
-func setFields(h http.Header, limits []interceptor.LimitDecision) {
+func setFields(h http.Header, limits []engine.LimitDecision) {
 	if len(limits) == 0 {
 		return
 	}
@@ -81,7 +81,7 @@ var (
 
 // policyName names limits[i]: its rule, with the limit's part when the
 // rule decided several limits of the request.
-func policyName(limits []interceptor.LimitDecision, i int) string {
+func policyName(limits []engine.LimitDecision, i int) string {
 	ld := limits[i]
 	n := 0
 	for _, o := range limits {

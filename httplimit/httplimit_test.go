@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -250,7 +251,7 @@ func available(t *testing.T, l *interceptor.Limiter, tenant string) int64 {
 // read leaves the reservation as it is.
 func TestBadInput(t *testing.T) {
 	st := storefixture.Memory(t, store.WithClock(frozen))
-	shared := interceptor.Rule{Name: "anonymous", Methods: []string{"GET /shared"}, Key: keyfunc.Metadata("x-tenant"), OnMissingKey: interceptor.ShareMissing,
+	shared := interceptor.Rule{Name: "anonymous", Methods: []string{"GET /shared"}, Key: keyfunc.Metadata("x-tenant"), OnMissingKey: engine.ShareMissing,
 		Limits: interceptor.Fixed(tollgate.PerHour(5))}
 	priced := interceptor.Rule{Name: "tokens", Methods: []string{"POST /complete"}, Key: keyfunc.Metadata("x-tenant"), Limits: interceptor.Fixed(tollgate.PerHour(1000)),
 		Cost: 100, Settle: httplimit.SettleBody(func(b []byte) (int64, error) {
@@ -522,7 +523,7 @@ func TestFailModesShadowAndTelemetry(t *testing.T) {
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	down := downStore{storefixture.Memory(t)}
 	key := keyfunc.Metadata("x-tenant")
-	l, err := interceptor.New(down, interceptor.WithMeterProvider(mp), interceptor.WithBreaker(0, 0), interceptor.WithRules(
+	l, err := interceptor.New(down, engine.WithMeterProvider(mp), engine.WithBreaker(0, 0), interceptor.WithRules(
 		interceptor.Rule{Name: "closed", Methods: []string{"GET /closed"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), FailMode: interceptor.FailClosed},
 		interceptor.Rule{Name: "open", Methods: []string{"GET /open"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5))},
 	))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 )
 
@@ -69,8 +70,8 @@ type middleware struct {
 
 // ServeHTTP decides r, then serves it or refuses it.
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx := interceptor.IncomingContext(r.Context(), r.Header, r.RemoteAddr)
-	v := m.l.Begin(ctx, interceptor.Call{Method: Route(r, m.next)})
+	ctx := engine.IncomingContext(r.Context(), r.Header, r.RemoteAddr)
+	v := m.l.Begin(ctx, engine.Call{Method: Route(r, m.next)})
 	if m.c.fields {
 		setFields(w.Header(), v.Limits())
 	}

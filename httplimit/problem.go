@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
 )
 
 // ProblemQuotaExceeded is the problem type of a denial, from the IETF
@@ -71,7 +71,7 @@ var statuses = []struct {
 }
 
 // refuse answers a request v refused with err.
-func refuse(w http.ResponseWriter, v *interceptor.Verdict, err error) {
+func refuse(w http.ResponseWriter, v *engine.Verdict, err error) {
 	st := status.Convert(err)
 	code := Status(st.Code())
 	p := Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Detail: st.Message()}
@@ -103,7 +103,7 @@ func retryDelay(st *status.Status) time.Duration {
 }
 
 // violated names the denying limits as the RateLimit fields do.
-func violated(limits []interceptor.LimitDecision) []string {
+func violated(limits []engine.LimitDecision) []string {
 	var out []string
 	for i, ld := range limits {
 		if ld.Denied {

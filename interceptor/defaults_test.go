@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/store"
@@ -23,13 +24,13 @@ func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: exact waits
 	c := serve(t, newLimiter(t, newMemory(t, store.WithClock(func() time.Time { return now })), interceptor.WithRules(perTenant())))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "call-1")
-	for i, want := range []metadata.MD{{}, {interceptor.TrailerReplayed: {"1"}}} {
+	for i, want := range []metadata.MD{{}, {engine.TrailerReplayed: {"1"}}} {
 		trailer, header, err := say(ctx, c, "hi")
 		if err != nil {
 			t.Fatal(err)
 		}
 		noRateLimitHeaders(t, header)
-		if len(trailer) != len(want) || len(want) > 0 && one(t, trailer, interceptor.TrailerReplayed) != "1" {
+		if len(trailer) != len(want) || len(want) > 0 && one(t, trailer, engine.TrailerReplayed) != "1" {
 			t.Fatalf("call %d: trailer %v, want %v", i+1, trailer, want)
 		}
 	}
@@ -42,8 +43,8 @@ func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	trailer, _, err := say(ctx, c, "hi")
 	wantCode(t, err, codes.ResourceExhausted, "per-tenant")
 	want := map[string]string{
-		interceptor.TrailerLimit: "3", interceptor.TrailerRemaining: "0", interceptor.TrailerReset: "3600",
-		interceptor.TrailerRetryAfter: "1200", interceptor.TrailerPushback: "1200000",
+		engine.TrailerLimit: "3", engine.TrailerRemaining: "0", engine.TrailerReset: "3600",
+		engine.TrailerRetryAfter: "1200", engine.TrailerPushback: "1200000",
 	}
 	for k, v := range want {
 		if got := one(t, trailer, k); got != v {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
@@ -34,8 +35,8 @@ func ExampleLimiter_Begin() {
 
 	header := http.Header{"X-Tenant": {"acme"}}
 	for range 3 {
-		ctx := interceptor.IncomingContext(context.Background(), header, "192.0.2.1:5000")
-		v := l.Begin(ctx, interceptor.Call{Method: "JOB /nightly-export"})
+		ctx := engine.IncomingContext(context.Background(), header, "192.0.2.1:5000")
+		v := l.Begin(ctx, engine.Call{Method: "JOB /nightly-export"})
 		if err := v.Err(); err != nil {
 			fmt.Println(err)
 			continue

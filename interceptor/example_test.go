@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
@@ -51,18 +52,18 @@ func ExampleNew() {
 				Methods:  []string{"/shop.Orders/*"},
 				Key:      keyfunc.Metadata("x-tenant"),
 				Limits:   interceptor.Fixed(tollgate.PerSecond(100)),
-				FailMode: interceptor.FailLocal, // each replica caps itself while Redis is down
+				FailMode: engine.FailLocal, // each replica caps itself while Redis is down
 			},
 			interceptor.Rule{
 				Name:         "per-peer",
 				Key:          keyfunc.Peer(),
-				OnMissingKey: interceptor.ShareMissing,
+				OnMissingKey: engine.ShareMissing,
 				Limits:       interceptor.Fixed(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 600, Period: time.Minute, Burst: 50}),
 				FailMode:     interceptor.FailOpen,
 			},
 		),
-		interceptor.WithLocalStore(local),
-		interceptor.WithReplicas(40),                      // FailLocal: 100/s across 40 replicas is 3/s each
+		engine.WithLocalStore(local),
+		engine.WithReplicas(40),                           // FailLocal: 100/s across 40 replicas is 3/s each
 		interceptor.WithStoreTimeout(50*time.Millisecond), // the default
 	)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/telemetry"
@@ -59,7 +60,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 	}{
 		{interceptor.FailOpen, "fail_open"},
 		{interceptor.FailClosed, "fail_closed"},
-		{interceptor.FailLocal, "fail_local"},
+		{engine.FailLocal, "fail_local"},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			tp, sr := tracer(t)
@@ -68,9 +69,9 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r.FailMode = tc.mode
 			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
 			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
-				interceptor.WithReplicas(2), interceptor.WithLocalStore(newMemory(t)), // FailLocal: 4 an hour across 2 replicas is 2 here
-				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
-				interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
+				engine.WithReplicas(2), engine.WithLocalStore(newMemory(t)), // FailLocal: 4 an hour across 2 replicas is 2 here
+				interceptor.WithStoreTimeout(deadStoreTimeout), engine.WithBreaker(0, 0),
+				engine.WithTracerProvider(tp), engine.WithMeterProvider(m.provider))
 			c := serve(t, l)
 			ctx := tenant(context.Background(), "a")
 			var admitted int
@@ -85,14 +86,14 @@ func TestFailModesWithRedisDown(t *testing.T) {
 					if err != nil {
 						t.Fatalf("FailOpen refused: %v", err)
 					}
-					if len(trailer.Get(interceptor.TrailerRemaining)) != 0 {
+					if len(trailer.Get(engine.TrailerRemaining)) != 0 {
 						t.Errorf("FailOpen sent rate-limit trailers with no decision: %v", trailer)
 					}
 				case interceptor.FailClosed:
 					wantCode(t, err, codes.Unavailable, `rate limit "per-tenant": rate limiter unavailable`)
-				case interceptor.FailLocal:
+				case engine.FailLocal:
 					if err == nil {
-						if one(t, trailer, interceptor.TrailerLimit) != "2" {
+						if one(t, trailer, engine.TrailerLimit) != "2" {
 							t.Errorf("local limit trailer %v, want 2", trailer)
 						}
 					} else {
@@ -103,7 +104,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 					admitted++
 				}
 			}
-			want := map[interceptor.FailMode]int{interceptor.FailOpen: 3, interceptor.FailClosed: 0, interceptor.FailLocal: 2}[tc.mode]
+			want := map[interceptor.FailMode]int{interceptor.FailOpen: 3, interceptor.FailClosed: 0, engine.FailLocal: 2}[tc.mode]
 			if admitted != want {
 				t.Errorf("admitted %d of 3, want %d", admitted, want)
 			}
@@ -143,8 +144,8 @@ func TestHungRedisAndBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, st, interceptor.WithRules(r),
-		interceptor.WithStoreTimeout(storeTimeout), interceptor.WithBreaker(3, coolDown),
-		interceptor.WithMeterProvider(m.provider))
+		interceptor.WithStoreTimeout(storeTimeout), engine.WithBreaker(3, coolDown),
+		engine.WithMeterProvider(m.provider))
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "a")
 	if _, _, err := say(ctx, c, "hi"); err != nil {
@@ -218,7 +219,7 @@ func TestStoreInvalidRequestIsInternal(t *testing.T) {
 	st := &invalidStore{}
 	r := perTenant()
 	r.FailMode = interceptor.FailOpen
-	c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithBreaker(1, time.Hour)))
+	c := serve(t, newLimiter(t, st, interceptor.WithRules(r), engine.WithBreaker(1, time.Hour)))
 	for range 5 {
 		_, _, err := say(tenant(context.Background(), "a"), c, "hi")
 		wantCode(t, err, codes.Internal, "the limiter is misconfigured")

@@ -52,9 +52,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/cmdmain"
 )
 
@@ -333,7 +333,7 @@ func call(ctx context.Context, client *echo.Client, cfg config, tenant string) o
 		err = countAll(ctx, client, 3, &trailer)
 	}
 	o := outcome{tenant: tenant, latency: time.Since(start), err: err}
-	o.replayed = slices.Contains(trailer.Get(interceptor.TrailerReplayed), "1")
+	o.replayed = slices.Contains(trailer.Get(engine.TrailerReplayed), "1")
 	for _, d := range status.Convert(err).Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
 			o.retryAfter = ri.GetRetryDelay().AsDuration()

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/serving"
@@ -124,7 +125,7 @@ type Config struct {
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
 
-var failModes = []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocal}
+var failModes = []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, engine.FailLocal}
 
 // ParseFlags reads the configuration from command-line arguments (without
 // the program name) and from the environment through getenv. Usage and
@@ -145,7 +146,7 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.StringVar(&algorithm, "algorithm", tollgate.TokenBucket.String(), "token_bucket, gcra, sliding_window or fixed_window")
 	fs.StringVar(&cfg.TenantHeader, "tenant-header", "x-tenant", "metadata key that names the tenant")
 	fs.StringVar(&failMode, "fail-mode", interceptor.FailOpen.String(), "when the store cannot decide: open (admit), closed (refuse with UNAVAILABLE) or local (per-replica cap)")
-	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", interceptor.DefaultStoreTimeout, "how long a decision waits for the store before the fail mode applies")
+	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", engine.DefaultStoreTimeout, "how long a decision waits for the store before the fail mode applies")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+MetricsPath+" (empty: none)")
@@ -272,7 +273,7 @@ func ServeListeners(ctx context.Context, cfg Config, lis, httpLis net.Listener, 
 		}
 		defer stopMetrics()
 		provider = mp
-		limiterOpts = append(limiterOpts, interceptor.WithMeterProvider(provider))
+		limiterOpts = append(limiterOpts, engine.WithMeterProvider(provider))
 	}
 
 	lim, err := NewLimiter(st, cfg, limiterOpts...)
@@ -351,12 +352,12 @@ func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc
 func NewLimiter(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*interceptor.Limiter, error) {
 	own := []interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
 		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}
-	if cfg.FailMode == interceptor.FailLocal {
+	if cfg.FailMode == engine.FailLocal {
 		local, err := store.NewMemory()
 		if err != nil {
 			return nil, err
 		}
-		own = append(own, interceptor.WithLocalStore(local))
+		own = append(own, engine.WithLocalStore(local))
 	}
 	return interceptor.New(st, append(own, opts...)...)
 }

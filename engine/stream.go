@@ -1,0 +1,60 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tollgate/tollgate/telemetry"
+)
+
+// openStream decides a stream's opening. A stream that finds no free seat
+// of a rule with InFlight.StreamWait waits for one, within the stream's
+// context and that wait, asking again after each suggested wait. out is
+// decide's.
+func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string, out *[]LimitDecision) (result, *afterCall) {
+	start := l.clk.now()
+	var waited time.Duration
+	for {
+		res, after := l.decide(ctx, &set.calls, Call{Method: method, Stream: true}, out)
+		if res.err == nil || !res.seatWait {
+			if waited > 0 {
+				l.seatTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(telemetry.AttrRule.String(set.calls.plans[0].rule.Name)))
+			}
+			return res, after
+		}
+		wait := max(res.decision.RetryAfter, time.Millisecond)
+		if waited+wait > res.maxShapeWait {
+			return res, after
+		}
+		waited += wait
+		if err := l.clk.sleep(ctx, wait); err != nil {
+			return res, after
+		}
+	}
+}
+
+// receive decides one message received on a stream to method under plans
+// (its rules' PerMessage limits), telling remember each result. A message
+// a Shape rule denies waits until it fits, within the bound and the
+// stream's life; otherwise the denial is the error.
+func (l *Limiter) receive(ctx context.Context, plans *planSet, method string, remember func(result)) error {
+	var waited time.Duration
+	for {
+		res, _ := l.decide(ctx, plans, Call{Method: method}, nil)
+		remember(res)
+		if res.err == nil || !res.hasDecision() || !res.shape {
+			return res.err
+		}
+		// A zero wait would spin, so wait at least 1ms.
+		wait := max(res.decision.RetryAfter, time.Millisecond)
+		if waited+wait > res.maxShapeWait {
+			return res.err
+		}
+		waited += wait
+		if err := l.clk.sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
