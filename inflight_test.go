@@ -324,7 +324,7 @@ func TestInFlightRetryInfoFromTheFleet(t *testing.T) {
 			clock.Advance(200 * time.Millisecond)
 			return nil
 		}}
-		la := limiter(t, st, interceptor.WithRules(r), engine.WithClock(clock.Now))
+		la := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.Clock = clock.Now })
 		a := serve(t, la, srv, nil)
 		b := serve(t, limiter(t, st, interceptor.WithRules(r)), srv, nil)
 		for i := range 20 {

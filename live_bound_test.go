@@ -55,7 +55,7 @@ func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 		r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100, Period: tollgate.MaxPeriod})
 		a := limiter(t, st, interceptor.WithRules(r))
 		clock := fakeclock.New(time.Now()) // B's: how old its view of the overrides is
-		b := limiter(t, st, interceptor.WithRules(r), engine.WithClock(clock.Now))
+		b := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.Clock = clock.Now })
 		c := serve(t, b, &echo.Server{}, nil)
 		ctx := context.Background()
 		who := interceptor.Caller{Value: "x"}
@@ -116,7 +116,7 @@ func TestOverrideWatchAppliesWithin100ms(t *testing.T) {
 	onEveryDeployment(t, func(t *testing.T, st tollgate.Store) {
 		r := rule(t, tollgate.PerHour(100))
 		a := limiter(t, st, interceptor.WithRules(r))
-		b := limiter(t, st, interceptor.WithRules(r), engine.WithOverrideRefresh(time.Hour))
+		b := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = time.Hour })
 		c := serve(t, b, &echo.Server{}, nil)
 		ctx := context.Background()
 		blocked := func(name string) error {
@@ -171,7 +171,7 @@ func TestOverrideWithoutAnnouncementWithinRefresh(t *testing.T) {
 		hidden := unwatched{st.(tollgate.OverrideStore)}
 		a := limiter(t, hidden, interceptor.WithRules(r))
 		clock := fakeclock.New(time.Now())
-		b := limiter(t, hidden, interceptor.WithRules(r), engine.WithOverrideRefresh(refresh), engine.WithClock(clock.Now))
+		b := limiter(t, hidden, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }, func(c *engine.Config) { c.Clock = clock.Now })
 		c := serve(t, b, &echo.Server{}, nil)
 		for range 3 {
 			if _, _, err := say(tenant("z"), c); err != nil {
@@ -215,8 +215,8 @@ func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 			r := rule(t, tollgate.PerHour(1))
 			r.FailMode = tc.mode
 			clock := fakeclock.New(time.Now())
-			l := limiter(t, st, interceptor.WithRules(r), engine.WithOverrideRefresh(refresh), interceptor.WithStoreTimeout(50*time.Millisecond),
-				engine.WithClock(clock.Now))
+			l := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }, interceptor.WithStoreTimeout(50*time.Millisecond),
+				func(c *engine.Config) { c.Clock = clock.Now })
 			c := serve(t, l, &echo.Server{}, nil)
 			if _, _, err := say(tenant("w"), c); err != nil {
 				t.Fatal(err)

@@ -97,8 +97,8 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		}
 		const refresh = 200 * time.Millisecond
 		r := rule(t, window(2))
-		admin := limiter(t, st, interceptor.WithRules(r), engine.WithOverrideRefresh(refresh))
-		other := limiter(t, st, interceptor.WithRules(r), engine.WithOverrideRefresh(refresh))
+		admin := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh })
+		other := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh })
 		c := serve(t, other, &echo.Server{}, nil)
 		ctx := context.Background()
 		for range 2 {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -234,7 +236,7 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 			return nil
 		})
 		trailer, _, err := say(tenant("a"), c)
-		if got := one(t, trailer, engine.TrailerLimit); got != "20" {
+		if got := one(t, trailer, fields.LegacyLimit); got != "20" {
 			t.Errorf("x-ratelimit-limit = %s, want 20: the trailers describe the denying limit", got)
 		}
 		denied := wantCode(t, err, codes.ResourceExhausted, "exceeded")

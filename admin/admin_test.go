@@ -18,7 +18,6 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
 	adminv1 "github.com/tollgate/tollgate/admin/v1"
-	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
@@ -56,7 +55,7 @@ func TestAdmin(t *testing.T) {
 			perUser := interceptor.Rule{
 				Name:         "per-user " + prefix,
 				Key:          keyfunc.Metadata("x-user"),
-				OnMissingKey: engine.ShareMissing,
+				ShareMissing: true,
 				Limits:       interceptor.Fixed(tollgate.PerHour(2)),
 				Shadow:       true,
 			}
@@ -248,7 +247,7 @@ func TestAdminOverrides(t *testing.T) {
 // mustRegister registers l's admin service on s.
 func mustRegister(t *testing.T, s *grpc.Server, l *interceptor.Limiter) {
 	t.Helper()
-	if err := admin.Register(s, l); err != nil {
+	if err := admin.Register(s, l.Limiter); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -267,7 +266,7 @@ func TestNilLimiterIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	if err := admin.Register((*grpc.Server)(nil), l); err == nil {
+	if err := admin.Register((*grpc.Server)(nil), l.Limiter); err == nil {
 		t.Error("Register(typed nil server, l): no error")
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/status"
-
 	"github.com/tollgate/tollgate/internal/enginehooks"
 )
 
@@ -13,7 +11,7 @@ import (
 // and for how long it was held, when the overrides were last confirmed and
 // whether one expired, when end-of-call work is retried or dropped, and
 // the timers that renew seats, pace the sender and hold back shaped
-// streams. WithClock replaces what it reads; tests replace its timers too,
+// streams. Config.Clock replaces what it reads; tests replace its timers too,
 // so that they advance time instead of sleeping. A call's own deadline
 // stays the context's, in real time.
 type clock struct {
@@ -26,7 +24,7 @@ type timer = enginehooks.Timer
 
 func init() {
 	enginehooks.WithTimers = func(now func() time.Time, afterFunc func(time.Duration, func()) timer) any {
-		return Option(func(c *config) { c.clock = clock{now: now, afterFunc: afterFunc} })
+		return func(c *Config) { c.Clock, c.timers = now, afterFunc }
 	}
 	enginehooks.SettleRetryFor, enginehooks.FirstRetry = settleRetryFor, firstRetry
 }
@@ -43,7 +41,7 @@ func (c clock) since(t time.Time) time.Duration { return c.now().Sub(t) }
 func (c clock) until(t time.Time) time.Duration { return t.Sub(c.now()) }
 
 // sleep waits for d or until ctx is done, whichever is first, and then
-// returns ctx's error as a status.
+// returns ctx's error.
 func (c clock) sleep(ctx context.Context, d time.Duration) error {
 	done := make(chan struct{})
 	t := c.afterFunc(d, func() { close(done) })
@@ -52,6 +50,6 @@ func (c clock) sleep(ctx context.Context, d time.Duration) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return status.FromContextError(ctx.Err()).Err()
+		return ctx.Err()
 	}
 }

@@ -70,5 +70,5 @@ func (q *sender) abandon(ctx context.Context) error {
 	if settles+releases == 0 {
 		return nil
 	}
-	return fmt.Errorf("interceptor: Close: %w: %d settlements and %d seat releases still owed were dropped", ctx.Err(), settles, releases)
+	return fmt.Errorf("engine: Close: %w: %d settlements and %d seat releases still owed were dropped", ctx.Err(), settles, releases)
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -38,6 +37,8 @@ type check struct {
 	refused, waits bool
 	// seat is the in-flight seat of a rule with InFlight; nil without.
 	seat *seatCheck
+	// local: the check was decided on FailLocal's store.
+	local bool
 	// overridesErr: the overrides could not be confirmed fresh, so the
 	// check is decided by its rule's FailMode (run).
 	overridesErr error
@@ -64,11 +65,6 @@ func (c *check) denied() bool {
 	return false
 }
 
-// errSkipped is the result of a check whose own limits would have admitted
-// the call that another rule refused: nothing was debited. It never reaches
-// the client.
-var errSkipped = errors.New("another rule refused the call; this rule debited nothing")
-
 // decide decides a call (or one stream message) under set and returns
 // what the call gets: its error (nil admits it) and the decision its
 // trailers describe. call.Stream says the call is a stream's opening.
@@ -86,7 +82,7 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *[]Li
 		one := [1]*check{c}
 		res = l.decideChecks(ctx, one[:], set.enforcing, call)
 		if out != nil {
-			*out = appendLimits((*out)[:0], one[:set.enforcing])
+			*out = l.appendLimits(ctx, (*out)[:0], one[:set.enforcing], res)
 		}
 		if set.owes {
 			after = l.owed(ctx, one[:], res)
@@ -103,7 +99,7 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *[]Li
 	}
 	res = l.decideChecks(ctx, ptrs, set.enforcing, call)
 	if out != nil {
-		*out = appendLimits((*out)[:0], ptrs[:set.enforcing])
+		*out = l.appendLimits(ctx, (*out)[:0], ptrs[:set.enforcing], res)
 	}
 	if set.owes {
 		after = l.owed(ctx, ptrs, res)
@@ -118,9 +114,13 @@ var checks = sync.Pool{New: func() any { return new(check) }}
 // rest shadow.
 func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call Call) result {
 	enforcing, shadows := checks[:n], checks[n:]
+	var id requestID
+	if checks[0].p.priced { // every check of a set has one scope
+		id = l.requestID(call.Header)
+	}
 	for _, c := range checks {
 		c.ctx, c.span = l.tel.start(ctx, c.p)
-		l.prepare(c, call)
+		l.prepare(c, call, id)
 	}
 	refused := refusedAny(enforcing)
 	if !refused {
@@ -323,7 +323,7 @@ func ask(ctx context.Context, st tollgate.Store, checks []*check) error {
 		return err
 	}
 	if len(decs) != len(reqs) {
-		return fmt.Errorf("interceptor: the store answered %d decisions for %d requests", len(decs), len(reqs))
+		return fmt.Errorf("engine: the store answered %d decisions for %d requests", len(decs), len(reqs))
 	}
 	for _, c := range checks {
 		n := len(c.reqs)

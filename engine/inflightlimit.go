@@ -3,16 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/tollgate/tollgate"
 )
-
-// DefaultSeatTimeout is how long an in-flight seat lives when its call has
-// no deadline, or between a stream's renewals, unless WithSeatTimeout or
-// InFlight.SeatTimeout say otherwise.
-const DefaultSeatTimeout = 30 * time.Second
 
 // InFlight bounds the calls of one identity running at once across every
 // replica sharing the store (a stream counts from its opening to its end).
@@ -27,7 +21,7 @@ type InFlight struct {
 	// SeatTimeout is how long a seat lives when its call has no deadline (a
 	// unary call with one holds it until its deadline and a second more),
 	// renewed every third of it while the call runs, so that a replica that
-	// dies frees its seats by then. 0 means the Limiter's (WithSeatTimeout).
+	// dies frees its seats by then. 0 means the Limiter's (Config.SeatTimeout).
 	SeatTimeout time.Duration
 	// StreamWait is how long a stream's opening that finds no free seat
 	// waits for one, within the stream's context, asking again after each
@@ -56,10 +50,9 @@ func newInFlight(f InFlight, defaultTTL time.Duration, replicas int64) (*inFligh
 		ttl = defaultTTL
 	}
 	if ttl < time.Millisecond {
-		return nil, errors.New("InFlight.SeatTimeout is 0 and so is the Limiter's (WithSeatTimeout): a seat of a call without a deadline would never expire")
+		return nil, errors.New("InFlight.SeatTimeout is below 1ms: a seat of a call without a deadline would expire at once")
 	}
 	return &inFlight{
 		max: f.Max, localMax: ceilDiv(f.Max, replicas), ttl: ttl, streamWait: f.StreamWait,
-		header: strconv.FormatInt(f.Max, 10),
 	}, nil
 }

@@ -47,7 +47,7 @@ func TestLimitsKeepTheirKeys(t *testing.T) {
 		{"several", Fixed(tollgate.PerSecond(1), tollgate.PerHour(10)), true},
 		{"per caller", PerCaller(perCaller), true},
 	} {
-		l, err := New(nopStore{}, WithRules(Rule{Name: "r", Key: keyfunc.Method(), Limits: c.limits}))
+		l, err := New(nopStore{}, Config{Rules: []Rule{{Name: "r", Key: keyfunc.Method(), Limits: c.limits}}})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -85,24 +85,28 @@ func TestFailModeNames(t *testing.T) {
 	}
 }
 
-// TestMessageLimit: Police and Shape say what they hold; Shape's 0 wait
-// is the default.
+// TestMessageLimit: Shape's 0 wait is the default; a wait without Shape
+// or below 0 is an error.
 func TestMessageLimit(t *testing.T) {
 	l := tollgate.PerSecond(3)
-	var none MessageLimit
-	if _, ok := none.Limit(); ok {
-		t.Error("the zero MessageLimit has a limit")
+	if (MessageLimit{}).on() {
+		t.Error("the zero MessageLimit limits messages")
 	}
-	if got, ok := Police(l).Limit(); !ok || got != l {
-		t.Errorf("Police's Limit = %v, %v", got, ok)
-	}
-	if _, ok := Police(l).MaxWait(); ok {
-		t.Error("Police holds messages back")
-	}
-	if w, ok := Shape(l, 0).MaxWait(); !ok || w != DefaultMaxShapeWait {
-		t.Errorf("Shape(l, 0) waits %s, %v; want the default", w, ok)
-	}
-	if w, ok := Shape(l, time.Second).MaxWait(); !ok || w != time.Second {
-		t.Errorf("Shape(l, 1s) waits %s, %v", w, ok)
+	for _, c := range []struct {
+		m     MessageLimit
+		wait  time.Duration
+		shape bool
+		bad   bool
+	}{
+		{m: MessageLimit{Limit: l}},
+		{m: MessageLimit{Limit: l, Shape: true}, wait: defaultMaxShapeWait, shape: true},
+		{m: MessageLimit{Limit: l, Shape: true, MaxWait: time.Second}, wait: time.Second, shape: true},
+		{m: MessageLimit{Limit: l, MaxWait: time.Second}, bad: true},
+		{m: MessageLimit{Limit: l, Shape: true, MaxWait: -time.Second}, bad: true},
+	} {
+		w, shape, err := c.m.maxWait()
+		if (err != nil) != c.bad || w != c.wait || shape != c.shape {
+			t.Errorf("%+v: maxWait = %s, %v, %v; want %s, %v, error %v", c.m, w, shape, err, c.wait, c.shape, c.bad)
+		}
 	}
 }

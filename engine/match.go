@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,27 +11,70 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// validatePattern accepts "/pkg.Service/Method", "/pkg.Service/*" and an
-// HTTP route (validateRoute).
+// validatePattern accepts what some call of some door is named: a gRPC
+// method or Connect procedure, "/pkg.Service/Method" or "/pkg.Service/*"
+// (validateMethod), or an HTTP route as package httplimit names requests
+// (validateRoute). Anything else would never match a call, so it is an
+// error saying what to write instead.
 func validatePattern(p string) error {
 	if method, route, ok := strings.Cut(p, " "); ok && !strings.HasPrefix(p, "/") {
 		return validateRoute(p, method, route)
 	}
+	return validateMethod(p)
+}
+
+// validateMethod accepts "/pkg.Service/Method" and "/pkg.Service/*": a
+// service's full name (dotted identifiers) and a method name (an
+// identifier). A service without a package must name itself as protobuf
+// does, in UpperCamelCase, and so must its method: "/v1/orders" is an HTTP
+// path, whose requests httplimit names "POST /v1/orders".
+func validateMethod(p string) error {
 	service, method, ok := splitMethod(p)
+	path := func() error {
+		return fmt.Errorf("%q is a path without its HTTP method, which no call is named by: write an HTTP route as the method and the ServeMux pattern (\"POST %s\", \"GET %s\"), a gRPC method as \"/pkg.Service/Method\" or \"/pkg.Service/*\"", p, p, p)
+	}
 	switch {
-	case !ok:
-		return fmt.Errorf("method %q is not of the form \"/pkg.Service/Method\" or \"/pkg.Service/*\"", p)
-	case strings.ContainsRune(service, '*') || (method != "*" && strings.ContainsRune(method, '*')):
-		return fmt.Errorf("method %q: \"*\" may only stand alone as the method name", p)
 	case strings.ContainsFunc(p, unicode.IsSpace):
 		return fmt.Errorf("method %q has white space", p)
+	case !ok && strings.HasPrefix(p, "/"):
+		return path()
+	case !ok:
+		return fmt.Errorf("method %q is neither a gRPC method (\"/pkg.Service/Method\", \"/pkg.Service/*\") nor an HTTP route (\"GET /items/{id}\")", p)
+	case strings.ContainsRune(service, '*') || (method != "*" && strings.ContainsRune(method, '*')):
+		return fmt.Errorf("method %q: \"*\" may only stand alone as the method name", p)
+	}
+	for _, part := range strings.Split(service, ".") {
+		if !identifier(part) {
+			return path()
+		}
+	}
+	if method != "*" && !identifier(method) {
+		return path()
+	}
+	if !strings.Contains(service, ".") && (!upper(service) || method != "*" && !upper(method)) {
+		return path()
 	}
 	return nil
 }
 
-// validateRoute accepts an HTTP route as package httplimit names calls: a
-// method and a net/http ServeMux pattern ("GET /items/{id}"), matched
-// exactly.
+// identifier reports whether s is a protobuf identifier.
+func identifier(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || i > 0 && '0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// upper reports whether s starts with an upper-case letter.
+func upper(s string) bool { return s != "" && 'A' <= s[0] && s[0] <= 'Z' }
+
+// validateRoute accepts an HTTP route as package httplimit names requests:
+// a method in capitals and a pattern net/http's ServeMux accepts ("GET
+// /items/{id}"), matched exactly. The pattern is parsed by a ServeMux, so
+// that what it would refuse (a malformed wildcard, a wildcard named twice)
+// is refused here rather than never matched.
 func validateRoute(p, method, route string) error {
 	switch {
 	case method == "" || strings.ContainsFunc(method, func(r rune) bool { return r < 'A' || r > 'Z' }):
@@ -40,6 +84,18 @@ func validateRoute(p, method, route string) error {
 	case strings.ContainsRune(route, '*'):
 		return fmt.Errorf("route %q: an HTTP route is matched exactly, as its ServeMux pattern: \"*\" has no meaning in it", p)
 	}
+	return muxAccepts(p)
+}
+
+// muxAccepts reports what net/http's ServeMux says of pattern p: nil when
+// it registers it, otherwise the reason it panics with.
+func muxAccepts(p string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("route %q is not a ServeMux pattern: %v", p, r)
+		}
+	}()
+	http.NewServeMux().Handle(p, http.NotFoundHandler())
 	return nil
 }
 

@@ -1,56 +1,51 @@
 package engine
 
 import (
+	"errors"
 	"time"
 
 	"github.com/tollgate/tollgate"
 )
 
-// DefaultMaxShapeWait is the longest Shape holds one message back when its
-// maxWait is 0.
-const DefaultMaxShapeWait = 5 * time.Second
+// defaultMaxShapeWait is the longest a Shape limit holds one message back
+// when its MaxWait is 0.
+const defaultMaxShapeWait = 5 * time.Second
 
 // MessageLimit is a rule's limit on the messages a client sends on a
-// stream (each RecvMsg costs 1, judged once the message has arrived), in a
-// bucket per key apart from the one the stream's opening pays into, with
-// what a message it refuses gets: Police or Shape. Unary calls ignore it.
-// The zero value is no limit.
+// stream (each received message costs 1, judged once it has arrived), in a
+// bucket per key apart from the one the stream's opening pays into. Unary
+// calls ignore it. The zero value is no limit.
 type MessageLimit struct {
-	limit tollgate.Limit
-	set   bool
-	// shape: a refused message waits, for at most maxWait in total.
-	shape   bool
-	maxWait time.Duration
+	// Limit is the limit on each message; the zero Limit is no limit.
+	Limit tollgate.Limit
+	// Shape holds back a message the limit refuses: the receive waits for
+	// the decision's RetryAfter within the stream's context and asks
+	// again, for at most MaxWait in total, so that the client is slowed
+	// down by flow control instead of failing. Without Shape (or past
+	// MaxWait) the receive fails with the denial a refused call gets, and
+	// the handler normally ends the stream with it.
+	Shape bool
+	// MaxWait bounds Shape's waits for one message; 0 means 5s. It must be
+	// 0 without Shape.
+	MaxWait time.Duration
 }
 
-// Police limits each message of a stream by limit, failing the receive of
-// one it refuses: RecvMsg returns the same ResourceExhausted status a
-// denied call gets, and the handler normally ends the stream with it.
-func Police(limit tollgate.Limit) MessageLimit {
-	return MessageLimit{limit: limit, set: true}
-}
+// on reports whether m limits messages.
+func (m MessageLimit) on() bool { return m != MessageLimit{} }
 
-// Shape limits each message of a stream by limit, holding back one it
-// refuses: RecvMsg waits for the decision's RetryAfter within the stream's
-// context and asks again, for at most maxWait in total (0 means
-// DefaultMaxShapeWait); past that it fails as Police does. The client is
-// slowed down by flow control instead of failing.
-func Shape(limit tollgate.Limit, maxWait time.Duration) MessageLimit {
-	return MessageLimit{limit: limit, set: true, shape: true, maxWait: maxWait}
-}
-
-// Limit returns the limit on each message, and false for the zero value.
-func (m MessageLimit) Limit() (tollgate.Limit, bool) { return m.limit, m.set }
-
-// MaxWait returns how long, in total, a refused message is held back
-// (Shape's maxWait, or DefaultMaxShapeWait for 0), and false when refused
-// messages fail at once (Police, or no limit).
-func (m MessageLimit) MaxWait() (time.Duration, bool) {
-	if !m.shape {
-		return 0, false
+// maxWait returns how long, in total, a refused message is held back, and
+// false when refused messages fail at once (no Shape), or an error for a
+// MaxWait out of range.
+func (m MessageLimit) maxWait() (time.Duration, bool, error) {
+	switch {
+	case m.MaxWait < 0:
+		return 0, false, errors.New("PerMessage.MaxWait must be >= 0")
+	case !m.Shape && m.MaxWait != 0:
+		return 0, false, errors.New("PerMessage.MaxWait is set without Shape: a message is only held back when Shape is set")
+	case !m.Shape:
+		return 0, false, nil
+	case m.MaxWait == 0:
+		return defaultMaxShapeWait, true, nil
 	}
-	if m.maxWait == 0 {
-		return DefaultMaxShapeWait, true
-	}
-	return m.maxWait, true
+	return m.MaxWait, true, nil
 }

@@ -3,21 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/tollgate/tollgate"
 )
-
-// DefaultOverrideRefresh is how old a Limiter's view of the overrides may
-// be when a call is decided, unless WithOverrideRefresh says otherwise. A
-// store that announces changes (tollgate.OverrideWatcher) makes them apply
-// within a round trip; the refresh bounds the delay when an announcement is
-// lost.
-const DefaultOverrideRefresh = time.Second
 
 // CallerOverride replaces a rule's limits for one caller, or blocks it, on
 // every replica that shares the store (Limiter.SetOverride, Limiter.Block).
@@ -41,16 +32,16 @@ type CallerOverride struct {
 // replica's next call and, through the store's watch, every other's within
 // a round trip, and at the latest within the refresh delay. The caller's
 // buckets carry over, as when PerCaller limits change. An unknown
-// rule is codes.NotFound; no limits (Block blocks), a caller the key
+// rule matches ErrUnknownRule; no limits (Block blocks), a caller the key
 // function cannot name, a limit that does not validate or cannot admit the
-// rule's Cost, or a negative ttl is codes.InvalidArgument, and nothing is
-// stored; a store failure is codes.Unavailable.
+// rule's Cost, or a negative ttl matches tollgate.ErrInvalidRequest, and
+// nothing is stored; a store that keeps no overrides matches
+// errors.ErrUnsupported; anything else is a store failure.
 func (l *Limiter) SetOverride(ctx context.Context, rule string, who Caller, limits []tollgate.Limit, ttl time.Duration) error {
 	return l.setOverride(ctx, rule, who, limits, false, ttl)
 }
 
-// Block refuses the named rule's calls from who with
-// codes.PermissionDenied, on every replica sharing the store, until ttl
+// Block refuses the named rule's calls from who (Blocked), on every replica sharing the store, until ttl
 // from now (0: until DeleteOverride), as soon as SetOverride applies. It
 // replaces any override of who. Errors are those of SetOverride.
 func (l *Limiter) Block(ctx context.Context, rule string, who Caller, ttl time.Duration) error {
@@ -65,19 +56,19 @@ func (l *Limiter) setOverride(ctx context.Context, rule string, who Caller, limi
 	}
 	switch {
 	case !block && len(limits) == 0:
-		return status.Errorf(codes.InvalidArgument, "override of rule %q: no limits: give at least one, or use Block to refuse the caller's calls", rule)
+		return invalidArg("override of rule %q: no limits: give at least one, or use Block to refuse the caller's calls", rule)
 	case ttl < 0:
-		return status.Errorf(codes.InvalidArgument, "override of rule %q: the ttl must be >= 0, got %s", rule, ttl)
+		return invalidArg("override of rule %q: the ttl must be >= 0, got %s", rule, ttl)
 	case len(limits) > tollgate.MaxAllowAll:
-		return status.Errorf(codes.InvalidArgument, "override of rule %q: %d limits, more than %d", rule, len(limits), tollgate.MaxAllowAll)
+		return invalidArg("override of rule %q: %d limits, more than %d", rule, len(limits), tollgate.MaxAllowAll)
 	}
 	for i, lim := range limits {
 		if err := checkLimit(lim, max(p.rule.Cost, 1)); err != nil {
-			return status.Errorf(codes.InvalidArgument, "override of rule %q: limits[%d]: %v", rule, i, err)
+			return invalidArg("override of rule %q: limits[%d]: %v", rule, i, err)
 		}
 	}
 	if err := distinctLimits(limits); err != nil {
-		return status.Errorf(codes.InvalidArgument, "override of rule %q: %v", rule, err)
+		return invalidArg("override of rule %q: %v", rule, err)
 	}
 	o := tollgate.Override{Key: key, Limits: append([]tollgate.Limit(nil), limits...)}
 	if err := l.ov.st.SetOverride(ctx, rule, o, ttl); err != nil {
@@ -104,12 +95,11 @@ func (l *Limiter) DeleteOverride(ctx context.Context, rule string, who Caller) e
 }
 
 // Overrides returns the overrides of the named rule in force, as the store
-// holds them now. An unknown rule is codes.NotFound; a store failure
-// codes.Unavailable.
+// holds them now. Errors are those of SetOverride.
 func (l *Limiter) Overrides(ctx context.Context, rule string) ([]CallerOverride, error) {
 	r := l.book.Load().byName[rule]
 	if r == nil {
-		return nil, unknownRuleError(rule)
+		return nil, unknownRule(rule)
 	}
 	if l.ov.st == nil {
 		return nil, nil
@@ -133,10 +123,10 @@ func (l *Limiter) Overrides(ctx context.Context, rule string) ([]CallerOverride,
 func (l *Limiter) overrideTarget(ctx context.Context, rule string, who Caller) (*plan, string, error) {
 	r := l.book.Load().byName[rule]
 	if r == nil {
-		return nil, "", unknownRuleError(rule)
+		return nil, "", unknownRule(rule)
 	}
 	if l.ov.st == nil {
-		return nil, "", status.Errorf(codes.FailedPrecondition, "override of rule %q: the store does not keep overrides (tollgate.OverrideStore)", rule)
+		return nil, "", opError{fmt.Sprintf("override of rule %q: the store does not keep overrides (tollgate.OverrideStore)", rule), errors.ErrUnsupported}
 	}
 	value, anonymous, err := r.identify(ctx, who)
 	if err != nil {
@@ -169,10 +159,7 @@ func (p *plan) caller(k string) (Caller, bool) {
 	return Caller{Value: v}, ok
 }
 
-// storeError is the status of a store failure while changing overrides.
+// storeError is the error of a store failure while changing overrides.
 func storeError(rule string, err error) error {
-	if errors.Is(err, tollgate.ErrInvalidRequest) {
-		return status.Errorf(codes.InvalidArgument, "override of rule %q: %v", rule, err)
-	}
-	return status.Errorf(codes.Unavailable, "override of rule %q: the store cannot answer: %v", rule, err)
+	return fmt.Errorf("override of rule %q: the store cannot answer: %w", rule, err)
 }

@@ -6,10 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
 )
@@ -22,11 +18,13 @@ type Caller struct {
 	// keyfunc.FirstOfValue build it from its parts.
 	Value string
 	// Metadata, when Value is empty, is given to the rule's key function as
-	// the incoming metadata of a call to Method, so that the identity is
-	// found exactly as for a real call carrying those headers.
-	Metadata metadata.MD
-	// Method is the full method name the key function is given with
-	// Metadata ("/pkg.Service/Method"); keyfunc.Method reads it.
+	// the headers of a call to Method, so that the identity is found
+	// exactly as for a real call carrying them: keys in lower case, "-bin"
+	// values decoded, as gRPC metadata holds them (a metadata.MD is one).
+	Metadata map[string][]string
+	// Method is the method or route the key function is given with
+	// Metadata ("/pkg.Service/Method", "GET /items/{id}"); keyfunc.Method
+	// reads it.
 	Method string
 	// Anonymous names the identity every caller without a key shares under
 	// ShareMissing.
@@ -67,31 +65,45 @@ type Quota struct {
 	Expires time.Time
 }
 
-// ErrUnknownRule is matched (errors.Is) by the error Peek and Reset return
-// for a rule name the Limiter does not have. That error is also a gRPC
-// codes.NotFound status naming the rule.
-var ErrUnknownRule = errors.New("interceptor: unknown rule")
+// ErrUnknownRule is matched (errors.Is) by the error Peek, Reset and the
+// overrides' methods return for a rule name the Limiter does not have.
+var ErrUnknownRule = errors.New("engine: unknown rule")
 
-// unknownRuleError is the error of an unknown rule name.
-type unknownRuleError string
-
-func (e unknownRuleError) Error() string {
-	return fmt.Sprintf("interceptor: no rate limit rule is named %q", string(e))
+// The errors of the operators' methods (Peek, Reset, SetOverride, Block,
+// DeleteOverride, Overrides) say what went wrong by what they match
+// (errors.Is), so that a door maps them to its own codes: ErrUnknownRule;
+// tollgate.ErrInvalidRequest, an argument that cannot be used;
+// errors.ErrUnsupported, a store without what the method needs; anything
+// else, a store that failed.
+type opError struct {
+	msg string
+	is  error
 }
 
-// GRPCStatus makes the error a NotFound status, as status.FromError sees it.
-func (e unknownRuleError) GRPCStatus() *status.Status { return status.New(codes.NotFound, e.Error()) }
+func (e opError) Error() string        { return e.msg }
+func (e opError) Is(target error) bool { return target == e.is }
 
-// Is reports that the error is ErrUnknownRule.
-func (e unknownRuleError) Is(target error) bool { return target == ErrUnknownRule }
+// unknownRule is the error of an unknown rule name.
+func unknownRule(name string) error {
+	return opError{fmt.Sprintf("engine: no rate limit rule is named %q", name), ErrUnknownRule}
+}
+
+// invalidArg is the error of an argument that cannot be used.
+func invalidArg(format string, args ...any) error {
+	return opError{fmt.Sprintf(format, args...), tollgate.ErrInvalidRequest}
+}
+
+// storeFailed is the error of a store that could not answer for rule.
+func storeFailed(rule string, err error) error {
+	return fmt.Errorf("rate limit %q: the store cannot answer: %w", rule, err)
+}
 
 // Peek returns the state of every limit in force for who under the named
 // rule, without debiting anything or recording a request id: an override's
 // limits instead of the rule's (Quota.Override), a block as one Quota with
 // Blocked set, and the seats it holds under the rule's in-flight limit. An
-// unknown rule is a codes.NotFound status naming it; an identity the key
-// function cannot find is codes.InvalidArgument; a store failure is
-// codes.Unavailable.
+// unknown rule matches ErrUnknownRule, an identity the key function cannot
+// find tollgate.ErrInvalidRequest; anything else is a store failure.
 func (l *Limiter) Peek(ctx context.Context, rule string, who Caller) ([]Quota, error) {
 	var out []Quota
 	err := l.eachLimit(ctx, rule, who, func(p *plan, it limitItem) error {
@@ -174,7 +186,7 @@ type limitItem struct {
 func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, limitItem) error) error {
 	r := l.book.Load().byName[rule]
 	if r == nil {
-		return unknownRuleError(rule)
+		return unknownRule(rule)
 	}
 	value, anonymous, err := r.identify(ctx, who)
 	if err != nil {
@@ -187,7 +199,7 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 		key := p.key(value, anonymous)
 		ov, overridden, err := l.overrideOf(ctx, p, key)
 		if err != nil {
-			return status.Errorf(codes.Unavailable, "rate limit %q: the store cannot answer: %v", r.Name, err)
+			return storeFailed(r.Name, err)
 		}
 		var items []limitItem
 		limits := p.limits
@@ -201,7 +213,7 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 			var res result
 			var ok bool
 			if limits, ok = p.limitsFor(ctx, value, &res); !ok {
-				return res.err
+				return fmt.Errorf("rate limit %q: %w", r.Name, res.err)
 			}
 		}
 		cost := int64(1)
@@ -217,10 +229,7 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 		}
 		for _, it := range items {
 			if err := f(p, it); err != nil {
-				if errors.Is(err, tollgate.ErrInvalidRequest) {
-					return status.Errorf(codes.InvalidArgument, "rate limit %q: %v", r.Name, err)
-				}
-				return status.Errorf(codes.Unavailable, "rate limit %q: the store cannot answer: %v", r.Name, err)
+				return storeFailed(r.Name, err)
 			}
 		}
 	}
@@ -231,21 +240,23 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 func (r *rule) identify(ctx context.Context, who Caller) (value string, anonymous bool, err error) {
 	switch {
 	case who.Anonymous:
-		if r.OnMissingKey != ShareMissing {
-			return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q has no anonymous identity: its OnMissingKey is not ShareMissing", r.Name)
+		if !r.ShareMissing {
+			return "", false, invalidArg("rate limit %q has no anonymous identity: it does not set ShareMissing", r.Name)
 		}
 		return "", true, nil
 	case who.Value != "":
 		if len(who.Value) > keyfunc.MaxValueLen {
-			return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q: the value is %d bytes, more than %d", r.Name, len(who.Value), keyfunc.MaxValueLen)
+			return "", false, invalidArg("rate limit %q: the value is %d bytes, more than %d", r.Name, len(who.Value), keyfunc.MaxValueLen)
 		}
 		return who.Value, false, nil
 	case who.Metadata != nil:
-		value, err := r.Key(metadata.NewIncomingContext(ctx, who.Metadata), who.Method)
+		md := who.Metadata
+		call := keyfunc.Call{Method: who.Method, Header: keyfunc.MetadataHeader(func(k string) []string { return md[k] })}
+		value, err := r.Key(ctx, call)
 		if err != nil {
-			return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q cannot identify the caller from the metadata given: %v", r.Name, err)
+			return "", false, invalidArg("rate limit %q cannot identify the caller from the metadata given: %v", r.Name, err)
 		}
 		return value, false, nil
 	}
-	return "", false, status.Errorf(codes.InvalidArgument, "rate limit %q: name the caller by its value, its metadata or as anonymous", r.Name)
+	return "", false, invalidArg("rate limit %q: name the caller by its value, its metadata or as anonymous", r.Name)
 }

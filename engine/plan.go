@@ -6,7 +6,6 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/partkey"
@@ -80,8 +79,6 @@ type limitPlan struct {
 	limit tollgate.Limit
 	// local is the FailLocal cap for limit.
 	local tollgate.Limit
-	// header is x-ratelimit-limit for limit.
-	header string
 	// part names the limit's state within the identity (limitPart);
 	// empty unless the plan is multi.
 	part string
@@ -90,9 +87,8 @@ type limitPlan struct {
 // newLimitPlan returns the plan of limit under p's local-cap policy.
 func (p *plan) newLimitPlan(limit tollgate.Limit) limitPlan {
 	lp := limitPlan{
-		limit:  limit,
-		local:  localLimit(limit, p.explicitLocal, p.replicas),
-		header: strconv.FormatInt(limit.Capacity(), 10),
+		limit: limit,
+		local: localLimit(limit, p.explicitLocal, p.replicas),
 	}
 	if p.multi {
 		lp.part = limitPart(limit)
@@ -112,7 +108,7 @@ func (p *plan) limitsFor(ctx context.Context, value string, res *result) ([]limi
 		return nil, false
 	}
 	if len(limits) == 0 || len(limits) > tollgate.MaxAllowAll {
-		res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: %s returned %d limits, want 1 to %d", p.rule.Name, p.chooser, len(limits), tollgate.MaxAllowAll)
+		res.reject(outcomeInvalid, Fault, nil, "rate limit %q: %s returned %d limits, want 1 to %d", p.rule.Name, p.chooser, len(limits), tollgate.MaxAllowAll)
 		return nil, false
 	}
 	for i, limit := range limits {
@@ -121,12 +117,12 @@ func (p *plan) limitsFor(ctx context.Context, value string, res *result) ([]limi
 			if p.multi {
 				at = " " + strconv.Itoa(i)
 			}
-			res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: %s returned an invalid limit%s: %v", p.rule.Name, p.chooser, at, err)
+			res.reject(outcomeInvalid, Fault, err, "rate limit %q: %s returned an invalid limit%s: %v", p.rule.Name, p.chooser, at, err)
 			return nil, false
 		}
 	}
 	if err := distinctLimits(limits); err != nil {
-		res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: %s: %v", p.rule.Name, p.chooser, err)
+		res.reject(outcomeInvalid, Fault, err, "rate limit %q: %s: %v", p.rule.Name, p.chooser, err)
 		return nil, false
 	}
 	out := make([]limitPlan, len(limits))

@@ -3,31 +3,31 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/idempotency"
+	argcheck "github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // prepare finds the check's identity, limits and cost and builds its
-// requests, or fills its result with the refusal.
-func (l *Limiter) prepare(c *check, call Call) {
+// requests, or fills its result with the refusal. id is the call's request
+// id, or the error reading it (requestID); both are unused by a check that
+// is not priced.
+func (l *Limiter) prepare(c *check, call Call, id requestID) {
 	p, res := c.p, &c.res
-	key, value, ok := identity(c.ctx, p, call.Method, res)
+	key, value, ok := identity(c.ctx, p, call, res)
 	if !ok {
 		return
 	}
 	var requestID string
 	if p.priced {
-		id, err := idempotency.FromIncoming(c.ctx, l.header)
-		if err != nil {
-			res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q: %v", p.rule.Name, err)
+		if id.err != nil {
+			res.reject(outcomeInvalid, Invalid, id.err, "rate limit %q: %v", p.rule.Name, id.err)
 			return
 		}
-		requestID = id
+		requestID = id.id
 	}
 	ov, found, err := l.overrideOf(c.ctx, p, key)
 	c.overridesErr = err
@@ -37,7 +37,7 @@ func (l *Limiter) prepare(c *check, call Call) {
 			if !ov.expires.IsZero() {
 				until = "for " + roundUp(l.clk.until(ov.expires), time.Second).String()
 			}
-			res.reject(outcomeBlocked, codes.PermissionDenied, nil, "rate limit %q: the caller is blocked by an override, %s", p.rule.Name, until)
+			res.reject(outcomeBlocked, Blocked, nil, "rate limit %q: the caller is blocked by an override, %s", p.rule.Name, until)
 			return
 		}
 		c.limits = p.overrideLimits(ov.limits)
@@ -56,7 +56,7 @@ func (l *Limiter) prepare(c *check, call Call) {
 	for i, lp := range c.limits {
 		k := lp.key(key)
 		if len(k) > tollgate.MaxKeyLen {
-			res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the caller's identity is %d bytes, more than %d", p.rule.Name, len(value), tollgate.MaxKeyLen-len(k)+len(value))
+			res.reject(outcomeInvalid, Invalid, nil, "rate limit %q: the caller's identity is %d bytes, more than %d", p.rule.Name, len(value), tollgate.MaxKeyLen-len(k)+len(value))
 			return
 		}
 		c.reqs[i] = tollgate.Request{Key: k, Limit: lp.limit, Cost: cost, RequestID: requestID}
@@ -71,16 +71,16 @@ func (l *Limiter) prepare(c *check, call Call) {
 
 // identity returns the store key for the call and the key function's value
 // in it, or fills res with the rejection.
-func identity(ctx context.Context, p *plan, method string, res *result) (key, value string, ok bool) {
+func identity(ctx context.Context, p *plan, call Call, res *result) (key, value string, ok bool) {
 	r := p.rule
-	value, err := r.Key(ctx, method)
+	value, err := r.Key(ctx, keyfunc.Call{Method: call.Method, Header: call.Header, Peer: call.Peer})
 	anonymous := false
 	switch {
 	case err == nil:
-	case errors.Is(err, keyfunc.ErrMissing) && r.OnMissingKey == ShareMissing:
+	case errors.Is(err, keyfunc.ErrMissing) && r.ShareMissing:
 		anonymous, value = true, ""
 	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid):
-		res.reject(outcomeInvalid, codes.InvalidArgument, err, "rate limit %q cannot identify the caller: %v", r.Name, err)
+		res.reject(outcomeInvalid, Invalid, err, "rate limit %q cannot identify the caller: %v", r.Name, err)
 		return "", "", false
 	default:
 		res.fail(outcomeError, err, "rate limit %q: key function failed: %v", r.Name, err)
@@ -100,7 +100,7 @@ func costFor(ctx context.Context, p *plan, method string, req any, limits []limi
 	if fromFunc {
 		cost = r.CostFunc(ctx, method, req)
 		if cost < 0 {
-			res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: CostFunc returned %d, a negative cost", r.Name, cost)
+			res.reject(outcomeInvalid, Fault, nil, "rate limit %q: CostFunc returned %d, a negative cost", r.Name, cost)
 			return 0, false
 		}
 	}
@@ -109,12 +109,42 @@ func costFor(ctx context.Context, p *plan, method string, req any, limits []limi
 		limit := lp.limit
 		if capacity := limit.Capacity(); cost > capacity {
 			if fromFunc {
-				res.reject(outcomeInvalid, codes.InvalidArgument, nil, "rate limit %q: the request costs %d, more than the %d it can ever admit at once (%s)", r.Name, cost, capacity, limit)
+				res.reject(outcomeInvalid, Invalid, nil, "rate limit %q: the request costs %d, more than the %d it can ever admit at once (%s)", r.Name, cost, capacity, limit)
 			} else {
-				res.reject(outcomeInvalid, codes.Internal, nil, "rate limit %q: cost %d exceeds the capacity %d of %s returned by the limit function", r.Name, cost, capacity, limit)
+				res.reject(outcomeInvalid, Fault, nil, "rate limit %q: cost %d exceeds the capacity %d of %s returned by the limit function", r.Name, cost, capacity, limit)
 			}
 			return 0, false
 		}
 	}
 	return cost, true
+}
+
+// requestID is a call's request id (empty for none), or the error that
+// makes it unusable.
+type requestID struct {
+	id  string
+	err error
+}
+
+// requestID reads the call's request id from the Limiter's request id
+// header (Config.RequestIDHeader). The id must be a valid
+// tollgate.Request.RequestID; a client may send the header several times
+// only with one value: differing values are malformed rather than resolved
+// by picking one, since a proxy that appends its own id would otherwise
+// silently decide which attempts share a debit.
+func (l *Limiter) requestID(h keyfunc.Header) requestID {
+	vals, err := h.Values(l.header)
+	if err != nil || len(vals) == 0 {
+		return requestID{err: err}
+	}
+	id := vals[0]
+	for _, v := range vals[1:] {
+		if v != id {
+			return requestID{err: fmt.Errorf("malformed request id: header %q has %d different values", l.header, len(vals))}
+		}
+	}
+	if err := argcheck.RequestID(id); err != nil {
+		return requestID{err: fmt.Errorf("malformed request id: header %q: %w", l.header, err)}
+	}
+	return requestID{id: id}
 }

@@ -14,21 +14,6 @@ import (
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
-// MissingKeyPolicy says what a rule does when its Key function reports
-// that the call does not carry the value it reads (keyfunc.ErrMissing).
-// Neither choice lets such a call through unlimited.
-type MissingKeyPolicy uint8
-
-const (
-	// RejectMissing refuses the call with codes.InvalidArgument and a
-	// message naming the rule and what is missing. It is the default.
-	RejectMissing MissingKeyPolicy = iota
-	// ShareMissing limits every caller without the value as one anonymous
-	// identity: they share one bucket under the rule's Limits, separate from
-	// every identified caller's bucket.
-	ShareMissing
-)
-
 // maxRuleNameLen is the longest Rule.Name New accepts, in bytes.
 const maxRuleNameLen = 128
 
@@ -43,13 +28,16 @@ type Rule struct {
 	// Limiter, at most 128 bytes of UTF-8, without control
 	// characters.
 	Name string
-	// Methods are the full method names the rule applies to, either exact
-	// ("/pkg.Service/Method") or a whole service ("/pkg.Service/*"), or
-	// HTTP routes as package httplimit names them ("GET /items/{id}").
-	// Empty means every method. Every rule whose Methods match a call applies to
-	// it, unless a rule that also matches replaces it (Replaces); the call
-	// is admitted only if all of them admit it, and a denied call debits
-	// none of them.
+	// Methods are what the rule applies to: gRPC full method names or
+	// Connect procedures, exact ("/pkg.Service/Method") or a whole service
+	// ("/pkg.Service/*"), and HTTP routes as package httplimit names them,
+	// a method and a net/http ServeMux pattern ("GET /items/{id}"). Empty
+	// means every call. New refuses an entry no call of any door is ever
+	// named by: a malformed pattern, or a path without its HTTP method
+	// ("/v1/orders", which is "POST /v1/orders"). Every rule whose Methods
+	// match a call applies to it, unless a rule that also matches replaces
+	// it (Replaces); the call is admitted only if all of them admit it,
+	// and a denied call debits none of them.
 	Methods []string
 	// Replaces names rules this rule replaces on the methods it matches:
 	// where both match a call, only this one applies (a method's own rule
@@ -61,12 +49,17 @@ type Rule struct {
 	// Key returns who is being limited: calls with the same key share one
 	// bucket. It is required; New refuses one keyfunc.Validate reports. New
 	// wraps it with keyfunc.Checked, so an empty value counts as missing and
-	// one longer than keyfunc.MaxValueLen as invalid (codes.InvalidArgument);
-	// an error wrapping neither is a server fault: a gRPC status is returned
-	// as it is, anything else as codes.Internal.
+	// one longer than keyfunc.MaxValueLen as invalid: the call is refused
+	// as Invalid (the caller's fault), unless ShareMissing. An error
+	// wrapping neither is the rule's own fault (Fault); a door passes on a
+	// status the error carries (a gRPC status, to a gRPC caller).
 	Key keyfunc.Func
-	// OnMissingKey says what to do when Key returns keyfunc.ErrMissing.
-	OnMissingKey MissingKeyPolicy
+	// ShareMissing limits every caller whose key is missing
+	// (keyfunc.ErrMissing) as one anonymous identity, in one bucket under
+	// the rule's limits apart from every identified caller's. Without it
+	// such a call is refused as Invalid. Neither lets it through
+	// unlimited.
+	ShareMissing bool
 	// Limits are the rule's rate limits for every key: Fixed ones, or ones
 	// chosen PerCaller. The zero value is none, for a rule with only
 	// InFlight; a rule needs one or the other.
@@ -76,9 +69,8 @@ type Rule struct {
 	Cost int64
 	// CostFunc, when set, returns the cost of one unary call from its request
 	// message, and Cost is ignored for unary calls (streams still pay Cost).
-	// 0 means 1. A negative cost fails the call with codes.Internal; a cost
-	// above a limit's capacity can never be admitted and fails it with
-	// codes.InvalidArgument.
+	// 0 means 1. A negative cost is the rule's fault (Fault); a cost above a
+	// limit's capacity can never be admitted and is refused as Invalid.
 	CostFunc func(ctx context.Context, fullMethod string, req any) int64
 	// Settle, when set, gives the call's final cost once its handler has
 	// returned (a stream's: once it has ended), with the handler's response
@@ -100,8 +92,8 @@ type Rule struct {
 	// FailMode says what happens when the store cannot decide, with
 	// FailLocal's per-replica cap.
 	FailMode FailMode
-	// PerMessage limits every message a client sends on a stream: Police or
-	// Shape. The zero value is no limit.
+	// PerMessage limits every message a client sends on a stream. The zero
+	// value is no limit.
 	PerMessage MessageLimit
 	// Shadow decides and debits as usual but never refuses a call: a
 	// denial is only recorded (outcome "shadow_denied" on the span and the
@@ -163,17 +155,14 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 			return nil, fail("%w", err)
 		}
 	}
-	if r.OnMissingKey > ShareMissing {
-		return nil, fail("unknown OnMissingKey policy %d", r.OnMissingKey)
-	}
 	if r.Cost < 0 {
 		return nil, fail("Cost must be >= 0, got %d", r.Cost)
 	}
 	cost := max(r.Cost, 1)
 	c := &rule{Rule: r, index: index}
-	c.maxShapeWait, c.shape = r.PerMessage.MaxWait()
-	if c.maxShapeWait < 0 {
-		return nil, fail("PerMessage: Shape's maxWait must be >= 0, got %s", c.maxShapeWait)
+	var err error
+	if c.maxShapeWait, c.shape, err = r.PerMessage.maxWait(); err != nil {
+		return nil, fail("%w", err)
 	}
 	flight, err := newInFlight(r.InFlight, seatTimeout, replicas)
 	if err != nil {
@@ -201,7 +190,8 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 			}
 		}
 	}
-	if perMessage, ok := r.PerMessage.Limit(); ok {
+	if r.PerMessage.on() {
+		perMessage := r.PerMessage.Limit
 		if err := checkLimit(perMessage, 1); err != nil {
 			return nil, fail("PerMessage: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -11,8 +12,6 @@ import (
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/telemetry"
@@ -81,10 +80,10 @@ type afterCall struct {
 	ended bool
 }
 
-// errPanicked is the error a call whose handler panicked is ended with:
-// its rules' Settle see a codes.Internal status, whatever an outer
-// recovery interceptor answers the client.
-var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicked")
+// errPanicked is the error a call whose handler panicked is ended with
+// (EndPanicked): its rules' Settle see it, whatever an outer recovery
+// layer answers the client.
+var errPanicked = errors.New("engine: the handler panicked")
 
 // owed returns what the checks of a call decided as res owe once it ends,
 // or nil. A refused call owes nothing: its seats are given back now.
@@ -241,10 +240,10 @@ func (l *Limiter) checkSettler(r Rule) error {
 		return nil
 	}
 	if _, ok := l.store.(tollgate.Settler); !ok {
-		return fmt.Errorf("interceptor: rule %q: Settle needs a store that settles (tollgate.Settler), which %T is not", r.Name, l.store)
+		return fmt.Errorf("engine: rule %q: Settle needs a store that settles (tollgate.Settler), which %T is not", r.Name, l.store)
 	}
 	if _, ok := l.local.(tollgate.Settler); !ok && r.FailMode.kind == failLocal {
-		return fmt.Errorf("interceptor: rule %q: Settle with FailLocal needs a local store that settles (tollgate.Settler), which %T is not", r.Name, l.local)
+		return fmt.Errorf("engine: rule %q: Settle with FailLocal needs a local store that settles (tollgate.Settler), which %T is not", r.Name, l.local)
 	}
 	return nil
 }

@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/storecall"
@@ -58,13 +54,12 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 	case storecall.Invalid:
 		// A configuration the checks above let through; the store is fine.
 		for _, c := range checks {
-			c.res.reject(outcomeInvalid, codes.Internal, err, "rate limit %q: the limiter is misconfigured: %v", c.p.rule.Name, err)
+			c.res.reject(outcomeInvalid, Fault, err, "rate limit %q: the limiter is misconfigured: %v", c.p.rule.Name, err)
 		}
 	case storecall.Canceled:
 		// The caller cancelled or ran out of time, not the store.
 		for _, c := range checks {
-			c.res.outcome, c.res.cause = outcomeCanceled, ctx.Err()
-			c.res.err = status.FromContextError(ctx.Err()).Err()
+			c.res.reject(outcomeCanceled, Canceled, ctx.Err(), "rate limit %q: the call ended before the store answered: %v", c.p.rule.Name, ctx.Err())
 		}
 	default:
 		l.failSet(ctx, checks, err)
@@ -131,7 +126,7 @@ func (l *Limiter) askWithSeat(ctx context.Context, st tollgate.SeatAllower, chec
 		return true, nil
 	}
 	if len(decs) != len(reqs) {
-		return true, fmt.Errorf("interceptor: the store answered %d decisions for %d requests", len(decs), len(reqs))
+		return true, fmt.Errorf("engine: the store answered %d decisions for %d requests", len(decs), len(reqs))
 	}
 	if sd.Allowed {
 		l.recordSeat(ctx, seatted.p, seatAcquired)
@@ -187,11 +182,12 @@ func (l *Limiter) failSet(ctx context.Context, checks []*check, cause error) {
 		return
 	}
 	for _, c := range local {
+		c.local = true
 		// The local caps replace the limits; a check's limits may be its
 		// plan's, so they are copied, not changed.
 		limits := make([]limitPlan, len(c.limits))
 		for i, lp := range c.limits {
-			limits[i] = limitPlan{limit: lp.local, header: strconv.FormatInt(lp.local.Capacity(), 10)}
+			limits[i] = limitPlan{limit: lp.local}
 			c.reqs[i].Limit = lp.local
 			if c.reqs[i].Cost > lp.local.Capacity() {
 				// No local decision could ever admit it: refuse it as

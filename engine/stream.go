@@ -13,11 +13,11 @@ import (
 // of a rule with InFlight.StreamWait waits for one, within the stream's
 // context and that wait, asking again after each suggested wait. out is
 // decide's.
-func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string, out *[]LimitDecision) (result, *afterCall) {
+func (l *Limiter) openStream(ctx context.Context, set *ruleSet, call Call, out *[]LimitDecision) (result, *afterCall) {
 	start := l.clk.now()
 	var waited time.Duration
 	for {
-		res, after := l.decide(ctx, &set.calls, Call{Method: method, Stream: true}, out)
+		res, after := l.decide(ctx, &set.calls, call, out)
 		if res.err == nil || !res.seatWait {
 			if waited > 0 {
 				l.seatTel.wait.Record(ctx, l.clk.since(start).Seconds(), metric.WithAttributes(telemetry.AttrRule.String(set.calls.plans[0].rule.Name)))
@@ -39,11 +39,12 @@ func (l *Limiter) openStream(ctx context.Context, set *ruleSet, method string, o
 // (its rules' PerMessage limits), telling remember each result. A message
 // a Shape rule denies waits until it fits, within the bound and the
 // stream's life; otherwise the denial is the error.
-func (l *Limiter) receive(ctx context.Context, plans *planSet, method string, remember func(result)) error {
+func (l *Limiter) receive(ctx context.Context, plans *planSet, call Call, remember func(result, []LimitDecision)) error {
 	var waited time.Duration
 	for {
-		res, _ := l.decide(ctx, plans, Call{Method: method}, nil)
-		remember(res)
+		var limits []LimitDecision
+		res, _ := l.decide(ctx, plans, call, &limits)
+		remember(res, limits)
 		if res.err == nil || !res.hasDecision() || !res.shape {
 			return res.err
 		}
@@ -54,7 +55,10 @@ func (l *Limiter) receive(ctx context.Context, plans *planSet, method string, re
 		}
 		waited += wait
 		if err := l.clk.sleep(ctx, wait); err != nil {
-			return err
+			var canceled result
+			canceled.reject(outcomeCanceled, Canceled, err, "a stream message held back by %s ended with its stream: %v", plans.plans[0].rule.Name, err)
+			remember(canceled, nil)
+			return canceled.err
 		}
 	}
 }

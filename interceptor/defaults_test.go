@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/store"
@@ -24,13 +25,13 @@ func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: exact waits
 	c := serve(t, newLimiter(t, newMemory(t, store.WithClock(func() time.Time { return now })), interceptor.WithRules(perTenant())))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "call-1")
-	for i, want := range []metadata.MD{{}, {engine.TrailerReplayed: {"1"}}} {
+	for i, want := range []metadata.MD{{}, {fields.Replayed: {"1"}}} {
 		trailer, header, err := say(ctx, c, "hi")
 		if err != nil {
 			t.Fatal(err)
 		}
 		noRateLimitHeaders(t, header)
-		if len(trailer) != len(want) || len(want) > 0 && one(t, trailer, engine.TrailerReplayed) != "1" {
+		if len(trailer) != len(want) || len(want) > 0 && one(t, trailer, fields.Replayed) != "1" {
 			t.Fatalf("call %d: trailer %v, want %v", i+1, trailer, want)
 		}
 	}
@@ -43,8 +44,8 @@ func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	trailer, _, err := say(ctx, c, "hi")
 	wantCode(t, err, codes.ResourceExhausted, "per-tenant")
 	want := map[string]string{
-		engine.TrailerLimit: "3", engine.TrailerRemaining: "0", engine.TrailerReset: "3600",
-		engine.TrailerRetryAfter: "1200", engine.TrailerPushback: "1200000",
+		fields.LegacyLimit: "3", fields.LegacyRemaining: "0", fields.LegacyReset: "3600",
+		fields.RetryAfter: "1200", fields.Pushback: "1200000",
 	}
 	for k, v := range want {
 		if got := one(t, trailer, k); got != v {

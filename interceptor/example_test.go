@@ -57,13 +57,13 @@ func ExampleNew() {
 			interceptor.Rule{
 				Name:         "per-peer",
 				Key:          keyfunc.Peer(),
-				OnMissingKey: engine.ShareMissing,
+				ShareMissing: true,
 				Limits:       interceptor.Fixed(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 600, Period: time.Minute, Burst: 50}),
 				FailMode:     interceptor.FailOpen,
 			},
 		),
-		engine.WithLocalStore(local),
-		engine.WithReplicas(40),                           // FailLocal: 100/s across 40 replicas is 3/s each
+		func(c *engine.Config) { c.LocalStore = local },
+		func(c *engine.Config) { c.Replicas = 40 },        // FailLocal: 100/s across 40 replicas is 3/s each
 		interceptor.WithStoreTimeout(50*time.Millisecond), // the default
 	)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/redis/go-redis/v9"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/grpc/codes"
@@ -69,9 +71,9 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r.FailMode = tc.mode
 			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
 			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
-				engine.WithReplicas(2), engine.WithLocalStore(newMemory(t)), // FailLocal: 4 an hour across 2 replicas is 2 here
-				interceptor.WithStoreTimeout(deadStoreTimeout), engine.WithBreaker(0, 0),
-				engine.WithTracerProvider(tp), engine.WithMeterProvider(m.provider))
+				func(c *engine.Config) { c.Replicas = 2 }, func(c *engine.Config) { c.LocalStore = newMemory(t) }, // FailLocal: 4 an hour across 2 replicas is 2 here
+				interceptor.WithStoreTimeout(deadStoreTimeout), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 },
+				func(c *engine.Config) { c.TracerProvider = tp }, func(c *engine.Config) { c.MeterProvider = m.provider })
 			c := serve(t, l)
 			ctx := tenant(context.Background(), "a")
 			var admitted int
@@ -86,14 +88,14 @@ func TestFailModesWithRedisDown(t *testing.T) {
 					if err != nil {
 						t.Fatalf("FailOpen refused: %v", err)
 					}
-					if len(trailer.Get(engine.TrailerRemaining)) != 0 {
+					if len(trailer.Get(fields.LegacyRemaining)) != 0 {
 						t.Errorf("FailOpen sent rate-limit trailers with no decision: %v", trailer)
 					}
 				case interceptor.FailClosed:
 					wantCode(t, err, codes.Unavailable, `rate limit "per-tenant": rate limiter unavailable`)
 				case engine.FailLocal:
 					if err == nil {
-						if one(t, trailer, engine.TrailerLimit) != "2" {
+						if one(t, trailer, fields.LegacyLimit) != "2" {
 							t.Errorf("local limit trailer %v, want 2", trailer)
 						}
 					} else {
@@ -144,8 +146,8 @@ func TestHungRedisAndBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, st, interceptor.WithRules(r),
-		interceptor.WithStoreTimeout(storeTimeout), engine.WithBreaker(3, coolDown),
-		engine.WithMeterProvider(m.provider))
+		interceptor.WithStoreTimeout(storeTimeout), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = 3, coolDown },
+		func(c *engine.Config) { c.MeterProvider = m.provider })
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "a")
 	if _, _, err := say(ctx, c, "hi"); err != nil {
@@ -219,7 +221,7 @@ func TestStoreInvalidRequestIsInternal(t *testing.T) {
 	st := &invalidStore{}
 	r := perTenant()
 	r.FailMode = interceptor.FailOpen
-	c := serve(t, newLimiter(t, st, interceptor.WithRules(r), engine.WithBreaker(1, time.Hour)))
+	c := serve(t, newLimiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = 1, time.Hour }))
 	for range 5 {
 		_, _, err := say(tenant(context.Background(), "a"), c, "hi")
 		wantCode(t, err, codes.Internal, "the limiter is misconfigured")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -175,9 +177,9 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 		}
 		r := perTenant()
 		r.Limits, r.FailMode = interceptor.Fixed(tollgate.PerHour(faultStoreCap)), mode
-		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(), engine.WithLocalStore(newMemory(t)),
+		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(), func(c *engine.Config) { c.LocalStore = newMemory(t) },
 			interceptor.WithStoreTimeout(faultStoreTimeout),
-			engine.WithBreaker(faultBreakerTrips, faultCoolDown)))
+			func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = faultBreakerTrips, faultCoolDown }))
 		ft := &faultTarget{mode: mode, store: st}
 		targets = append(targets, ft)
 		clients = append(clients, func(ctx context.Context) rpcRecord {
@@ -187,7 +189,7 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 			if err != nil {
 				rec.msg = status.Convert(err).Message()
 			}
-			lim := trailer.Get(engine.TrailerLimit)
+			lim := trailer.Get(fields.LegacyLimit)
 			rec.byStore = err == nil && len(lim) == 1 && lim[0] == fmt.Sprint(faultStoreCap)
 			ft.record(rec)
 			return rec

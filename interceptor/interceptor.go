@@ -8,31 +8,57 @@ import (
 	"github.com/tollgate/tollgate/engine"
 )
 
-// Limiter is an engine.Limiter with the gRPC server interceptors. The
-// engine's methods (Peek, SetRules, SetOverride, Close, …) are its own;
-// give its engine (the Limiter field) to package httplimit and the
-// connectlimit module so that every door shares one quota.
+// Limiter is the gRPC door of an engine.Limiter: the engine's methods
+// (Peek, SetRules, SetOverride, Close, …; those answering operators return
+// gRPC statuses here) and the server interceptors. Give its engine (the
+// Limiter field) to package httplimit and the connectlimit module, so that
+// every door of a server shares one quota.
 type Limiter struct {
 	*engine.Limiter
 }
 
-// New returns a Limiter that asks st for decisions, configured as
-// engine.New configures one: every engine.Option applies.
+// Option changes the engine.Config New builds its engine from: WithRules,
+// WithStoreTimeout and WithAdmittedTrailers, or any function setting a
+// field (func(c *engine.Config) { c.Replicas = 4 }).
+type Option func(*engine.Config)
+
+// New returns the gRPC door of a new engine.Limiter that asks st for
+// decisions, configured by opts as engine.New configures one.
 func New(st tollgate.Store, opts ...Option) (*Limiter, error) {
-	l, err := engine.New(st, opts...)
+	var c engine.Config
+	for _, o := range opts {
+		o(&c)
+	}
+	l, err := engine.New(st, c)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{Limiter: l}, nil
+	return For(l), nil
 }
 
-// The engine's names that v1 code of this package was written with: each
-// is the engine's own (an alias, or a function returning what the
-// engine's returns), so that code keeps compiling; new code may write
-// either.
+// For returns the gRPC door of l, an engine built with engine.New.
+func For(l *engine.Limiter) *Limiter { return &Limiter{Limiter: l} }
+
+// WithRules appends rules to engine.Config.Rules.
+func WithRules(rules ...Rule) Option {
+	return func(c *engine.Config) { c.Rules = append(c.Rules, rules...) }
+}
+
+// WithStoreTimeout sets engine.Config.StoreTimeout: how long one store
+// decision may take before the rule's FailMode applies.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *engine.Config) { c.StoreTimeout = d }
+}
+
+// WithAdmittedTrailers sets engine.Config.AdmittedTrailers: admitted calls
+// carry the rate-limit trailers too, not only refused ones.
+func WithAdmittedTrailers() Option {
+	return func(c *engine.Config) { c.AdmittedTrailers = true }
+}
+
+// The engine's names that v1 code of this package is written with: each
+// is the engine's own, so that such code keeps compiling.
 type (
-	// Option is an engine.Option.
-	Option = engine.Option
 	// Rule is an engine.Rule.
 	Rule = engine.Rule
 	// FailMode is an engine.FailMode.
@@ -49,15 +75,6 @@ var (
 	// FailClosed is engine.FailClosed.
 	FailClosed = engine.FailClosed
 )
-
-// WithRules is engine.WithRules.
-func WithRules(rules ...Rule) Option { return engine.WithRules(rules...) }
-
-// WithStoreTimeout is engine.WithStoreTimeout.
-func WithStoreTimeout(d time.Duration) Option { return engine.WithStoreTimeout(d) }
-
-// WithAdmittedTrailers is engine.WithAdmittedTrailers.
-func WithAdmittedTrailers() Option { return engine.WithAdmittedTrailers() }
 
 // Fixed is engine.Fixed.
 func Fixed(limits ...tollgate.Limit) engine.Limits { return engine.Fixed(limits...) }

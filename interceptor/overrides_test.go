@@ -29,7 +29,7 @@ func replicas(t *testing.T, refresh time.Duration) (clk *fakeclock.Clock, watche
 	m := newMemory(t, store.WithClock(clk.Now))
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.PerHour(10))
-	opts := []interceptor.Option{enginetest.Clock(clk), interceptor.WithRules(r), engine.WithOverrideRefresh(refresh)}
+	opts := []interceptor.Option{enginetest.Clock(clk), interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }}
 	return clk, newLimiter(t, m, opts...), newLimiter(t, unwatched{m}, opts...)
 }
 

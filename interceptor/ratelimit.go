@@ -6,7 +6,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
 
-	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/grpcstatus"
 )
 
 // MiddlewareLimiter adapts l to go-grpc-middleware's ratelimit.Limiter, for
@@ -32,9 +32,11 @@ type middlewareLimiter struct{ l *Limiter }
 // grpc.Method. It returns nil when the call may proceed.
 func (m middlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	v := m.l.Begin(ctx, engine.Call{Method: method, NoEnd: true})
-	if md := v.Trailer(); md != nil {
+	c := call(ctx, method, nil, false)
+	c.NoEnd = true
+	v := m.l.Begin(ctx, c)
+	if md := grpcstatus.Trailer(v, m.l.AdmittedTrailers()); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	return v.Err()
+	return grpcstatus.Refusal(v)
 }

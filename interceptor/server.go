@@ -4,9 +4,19 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/grpcstatus"
+	"github.com/tollgate/tollgate/keyfunc"
 )
+
+// errPanicked is the error a call whose handler panicked is settled with
+// (Rule.Settle sees it), whatever an outer recovery interceptor answers.
+var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicked")
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls.
 // A denied call never reaches the handler. The rate-limit metadata is set
@@ -14,19 +24,19 @@ import (
 // stay retryable by the client's retry policy.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Request: req})
-		if md := v.Trailer(); md != nil {
+		v := l.Begin(ctx, call(ctx, info.FullMethod, req, false))
+		if md := grpcstatus.Trailer(v, l.AdmittedTrailers()); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
 			_ = grpc.SetTrailer(ctx, md)
 		}
-		if err := v.Err(); err != nil {
+		if err := grpcstatus.Refusal(v); err != nil {
 			return nil, err
 		}
 		// A handler that panics ends the call too (an outer recovery
 		// interceptor may catch it): its seats are freed and it is settled
 		// as a call that failed. After End below, this does nothing.
-		defer v.EndPanicked()
+		defer v.End(nil, errPanicked)
 		resp, err := handler(v.Context(), req)
 		v.End(resp, err)
 		return resp, err
@@ -38,27 +48,43 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // the stream's rules have PerMessage, one for every message the client
 // sends, all or nothing across those rules. A message is held back (Shape)
 // only when every rule denying it shapes. The trailers describe the
-// stream's last decision when it denied, or, with WithAdmittedTrailers,
-// whatever it was.
+// stream's last decision when it was refused, or, with
+// WithAdmittedTrailers, whatever it was.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		v := l.Begin(ss.Context(), engine.Call{Method: info.FullMethod, Stream: true})
-		if err := v.Err(); err != nil {
-			if md := v.Trailer(); md != nil {
+		ctx := ss.Context()
+		v := l.Begin(ctx, call(ctx, info.FullMethod, nil, true))
+		if err := grpcstatus.Refusal(v); err != nil {
+			if md := grpcstatus.Trailer(v, l.AdmittedTrailers()); md != nil {
 				ss.SetTrailer(md)
 			}
 			return err
 		}
-		defer v.EndPanicked() // as for unary calls
+		defer v.End(nil, errPanicked) // as for unary calls
 		err := handler(srv, &limitedStream{ServerStream: ss, v: v})
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
-		if md := v.Trailer(); md != nil {
+		if md := grpcstatus.Trailer(v, l.AdmittedTrailers()); md != nil {
 			ss.SetTrailer(md)
 		}
 		v.End(nil, err)
 		return err
 	}
+}
+
+// call presents a gRPC call to the engine: its metadata, read where grpc-go
+// keeps it (its "-bin" values decoded), and its peer.
+func call(ctx context.Context, method string, req any, stream bool) engine.Call {
+	c := engine.Call{
+		Method:  method,
+		Header:  keyfunc.MetadataHeader(func(key string) []string { return metadata.ValueFromIncomingContext(ctx, key) }),
+		Request: req,
+		Stream:  stream,
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		c.Peer = p.Addr.String()
+	}
+	return c
 }
 
 // limitedStream gives the handler the call's context (carrying its cost
@@ -77,5 +103,8 @@ func (s *limitedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.v.Received(s.ServerStream.Context())
+	if s.v.Received(s.ServerStream.Context()) != nil {
+		return grpcstatus.Refusal(s.v)
+	}
+	return nil
 }

@@ -53,7 +53,7 @@ func TestSetRules(t *testing.T) {
 	}
 	badKey := perTenant()
 	badKey.Key = keyfunc.Metadata("X Tenant")
-	const wantErr = `interceptor: rule "per-tenant": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key (0-9 a-z - _ .)`
+	const wantErr = `engine: rule "per-tenant": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key (0-9 a-z - _ .)`
 	if err := u.l.SetRules(badKey); err == nil || err.Error() != wantErr {
 		t.Fatalf("SetRules with a bad header: %v, want %q", err, wantErr)
 	}
@@ -84,7 +84,7 @@ func TestRulesIsADeepCopy(t *testing.T) {
 	fixed := []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}
 	r.Limits = interceptor.Fixed(fixed...)
 	r.FailMode = engine.FailLocalAt(local)
-	u := newUnit(t, interceptor.WithRules(r), engine.WithLocalStore(newMemory(t)))
+	u := newUnit(t, interceptor.WithRules(r), func(c *engine.Config) { c.LocalStore = newMemory(t) })
 	r.Methods[0], fixed[0] = "/x.Y/Z", tollgate.PerHour(1000)
 
 	got := u.l.Rules()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -55,7 +57,7 @@ func TestStreamOpenIsLimited(t *testing.T) {
 		if _, err := s.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("stream %d ended with %v, want io.EOF", i+1, err)
 		}
-		if got, want := one(t, s.Trailer(), engine.TrailerRemaining), strconv.Itoa(1-i); got != want {
+		if got, want := one(t, s.Trailer(), fields.LegacyRemaining), strconv.Itoa(1-i); got != want {
 			t.Errorf("stream %d: remaining %s, want %s", i+1, got, want)
 		}
 		header, _ := s.Header()
@@ -70,14 +72,14 @@ func TestStreamOpenIsLimited(t *testing.T) {
 	if len(st.Details()) != 2 {
 		t.Errorf("details = %v, want RetryInfo and QuotaFailure", st.Details())
 	}
-	if one(t, s.Trailer(), engine.TrailerRetryAfter) == "" {
+	if one(t, s.Trailer(), fields.RetryAfter) == "" {
 		t.Error("no retry-after trailer")
 	}
 }
 
 func TestStreamPerMessagePolice(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 3}
-	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(engine.Police(per)))))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(engine.MessageLimit{Limit: per}))))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +91,7 @@ func TestStreamPerMessagePolice(t *testing.T) {
 	wantCode(t, err, codes.ResourceExhausted, `rate limit "chat" exceeded`)
 	// The trailers describe the last decision, once each.
 	tr := s.Trailer()
-	if one(t, tr, engine.TrailerLimit) != "3" || one(t, tr, engine.TrailerRemaining) != "0" || one(t, tr, engine.TrailerRetryAfter) == "" {
+	if one(t, tr, fields.LegacyLimit) != "3" || one(t, tr, fields.LegacyRemaining) != "0" || one(t, tr, fields.RetryAfter) == "" {
 		t.Errorf("trailers %v, want the per-message denial", tr)
 	}
 	// Messages have their own bucket: the stream opens left the other one
@@ -116,8 +118,8 @@ func TestStreamPerMessageShape(t *testing.T) {
 	// holds messages back instead of failing the stream.
 	per := tollgate.Limit{Rate: 5, Period: time.Second, Burst: 1}
 	clk := fakeclock.New(start)
-	l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), engine.WithMeterProvider(m.provider),
-		interceptor.WithRules(chatRule(engine.Shape(per, 0))))
+	l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = m.provider },
+		interceptor.WithRules(chatRule(engine.MessageLimit{Limit: per, Shape: true})))
 	c := serve(t, l)
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -170,7 +172,7 @@ func serveObserved(t *testing.T, l *interceptor.Limiter) (*echo.Client, <-chan e
 // A wait longer than Shape's maxWait fails at once, as Police would.
 func TestStreamShapeBound(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	r := chatRule(engine.Shape(per, 10*time.Millisecond))
+	r := chatRule(engine.MessageLimit{Limit: per, Shape: true, MaxWait: 10 * time.Millisecond})
 	c, ended := serveObserved(t, newLimiter(t, newMemory(t), interceptor.WithRules(r)))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -188,9 +190,9 @@ func TestStreamShapeBound(t *testing.T) {
 func TestStreamShapeHonoursCancellation(t *testing.T) {
 	m := newMeter(t)
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	r := chatRule(engine.Shape(per, 2*time.Hour))
+	r := chatRule(engine.MessageLimit{Limit: per, Shape: true, MaxWait: 2 * time.Hour})
 	clk := fakeclock.New(start)
-	c, ended := serveObserved(t, newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), engine.WithMeterProvider(m.provider), interceptor.WithRules(r)))
+	c, ended := serveObserved(t, newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = m.provider }, interceptor.WithRules(r)))
 	ctx, cancel := context.WithCancel(tenant(context.Background(), "a"))
 	defer cancel()
 	s, err := c.Chat(ctx)
@@ -248,7 +250,7 @@ func TestStreamWaitsForASeat(t *testing.T) {
 	t.Run("waits", func(t *testing.T) {
 		clk := fakeclock.New(start)
 		m := newMeter(t)
-		l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), engine.WithMeterProvider(m.provider),
+		l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = m.provider },
 			interceptor.WithRules(inFlight(5*time.Second)))
 		c := serve(t, l)
 		a, err := c.Chat(tenant(context.Background(), "a"))

@@ -46,7 +46,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1})
 	l := newLimiter(t, newMemory(t), interceptor.WithRules(r),
-		engine.WithTracerProvider(tp), engine.WithMeterProvider(m.provider))
+		func(c *engine.Config) { c.TracerProvider = tp }, func(c *engine.Config) { c.MeterProvider = m.provider })
 	c := serve(t, l, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 	ctx := tenant(context.Background(), "a")
 	if _, _, err := say(ctx, c, "hi"); err != nil {

@@ -103,7 +103,7 @@ func newUnit(t *testing.T, opts ...interceptor.Option) *unit {
 	t.Helper()
 	clk := fakeclock.New(start)
 	u := &unit{clk: clk, st: &faultyStore{Memory: newMemory(t, store.WithClock(clk.Now))}, m: newMeter(t)}
-	opts = append([]interceptor.Option{enginetest.Clock(clk), engine.WithMeterProvider(u.m.provider), engine.WithBreaker(0, 0)}, opts...)
+	opts = append([]interceptor.Option{enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = u.m.provider }, func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 }}, opts...)
 	u.l = newLimiter(t, u.st, opts...)
 	return u
 }

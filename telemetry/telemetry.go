@@ -146,7 +146,7 @@ const (
 	// failed or passed its deadline (MetricStoreDuration only).
 	AttrStoreResult = attribute.Key("tollgate.store.result")
 	// AttrShadow is true on the spans of shadow decisions
-	// (interceptor.Rule.Shadow, engine.WithShadow, rls's shadow mode).
+	// (engine.Rule.Shadow, rls's shadow mode).
 	AttrShadow = attribute.Key("tollgate.shadow")
 )
 

@@ -16,8 +16,8 @@ type Timer interface {
 }
 
 var (
-	// WithTimers returns the engine.Option that makes a Limiter read now
-	// and arm its timers with afterFunc.
+	// WithTimers returns a func(*engine.Config) that makes a Limiter read
+	// now and arm its timers with afterFunc.
 	WithTimers func(now func() time.Time, afterFunc func(d time.Duration, f func()) Timer) any
 	// SettleRetryFor is how long end-of-call work the store failed is
 	// retried before it is dropped; FirstRetry the wait before its second

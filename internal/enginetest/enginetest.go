@@ -9,10 +9,11 @@ import (
 	"github.com/tollgate/tollgate/internal/fakeclock"
 )
 
-// Clock returns the engine.Option that makes a Limiter read c and arm its
-// timers on it. Give c.Now to the store too (store.WithClock).
-func Clock(c *fakeclock.Clock) engine.Option {
-	return enginehooks.WithTimers(c.Now, c.AfterFunc).(engine.Option)
+// Clock returns what makes a Limiter configured by the engine.Config it
+// changes read c and arm its timers on it (an interceptor.Option, too).
+// Give c.Now to the store as well (store.WithClock).
+func Clock(c *fakeclock.Clock) func(*engine.Config) {
+	return enginehooks.WithTimers(c.Now, c.AfterFunc).(func(*engine.Config))
 }
 
 // The pacing of end-of-call work the store failed: retried for

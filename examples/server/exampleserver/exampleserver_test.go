@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,7 +29,6 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
 	"github.com/tollgate/tollgate/examples/server/exampleserver/exampleservertest"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -69,7 +70,7 @@ func TestParseFlags(t *testing.T) {
 	cfg := parse(t, noEnv)
 	want := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second}
 	if cfg.Addr != "127.0.0.1:50051" || cfg.Limit != want || cfg.TenantHeader != "x-tenant" ||
-		cfg.FailMode != interceptor.FailOpen || cfg.RedisURL != "" || cfg.RedisClusterAddrs != nil {
+		cfg.FailMode != engine.FailOpen || cfg.RedisURL != "" || cfg.RedisClusterAddrs != nil {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	cfg = parse(t, func(k string) string {
@@ -126,7 +127,7 @@ func TestMemoryStore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("tenant %s call %d: %v", tenant, i, err)
 			}
-			if got, want := tr.Get(engine.TrailerRemaining), fmt.Sprint(2-i); len(got) != 1 || got[0] != want {
+			if got, want := tr.Get(fields.LegacyRemaining), fmt.Sprint(2-i); len(got) != 1 || got[0] != want {
 				t.Fatalf("tenant %s call %d: remaining %q, want %s", tenant, i, got, want)
 			}
 		}
@@ -174,7 +175,7 @@ func TestMemoryStore(t *testing.T) {
 			t.Fatalf("Count message %d: %v", i, err)
 		}
 	}
-	if got := stream.Trailer().Get(engine.TrailerRemaining); len(got) != 1 || got[0] != "2" {
+	if got := stream.Trailer().Get(fields.LegacyRemaining); len(got) != 1 || got[0] != "2" {
 		t.Fatalf("Count trailer remaining %q, want 2", got)
 	}
 
