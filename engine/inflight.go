@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -25,24 +24,6 @@ const seatMargin = time.Second
 type inFlight struct {
 	max, localMax   int64
 	ttl, streamWait time.Duration
-	header          string // x-ratelimit-limit
-	// hold is the recent mean time a seat was held on this replica, in
-	// nanoseconds: the wait a denial suggests (see seatDenial).
-	hold atomic.Int64
-}
-
-// held records that a seat was held for d.
-func (f *inFlight) held(d time.Duration) {
-	for {
-		old := f.hold.Load()
-		next := int64(d)
-		if old > 0 {
-			next = old - old/8 + int64(d)/8
-		}
-		if f.hold.CompareAndSwap(old, next) {
-			return
-		}
-	}
 }
 
 // seatCheck is a check's in-flight seat: what it asks for (a stream's: for
@@ -139,19 +120,15 @@ func (l *Limiter) seatCall(ctx context.Context, local bool, call func(context.Co
 	return err
 }
 
-// seatRetryAfter is the wait a seat denial suggests: how long the
-// identity's calls held their seats lately across the fleet, as the store
-// keeps it (a seat usually frees up about then), or, when the store knows
-// none, how long this rule's calls held theirs lately on this replica; but
-// never past the first held seat's expiry, when one frees up for sure,
-// and at least a millisecond.
+// seatRetryAfter is the wait a seat denial suggests, from the denied
+// identity's own seats under the rule, never another's: how long its calls
+// held their seats lately across the fleet, as the store keeps it (a seat
+// usually frees up about then); or, when none was released lately, the
+// first held seat's expiry, when one frees up for sure. Never past that
+// expiry, and at least a millisecond.
 func seatRetryAfter(c *check) time.Duration {
 	wait := c.seat.dec.RetryAfter
-	hold := c.seat.dec.Hold
-	if hold <= 0 {
-		hold = time.Duration(c.p.inFlight.hold.Load())
-	}
-	if hold > 0 && hold < wait {
+	if hold := c.seat.dec.Hold; hold > 0 && hold < wait {
 		wait = hold
 	}
 	return max(wait, time.Millisecond)
@@ -252,8 +229,7 @@ func (h *heldSeat) stop() {
 func (h *heldSeat) end() {
 	h.stop()
 	d := h.l.clk.since(h.at)
-	h.seat.Hold = d // the store keeps the fleet's mean from it
-	h.p.inFlight.held(d)
+	h.seat.Hold = d // the store keeps the identity's mean from it
 	h.l.seatTel.hold.Record(context.Background(), d.Seconds(), metric.WithAttributes(telemetry.AttrRule.String(h.p.rule.Name)))
 }
 
@@ -326,6 +302,12 @@ const (
 
 var seatOutcomeNames = [numSeatOutcomes]string{"acquired", "denied", "released", "release_failed", "renewed", "renew_failed", "lost"}
 
+// seatBuckets are the bounds, in seconds, of the seat histograms: calls
+// hold seats from a millisecond to minutes (a stream), so the buckets
+// resolve each decade, where the SDK's defaults (0, 5, 10, … 10000) would
+// put every hold under five seconds in one.
+var seatBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600}
+
 type seatTelemetry struct {
 	events     metric.Int64Counter
 	hold, wait metric.Float64Histogram
@@ -339,11 +321,13 @@ func newSeatTelemetry(meter metric.Meter) (seatTelemetry, error) {
 		return t, err
 	}
 	if t.hold, err = meter.Float64Histogram(telemetry.MetricSeatHold, metric.WithUnit("s"),
-		metric.WithDescription("How long calls held their in-flight seats.")); err != nil {
+		metric.WithDescription("How long calls held their in-flight seats."),
+		metric.WithExplicitBucketBoundaries(seatBuckets...)); err != nil {
 		return t, err
 	}
 	t.wait, err = meter.Float64Histogram(telemetry.MetricSeatWait, metric.WithUnit("s"),
-		metric.WithDescription("How long stream openings waited for an in-flight seat."))
+		metric.WithDescription("How long stream openings waited for an in-flight seat."),
+		metric.WithExplicitBucketBoundaries(seatBuckets...))
 	return t, err
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 // instrumentationName names the tracer and the meter.
-const instrumentationName = "github.com/tollgate/tollgate/interceptor"
+const instrumentationName = "github.com/tollgate/tollgate/engine"
 
 // outcome is the value of tollgate.outcome: what became of one decision.
 type outcome = storecall.Outcome
