@@ -203,7 +203,9 @@ func (f *failingVersion) OverridesVersion(ctx context.Context) (int64, error) {
 
 // A call whose overrides are older than the refresh delay (on the
 // Limiter's clock, which the test moves) and cannot be checked is decided
-// by its rule's fail policy, not on the old overrides.
+// by its rule's fail policy, not on the old overrides. (The store's watch
+// is hidden: a store that decides in process and announces every change
+// keeps the view fresh at any age.)
 func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 	const refresh = 50 * time.Millisecond
 	for _, tc := range []struct {
@@ -215,7 +217,7 @@ func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 			r := rule(t, tollgate.PerHour(1))
 			r.FailMode = tc.mode
 			clock := fakeclock.New(time.Now())
-			l := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }, interceptor.WithStoreTimeout(50*time.Millisecond),
+			l := limiter(t, unwatched{st}, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }, interceptor.WithStoreTimeout(50*time.Millisecond),
 				func(c *engine.Config) { c.Clock = clock.Now })
 			c := serve(t, l, &echo.Server{}, nil)
 			if _, _, err := say(tenant("w"), c); err != nil {

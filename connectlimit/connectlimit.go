@@ -57,7 +57,7 @@ type limiter struct{ l *engine.Limiter }
 var errPanicked = status.Error(codes.Internal, "connectlimit: the handler panicked")
 
 // begin decides a call of spec with header from peer.
-func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) *engine.Verdict {
+func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) engine.Verdict {
 	return i.l.Begin(ctx, engine.Call{
 		Method:  spec.Procedure,
 		Header:  keyfunc.HTTPHeader(header),
@@ -74,15 +74,15 @@ func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return next(ctx, req)
 		}
 		v := i.begin(ctx, req.Spec(), req.Header(), req.Peer(), req.Any())
-		if err := grpcstatus.Refusal(v); err != nil {
-			return nil, refusal(err, i.trailer(v))
+		if err := grpcstatus.Refusal(&v); err != nil {
+			return nil, refusal(err, i.trailer(&v))
 		}
 		defer v.End(nil, errPanicked)
 		resp, err := next(v.Context(), req)
 		var msg any
 		if resp != nil {
 			msg = resp.Any()
-			setAll(resp.Trailer(), i.trailer(v))
+			setAll(resp.Trailer(), i.trailer(&v))
 		}
 		v.End(msg, asStatus(err))
 		return resp, err
@@ -99,12 +99,12 @@ func (i *limiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 func (i *limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		v := i.begin(ctx, conn.Spec(), conn.RequestHeader(), conn.Peer(), nil)
-		if err := grpcstatus.Refusal(v); err != nil {
-			return refusal(err, i.trailer(v))
+		if err := grpcstatus.Refusal(&v); err != nil {
+			return refusal(err, i.trailer(&v))
 		}
 		defer v.End(nil, errPanicked)
-		err := next(v.Context(), &limitedConn{StreamingHandlerConn: conn, v: v, ctx: ctx})
-		setAll(conn.ResponseTrailer(), i.trailer(v))
+		err := next(v.Context(), &limitedConn{StreamingHandlerConn: conn, v: &v, ctx: ctx})
+		setAll(conn.ResponseTrailer(), i.trailer(&v))
 		v.End(nil, asStatus(err))
 		return err
 	}

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -70,7 +69,11 @@ type LimitDecision struct {
 
 // Verdict is a Limiter's answer on one call made through Begin. Err says
 // whether the call may go on; when it may, the handler runs with Context
-// and End is called once it has returned.
+// and End is called once it has returned. A door keeps it where it runs
+// the call (a variable on its stack, for a unary call: deciding one
+// allocates no Verdict). Its methods are not safe for concurrent use: a
+// stream's door calls Received from the one goroutine receiving, and reads
+// the Verdict after the handler has returned.
 type Verdict struct {
 	l        *Limiter
 	ctx      context.Context
@@ -78,37 +81,51 @@ type Verdict struct {
 	// message is how the stream's messages are presented to the rules.
 	message Call
 	after   *afterCall
-	// limitBuf holds limits for the common call of one limit, so that
-	// collecting them allocates nothing (BenchmarkMiddleware).
-	limitBuf [1]LimitDecision
+	limits  limitList // of the latest decision with a limit to report
+	err     error     // the latest refusal (a *refusal); nil admits
+}
 
-	mu     sync.Mutex
-	limits []LimitDecision // of the latest decision with a limit to report
-	err    error           // the latest refusal (a *refusal); nil admits
+// limitList is a decision's limits: one kept inline (the common call,
+// which then allocates nothing for them), several in a slice of their own.
+type limitList struct {
+	one  [1]LimitDecision
+	n    int
+	many []LimitDecision
+}
+
+// list returns the limits.
+func (ll *limitList) list() []LimitDecision {
+	if ll.many != nil {
+		return ll.many
+	}
+	return ll.one[:ll.n]
 }
 
 // Begin decides call, made under ctx, by the rules whose Methods match
 // call.Method. A call no rule matches gets a Verdict that admits it and
 // reports no limit. Every Verdict whose Err is nil must be ended with End
 // once the handler has returned (in a defer, so that a panic ends it too).
-func (l *Limiter) Begin(ctx context.Context, call Call) *Verdict {
-	v := &Verdict{l: l, ctx: ctx}
+//
+// Begin is the one entry of every door: a step every call must pass
+// whatever door it came through (an admission control, say) goes first
+// here, before the rules are matched.
+func (l *Limiter) Begin(ctx context.Context, call Call) Verdict {
+	v := Verdict{l: l, ctx: ctx}
 	set := l.book.Load().matcher.match(call.Method)
 	if set == nil {
 		return v
 	}
 	var res result
-	out := v.limitBuf[:0]
 	if call.Stream {
-		res, v.after = l.openStream(ctx, set, call, &out)
+		res, v.after = l.openStream(ctx, set, call, &v.limits)
 		if len(set.messages.plans) > 0 {
 			v.messages = &set.messages
 			v.message = Call{Method: call.Method, Header: call.Header, Peer: call.Peer}
 		}
 	} else {
-		res, v.after = l.decide(ctx, &set.calls, call, &out)
+		res, v.after = l.decide(ctx, &set.calls, call, &v.limits)
 	}
-	v.limits, v.err = out, res.err
+	v.err = res.err
 	if call.NoEnd && v.err == nil && v.after != nil {
 		v.endNever(ctx)
 	}
@@ -122,16 +139,10 @@ func (l *Limiter) Begin(ctx context.Context, call Call) *Verdict {
 // message names the rule and what to do (for a denial, the wait), and
 // which wraps its cause, if any (a key function's error, the context's).
 // After Received it describes the latest message's decision.
-func (v *Verdict) Err() error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.err
-}
+func (v *Verdict) Err() error { return v.err }
 
 // Kind says why the call was refused; it is meaningful when Err is not nil.
 func (v *Verdict) Kind() Kind {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	if r, ok := v.err.(*refusal); ok {
 		return r.kind
 	}
@@ -142,8 +153,6 @@ func (v *Verdict) Kind() Kind {
 // nobody else consumes: the longest wait of the denying limits, exact to
 // the microsecond. It is 0 otherwise.
 func (v *Verdict) RetryAfter() time.Duration {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	if r, ok := v.err.(*refusal); ok {
 		return r.retryAfter
 	}
@@ -160,11 +169,7 @@ func (v *Verdict) Context() context.Context { return v.ctx }
 // decided (no rule matched, the call was refused before, or the store
 // failed and FailOpen or FailClosed applied). Shadow rules are not among
 // them. The slice is the Verdict's: read it, do not keep it past End.
-func (v *Verdict) Limits() []LimitDecision {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.limits
-}
+func (v *Verdict) Limits() []LimitDecision { return v.limits.list() }
 
 // Received decides one message the client sent on a stream, under the
 // PerMessage limits of its rules: nil admits it; a Shape rule's denial
@@ -175,18 +180,22 @@ func (v *Verdict) Received(ctx context.Context) error {
 	if v.messages == nil {
 		return nil
 	}
-	return v.l.receive(ctx, v.messages, v.message, v.remember)
+	return v.l.receive(ctx, v.messages, v.message, v)
 }
 
 // remember records a message's decision.
-func (v *Verdict) remember(res result, limits []LimitDecision) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+func (v *Verdict) remember(res result, limits *limitList) {
 	v.err = res.err
-	if len(limits) > 0 {
-		v.limits = limits
+	if limits.n > 0 || limits.many != nil {
+		v.limits = *limits
 	}
 }
+
+// Settles reports whether the call's rules settle its final cost once it
+// ends (Rule.Settle), from what End is given: a door builds what its
+// handler returned (a response, a status) only then. End is still called
+// either way.
+func (v *Verdict) Settles() bool { return v.after != nil && v.after.settles != nil }
 
 // End ends an admitted call whose handler returned resp and err: the
 // call's rules are settled (Rule.Settle sees resp and err) and its seats

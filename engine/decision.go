@@ -68,12 +68,12 @@ func (c *check) denied() bool {
 // decide decides a call (or one stream message) under set and returns
 // what the call gets: its error (nil admits it) and the decision its
 // trailers describe. call.Stream says the call is a stream's opening.
-// When out is not nil, the decisions of every enforcing limit are
-// appended to it (see LimitDecision).
+// When out is not nil, the state of every enforcing limit is collected
+// in it (see LimitDecision).
 //
 // When the call is admitted, after is what its rules are owed once it ends
 // (settlements, seats to release), or nil.
-func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *[]LimitDecision) (res result, after *afterCall) {
+func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *limitList) (res result, after *afterCall) {
 	if len(set.plans) == 1 {
 		// One rule, the common case: its check comes from a pool, as a
 		// check on the stack would escape (its requests point into it).
@@ -82,7 +82,7 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *[]Li
 		one := [1]*check{c}
 		res = l.decideChecks(ctx, one[:], set.enforcing, call)
 		if out != nil {
-			*out = l.appendLimits(ctx, (*out)[:0], one[:set.enforcing], res)
+			l.collectLimits(ctx, out, one[:set.enforcing], res)
 		}
 		if set.owes {
 			after = l.owed(ctx, one[:], res)
@@ -99,7 +99,7 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *[]Li
 	}
 	res = l.decideChecks(ctx, ptrs, set.enforcing, call)
 	if out != nil {
-		*out = l.appendLimits(ctx, (*out)[:0], ptrs[:set.enforcing], res)
+		l.collectLimits(ctx, out, ptrs[:set.enforcing], res)
 	}
 	if set.owes {
 		after = l.owed(ctx, ptrs, res)

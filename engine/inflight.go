@@ -24,6 +24,9 @@ const seatMargin = time.Second
 type inFlight struct {
 	max, localMax   int64
 	ttl, streamWait time.Duration
+	// policy is its name where its rule decides other limits of a call
+	// too (LimitDecision.Policy).
+	policy string
 }
 
 // seatCheck is a check's in-flight seat: what it asks for (a stream's: for

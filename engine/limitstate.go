@@ -6,18 +6,36 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-// appendLimits appends to out the state of every limit of the enforcing
-// checks that a store decided, as res (their call's result) left it, and
-// names each as every door reports it (LimitDecision.Policy).
-func (l *Limiter) appendLimits(ctx context.Context, out []LimitDecision, enforcing []*check, res result) []LimitDecision {
+// collectLimits collects in out the state of every limit of the enforcing
+// checks that a store decided, as res (their call's result) left it, each
+// named as every door reports it (LimitDecision.Policy). One limit is kept
+// in out itself, so that the common call allocates nothing for it.
+func (l *Limiter) collectLimits(ctx context.Context, out *limitList, enforcing []*check, res result) {
 	if res.err != nil {
 		l.undebited(ctx, enforcing)
 	}
+	*out = limitList{}
+	n := 0
 	for _, c := range enforcing {
+		n += c.stated()
+	}
+	if n > 1 {
+		out.many = make([]LimitDecision, 0, n)
+	}
+	for _, c := range enforcing {
+		if c.stated() == 0 {
+			continue
+		}
 		name := c.p.rule.Name
+		several := c.stated() > 1
 		if c.res.hasDecision() && !c.seat.refused() {
 			for i, d := range c.decs {
-				out = append(out, LimitDecision{Rule: name, Policy: name, Limit: c.limits[i].limit, Decision: d, Denied: c.denies(d)})
+				lp := &c.limits[i]
+				policy := name
+				if several {
+					policy = lp.policyName(name, c.limits)
+				}
+				out.add(LimitDecision{Rule: name, Policy: policy, Limit: lp.limit, Decision: d, Denied: c.denies(d)})
 			}
 		}
 		if s := c.seat; s != nil && s.asked {
@@ -25,11 +43,35 @@ func (l *Limiter) appendLimits(ctx context.Context, out []LimitDecision, enforci
 			if s.refused() {
 				d.RetryAfter = seatRetryAfter(c)
 			}
-			out = append(out, LimitDecision{Rule: name, Policy: name, MaxInFlight: s.req.Max, Decision: d, Denied: s.refused()})
+			policy := name
+			if several {
+				policy = c.p.inFlight.policy
+			}
+			out.add(LimitDecision{Rule: name, Policy: policy, MaxInFlight: s.req.Max, Decision: d, Denied: s.refused()})
 		}
 	}
-	namePolicies(out)
-	return out
+}
+
+// add appends ld.
+func (ll *limitList) add(ld LimitDecision) {
+	if ll.many != nil {
+		ll.many = append(ll.many, ld)
+		return
+	}
+	ll.one[0], ll.n = ld, 1
+}
+
+// stated counts the limits of c whose state a store decided: its rates and
+// its seat.
+func (c *check) stated() int {
+	n := 0
+	if c.res.hasDecision() && !c.seat.refused() {
+		n = len(c.decs)
+	}
+	if c.seat != nil && c.seat.asked {
+		n++
+	}
+	return n
 }
 
 // undebited replaces, in checks refused as a set, the decision of every
@@ -83,35 +125,25 @@ func (l *Limiter) stateOf(ctx context.Context, req tollgate.Request, d tollgate.
 	return p
 }
 
-// namePolicies names every limit of limits as the doors report it: by its
-// rule, and, where the rule decided several, by the limit's part too.
-func namePolicies(limits []LimitDecision) {
-	if len(limits) < 2 {
-		return
+// policyName names lp, one of limits of a rule named rule that decided
+// several limits of a call: the rule, "/" and the limit's part (its period
+// or calendar unit), and "/" and its algorithm when another of limits has
+// the same part. A rule's fixed limits have their names made once (plan).
+func (lp *limitPlan) policyName(rule string, limits []limitPlan) string {
+	if lp.policy != "" {
+		return lp.policy
 	}
-	for i := range limits {
-		ld := &limits[i]
-		n := 0
-		for _, o := range limits {
-			if o.Rule == ld.Rule {
-				n++
-			}
-		}
-		if n == 1 {
-			continue
-		}
-		if ld.Limit == (tollgate.Limit{}) {
-			ld.Policy = ld.Rule + "/in-flight"
-			continue
-		}
-		part := limitPart(ld.Limit)
-		ld.Policy = ld.Rule + "/" + part
-		for j, o := range limits {
-			if j != i && o.Rule == ld.Rule && o.Limit != (tollgate.Limit{}) && limitPart(o.Limit) == part {
-				// Two limits of one period, of different algorithms.
-				ld.Policy += "/" + ld.Limit.Algorithm.String()
-				break
-			}
+	return policyOf(rule, lp.limit, limits)
+}
+
+// policyOf names limit, one of limits of rule (see limitPlan.policyName).
+func policyOf(rule string, limit tollgate.Limit, limits []limitPlan) string {
+	part := limitPart(limit)
+	for _, o := range limits {
+		if o.limit != limit && limitPart(o.limit) == part {
+			// Two limits of one period, of different algorithms.
+			return rule + "/" + part + "/" + limit.Algorithm.String()
 		}
 	}
+	return rule + "/" + part
 }

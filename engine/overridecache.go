@@ -44,6 +44,10 @@ type overrides struct {
 	checked atomic.Pointer[checkMark]
 	// none: the store holds no override at all, so lookups are skipped.
 	none atomic.Bool
+	// announced: the store decides in process and announces every change
+	// (store.Memory), so the view is fresh until the next announcement, at
+	// any age, and a call reads no clock for it.
+	announced bool
 
 	mu       sync.Mutex
 	inFlight *overrideCheck // the check under way, if any
@@ -87,7 +91,9 @@ func (o *overrides) init(st tollgate.Store, clk clock, calls *storecall.Policy, 
 	o.clk, o.calls, o.refresh, o.timeout, o.rules = clk, calls, refresh, timeout, rules
 	o.epoch = clk.now()
 	if w, ok := st.(tollgate.OverrideWatcher); ok {
-		o.stopWatch = w.WatchOverrides(o.announced)
+		o.stopWatch = w.WatchOverrides(o.changed)
+		ip, ok := st.(tollgate.InProcess)
+		o.announced = ok && ip.DecidesInProcess()
 	}
 }
 
@@ -104,10 +110,10 @@ func (o *overrides) stop() {
 // now is the time since o.epoch.
 func (o *overrides) now() int64 { return int64(o.clk.since(o.epoch)) }
 
-// announced is the watch's news that the overrides may have changed: the
+// changed is the watch's news that the overrides may have changed: the
 // view is stale until a check that begins now, which the watch's goroutine
 // makes, so that no call waits for it.
-func (o *overrides) announced() {
+func (o *overrides) changed() {
 	o.changes.Add(1)
 	_, _ = o.fresh(context.Background())
 }
@@ -120,11 +126,11 @@ func (o *overrides) reset() {
 	o.changes.Add(1)
 }
 
-// isFresh reports whether a check began within the refresh delay and after
-// the last announced change.
+// isFresh reports whether a check began after the last announced change,
+// and within the refresh delay unless the store announces every change.
 func (o *overrides) isFresh() bool {
 	c := o.checked.Load()
-	return c != nil && c.changes == o.changes.Load() && o.now()-c.at < int64(o.refresh)
+	return c != nil && c.changes == o.changes.Load() && (o.announced || o.now()-c.at < int64(o.refresh))
 }
 
 // fresh returns once the view is fresh, or the error that kept it from

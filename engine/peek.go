@@ -251,7 +251,7 @@ func (r *rule) identify(ctx context.Context, who Caller) (value string, anonymou
 		return who.Value, false, nil
 	case who.Metadata != nil:
 		md := who.Metadata
-		call := keyfunc.Call{Method: who.Method, Header: keyfunc.MetadataHeader(func(k string) []string { return md[k] })}
+		call := keyfunc.Call{Method: who.Method, Header: keyfunc.MetadataHeader(ctx, func(_ context.Context, k string) []string { return md[k] })}
 		value, err := r.Key(ctx, call)
 		if err != nil {
 			return "", false, invalidArg("rate limit %q cannot identify the caller from the metadata given: %v", r.Name, err)

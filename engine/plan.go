@@ -82,6 +82,10 @@ type limitPlan struct {
 	// part names the limit's state within the identity (limitPart);
 	// empty unless the plan is multi.
 	part string
+	// policy is the limit's name where its rule decides several limits
+	// (limitPlan.policyName); made once for a rule's fixed limits, empty
+	// for the others.
+	policy string
 }
 
 // newLimitPlan returns the plan of limit under p's local-cap policy.
@@ -175,6 +179,9 @@ func newPlan(r *rule, s scope, limits []tollgate.Limit, choose limitChooser, rep
 	}
 	for _, l := range limits {
 		p.limits = append(p.limits, p.newLimitPlan(l))
+	}
+	for i := range p.limits {
+		p.limits[i].policy = policyOf(r.Name, p.limits[i].limit, p.limits)
 	}
 	p.tel = newPlanTelemetry(r.Name, s, limits, r.Shadow)
 	return p

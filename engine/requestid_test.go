@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -21,7 +22,7 @@ func headers(md map[string][]string) map[string]keyfunc.Header {
 		}
 	}
 	return map[string]keyfunc.Header{
-		"metadata": keyfunc.MetadataHeader(func(k string) []string { return md[k] }),
+		"metadata": keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] }),
 		"http":     keyfunc.HTTPHeader(h),
 	}
 }
@@ -104,7 +105,7 @@ func FuzzRequestID(f *testing.F) {
 		if repeat {
 			vals = append(vals, second)
 		}
-		got := l.requestID(keyfunc.MetadataHeader(func(string) []string { return vals }))
+		got := l.requestID(keyfunc.MetadataHeader(context.Background(), func(context.Context, string) []string { return vals }))
 		if first == "" && got.err == nil && got.id == "" {
 			return // an empty first value: no id
 		}

@@ -168,6 +168,9 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 	if err != nil {
 		return nil, fail("%w", err)
 	}
+	if flight != nil {
+		flight.policy = r.Name + "/in-flight"
+	}
 	limits, choose, err := r.limitSource(cost, flight != nil)
 	if err != nil {
 		return nil, fail("%w", err)

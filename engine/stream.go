@@ -13,7 +13,7 @@ import (
 // of a rule with InFlight.StreamWait waits for one, within the stream's
 // context and that wait, asking again after each suggested wait. out is
 // decide's.
-func (l *Limiter) openStream(ctx context.Context, set *ruleSet, call Call, out *[]LimitDecision) (result, *afterCall) {
+func (l *Limiter) openStream(ctx context.Context, set *ruleSet, call Call, out *limitList) (result, *afterCall) {
 	start := l.clk.now()
 	var waited time.Duration
 	for {
@@ -38,13 +38,14 @@ func (l *Limiter) openStream(ctx context.Context, set *ruleSet, call Call, out *
 // receive decides one message received on a stream to method under plans
 // (its rules' PerMessage limits), telling remember each result. A message
 // a Shape rule denies waits until it fits, within the bound and the
-// stream's life; otherwise the denial is the error.
-func (l *Limiter) receive(ctx context.Context, plans *planSet, call Call, remember func(result, []LimitDecision)) error {
+// stream's life; otherwise the denial is the error. v records each
+// decision.
+func (l *Limiter) receive(ctx context.Context, plans *planSet, call Call, v *Verdict) error {
 	var waited time.Duration
 	for {
-		var limits []LimitDecision
+		var limits limitList
 		res, _ := l.decide(ctx, plans, call, &limits)
-		remember(res, limits)
+		v.remember(res, &limits)
 		if res.err == nil || !res.hasDecision() || !res.shape {
 			return res.err
 		}
@@ -57,7 +58,7 @@ func (l *Limiter) receive(ctx context.Context, plans *planSet, call Call, rememb
 		if err := l.clk.sleep(ctx, wait); err != nil {
 			var canceled result
 			canceled.reject(outcomeCanceled, Canceled, err, "a stream message held back by %s ended with its stream: %v", plans.plans[0].rule.Name, err)
-			remember(canceled, nil)
+			v.remember(canceled, &limitList{})
 			return canceled.err
 		}
 	}

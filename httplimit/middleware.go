@@ -81,21 +81,22 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	ctx := r.Context()
-	v := m.l.Begin(ctx, engine.Call{Method: route, Header: keyfunc.HTTPHeader(r.Header), Peer: r.RemoteAddr})
+	v := m.l.Begin(r.Context(), engine.Call{Method: route, Header: keyfunc.HTTPHeader(r.Header), Peer: r.RemoteAddr})
 	if m.c.fields {
 		setFields(w.Header(), v.Limits())
 	}
 	if v.Err() != nil {
-		refuse(w, v)
+		refuse(w, &v)
+		return
+	}
+	defer v.EndPanicked()
+	if !v.Settles() {
+		m.next.ServeHTTP(w, r)
+		v.End(nil, nil)
 		return
 	}
 	rec := &recorder{ResponseWriter: w, keep: m.c.settleBody}
-	defer v.EndPanicked()
-	if v.Context() != ctx {
-		r = r.WithContext(v.Context()) // the report of engine.ReportCost
-	}
-	m.next.ServeHTTP(rec, r)
+	m.next.ServeHTTP(rec, r.WithContext(v.Context())) // the report of engine.ReportCost
 	v.End(rec.response(), rec.err())
 }
 
@@ -123,6 +124,9 @@ func (m *middleware) route(r *http.Request) (route string, own bool) {
 	}
 	if strings.HasPrefix(pattern, "/") || !strings.ContainsAny(pattern, " \t") {
 		return r.Method + " " + pattern, false // no method: "/path" or "host/path"
+	}
+	if method, rest, ok := strings.Cut(pattern, " "); ok && !strings.ContainsRune(method, '\t') && rest != "" && rest[0] != ' ' && rest[0] != '\t' {
+		return pattern, false // "GET /items/{id}": the route as it is
 	}
 	method, rest, _ := strings.Cut(strings.Replace(pattern, "\t", " ", 1), " ")
 	return method + " " + strings.TrimLeft(rest, " \t"), false

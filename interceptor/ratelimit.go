@@ -35,8 +35,8 @@ func (m middlewareLimiter) Limit(ctx context.Context) error {
 	c := call(ctx, method, nil, false)
 	c.NoEnd = true
 	v := m.l.Begin(ctx, c)
-	if md := grpcstatus.Trailer(v, m.l.AdmittedTrailers()); md != nil {
+	if md := grpcstatus.Trailer(&v, m.l.AdmittedTrailers()); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	return grpcstatus.Refusal(v)
+	return grpcstatus.Refusal(&v)
 }

@@ -25,12 +25,12 @@ var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicke
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		v := l.Begin(ctx, call(ctx, info.FullMethod, req, false))
-		if md := grpcstatus.Trailer(v, l.AdmittedTrailers()); md != nil {
+		if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
 			_ = grpc.SetTrailer(ctx, md)
 		}
-		if err := grpcstatus.Refusal(v); err != nil {
+		if err := grpcstatus.Refusal(&v); err != nil {
 			return nil, err
 		}
 		// A handler that panics ends the call too (an outer recovery
@@ -54,17 +54,17 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		v := l.Begin(ctx, call(ctx, info.FullMethod, nil, true))
-		if err := grpcstatus.Refusal(v); err != nil {
-			if md := grpcstatus.Trailer(v, l.AdmittedTrailers()); md != nil {
+		if err := grpcstatus.Refusal(&v); err != nil {
+			if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 				ss.SetTrailer(md)
 			}
 			return err
 		}
 		defer v.End(nil, errPanicked) // as for unary calls
-		err := handler(srv, &limitedStream{ServerStream: ss, v: v})
+		err := handler(srv, &limitedStream{ServerStream: ss, v: &v})
 		// Set once, after the handler: SetTrailer appends, and the client
 		// should see one value per key.
-		if md := grpcstatus.Trailer(v, l.AdmittedTrailers()); md != nil {
+		if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 			ss.SetTrailer(md)
 		}
 		v.End(nil, err)
@@ -77,7 +77,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 func call(ctx context.Context, method string, req any, stream bool) engine.Call {
 	c := engine.Call{
 		Method:  method,
-		Header:  keyfunc.MetadataHeader(func(key string) []string { return metadata.ValueFromIncomingContext(ctx, key) }),
+		Header:  keyfunc.MetadataHeader(ctx, metadata.ValueFromIncomingContext),
 		Request: req,
 		Stream:  stream,
 	}

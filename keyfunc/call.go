@@ -1,6 +1,7 @@
 package keyfunc
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -33,26 +34,52 @@ type Call struct {
 type Header struct {
 	// wire is an http.Header: keys canonical, "-bin" values in base64.
 	wire http.Header
-	// get returns the values of a lower-case key, "-bin" ones decoded.
-	get func(key string) []string
+	// get returns the values of a lower-case key under ctx, "-bin" ones
+	// decoded.
+	ctx context.Context
+	get func(ctx context.Context, key string) []string
 }
 
 // HTTPHeader returns h as key functions read it: package httplimit and the
-// connectlimit module present calls with it. h is not copied.
+// connectlimit module present calls with it. h is not copied; its keys are
+// canonical, as net/http keeps them (http.CanonicalHeaderKey).
 func HTTPHeader(h http.Header) Header { return Header{wire: h} }
 
-// MetadataHeader returns the metadata get reads as key functions read it:
-// get returns the values of a lower-case key, "-bin" values already
-// decoded, as gRPC metadata holds them (grpc-go's metadata.MD, or
-// metadata.ValueFromIncomingContext). The gRPC interceptors present calls
-// with it.
-func MetadataHeader(get func(key string) []string) Header { return Header{get: get} }
+// MetadataHeader returns the metadata get reads under ctx as key functions
+// read it: get returns the values of a lower-case key, "-bin" values
+// already decoded, as gRPC metadata holds them. The gRPC interceptors
+// present a call with MetadataHeader(ctx, metadata.ValueFromIncomingContext),
+// which reads the metadata where grpc-go keeps it, without a copy; a map
+// of metadata is read with func(_ context.Context, k string) []string {
+// return md[k] }.
+func MetadataHeader(ctx context.Context, get func(ctx context.Context, key string) []string) Header {
+	return Header{ctx: ctx, get: get}
+}
 
 // Values returns the values of key (any case), "-bin" ones decoded, or an
 // error wrapping ErrInvalid when a "-bin" value is not base64.
 func (h Header) Values(key string) ([]string, error) {
-	lower := strings.ToLower(key)
-	return h.values(lower, textproto.CanonicalMIMEHeaderKey(lower))
+	if h.get != nil {
+		return h.values(strings.ToLower(key), "")
+	}
+	// The canonical form, built on the stack: a lookup allocates nothing.
+	var buf [64]byte
+	if len(key) > len(buf) {
+		return h.values(strings.ToLower(key), textproto.CanonicalMIMEHeaderKey(key))
+	}
+	b := buf[:len(key)]
+	upper := true
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		b[i], upper = c, c == '-'
+	}
+	return h.values(key, string(b))
 }
 
 // values returns the values of a key given lower-case and canonical, as
@@ -60,15 +87,12 @@ func (h Header) Values(key string) ([]string, error) {
 func (h Header) values(lower, canonical string) ([]string, error) {
 	switch {
 	case h.get != nil:
-		return h.get(lower), nil
+		return h.get(h.ctx, lower), nil
 	case h.wire == nil:
 		return nil, nil
 	}
 	vs := h.wire[canonical]
-	if vs == nil && canonical != lower {
-		vs = h.wire[lower] // a map built by hand, not by net/http
-	}
-	if len(vs) == 0 || !strings.HasSuffix(lower, "-bin") {
+	if len(vs) == 0 || !hasBinSuffix(lower) {
 		return vs, nil
 	}
 	out := make([]string, len(vs))
@@ -80,6 +104,11 @@ func (h Header) values(lower, canonical string) ([]string, error) {
 		out[i] = string(b)
 	}
 	return out, nil
+}
+
+// hasBinSuffix reports whether key ends in "-bin", in any case.
+func hasBinSuffix(key string) bool {
+	return len(key) >= 4 && strings.EqualFold(key[len(key)-4:], "-bin")
 }
 
 // decodeBin decodes a "-bin" value as grpc-go does: padded base64 when its

@@ -48,7 +48,7 @@ func ExampleHTTPHeader() {
 	tenant := keyfunc.Metadata("x-tenant-bin")
 	overHTTP := keyfunc.Call{Header: keyfunc.HTTPHeader(http.Header{"X-Tenant-Bin": {"YWNtZQ=="}})}
 	md := map[string][]string{"x-tenant-bin": {"acme"}} // as grpc-go delivers it
-	overGRPC := keyfunc.Call{Header: keyfunc.MetadataHeader(func(k string) []string { return md[k] })}
+	overGRPC := keyfunc.Call{Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })}
 	a, _ := tenant(context.Background(), overHTTP)
 	b, _ := tenant(context.Background(), overGRPC)
 	fmt.Println(a, b)

@@ -17,7 +17,7 @@ import (
 func FuzzMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second string) {
 		md := map[string][]string{"x-key": {first, second}}
-		call := keyfunc.Call{Method: "/s/m", Header: keyfunc.MetadataHeader(func(k string) []string { return md[k] })}
+		call := keyfunc.Call{Method: "/s/m", Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })}
 		v, err := keyfunc.Metadata("x-key")(context.Background(), call)
 		switch {
 		case first == "":

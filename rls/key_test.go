@@ -61,7 +61,7 @@ func FuzzStoreKey(f *testing.F) {
 // the server writes after the separator.
 func TestDescriptorMatchesStoreKey(t *testing.T) {
 	md := metadata.Pairs("x-tenant", "a=b&c", "x-plan", "gold%")
-	call := keyfunc.Call{Method: "/svc/M", Header: keyfunc.MetadataHeader(func(k string) []string { return md[k] })}
+	call := keyfunc.Call{Method: "/svc/M", Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })}
 	f := rls.Descriptor(
 		rls.EntryFunc{Key: "tenant", Value: keyfunc.Metadata("x-tenant")},
 		rls.EntryFunc{Key: "plan", Value: keyfunc.Metadata("x-plan")},
@@ -74,7 +74,7 @@ func TestDescriptorMatchesStoreKey(t *testing.T) {
 	if got != want || got != "tenant=a%3Db%26c&plan=gold%25" {
 		t.Fatalf("Descriptor gives %q, StoreKey %q", got, want)
 	}
-	if _, err := f(context.Background(), keyfunc.Call{Method: "/svc/M", Header: keyfunc.MetadataHeader(func(k string) []string { return metadata.Pairs("x-plan", "p")[k] })}); err == nil {
+	if _, err := f(context.Background(), keyfunc.Call{Method: "/svc/M", Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return metadata.Pairs("x-plan", "p")[k] })}); err == nil {
 		t.Fatal("a missing entry gave no error")
 	}
 }
