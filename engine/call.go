@@ -116,19 +116,12 @@ func (l *Limiter) Begin(ctx context.Context, call Call) Verdict {
 		return v
 	}
 	var res result
-	if call.Stream {
-		res, v.after = l.openStream(ctx, set, call, &v.limits)
-		if len(set.messages.plans) > 0 {
-			v.messages = &set.messages
-			v.message = Call{Method: call.Method, Header: call.Header, Peer: call.Peer}
-		}
-	} else {
-		res, v.after = l.decide(ctx, &set.calls, call, &v.limits)
+	res, v.after = l.decide(ctx, &set.calls, call, &v.limits)
+	if call.Stream && len(set.messages.plans) > 0 {
+		v.messages = &set.messages
+		v.message = Call{Method: call.Method, Header: call.Header, Peer: call.Peer}
 	}
 	v.err = res.err
-	if call.NoEnd && v.err == nil && v.after != nil {
-		v.endNever(ctx)
-	}
 	if v.err == nil && v.after != nil && v.after.settles != nil {
 		v.ctx = withReport(ctx)
 	}
@@ -180,15 +173,13 @@ func (v *Verdict) Received(ctx context.Context) error {
 	if v.messages == nil {
 		return nil
 	}
-	return v.l.receive(ctx, v.messages, v.message, v)
-}
-
-// remember records a message's decision.
-func (v *Verdict) remember(res result, limits *limitList) {
+	var limits limitList
+	res, _ := v.l.decide(ctx, v.messages, v.message, &limits)
 	v.err = res.err
 	if limits.n > 0 || limits.many != nil {
-		v.limits = *limits
+		v.limits = limits
 	}
+	return res.err
 }
 
 // Settles reports whether the call's rules settle its final cost once it
@@ -210,21 +201,4 @@ func (v *Verdict) End(resp any, err error) {
 // defers it before running the handler.
 func (v *Verdict) EndPanicked() {
 	v.l.end(v.ctx, v.after, nil, errPanicked)
-}
-
-// endNever ends at once an admitted call whose door never ends it
-// (Call.NoEnd): its settlements are dropped (the reservations stand) and
-// its seats given back, refusing the call when it took one.
-func (v *Verdict) endNever(ctx context.Context) {
-	a := v.after
-	a.settles = nil
-	v.after = nil
-	if len(a.seats) == 0 {
-		return
-	}
-	name := a.seats[0].p.rule.Name
-	v.l.end(ctx, a, nil, nil)
-	var res result
-	res.reject(outcomeInvalid, Fault, nil, "rate limit %q bounds calls in flight, and this door cannot see a call end: use a door that does (the gRPC interceptors, httplimit, connectlimit)", name)
-	v.err = res.err
 }

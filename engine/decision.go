@@ -3,13 +3,17 @@ package engine
 import (
 	"context"
 	"fmt"
+
 	"math"
 	"sync"
 	"time"
 
+	argcheck "github.com/tollgate/tollgate/internal/check"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // check is one rule's part in the decision on a call (or a stream message):
@@ -39,6 +43,9 @@ type check struct {
 	seat *seatCheck
 	// local: the check was decided on FailLocal's store.
 	local bool
+	// store is the store call the check was decided in (or the override
+	// check it made), for the store latency metric.
+	store storeCall
 	// overridesErr: the overrides could not be confirmed fresh, so the
 	// check is decided by its rule's FailMode (run).
 	overridesErr error
@@ -66,43 +73,67 @@ func (c *check) denied() bool {
 }
 
 // decide decides a call (or one stream message) under set and returns
-// what the call gets: its error (nil admits it) and the decision its
-// trailers describe. call.Stream says the call is a stream's opening.
-// When out is not nil, the state of every enforcing limit is collected
-// in it (see LimitDecision).
-//
-// When the call is admitted, after is what its rules are owed once it ends
-// (settlements, seats to release), or nil.
-func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *limitList) (res result, after *afterCall) {
+// what the call gets: its error (nil admits it), and, when it is admitted,
+// what its rules are owed once it ends (settlements, seats to release), or
+// nil. The state of every enforcing limit is collected in out (see
+// LimitDecision). A refusal the rules let the call wait out is waited out,
+// within ctx and their bound, asking again after each suggested wait: a
+// stream opening that found no free seat (InFlight.StreamWait), a stream
+// message a Shape rule denied (PerMessage).
+func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *limitList) (result, *afterCall) {
+	start := l.clk.now()
+	var waited time.Duration
+	for {
+		res, after := l.decideOnce(ctx, set, call, out)
+		waits := res.seatWait || res.shape && res.hasDecision()
+		if res.err == nil || !waits {
+			if waited > 0 && res.seatWait || waited > 0 && call.Stream {
+				l.seatTel.wait.Record(ctx, l.clk.since(start).Seconds(), set.plans[0].tel.rule...)
+			}
+			return res, after
+		}
+		// A zero wait would spin, so wait at least 1ms.
+		wait := max(res.decision.RetryAfter, time.Millisecond)
+		if waited+wait > res.maxShapeWait {
+			return res, after
+		}
+		waited += wait
+		if err := l.clk.sleep(ctx, wait); err != nil {
+			*out = limitList{}
+			msg := fmt.Sprintf("rate limit %q: the call ended while held back: %v", set.plans[0].rule.Name, err)
+			return result{outcome: outcomeCanceled, err: &refusal{kind: Canceled, msg: msg, cause: err}, cause: err}, nil
+		}
+	}
+}
+
+// decideOnce decides the call once: each rule of set is one check (a
+// single rule's from a pool, as a check on the stack would escape: its
+// requests point into it).
+func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call Call, out *limitList) (res result, after *afterCall) {
+	var one [1]*check
+	all := one[:]
 	if len(set.plans) == 1 {
-		// One rule, the common case: its check comes from a pool, as a
-		// check on the stack would escape (its requests point into it).
-		c := checks.Get().(*check)
-		c.p = set.plans[0]
-		one := [1]*check{c}
-		res = l.decideChecks(ctx, one[:], set.enforcing, call)
-		if out != nil {
-			l.collectLimits(ctx, out, one[:set.enforcing], res)
+		one[0] = checks.Get().(*check)
+		one[0].p = set.plans[0]
+	} else {
+		cs := make([]check, len(set.plans))
+		all = make([]*check, len(set.plans))
+		for i, p := range set.plans {
+			cs[i].p = p
+			all[i] = &cs[i]
 		}
-		if set.owes {
-			after = l.owed(ctx, one[:], res)
-		}
-		*c = check{}
-		checks.Put(c)
-		return res, after
 	}
-	all := make([]check, len(set.plans))
-	ptrs := make([]*check, len(set.plans))
-	for i, p := range set.plans {
-		all[i].p = p
-		ptrs[i] = &all[i]
+	res = l.decideChecks(ctx, all, set.enforcing, call)
+	l.collectLimits(ctx, out, all[:set.enforcing], res)
+	if set.owes && res.err == nil && !call.NoEnd {
+		// A call whose door never ends it owes nothing: its settlements
+		// are dropped (the reservations stand), and it took no seat
+		// (prepare).
+		after = l.owed(ctx, all)
 	}
-	res = l.decideChecks(ctx, ptrs, set.enforcing, call)
-	if out != nil {
-		l.collectLimits(ctx, out, ptrs[:set.enforcing], res)
-	}
-	if set.owes {
-		after = l.owed(ctx, ptrs, res)
+	if len(set.plans) == 1 {
+		*one[0] = check{}
+		checks.Put(one[0])
 	}
 	return res, after
 }
@@ -111,7 +142,9 @@ func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *limi
 var checks = sync.Pool{New: func() any { return new(check) }}
 
 // decideChecks decides checks, of which the first n are enforcing and the
-// rest shadow.
+// rest shadow: each is prepared (its identity, limits and requests) under
+// a span of its own, then the store decides them (run), and their results
+// make the call's; every decision is recorded.
 func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call Call) result {
 	enforcing, shadows := checks[:n], checks[n:]
 	var id requestID
@@ -122,25 +155,7 @@ func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call
 		c.ctx, c.span = l.tel.start(ctx, c.p)
 		l.prepare(c, call, id)
 	}
-	refused := refusedAny(enforcing)
-	if !refused {
-		owedBefore := l.sender.owes(enforcing, false)
-		l.run(ctx, ready(enforcing))
-		refused = refusedAny(enforcing)
-		if refused && l.ownWorkOwed(ctx, enforcing, owedBefore) {
-			// Denied while this replica still owed the store a
-			// settlement or a release on the same keys: asked again
-			// now that it was delivered.
-			for _, c := range enforcing {
-				c.retry()
-			}
-			l.run(ctx, enforcing)
-			refused = refusedAny(enforcing)
-		}
-	}
-	if !refused {
-		l.run(ctx, ready(shadows))
-	}
+	refused := l.runAll(ctx, enforcing, shadows)
 	if refused {
 		for _, c := range checks {
 			if c.res.err == nil {
@@ -152,44 +167,8 @@ func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call
 	for _, c := range shadows {
 		c.res.shadowed(refused)
 	}
-	for _, c := range checks {
-		l.recordDecision(c.ctx, c.span, c.p, &c.res)
-		c.span.End()
-	}
+	l.tel.recordAll(checks)
 	return res
-}
-
-// ownWorkOwed reports whether checks were denied by the store on keys on
-// which this replica's sender owed end-of-call work when they were sent
-// (owedBefore) or owes it now, once it is delivered (waiting within the
-// store deadline): a caller's next call on the same replica sees its last
-// call's settlement and release.
-func (l *Limiter) ownWorkOwed(ctx context.Context, checks []*check, owedBefore bool) bool {
-	keys := checkKeys(checks, true)
-	if keys == nil || !owedBefore && !l.sender.owesKeys(keys) {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.storeTimeout)
-	defer cancel()
-	return l.sender.waitOwed(ctx, keys) == nil
-}
-
-// checkKeys returns the store keys of checks (only the denied ones'
-// when denied is set), as the sender counts them.
-func checkKeys(checks []*check, denied bool) []string {
-	var keys []string
-	for _, c := range checks {
-		if denied && c.res.outcome != outcomeDenied {
-			continue
-		}
-		for _, r := range c.reqs {
-			keys = append(keys, r.Key)
-		}
-		if c.seat != nil {
-			keys = append(keys, seatKeyMark+c.seat.req.Key)
-		}
-	}
-	return keys
 }
 
 // retry makes c ready to be asked again, as prepare left it.
@@ -297,67 +276,32 @@ func verdict(enforcing []*check) result {
 	return enforcing[0].res
 }
 
-// ask sends the requests of checks to st, with Allow for a single request
-// and AllowAll for more, and gives each check its decisions: a single
-// request's in the check, several as parts of the store's answer.
-func ask(ctx context.Context, st tollgate.Store, checks []*check) error {
-	if len(checks) == 1 && len(checks[0].reqs) == 1 {
-		c := checks[0]
-		d, err := st.Allow(ctx, c.reqs[0])
-		c.decs[0] = d
-		return err
-	}
-	reqs := checks[0].reqs // one check's several limits: its requests as they are
-	if len(checks) > 1 {
-		n := 0
-		for _, c := range checks {
-			n += len(c.reqs)
-		}
-		reqs = make([]tollgate.Request, 0, n)
-		for _, c := range checks {
-			reqs = append(reqs, c.reqs...)
-		}
-	}
-	decs, err := st.AllowAll(ctx, reqs)
-	if err != nil {
-		return err
-	}
-	if len(decs) != len(reqs) {
-		return fmt.Errorf("engine: the store answered %d decisions for %d requests", len(decs), len(reqs))
-	}
-	for _, c := range checks {
-		n := len(c.reqs)
-		c.decs, decs = decs[:n:n], decs[n:]
-	}
-	return nil
+// requestID is a call's request id (empty for none), or the error that
+// makes it unusable.
+type requestID struct {
+	id  string
+	err error
 }
 
-// judge fills the result of every check from its decisions, all of one
-// store call, and reports whether they admitted the call. A check refused
-// for lack of a seat denies it alone: the others were not asked.
-func judge(checks []*check) bool {
-	for _, c := range checks {
-		if c.seat.refused() {
-			for _, o := range checks {
-				if o == c {
-					o.res.seatDenied(o)
-				} else {
-					o.res.skip()
-				}
-			}
-			return false
+// requestID reads the call's request id from the Limiter's request id
+// header (Config.RequestIDHeader). The id must be a valid
+// tollgate.Request.RequestID; a client may send the header several times
+// only with one value: differing values are malformed rather than resolved
+// by picking one, since a proxy that appends its own id would otherwise
+// silently decide which attempts share a debit.
+func (l *Limiter) requestID(h keyfunc.Header) requestID {
+	vals, err := h.Values(l.header)
+	if err != nil || len(vals) == 0 {
+		return requestID{err: err}
+	}
+	id := vals[0]
+	for _, v := range vals[1:] {
+		if v != id {
+			return requestID{err: fmt.Errorf("malformed request id: header %q has %d different values", l.header, len(vals))}
 		}
 	}
-	admitted, waits := true, false
-	for _, c := range checks {
-		for _, d := range c.decs {
-			admitted = admitted && d.Allowed
-			waits = waits || (!d.Allowed && d.RetryAfter > 0)
-		}
+	if err := argcheck.RequestID(id); err != nil {
+		return requestID{err: fmt.Errorf("malformed request id: header %q: %w", l.header, err)}
 	}
-	for _, c := range checks {
-		c.refused, c.waits = !admitted, waits
-		c.res.decided(c)
-	}
-	return admitted
+	return requestID{id: id}
 }

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"sync"
 	"time"
 
@@ -47,81 +45,6 @@ func (s *seatCheck) refused() bool { return s != nil && s.asked && !s.dec.Allowe
 
 // holding reports that the check holds its seat.
 func (s *seatCheck) holding() bool { return s != nil && s.store != nil }
-
-// prepareSeat fills c's seat request for the identity key under ctx's
-// deadline: the call's request id names it, so that a retry reuses it.
-func (c *check) prepareSeat(ctx context.Context, key, requestID string, stream bool) {
-	f := c.p.inFlight
-	ttl := f.ttl
-	if deadline, ok := ctx.Deadline(); ok && !stream {
-		ttl = max(time.Until(deadline), 0) + seatMargin
-	}
-	id := requestID
-	if id == "" {
-		id = newSeatID()
-	}
-	c.seat = &seatCheck{req: tollgate.Seat{Key: key, Max: f.max, ID: id, TTL: ttl}, stream: stream}
-}
-
-// newSeatID names the seat of a call that came without a request id.
-func newSeatID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "seat-" + base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// acquire takes the seats of checks on st, in order: all or none. It
-// reports whether every check got its seat; a check that did not is
-// marked, and the seats taken before it are given back.
-func (l *Limiter) acquire(ctx context.Context, st tollgate.Store, checks []*check, local bool) (bool, error) {
-	ss, _ := st.(tollgate.SeatStore)
-	for i, c := range checks {
-		if c.seat == nil {
-			continue
-		}
-		s := c.seat.req
-		if local {
-			s.Max = c.p.inFlight.localMax
-		}
-		d, err := ss.AcquireSeat(ctx, s)
-		if err != nil {
-			l.releaseAll(ctx, checks[:i])
-			return false, err
-		}
-		c.seat.asked, c.seat.dec = true, d
-		l.recordSeat(ctx, c.p, map[bool]seatOutcome{true: seatAcquired, false: seatDeniedOutcome}[d.Allowed])
-		if !d.Allowed {
-			l.releaseAll(ctx, checks[:i])
-			return false, nil
-		}
-		c.seat.store, c.seat.local, c.seat.at = ss, local, l.clk.now()
-	}
-	return true, nil
-}
-
-// releaseAll gives back the seats checks hold: their call does not go on.
-// The releases go to the sender, as a call's end does.
-func (l *Limiter) releaseAll(ctx context.Context, checks []*check) {
-	var e ending
-	for _, c := range checks {
-		if !c.seat.holding() {
-			continue
-		}
-		e.seats = append(e.seats, &heldSeat{l: l, ctx: ctx, p: c.p, st: c.seat.store, seat: c.seat.req, local: c.seat.local, at: c.seat.at})
-		c.seat.store = nil
-	}
-	l.sender.add(l, &e)
-}
-
-// seatCall calls the store for a seat: the shared store under its policy
-// (deadline, breaker), the local one as it is.
-func (l *Limiter) seatCall(ctx context.Context, local bool, call func(context.Context) error) error {
-	if local {
-		return call(ctx)
-	}
-	_, _, err := l.calls.Do(ctx, call)
-	return err
-}
 
 // seatRetryAfter is the wait a seat denial suggests, from the denied
 // identity's own seats under the rule, never another's: how long its calls
@@ -332,8 +255,4 @@ func newSeatTelemetry(meter metric.Meter) (seatTelemetry, error) {
 		metric.WithDescription("How long stream openings waited for an in-flight seat."),
 		metric.WithExplicitBucketBoundaries(seatBuckets...))
 	return t, err
-}
-
-func (l *Limiter) recordSeat(ctx context.Context, p *plan, o seatOutcome) {
-	l.seatTel.events.Add(ctx, 1, metric.WithAttributes(telemetry.AttrRule.String(p.rule.Name), telemetry.AttrSeatOutcome.String(seatOutcomeNames[o])))
 }

@@ -138,16 +138,17 @@ func (l *Limiter) overrideTarget(ctx context.Context, rule string, who Caller) (
 // overrideOf returns the override of the caller whose store key is key
 // under p, if one is in force: calls only. err reports that the overrides
 // could not be confirmed within the store deadline; the override returned
-// is then the last one seen.
-func (l *Limiter) overrideOf(ctx context.Context, p *plan, key string) (o cachedOverride, found bool, err error) {
+// is then the last one seen. A check of the overrides that failed is the
+// call's store call (stat), for the store latency metric.
+func (l *Limiter) overrideOf(ctx context.Context, p *plan, key string) (o cachedOverride, found bool, stat storeCall, err error) {
 	if p.scope != scopeCall {
-		return cachedOverride{}, false, nil
+		return cachedOverride{}, false, stat, nil
 	}
-	o, found, stat, err := l.ov.lookup(ctx, p.rule.Name, key)
-	if stat.measured && stat.failed {
-		l.recordStore(ctx, p, stat.elapsed, true)
+	o, found, check, err := l.ov.lookup(ctx, p.rule.Name, key)
+	if check.measured && check.failed {
+		stat = storeCall{measured: true, failed: true, elapsed: check.elapsed}
 	}
-	return o, found, err
+	return o, found, stat, err
 }
 
 // caller is the Caller of the store key k of p, and whether p makes k.

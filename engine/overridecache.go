@@ -151,7 +151,7 @@ func (o *overrides) fresh(caller context.Context) (stat checkStat, err error) {
 		}
 		o.mu.Unlock()
 		if lead {
-			if call, ok := o.calls.Begin(caller); !ok {
+			if call, ok := o.calls.Open(caller); !ok {
 				c.err = storecall.ErrBreakerOpen
 			} else {
 				c.err = o.check(ctx)

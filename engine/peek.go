@@ -197,7 +197,7 @@ func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func
 			continue
 		}
 		key := p.key(value, anonymous)
-		ov, overridden, err := l.overrideOf(ctx, p, key)
+		ov, overridden, _, err := l.overrideOf(ctx, p, key)
 		if err != nil {
 			return storeFailed(r.Name, err)
 		}

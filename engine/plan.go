@@ -150,23 +150,6 @@ func (p *plan) overrideLimits(limits []tollgate.Limit) []limitPlan {
 	return out
 }
 
-// key returns the store key of value, or of the anonymous identity.
-func (p *plan) key(value string, anonymous bool) string {
-	if anonymous {
-		return p.anon
-	}
-	return p.prefix + value
-}
-
-// key returns the store key of lp's state for the identity whose key is
-// identity.
-func (lp *limitPlan) key(identity string) string {
-	if lp.part == "" {
-		return identity
-	}
-	return partkey.Join(identity, lp.part)
-}
-
 // newPlan returns the plan of r for scope s with its static limits, or,
 // with choose, the function choosing them per identity.
 func newPlan(r *rule, s scope, limits []tollgate.Limit, choose limitChooser, replicas int64) *plan {
@@ -198,6 +181,8 @@ type planTelemetry struct {
 	decisions [numOutcomes][2][]metric.AddOption // by outcome, allowed
 	storeOK   []metric.RecordOption
 	storeErr  []metric.RecordOption
+	// rule is the attribute set of the rule alone (seat metrics).
+	rule []metric.RecordOption
 	// limitPerCall: the span start does not name the limit, the decision does.
 	limitPerCall bool
 }

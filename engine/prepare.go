@@ -2,21 +2,26 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tollgate/tollgate"
-	argcheck "github.com/tollgate/tollgate/internal/check"
+	"github.com/tollgate/tollgate/internal/partkey"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // prepare finds the check's identity, limits and cost and builds its
 // requests, or fills its result with the refusal. id is the call's request
-// id, or the error reading it (requestID); both are unused by a check that
-// is not priced.
+// id, or the error reading it; a check that is not priced sends none.
 func (l *Limiter) prepare(c *check, call Call, id requestID) {
 	p, res := c.p, &c.res
+	if call.NoEnd && p.inFlight != nil {
+		// The seat could never be given back.
+		res.reject(outcomeInvalid, Fault, nil, "rate limit %q bounds calls in flight, and this door cannot see a call end: use a door that does (the gRPC interceptors, httplimit, connectlimit)", p.rule.Name)
+		return
+	}
 	key, value, ok := identity(c.ctx, p, call, res)
 	if !ok {
 		return
@@ -29,8 +34,8 @@ func (l *Limiter) prepare(c *check, call Call, id requestID) {
 		}
 		requestID = id.id
 	}
-	ov, found, err := l.overrideOf(c.ctx, p, key)
-	c.overridesErr = err
+	ov, found, stat, err := l.overrideOf(c.ctx, p, key)
+	c.overridesErr, c.store = err, stat
 	if found {
 		if len(ov.limits) == 0 {
 			until := "until it is deleted"
@@ -119,32 +124,41 @@ func costFor(ctx context.Context, p *plan, method string, req any, limits []limi
 	return cost, true
 }
 
-// requestID is a call's request id (empty for none), or the error that
-// makes it unusable.
-type requestID struct {
-	id  string
-	err error
+// key returns the store key of value, or of the anonymous identity.
+func (p *plan) key(value string, anonymous bool) string {
+	if anonymous {
+		return p.anon
+	}
+	return p.prefix + value
 }
 
-// requestID reads the call's request id from the Limiter's request id
-// header (Config.RequestIDHeader). The id must be a valid
-// tollgate.Request.RequestID; a client may send the header several times
-// only with one value: differing values are malformed rather than resolved
-// by picking one, since a proxy that appends its own id would otherwise
-// silently decide which attempts share a debit.
-func (l *Limiter) requestID(h keyfunc.Header) requestID {
-	vals, err := h.Values(l.header)
-	if err != nil || len(vals) == 0 {
-		return requestID{err: err}
+// key returns the store key of lp's state for the identity whose key is
+// identity.
+func (lp *limitPlan) key(identity string) string {
+	if lp.part == "" {
+		return identity
 	}
-	id := vals[0]
-	for _, v := range vals[1:] {
-		if v != id {
-			return requestID{err: fmt.Errorf("malformed request id: header %q has %d different values", l.header, len(vals))}
-		}
+	return partkey.Join(identity, lp.part)
+}
+
+// prepareSeat fills c's seat request for the identity key under ctx's
+// deadline: the call's request id names it, so that a retry reuses it.
+func (c *check) prepareSeat(ctx context.Context, key, requestID string, stream bool) {
+	f := c.p.inFlight
+	ttl := f.ttl
+	if deadline, ok := ctx.Deadline(); ok && !stream {
+		ttl = max(time.Until(deadline), 0) + seatMargin
 	}
-	if err := argcheck.RequestID(id); err != nil {
-		return requestID{err: fmt.Errorf("malformed request id: header %q: %w", l.header, err)}
+	id := requestID
+	if id == "" {
+		id = newSeatID()
 	}
-	return requestID{id: id}
+	c.seat = &seatCheck{req: tollgate.Seat{Key: key, Max: f.max, ID: id, TTL: ttl}, stream: stream}
+}
+
+// newSeatID names the seat of a call that came without a request id.
+func newSeatID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "seat-" + base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -85,13 +85,10 @@ type afterCall struct {
 // layer answers the client.
 var errPanicked = errors.New("engine: the handler panicked")
 
-// owed returns what the checks of a call decided as res owe once it ends,
-// or nil. A refused call owes nothing: its seats are given back now.
-func (l *Limiter) owed(ctx context.Context, checks []*check, res result) *afterCall {
-	if res.err != nil {
-		l.releaseAll(ctx, checks)
-		return nil
-	}
+// owed returns what the checks of an admitted call owe once it ends, or
+// nil. (A refused call owes nothing: its seats are given back when it is
+// refused.)
+func (l *Limiter) owed(ctx context.Context, checks []*check) *afterCall {
 	var a afterCall
 	for _, c := range checks {
 		if c.seat.holding() {

@@ -123,26 +123,41 @@ func newPlanTelemetry(rule string, s scope, limits []tollgate.Limit, shadow bool
 		}
 	}
 	t.storeOK, t.storeErr = storecall.StoreOptions(rule)
+	t.rule = []metric.RecordOption{metric.WithAttributes(name)}
 	return t
 }
 
-// recordStore records one store call's latency.
-func (l *Limiter) recordStore(ctx context.Context, p *plan, elapsed time.Duration, failed bool) {
-	opt := p.tel.storeOK
-	if failed {
-		opt = p.tel.storeErr
+// storeCall is the store call a check was decided in, as the store
+// latency metric records it.
+type storeCall struct {
+	measured, failed bool
+	elapsed          time.Duration
+}
+
+// recordAll records the decision of every check and the store call it was
+// decided in, and ends the check's span.
+func (t *instruments) recordAll(checks []*check) {
+	for _, c := range checks {
+		if s := c.store; s.measured {
+			opt := c.p.tel.storeOK
+			if s.failed {
+				opt = c.p.tel.storeErr
+			}
+			t.StoreDuration.Record(c.ctx, s.elapsed.Seconds(), opt...)
+		}
+		t.recordDecision(c.ctx, c.span, c.p, &c.res)
+		c.span.End()
 	}
-	l.tel.StoreDuration.Record(ctx, elapsed.Seconds(), opt...)
 }
 
 // recordDecision counts res and, when the span is sampled, puts the
 // decision on it.
-func (l *Limiter) recordDecision(ctx context.Context, span trace.Span, p *plan, res *result) {
+func (t *instruments) recordDecision(ctx context.Context, span trace.Span, p *plan, res *result) {
 	allowed := 0
 	if res.allowed() {
 		allowed = 1
 	}
-	l.tel.Decisions.Add(ctx, 1, p.tel.decisions[res.outcome][allowed]...)
+	t.Decisions.Add(ctx, 1, p.tel.decisions[res.outcome][allowed]...)
 	if !span.IsRecording() {
 		return
 	}
