@@ -7,7 +7,8 @@ import (
 
 // FailMode says what a rule does when the store cannot decide: it returned
 // an error other than tollgate.ErrInvalidRequest, it passed its deadline
-// (WithStoreTimeout), or the circuit breaker is open (WithBreaker). It is
+// (Config.StoreTimeout), or the circuit breaker is open
+// (Config.BreakerFailures). It is
 // FailOpen, FailClosed, FailLocal or FailLocalAt(limit); the zero value is
 // FailOpen. Its String is the tollgate.fail_mode span attribute
 // (telemetry.AttrFailMode).
@@ -33,13 +34,14 @@ var (
 	// record it (fail mode "open", outcome "fail_open"). Pick it when
 	// serving without a limit for a while is better than not serving.
 	FailOpen = FailMode{kind: failOpen}
-	// FailClosed refuses the call with codes.Unavailable: the limiter, not
-	// the client, is at fault, and Unavailable is the code clients retry.
+	// FailClosed refuses the call as Unavailable (gRPC's and Connect's
+	// Unavailable, HTTP's 503): the limiter, not the client, is at fault,
+	// and that is the answer clients retry.
 	// Pick it when an unmetered call costs more than a refused one.
 	FailClosed = FailMode{kind: failClosed}
 	// FailLocal decides in process, on the Limiter's local store
-	// (WithLocalStore), under each of the rule's limits divided by
-	// WithReplicas (rounded up; the limit itself without WithReplicas): each
+	// (Config.LocalStore), under each of the rule's limits divided by
+	// Config.Replicas (rounded up; the limit itself without it): each
 	// replica enforces its own cap until the shared store answers again,
 	// and with N replicas the fleet admits up to N times the limit. In-flight
 	// limits are divided the same way.
@@ -55,7 +57,7 @@ func FailLocalAt(limit tollgate.Limit) FailMode {
 }
 
 // LocalLimit returns FailLocalAt's cap, and false for the other modes
-// (FailLocal's cap is each limit divided by WithReplicas).
+// (FailLocal's cap is each limit divided by Config.Replicas).
 func (m FailMode) LocalLimit() (tollgate.Limit, bool) {
 	return m.local, m.at
 }

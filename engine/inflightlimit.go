@@ -10,8 +10,7 @@ import (
 
 // InFlight bounds the calls of one identity running at once across every
 // replica sharing the store (a stream counts from its opening to its end).
-// A call finding none of its seats free is refused with
-// codes.ResourceExhausted; one refused by the rule's rate limits takes no
+// A call finding none of its seats free is refused as Denied; one refused by the rule's rate limits takes no
 // seat, and one refused for lack of a seat debits no rate. The store must
 // be a tollgate.SeatStore. The zero value is no bound.
 type InFlight struct {

@@ -41,9 +41,9 @@ func Fixed(limits ...tollgate.Limit) Limits {
 // tollgate.MaxAllowAll limits, no two with the same Algorithm and Period
 // (or Calendar), enforced together as Fixed's are; each keeps one part of
 // the caller's state, so a limit the caller's tier keeps across a change
-// keeps its count. Its result is validated on every call: an invalid one
-// fails the call with codes.Internal. An error that is a gRPC status is
-// returned to the client as it is; any other error becomes codes.Internal.
+// keeps its count. Its result is validated on every call: an invalid one,
+// or an error, refuses the call as a Fault (a door passes on a status the
+// error carries: a gRPC status, to a gRPC caller).
 // The limiter caches nothing f returns: cache in f, bounded, if needed.
 func PerCaller(f func(ctx context.Context, key string) ([]tollgate.Limit, error)) Limits {
 	return Limits{kind: limitsPerCaller, perCaller: f}

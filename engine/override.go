@@ -21,7 +21,7 @@ type CallerOverride struct {
 	// Limits replace the rule's limits for the caller; none when Blocked.
 	Limits []tollgate.Limit
 	// Blocked reports a block (Limiter.Block): the caller's calls are
-	// refused with codes.PermissionDenied.
+	// refused as Blocked.
 	Blocked bool
 	// Expires is when the override ends; zero for never.
 	Expires time.Time

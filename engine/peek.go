@@ -159,8 +159,8 @@ func (l *Limiter) Reset(ctx context.Context, rule string, who Caller) error {
 }
 
 // Rules returns a deep copy of the Limiter's rules as configured, in
-// WithRules order (with Shadow set when WithShadow is given): changing it
-// changes nothing in the Limiter.
+// Config.Rules order (or SetRules'): changing it changes nothing in the
+// Limiter.
 func (l *Limiter) Rules() []Rule {
 	rules := l.book.Load().rules
 	out := make([]Rule, len(rules))

@@ -136,7 +136,7 @@ type rule struct {
 }
 
 // compileRule validates r and precomputes what the hot path needs. replicas
-// is WithReplicas' value.
+// is Config.Replicas.
 func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (*rule, error) {
 	if err := validateName(r.Name); err != nil {
 		return nil, fmt.Errorf("rule %d: %w", index, err)

@@ -210,7 +210,7 @@ func TestNewAcceptsGoodConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// WithReplicas(4) divides the static limit for FailLocal, rounding up.
+	// Replicas: 4 divides the static limit for FailLocal, rounding up.
 	if got, want := l.book.Load().rules[0].call.limits[0].local, (tollgate.Limit{Rate: 25, Period: time.Minute, Burst: 25}); got != want {
 		t.Errorf("local limit = %v, want %v", got, want)
 	}

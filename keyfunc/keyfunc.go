@@ -14,8 +14,8 @@
 // ErrMissing, so that no call slips past a limit under a shared empty
 // identity, and the limiter decides explicitly what a call without one gets.
 // A value that is present but unusable (longer than MaxValueLen) is an error
-// wrapping ErrInvalid, which is the client's fault (codes.InvalidArgument)
-// and, unlike ErrMissing, is never skipped by FirstOf. Any other error means
+// wrapping ErrInvalid, which is the client's fault (gRPC InvalidArgument,
+// HTTP 400) and, unlike ErrMissing, is never skipped by FirstOf. Any other error means
 // the server is misconfigured. Checked applies the same policy to a Func
 // written elsewhere.
 //
@@ -57,7 +57,7 @@ var ErrMissing = errors.New("keyfunc: value missing")
 // ErrInvalid is wrapped by the error a Func returns when the value is
 // present but cannot be used as an identity, for example because it is
 // longer than MaxValueLen. It is the caller's fault, so a server answers it
-// with codes.InvalidArgument.
+// with gRPC's InvalidArgument or HTTP's 400.
 var ErrInvalid = errors.New("keyfunc: invalid value")
 
 // MaxValueLen is the longest value, in bytes, a Func of this package
