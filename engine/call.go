@@ -75,14 +75,21 @@ type LimitDecision struct {
 // stream's door calls Received from the one goroutine receiving, and reads
 // the Verdict after the handler has returned.
 type Verdict struct {
-	l        *Limiter
-	ctx      context.Context
-	messages *planSet // the stream's PerMessage plans; nil without
-	// message is how the stream's messages are presented to the rules.
-	message Call
-	after   *afterCall
-	limits  limitList // of the latest decision with a limit to report
-	err     error     // the latest refusal (a *refusal); nil admits
+	l      *Limiter
+	ctx    context.Context
+	stream *messages // a stream's with PerMessage rules; nil without
+	after  *afterCall
+	limits limitList // of the latest decision with a limit to report
+	err    error     // the latest refusal (a *refusal); nil admits
+}
+
+// messages is what a stream's messages are decided by: the PerMessage
+// plans of its rules, and the call a message is presented as. It is kept
+// apart from the Verdict, which every call's door holds on its stack: the
+// smaller that frame, the less a call's goroutine grows its stack.
+type messages struct {
+	plans *planSet
+	call  Call
 }
 
 // limitList is a decision's limits: one kept inline (the common call,
@@ -109,19 +116,16 @@ func (ll *limitList) list() []LimitDecision {
 // Begin is the one entry of every door: a step every call must pass
 // whatever door it came through (an admission control, say) goes first
 // here, before the rules are matched.
-func (l *Limiter) Begin(ctx context.Context, call Call) Verdict {
-	v := Verdict{l: l, ctx: ctx}
+func (l *Limiter) Begin(ctx context.Context, call Call) (v Verdict) {
+	v.l, v.ctx = l, ctx
 	set := l.book.Load().matcher.match(call.Method)
 	if set == nil {
 		return v
 	}
-	var res result
-	res, v.after = l.decide(ctx, &set.calls, call, &v.limits)
+	v.after, v.err = l.decide(ctx, &set.calls, &call, &v.limits)
 	if call.Stream && len(set.messages.plans) > 0 {
-		v.messages = &set.messages
-		v.message = Call{Method: call.Method, Header: call.Header, Peer: call.Peer}
+		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer}}
 	}
-	v.err = res.err
 	if v.err == nil && v.after != nil && v.after.settles != nil {
 		v.ctx = withReport(ctx)
 	}
@@ -170,16 +174,15 @@ func (v *Verdict) Limits() []LimitDecision { return v.limits.list() }
 // not a stream, or without PerMessage rules, it returns nil. Its refusal
 // is also what Err, Kind, RetryAfter and Limits report afterwards.
 func (v *Verdict) Received(ctx context.Context) error {
-	if v.messages == nil {
+	if v.stream == nil {
 		return nil
 	}
 	var limits limitList
-	res, _ := v.l.decide(ctx, v.messages, v.message, &limits)
-	v.err = res.err
+	_, v.err = v.l.decide(ctx, v.stream.plans, &v.stream.call, &limits)
 	if limits.n > 0 || limits.many != nil {
 		v.limits = limits
 	}
-	return res.err
+	return v.err
 }
 
 // Settles reports whether the call's rules settle its final cost once it

@@ -73,43 +73,51 @@ func (c *check) denied() bool {
 }
 
 // decide decides a call (or one stream message) under set and returns
-// what the call gets: its error (nil admits it), and, when it is admitted,
-// what its rules are owed once it ends (settlements, seats to release), or
-// nil. The state of every enforcing limit is collected in out (see
+// what the call gets: when it is admitted, what its rules are owed once it
+// ends (settlements, seats to release), or nil; and its refusal (nil
+// admits it). The state of every enforcing limit is collected in out (see
 // LimitDecision). A refusal the rules let the call wait out is waited out,
 // within ctx and their bound, asking again after each suggested wait: a
 // stream opening that found no free seat (InFlight.StreamWait), a stream
 // message a Shape rule denied (PerMessage).
-func (l *Limiter) decide(ctx context.Context, set *planSet, call Call, out *limitList) (result, *afterCall) {
-	start := l.clk.now()
+//
+// Its frames and those below it are kept small, call and results passed
+// by pointer: a gRPC handler's goroutine starts with a small stack, and a
+// call that outgrows it pays for copying it (docs/performance.md).
+func (l *Limiter) decide(ctx context.Context, set *planSet, call *Call, out *limitList) (*afterCall, error) {
+	var res result
+	var start time.Time // of the first wait
 	var waited time.Duration
 	for {
-		res, after := l.decideOnce(ctx, set, call, out)
+		after := l.decideOnce(ctx, set, call, out, &res)
 		waits := res.seatWait || res.shape && res.hasDecision()
 		if res.err == nil || !waits {
 			if waited > 0 && res.seatWait || waited > 0 && call.Stream {
 				l.seatTel.wait.Record(ctx, l.clk.since(start).Seconds(), set.plans[0].tel.rule...)
 			}
-			return res, after
+			return after, res.err
 		}
 		// A zero wait would spin, so wait at least 1ms.
 		wait := max(res.decision.RetryAfter, time.Millisecond)
 		if waited+wait > res.maxShapeWait {
-			return res, after
+			return after, res.err
+		}
+		if waited == 0 {
+			start = l.clk.now()
 		}
 		waited += wait
 		if err := l.clk.sleep(ctx, wait); err != nil {
 			*out = limitList{}
 			msg := fmt.Sprintf("rate limit %q: the call ended while held back: %v", set.plans[0].rule.Name, err)
-			return result{outcome: outcomeCanceled, err: &refusal{kind: Canceled, msg: msg, cause: err}, cause: err}, nil
+			return nil, &refusal{kind: Canceled, msg: msg, cause: err}
 		}
 	}
 }
 
-// decideOnce decides the call once: each rule of set is one check (a
-// single rule's from a pool, as a check on the stack would escape: its
-// requests point into it).
-func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call Call, out *limitList) (res result, after *afterCall) {
+// decideOnce decides the call once, into res: each rule of set is one
+// check (a single rule's from a pool, as a check on the stack would
+// escape: its requests point into it).
+func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call *Call, out *limitList, res *result) (after *afterCall) {
 	var one [1]*check
 	all := one[:]
 	if len(set.plans) == 1 {
@@ -123,7 +131,7 @@ func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call Call, out *
 			all[i] = &cs[i]
 		}
 	}
-	res = l.decideChecks(ctx, all, set.enforcing, call)
+	l.decideChecks(ctx, all, set.enforcing, call, res)
 	l.collectLimits(ctx, out, all[:set.enforcing], res)
 	if set.owes && res.err == nil && !call.NoEnd {
 		// A call whose door never ends it owes nothing: its settlements
@@ -135,7 +143,7 @@ func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call Call, out *
 		*one[0] = check{}
 		checks.Put(one[0])
 	}
-	return res, after
+	return after
 }
 
 // checks recycles the check of single-rule decisions (BenchmarkUnaryAdmit).
@@ -144,8 +152,8 @@ var checks = sync.Pool{New: func() any { return new(check) }}
 // decideChecks decides checks, of which the first n are enforcing and the
 // rest shadow: each is prepared (its identity, limits and requests) under
 // a span of its own, then the store decides them (run), and their results
-// make the call's; every decision is recorded.
-func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call Call) result {
+// make the call's (res); every decision is recorded.
+func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call *Call, res *result) {
 	enforcing, shadows := checks[:n], checks[n:]
 	var id requestID
 	if checks[0].p.priced { // every check of a set has one scope
@@ -163,12 +171,11 @@ func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call
 			}
 		}
 	}
-	res := verdict(enforcing)
+	verdict(enforcing, res)
 	for _, c := range shadows {
 		c.res.shadowed(refused)
 	}
 	l.tel.recordAll(checks)
-	return res
 }
 
 // retry makes c ready to be asked again, as prepare left it.
@@ -223,17 +230,39 @@ func only(checks []*check, keep func(*check) bool) []*check {
 	return out
 }
 
-// verdict is the result of the call from its enforcing checks: the refusal
-// of the first fail-closed rule, else one denial naming every denying limit
-// whose trailers describe the one with the longest wait, else the first
-// other refusal; when admitted, the decision with the fewest units left.
-func verdict(enforcing []*check) result {
+// verdict makes res the result of the call from its enforcing checks: the
+// refusal of the first fail-closed rule, else one denial naming every
+// denying limit whose trailers describe the one with the longest wait,
+// else the first other refusal; when admitted, the decision with the
+// fewest units left.
+func verdict(enforcing []*check, res *result) {
 	switch len(enforcing) {
 	case 0:
-		return result{}
+		*res = result{}
+		return
 	case 1:
-		return enforcing[0].res
+		*res = enforcing[0].res
+		return
 	}
+	*res = verdictOf(enforcing).res
+	if res.err == nil || res.outcome == outcomeFailClosed {
+		return
+	}
+	shape, maxWait, denied := true, time.Duration(math.MaxInt64), false
+	for _, c := range enforcing {
+		if c.denied() {
+			denied = true
+			shape = shape && c.res.shape
+			maxWait = min(maxWait, c.res.maxShapeWait)
+		}
+	}
+	if denied {
+		res.err, res.shape, res.maxShapeWait = denial(enforcing), shape, maxWait
+	}
+}
+
+// verdictOf returns the check whose result the call's is, as verdict says.
+func verdictOf(enforcing []*check) *check {
 	if !refusedAny(enforcing) {
 		var best *check
 		for _, c := range enforcing {
@@ -242,38 +271,30 @@ func verdict(enforcing []*check) result {
 			}
 		}
 		if best == nil {
-			return enforcing[0].res
+			return enforcing[0]
 		}
-		return best.res
+		return best
 	}
 	for _, c := range enforcing {
 		if c.res.outcome == outcomeFailClosed {
-			return c.res
+			return c
 		}
 	}
 	var longest *check
-	shape, maxWait := true, time.Duration(math.MaxInt64)
 	for _, c := range enforcing {
-		if !c.denied() {
-			continue
-		}
-		if longest == nil || c.res.decision.RetryAfter > longest.res.decision.RetryAfter {
+		if c.denied() && (longest == nil || c.res.decision.RetryAfter > longest.res.decision.RetryAfter) {
 			longest = c
 		}
-		shape = shape && c.res.shape
-		maxWait = min(maxWait, c.res.maxShapeWait)
 	}
 	if longest != nil {
-		res := longest.res
-		res.err, res.shape, res.maxShapeWait = denial(enforcing), shape, maxWait
-		return res
+		return longest
 	}
 	for _, c := range enforcing {
 		if c.res.err != nil && c.res.err != errSkipped {
-			return c.res
+			return c
 		}
 	}
-	return enforcing[0].res
+	return enforcing[0]
 }
 
 // requestID is a call's request id (empty for none), or the error that

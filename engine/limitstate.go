@@ -10,7 +10,7 @@ import (
 // checks that a store decided, as res (their call's result) left it, each
 // named as every door reports it (LimitDecision.Policy). One limit is kept
 // in out itself, so that the common call allocates nothing for it.
-func (l *Limiter) collectLimits(ctx context.Context, out *limitList, enforcing []*check, res result) {
+func (l *Limiter) collectLimits(ctx context.Context, out *limitList, enforcing []*check, res *result) {
 	if res.err != nil {
 		l.undebited(ctx, enforcing)
 	}

@@ -15,7 +15,7 @@ import (
 // prepare finds the check's identity, limits and cost and builds its
 // requests, or fills its result with the refusal. id is the call's request
 // id, or the error reading it; a check that is not priced sends none.
-func (l *Limiter) prepare(c *check, call Call, id requestID) {
+func (l *Limiter) prepare(c *check, call *Call, id requestID) {
 	p, res := c.p, &c.res
 	if call.NoEnd && p.inFlight != nil {
 		// The seat could never be given back.
@@ -76,7 +76,7 @@ func (l *Limiter) prepare(c *check, call Call, id requestID) {
 
 // identity returns the store key for the call and the key function's value
 // in it, or fills res with the rejection.
-func identity(ctx context.Context, p *plan, call Call, res *result) (key, value string, ok bool) {
+func identity(ctx context.Context, p *plan, call *Call, res *result) (key, value string, ok bool) {
 	r := p.rule
 	value, err := r.Key(ctx, keyfunc.Call{Method: call.Method, Header: call.Header, Peer: call.Peer})
 	anonymous := false

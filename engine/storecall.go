@@ -67,7 +67,12 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 		// The call's own deadline, before the store's shorter one wraps it.
 		setReplayTTL(checks, max(time.Until(deadline), 0)+replayMargin)
 	}
-	r, elapsed, err := l.calls.Do(ctx, func(ctx context.Context) error { return l.askAll(ctx, l.store, checks, false) })
+	// Open and End rather than Do: no closure's frame on the way down.
+	r, elapsed, err := storecall.Unasked, time.Duration(0), storecall.ErrBreakerOpen
+	if call, ok := l.calls.Open(ctx); ok {
+		err = l.askAll(call.Ctx, l.store, checks, false)
+		r, elapsed = call.End(err)
+	}
 	if r.Measured() {
 		for _, c := range checks {
 			c.store = storeCall{measured: true, failed: r == storecall.Failed, elapsed: elapsed}

@@ -6,6 +6,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
 
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/grpcstatus"
 )
 
@@ -32,9 +33,7 @@ type middlewareLimiter struct{ l *Limiter }
 // grpc.Method. It returns nil when the call may proceed.
 func (m middlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	c := call(ctx, method, nil, false)
-	c.NoEnd = true
-	v := m.l.Begin(ctx, c)
+	v := m.l.Begin(ctx, engine.Call{Method: method, Header: header(ctx), Peer: peerOf(ctx), NoEnd: true})
 	if md := grpcstatus.Trailer(&v, m.l.AdmittedTrailers()); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}

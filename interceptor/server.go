@@ -24,7 +24,7 @@ var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicke
 // stay retryable by the client's retry policy.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		v := l.Begin(ctx, call(ctx, info.FullMethod, req, false))
+		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Request: req})
 		if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -53,7 +53,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		v := l.Begin(ctx, call(ctx, info.FullMethod, nil, true))
+		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Stream: true})
 		if err := grpcstatus.Refusal(&v); err != nil {
 			if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 				ss.SetTrailer(md)
@@ -72,19 +72,20 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
-// call presents a gRPC call to the engine: its metadata, read where grpc-go
-// keeps it (its "-bin" values decoded), and its peer.
-func call(ctx context.Context, method string, req any, stream bool) engine.Call {
-	c := engine.Call{
-		Method:  method,
-		Header:  keyfunc.MetadataHeader(ctx, metadata.ValueFromIncomingContext),
-		Request: req,
-		Stream:  stream,
-	}
+// header presents a gRPC call's metadata to the engine, read where grpc-go
+// keeps it (its "-bin" values decoded). The call is built where Begin is
+// called, so that it is not copied on the way: a handler's goroutine
+// starts with a small stack.
+func header(ctx context.Context) keyfunc.Header {
+	return keyfunc.MetadataHeader(ctx, metadata.ValueFromIncomingContext)
+}
+
+// peerOf is the address of the call's peer, or "".
+func peerOf(ctx context.Context) string {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		c.Peer = p.Addr.String()
+		return p.Addr.String()
 	}
-	return c
+	return ""
 }
 
 // limitedStream gives the handler the call's context (carrying its cost
