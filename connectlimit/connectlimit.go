@@ -56,15 +56,17 @@ type limiter struct{ l *engine.Limiter }
 // errPanicked is the error a call whose handler panicked is settled with.
 var errPanicked = status.Error(codes.Internal, "connectlimit: the handler panicked")
 
-// begin decides a call of spec with header from peer.
-func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) engine.Verdict {
-	return i.l.Begin(ctx, engine.Call{
+// call presents a call of spec with header from peer to the engine. It is
+// inlined where Begin is called, so that neither the call nor the Verdict
+// is copied on the way: a handler's goroutine starts with a small stack.
+func call(spec connect.Spec, header http.Header, peer connect.Peer, req any) engine.Call {
+	return engine.Call{
 		Method:  spec.Procedure,
 		Header:  keyfunc.HTTPHeader(header),
 		Peer:    peer.Addr,
 		Request: req,
 		Stream:  spec.StreamType != connect.StreamTypeUnary,
-	})
+	}
 }
 
 // WrapUnary limits a handler's unary calls.
@@ -73,7 +75,7 @@ func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		v := i.begin(ctx, req.Spec(), req.Header(), req.Peer(), req.Any())
+		v := i.l.Begin(ctx, call(req.Spec(), req.Header(), req.Peer(), req.Any()))
 		if err := grpcstatus.Refusal(&v); err != nil {
 			return nil, refusal(err, i.trailer(&v))
 		}
@@ -98,7 +100,7 @@ func (i *limiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 // stream opens, then one per message received under PerMessage rules.
 func (i *limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		v := i.begin(ctx, conn.Spec(), conn.RequestHeader(), conn.Peer(), nil)
+		v := i.l.Begin(ctx, call(conn.Spec(), conn.RequestHeader(), conn.Peer(), nil))
 		if err := grpcstatus.Refusal(&v); err != nil {
 			return refusal(err, i.trailer(&v))
 		}
