@@ -58,8 +58,8 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 	if len(lay.parts) > 1 || !r.sameSlot(seatKey, lay.keys[0]) {
 		return allowWithSeat(ctx, r, s, reqs)
 	}
-	c := newCall(ctx, reqs, lay.keys, mode)
-	nkeys := len(c.keys)
+	c := r.newCall(ctx, reqs, lay.keys, mode)
+	nkeys := len(c.keys) + 1 // and the lineage key
 	args := make([]any, 0, len(c.args)+5)
 	args = append(args, nil, nil, int64(nkeys+2))
 	args = append(args, c.args[3:3+nkeys]...)

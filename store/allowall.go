@@ -43,7 +43,7 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return r.overdraw(ctx, reqs, lay)
 	}
 	if len(lay.parts) == 1 {
-		c := newCall(ctx, reqs, lay.keys, mode)
+		c := r.newCall(ctx, reqs, lay.keys, mode)
 		if err := r.send(ctx, c); err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
 		}

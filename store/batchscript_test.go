@@ -239,7 +239,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 		}
 		set = append(set, req)
 	}
-	batch = append(batch, newCall(ctx, set, st.setKeys(set, ""), decideMode{}))
+	batch = append(batch, st.newCall(ctx, set, st.setKeys(set, ""), decideMode{}))
 	st.runBatch(batch)
 	for i, c := range batch[:300] {
 		<-c.done
@@ -320,7 +320,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		}
 		return append(head, int64(limits[limit].Algorithm), p.Rate, p.Period, p.Capacity, p.Cost)
 	}
-	want = append(want, "", 5) // no era: the gate stamps it as the call leaves
+	want = append(want, batch[0].lineage, "", 5) // the slot's lineage key; no era: the gate stamps it as the call leaves
 	want = append(want, profile("", 0, 4)...)
 	want = append(want, profile("x", 1, 1)...)
 	want = append(want, profile("", 2, 1)...)
@@ -346,8 +346,8 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		}
 		return s.args[2].(int64), got
 	}
-	if nkeys, got := args(short); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 8 {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 8 keys\n%v", nkeys, got, want)
+	if nkeys, got := args(short); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 9 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 9 keys\n%v", nkeys, got, want)
 	}
 	// Two profiles for four decisions: profiles.
 	few := []*call{batch[0], batch[7], batch[2], batch[9]}
@@ -355,12 +355,12 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	for _, c := range few {
 		want = append(want, c.keys[0])
 	}
-	want = append(want, "", 2)
+	want = append(want, batch[0].lineage, "", 2)
 	want = append(want, profile("", 0, 4)...)
 	want = append(want, profile("", 2, 1)...)
 	want = append(want, 1, 1, 2, 2)
-	if nkeys, got := args(few); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 4 {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 4 keys\n%v", nkeys, got, want)
+	if nkeys, got := args(few); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 5 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 5 keys\n%v", nkeys, got, want)
 	}
 	// Eight profiles for eleven decisions: inline.
 	want = nil
@@ -369,14 +369,14 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			want = append(want, k)
 		}
 	}
-	want = append(want, "", 0)
+	want = append(want, batch[0].lineage, "", 0)
 	for _, c := range batch {
 		for _, a := range c.argv {
 			want = append(want, a)
 		}
 	}
-	if nkeys, got := args(batch); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 16 {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 16 keys, inline\n%v", nkeys, got, want)
+	if nkeys, got := args(batch); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 17 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 17 keys, inline\n%v", nkeys, got, want)
 	}
 	// The shared call and its argument slice; nothing per decision or
 	// profile.

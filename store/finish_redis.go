@@ -52,7 +52,7 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	}
 	f := &finishPart{}
 	if len(reqs) > 0 {
-		f.settle = newSettlePart(reqs, states, admitted, costs, all, r.recordsFor(settleMode(reqs)))
+		f.settle = r.newSettlePart(reqs, states, admitted, costs, all, r.recordsFor(settleMode(reqs)))
 	}
 	for _, s := range release {
 		prefix := r.keyPrefix(s.Key)

@@ -42,7 +42,7 @@ func (r *Redis) journalCall(c *call) {
 	h := c.mode.header()
 	for i := range c.entries {
 		g := c.argv[h+entryArgs*i:]
-		w := failover.Write{Key: c.keys[i], Alg: g[0], Rate: g[1], Period: g[2], Capacity: g[3], Delta: g[4]}
+		w := failover.Write{Key: c.keys[i], Lineage: c.lineage, Alg: g[0], Rate: g[1], Period: g[2], Capacity: g[3], Delta: g[4]}
 		if c.mode.markers() {
 			w.Aux, w.AuxKind, w.AuxUntil = c.keys[c.entries+i], auxMarker, c.now+1000*c.mode.ttlMs
 		}
@@ -88,7 +88,7 @@ func (r *Redis) journalSettle(p *settlePart, era string) {
 			continue // nothing written
 		}
 		a := p.argv[settleEntryArgs*k:]
-		w := failover.Write{Key: key, Delta: g[settleApplied], Alg: a[0], Rate: a[1], Period: a[2], Capacity: a[3], DebitedAt: a[6], AdmReset: a[7]}
+		w := failover.Write{Key: key, Lineage: p.lineage, Delta: g[settleApplied], Alg: a[0], Rate: a[1], Period: a[2], Capacity: a[3], DebitedAt: a[6], AdmReset: a[7]}
 		if p.records != nil {
 			w.Aux, w.AuxKind, w.AuxValue, w.AuxUntil = p.records[k], auxRecord, a[5], p.now+1000*p.ttlMs
 		}

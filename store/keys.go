@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -419,3 +421,56 @@ func (r *Redis) partition(states []string) [][]int {
 	}
 	return parts
 }
+
+// The lineage keys (lua/doc.go, Lineage): a call stamped with an era that
+// writes a state also writes the lineage of its slot, one key per slot and
+// prefix,
+//
+//	<prefix>{!L<t>}:lineage
+//
+// where <t> is the shortest base-36 number that puts the tag on the slot,
+// so that the key can join any call on that slot; a client of one server
+// (a single node, Sentinel) has one, <prefix>{!L}:lineage. No other
+// layout's tag starts "!L": the tagged layout's are "!" and digits, the
+// overrides' "!ov".
+type lineageKeys struct {
+	one    string                   // a client of one server's, and a Ring's
+	prefix string                   // a Cluster client's: the keys are made as their slots are met
+	slots  []atomic.Pointer[string] // by slot; nil off a Cluster
+}
+
+func newLineageKeys(prefix string, cluster bool) *lineageKeys {
+	l := &lineageKeys{one: prefix + "{!L}:lineage", prefix: prefix}
+	if cluster {
+		l.slots = make([]atomic.Pointer[string], 16384)
+	}
+	return l
+}
+
+// of returns the lineage key of key's slot.
+func (l *lineageKeys) of(key string) string {
+	if l.slots == nil {
+		return l.one
+	}
+	s := slot(key)
+	if p := l.slots[s].Load(); p != nil {
+		return *p
+	}
+	k := l.prefix + "{" + slotTags()[s] + "}:lineage"
+	l.slots[s].Store(&k)
+	return k
+}
+
+// slotTags holds, for each Cluster slot, the lineage tag "!L<t>" on it,
+// made once (about 170,000 CRCs, a few milliseconds) when a Cluster
+// client's first lineage key is needed.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, 16384)
+	for n, left := int64(0), len(tags); left > 0; n++ {
+		tag := "!L" + strconv.FormatInt(n, 36)
+		if s := crc16(tag) % 16384; tags[s] == "" {
+			tags[s], left = tag, left-1
+		}
+	}
+	return tags
+})

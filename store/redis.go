@@ -74,6 +74,8 @@ type Redis struct {
 	// each shared tag's prefix: the store's and the tag in braces.
 	tagCount    int
 	tagPrefixes []string
+	// lineage names each slot's lineage key (keys.go).
+	lineage *lineageKeys
 	// Failover handling (failover.go): the client's hooks, the journal's
 	// window (WithJournal) and memory (WithJournalBytes), and the client's
 	// failover machinery, nil when off; closeOnce and lastStore are
@@ -124,6 +126,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	r.deadlineSafe = honoursDeadlines(c)
 	r.cluster, _ = c.(*redis.ClusterClient)
 	r.tagPrefixes = tagPrefixes(r.prefix, r.tagCount)
+	r.lineage = newLineageKeys(r.prefix, r.cluster != nil)
 	r.startJournal() // failover.go
 	return r, nil
 }

@@ -136,6 +136,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 
 	// The demonstration: a script go-redis may retry runs several times.
 	keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain", "")
+	keys = append(keys, st.lineage.of(keys[0]))
 	runs := asleep(func() {
 		argv := []any{"", modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
 		_ = plainDecide.EvalSha(ctx, tc.client, keys, argv...).Err()

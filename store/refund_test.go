@@ -22,7 +22,7 @@ import (
 func debitCall(t *testing.T, st *Redis, reqs []tollgate.Request, mode decideMode) *call {
 	t.Helper()
 	ctx := context.Background()
-	c := newCall(ctx, reqs, st.setKeys(reqs, mode.markerID()), mode)
+	c := st.newCall(ctx, reqs, st.setKeys(reqs, mode.markerID()), mode)
 	if err := st.send(ctx, c); err != nil || c.err != nil {
 		t.Fatalf("debit of %+v: %v, %v", reqs, err, c.err)
 	}
@@ -40,7 +40,7 @@ func sendRefund(t *testing.T, st *Redis, reqs []tollgate.Request, c *call, id st
 	for i := range part {
 		part[i] = i
 	}
-	ps := refundParts(reqs, st.setKeys(reqs, ""), []*call{c}, [][]int{part}, id)
+	ps := st.refundParts(reqs, st.setKeys(reqs, ""), []*call{c}, [][]int{part}, id)
 	out := make([]tollgate.Decision, len(reqs))
 	if err := st.settleParts(context.Background(), ps, [][]int{part}, out); err != nil {
 		t.Fatalf("refund: %v", err)

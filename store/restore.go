@@ -58,13 +58,14 @@ type restoreEntry struct {
 }
 
 // Restore applies entries (see failover.Restorer). It reads first the
-// lineage of every key the entries change, in one pipeline, and leaves
-// out the writes the new primary holds; the others of one key are summed
-// where they can be (debits with no marker or record beside them, one
-// after the other). Then restore script calls, grouped by Cluster slot,
-// the entries of one key together in the order of their sequences (the
-// script compares each with the key's lineage again); and the seats as
-// seat script calls; all in one pipeline under ctx. What each call applied
+// lineage of every slot the entries' writes were made on, in one
+// pipeline, and leaves out the writes the new primary holds; the others
+// of one key are summed where they can be (debits with no marker or
+// record beside them, one after the other). Then restore script calls,
+// grouped by lineage key (a slot), the entries of one key together in the
+// order of their sequences (the script compares each with the slot's
+// lineage again); and the seats as seat script calls; all in one pipeline
+// under ctx. What each call applied
 // is journaled again, in the era it was stamped with: restored on a new
 // primary, a write is that primary's to lose.
 func (f *clientFailover) Restore(ctx context.Context, entries []failover.Entry) (applied, held int, failed []failover.Entry, err error) {
@@ -105,9 +106,9 @@ func (f *clientFailover) Restore(ctx context.Context, entries []failover.Entry) 
 }
 
 // lacked returns the entries (sorted by key and sequence) the lineage of
-// their keys, read now, does not hold, and how many it holds. A key whose
-// state could not be read keeps all its entries: the restore script
-// compares them.
+// their slots, read now, does not hold, and how many it holds. A slot
+// whose lineage could not be read keeps all its entries: the restore
+// script compares them.
 func (f *clientFailover) lacked(ctx context.Context, entries []failover.Entry) ([]failover.Entry, int) {
 	if len(entries) == 0 {
 		return nil, 0
@@ -115,14 +116,14 @@ func (f *clientFailover) lacked(ctx context.Context, entries []failover.Entry) (
 	pipe := f.send.client.Pipeline()
 	gets := map[string]*redis.StringCmd{}
 	for _, e := range entries {
-		if _, ok := gets[e.Write.Key]; !ok {
-			gets[e.Write.Key] = pipe.Get(ctx, e.Write.Key)
+		if _, ok := gets[e.Write.Lineage]; !ok {
+			gets[e.Write.Lineage] = pipe.Get(ctx, e.Write.Lineage)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
 	out, held := entries[:0], 0
 	for _, e := range entries {
-		get := gets[e.Write.Key]
+		get := gets[e.Write.Lineage]
 		if v, err := get.Result(); (err == nil || err == redis.Nil) && parseLineage(v).holds(e.Era, e.Seq) {
 			held++
 			continue
@@ -132,7 +133,7 @@ func (f *clientFailover) lacked(ctx context.Context, entries []failover.Entry) (
 	return out, held
 }
 
-// lineage is a state's lineage (lua/lineage_read.lua), as the restore
+// lineage is a slot's lineage (lua/lineage_read.lua), as the restore
 // script reads it.
 type lineage struct {
 	seq       int64
@@ -142,14 +143,9 @@ type lineage struct {
 	hasLineal bool
 }
 
-// parseLineage reads the lineage at the end of a state string ("" when the
-// key is absent).
-func parseLineage(state string) lineage {
-	_, tail, ok := strings.Cut(state, "|")
-	if !ok {
-		return lineage{}
-	}
-	f := strings.Fields(tail)
+// parseLineage reads a lineage key's value ("" when the key is absent).
+func parseLineage(value string) lineage {
+	f := strings.Fields(value)
 	var l lineage
 	if len(f) != 2 && len(f) != 4 {
 		return lineage{}
@@ -250,16 +246,13 @@ func (f *clientFailover) restored(c restoreCall) (applied, held int, err error) 
 }
 
 // restoreStates lays out entries (sorted by key) as restore calls: grouped
-// by Cluster slot on a Cluster, at most restoreChunk entries a call but
-// never a key split.
+// by lineage key (a slot, and a store's prefix), at most restoreChunk
+// entries a call but never a key split.
 func (f *clientFailover) restoreStates(entries []restoreEntry) []restoreCall {
-	groups := map[int][]restoreEntry{}
-	var order []int
+	groups := map[string][]restoreEntry{}
+	var order []string
 	for _, e := range entries {
-		k := 0
-		if f.send.cluster != nil {
-			k = slot(e.Write.Key)
-		}
+		k := e.Write.Lineage
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -284,10 +277,11 @@ func (f *clientFailover) restoreStates(entries []restoreEntry) []restoreCall {
 	return out
 }
 
-// restoreLayout lays out one restore call (lua/doc.go, Restore).
+// restoreLayout lays out one restore call (lua/doc.go, Restore): entries
+// of one lineage key.
 func (f *clientFailover) restoreLayout(entries []restoreEntry) []any {
-	args := make([]any, 3, 3+3*len(entries)+2+restoreArgs*len(entries))
-	args[2] = int64(3 * len(entries))
+	args := make([]any, 3, 3+3*len(entries)+3+restoreArgs*len(entries))
+	args[2] = int64(3*len(entries) + 1)
 	for _, e := range entries {
 		aux := e.Write.Aux
 		if e.Write.AuxKind == auxNone {
@@ -295,7 +289,7 @@ func (f *clientFailover) restoreLayout(entries []restoreEntry) []any {
 		}
 		args = append(args, e.Write.Key, aux, e.Write.Key+":x:"+f.id)
 	}
-	args = append(args, eraNone, f.recordTTL.Milliseconds())
+	args = append(args, entries[0].Write.Lineage, eraNone, f.recordTTL.Milliseconds())
 	for _, e := range entries {
 		w := e.Write
 		args = append(args, w.Alg, w.Rate, w.Period, w.Capacity, w.Delta, w.DebitedAt, w.AdmReset,

@@ -107,7 +107,7 @@ func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, lay layout,
 	rec := r.recordsFor(mode)
 	ps := make([]*settlePart, len(lay.parts))
 	for j, part := range lay.parts {
-		ps[j] = newSettlePart(reqs, lay.keys, admitted, costs, part, rec)
+		ps[j] = r.newSettlePart(reqs, lay.keys, admitted, costs, part, rec)
 	}
 	out := make([]tollgate.Decision, len(reqs))
 	err := r.settleParts(ctx, ps, lay.parts, out)

@@ -22,6 +22,7 @@ type settlePart struct {
 	// settleRecord and settleRefund); markers the request-id markers a
 	// refund deletes (settleRefund).
 	states, records, markers []string
+	lineage                  string  // the lineage key of their slot (lua/doc.go, Lineage)
 	argv                     []int64 // settleEntryArgs per entry
 	// Written by whoever runs the call: settleReplyLen integers per entry,
 	// and the server time.
@@ -52,8 +53,9 @@ func (r *Redis) recordsFor(mode int64) settleRecords {
 // newSettlePart lays out the entries of the requests part names, whose
 // state keys are states[i], settled at costs against admitted, as rec
 // says.
-func newSettlePart(reqs []tollgate.Request, states []string, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) *settlePart {
+func (r *Redis) newSettlePart(reqs []tollgate.Request, states []string, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) *settlePart {
 	p := &settlePart{mode: rec.mode, markers: rec.markers, states: make([]string, 0, len(part)), argv: make([]int64, 0, settleEntryArgs*len(part))}
+	p.lineage = r.lineage.of(states[part[0]])
 	records := rec.mode == settleRecord || rec.mode == settleRefund
 	if records {
 		p.ttlMs, p.records = rec.ttlMs, make([]string, 0, len(part))
@@ -84,10 +86,11 @@ func (p *settlePart) foldsWith(o *settlePart) bool {
 	return p.mode == o.mode && p.ttlMs == o.ttlMs && p.markers == nil && o.markers == nil && p.mode != settleRefund
 }
 
-// settleArgs lays out parts (of one mode, foldsWith one another) as one
-// settle script call: EVALSHA sha numkeys KEYS... era mode ttl ARGV....
+// settleArgs lays out parts (of one mode and one slot, foldsWith one
+// another) as one settle script call: EVALSHA sha numkeys KEYS... lineage
+// era mode ttl ARGV....
 func settleArgs(parts []*settlePart) []any {
-	nkeys, nargv := 0, 0
+	nkeys, nargv := 1, 0 // the lineage key
 	for _, p := range parts {
 		nkeys += len(p.states) + len(p.records) + len(p.markers)
 		nargv += len(p.argv)
@@ -109,7 +112,7 @@ func settleArgs(parts []*settlePart) []any {
 			args = append(args, k)
 		}
 	}
-	args = append(args, eraNone, parts[0].mode, parts[0].ttlMs)
+	args = append(args, parts[0].lineage, eraNone, parts[0].mode, parts[0].ttlMs)
 	for _, p := range parts {
 		for _, v := range p.argv {
 			args = append(args, v)

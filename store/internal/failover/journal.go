@@ -14,8 +14,8 @@ import (
 type Entry struct {
 	// Era is the era the write was stamped with: its primary's.
 	Era string
-	// Seq is the sequence the write left its key's lineage at (0 for a
-	// seat, which has none).
+	// Seq is the sequence of the call that made the write, as it left its
+	// slot's lineage (0 for a seat, which has none).
 	Seq int64
 	// At is the write's time, and Expires when its effect ends (a seat:
 	// when it expires), in µs on its primary's clock.
@@ -31,6 +31,10 @@ type Write struct {
 	// Key is the state key (a seat's: the identity's seats key), and Aux
 	// the marker or record key beside it (a seat's: its hold-time key).
 	Key, Aux string
+	// Lineage is the lineage key of Key's slot, which the call that made
+	// the write wrote its sequence to (lua/doc.go, Lineage); "" for a
+	// seat, which has none.
+	Lineage string
 	// Alg, Rate, Period and Capacity are the limit, as the scripts take
 	// it (internal/algo.ParamsOf).
 	Alg, Rate, Period, Capacity int64
@@ -51,7 +55,8 @@ type Write struct {
 const entrySize = int64(unsafe.Sizeof(Entry{}))
 
 // size is what e costs the journal: the entry and the bytes of its
-// strings, which it keeps alive.
+// strings, which it keeps alive (the lineage key is shared by the writes
+// of its slot).
 func (e *Entry) size() int64 {
 	w := &e.Write
 	return entrySize + int64(len(w.Key)+len(w.Aux)+len(w.Seat))
