@@ -194,6 +194,9 @@ type sample struct {
 	// Redis server (all threads) and of this process (the callers, the
 	// limiter, gRPC when measured).
 	redisCPU, clientCPU float64
+	// server is what each server measured spent per operation, with
+	// -serverstats.
+	server serverStats
 }
 
 // run calls op from callers goroutines as fast as they can for m.cfg.d and
@@ -208,6 +211,12 @@ func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) e
 	redisBefore, err := m.serverCPU(ctx)
 	if err != nil {
 		return nil, err
+	}
+	var statsBefore serverStats
+	if m.cfg.serverNotes != nil {
+		if statsBefore, err = readServerStats(ctx, m.servers()); err != nil {
+			return nil, err
+		}
 	}
 	clientBefore := bench.ProcessCPU()
 	hists := make([]bench.Histogram, callers)
@@ -265,6 +274,13 @@ func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) e
 	}
 	if scripts.Calls > 0 {
 		s.usPerScript = float64(scripts.Usec) / float64(scripts.Calls)
+	}
+	if s.ops > 0 && statsBefore != nil {
+		after, err := readServerStats(ctx, m.servers())
+		if err != nil {
+			return nil, err
+		}
+		s.server = after.perOp(statsBefore, s.ops)
 	}
 	if s.ops > 0 {
 		s.scriptsPerOp = float64(scripts.Calls) / float64(s.ops)
@@ -361,6 +377,7 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 			}
 		}
 		rows = append(rows, r)
+		m.cfg.serverNotes.add(section, keys, callers, s.name, samples[i])
 	}
 	return rows, nil
 }
