@@ -44,12 +44,12 @@ func (r *Redis) journalCall(c *call) {
 		g := c.argv[h+entryArgs*i:]
 		w := failover.Write{Key: c.keys[i], Lineage: c.lineage, Alg: g[0], Rate: g[1], Period: g[2], Capacity: g[3], Delta: g[4]}
 		if c.mode.markers() {
-			w.Aux, w.AuxKind, w.AuxUntil = c.keys[c.entries+i], auxMarker, c.now+1000*c.mode.ttlMs
+			w.Aux, w.AuxKind, w.AuxUntil = c.keys[c.entries+i], failover.AuxMarker, c.now+1000*c.mode.ttlMs
 		}
-		f.add(failover.Entry{Era: c.era, Seq: c.seqs[i], At: c.now, Expires: c.now + c.decisions[i].ResetAfter.Microseconds(), Write: w})
+		f.Add(failover.Entry{Era: c.era, Seq: c.seqs[i], At: c.now, Expires: c.now + c.decisions[i].ResetAfter.Microseconds(), Write: w})
 	}
 	if a := c.admit; a != nil {
-		f.add(failover.Entry{Era: c.era, At: c.now, Expires: c.now + a.seat.TTL.Microseconds(),
+		f.Add(failover.Entry{Era: c.era, At: c.now, Expires: c.now + a.seat.TTL.Microseconds(),
 			Write: failover.Write{Key: a.seatKey[0], Aux: a.seatKey[1], Seat: a.seat.ID}})
 	}
 }
@@ -72,7 +72,7 @@ func (r *Redis) journalSeat(c *call) {
 		return
 	}
 	e.Write = w
-	r.failover.add(e)
+	r.failover.Add(e)
 }
 
 // journalSettle journals what p, a settle part answered, wrote, stamped
@@ -90,9 +90,9 @@ func (r *Redis) journalSettle(p *settlePart, era string) {
 		a := p.argv[settleEntryArgs*k:]
 		w := failover.Write{Key: key, Lineage: p.lineage, Delta: g[settleApplied], Alg: a[0], Rate: a[1], Period: a[2], Capacity: a[3], DebitedAt: a[6], AdmReset: a[7]}
 		if p.records != nil {
-			w.Aux, w.AuxKind, w.AuxValue, w.AuxUntil = p.records[k], auxRecord, a[5], p.now+1000*p.ttlMs
+			w.Aux, w.AuxKind, w.AuxValue, w.AuxUntil = p.records[k], failover.AuxRecord, a[5], p.now+1000*p.ttlMs
 		}
-		f.add(failover.Entry{Era: era, Seq: g[settleSeq], At: p.now, Expires: p.now + g[settleResetAfter], Write: w})
+		f.Add(failover.Entry{Era: era, Seq: g[settleSeq], At: p.now, Expires: p.now + g[settleResetAfter], Write: w})
 	}
 }
 
@@ -106,6 +106,6 @@ func (r *Redis) journalFinish(f *finishPart, era string) {
 		r.journalSettle(f.settle, era)
 	}
 	for i, k := range f.seats {
-		r.failover.add(failover.Entry{Era: era, At: f.now, Expires: f.now, Write: failover.Write{Key: k[0], Aux: k[1], Seat: f.ids[i], Release: true}})
+		r.failover.Add(failover.Entry{Era: era, At: f.now, Expires: f.now, Write: failover.Write{Key: k[0], Aux: k[1], Seat: f.ids[i], Release: true}})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/store/internal/failover"
 )
 
 // Redis is a tollgate.Store that makes every decision with one Lua script on
@@ -76,14 +77,15 @@ type Redis struct {
 	tagPrefixes []string
 	// lineage names each slot's lineage key (keys.go).
 	lineage *lineageKeys
-	// Failover handling (failover.go): the client's hooks, the journal's
-	// window (WithJournal) and memory (WithJournalBytes), and the client's
-	// failover machinery, nil when off; closeOnce and lastStore are
-	// Close's.
+	// Failover handling (redis_failover.go): the client's hooks, the
+	// journal's window (WithJournal) and memory (WithJournalBytes), when
+	// exactness is paid (WithExactness), and the client's failover
+	// machinery, nil when off; closeOnce and lastStore are Close's.
 	hooks         *clientHooks
 	journalWindow time.Duration
 	journalBytes  int64
-	failover      *clientFailover
+	exactness     Exactness
+	failover      *failover.Client
 	closeOnce     sync.Once
 	lastStore     bool
 	// persistence is the one check that Redis persists long limits
@@ -127,7 +129,7 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	r.cluster, _ = c.(*redis.ClusterClient)
 	r.tagPrefixes = tagPrefixes(r.prefix, r.tagCount)
 	r.lineage = newLineageKeys(r.prefix, r.cluster != nil)
-	r.startJournal() // failover.go
+	r.startFailover() // redis_failover.go
 	return r, nil
 }
 

@@ -42,7 +42,7 @@ type Write struct {
 	// settle script applies a delta; DebitedAt and AdmReset are a
 	// give-back's admission (µs), as the settle script takes them.
 	Delta, DebitedAt, AdmReset int64
-	// AuxKind says what Aux is (0 none, 1 a request-id marker, 2 a
+	// AuxKind says what Aux is (AuxNone, AuxMarker or AuxRecord, a
 	// settlement record holding AuxValue), and AuxUntil when it ends (µs).
 	AuxKind, AuxValue, AuxUntil int64
 	// Seat is set for a seat: its id, and whether the write released it
@@ -50,6 +50,13 @@ type Write struct {
 	Seat    string
 	Release bool
 }
+
+// What a Write's Aux is (the restore script's aux, lua/doc.go).
+const (
+	AuxNone   = 0 // nothing beside the state
+	AuxMarker = 1 // a request-id marker
+	AuxRecord = 2 // a settlement record
+)
 
 // entrySize is what an entry costs the journal, its strings apart.
 const entrySize = int64(unsafe.Sizeof(Entry{}))
