@@ -74,7 +74,7 @@ type Client struct {
 	blind     sync.Once // the warning that a server refuses INFO, once
 
 	mu     sync.Mutex
-	gates  map[string]*Gate      // by node address; "" for a *redis.Client's one server
+	gates  map[string]*Gate       // by node address; "" for a *redis.Client's one server
 	hooked map[*redis.Client]bool // the clients a gate is on
 	ids    map[string]string      // a Cluster node's id, by address
 	stores int                    // stores sharing it, not closed
@@ -157,7 +157,10 @@ func (f *Client) Install(c *redis.Client, node string) {
 	if g == nil {
 		g = NewGate(GateConfig{
 			Node: node, Journal: f.journal, Restorer: f, Stamped: f.cfg.Stamped,
-			Info:      func(ctx context.Context) (ReplInfo, error) { inf, _, err := f.read(ctx, node, c, false); return inf, err },
+			Info: func(ctx context.Context) (ReplInfo, error) {
+				inf, _, err := f.read(ctx, node, c, false)
+				return inf, err
+			},
 			Exactness: f.cfg.Exactness, Grace: f.cfg.Window, OnCall: f.watcher.Called,
 		})
 		g.OnBlind = func(err error) {

@@ -323,4 +323,3 @@ func (f *Client) restoreSeats(entries []Entry) []restoreCall {
 	}
 	return out
 }
-
