@@ -32,4 +32,3 @@ func WithMaxKeys(n int) MemoryOption {
 	}
 	return memoryOption(func(m *Memory) { m.maxKeys = n })
 }
-

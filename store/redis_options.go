@@ -163,4 +163,3 @@ func WithMeterProvider(mp metric.MeterProvider) RedisOption {
 	}
 	return redisOption(func(r *Redis) { r.persistence.meter = mp })
 }
-
