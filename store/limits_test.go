@@ -216,7 +216,7 @@ func TestCalendarResetMatchesRedisTime(t *testing.T) {
 				var tm time.Time
 				var err error
 				if cc, ok := c.(*redis.ClusterClient); ok {
-					node, e := cc.MasterForKey(ctx, decisionKeys(st.prefix, l.Algorithm, key, "")[0])
+					node, e := cc.MasterForKey(ctx, decisionKeys(st.keys.prefix, l.Algorithm, key, "")[0])
 					if e != nil {
 						t.Fatal(e)
 					}

@@ -57,8 +57,8 @@ func batchScriptShares(t *testing.T, c redis.UniversalClient, nodes []*redistest
 		for _, withID := range []bool{false, true} {
 			t.Run(fmt.Sprintf("batch-script=%v/request-id=%v", on, withID), func(t *testing.T) {
 				st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
-				if st.usesBatchScript() != (on && shares) {
-					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.usesBatchScript())
+				if st.batchScript != (on && shares) {
+					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.batchScript)
 				}
 				var calls, admitted [identities]atomic.Int64
 				before := scriptCalls()
@@ -119,7 +119,7 @@ func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, st.decisionCall(context.Background(), req, st.modeFor(id, 0)))
+		out = append(out, st.keys.decisionCall(context.Background(), req, st.replays.modeFor(id, 0)))
 	}
 	return out
 }
@@ -132,7 +132,7 @@ func TestBatchScriptFailsAsAWhole(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
 	st := newRedis(t, c, WithPrefix(prefix), WithDenyCache(0))
-	if !st.usesBatchScript() {
+	if !st.batchScript {
 		t.Fatal("a store on a single node does not use the batch script")
 	}
 	batch := append(batchCalls(t, st, "", "a", "bad"), batchCalls(t, st, "id-1", "b")...)
@@ -239,7 +239,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 		}
 		set = append(set, req)
 	}
-	batch = append(batch, st.newCall(ctx, set, st.setKeys(set, ""), decideMode{}))
+	batch = append(batch, st.keys.newCall(ctx, set, st.keys.setKeys(set, ""), decideMode{}))
 	st.runBatch(batch)
 	for i, c := range batch[:300] {
 		<-c.done
@@ -295,11 +295,11 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mode := st.modeFor(d.id, 0)
+			mode := st.replays.modeFor(d.id, 0)
 			if d.peek {
 				mode = decideMode{peek: true}
 			}
-			out = append(out, st.decisionCall(ctx, req, mode))
+			out = append(out, st.keys.decisionCall(ctx, req, mode))
 		}
 		return out
 	}
@@ -316,7 +316,7 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		p := algo.ParamsOf(tollgate.Request{Limit: limits[limit], Cost: cost})
 		head := []any{int64(modeNoID), 0}
 		if id != "" {
-			head = []any{st.modeFor(id, 0).arg(), st.replays.ttlMs()}
+			head = []any{st.replays.modeFor(id, 0).arg(), st.replays.ttlMs()}
 		}
 		return append(head, int64(limits[limit].Algorithm), p.Rate, p.Period, p.Capacity, p.Cost)
 	}

@@ -30,11 +30,11 @@ const (
 
 // modeFor is the mode of a decision carrying requestID, whose ReplayTTL is
 // replayTTL: with markers when it has an id and request ids are on.
-func (r *Redis) modeFor(requestID string, replayTTL time.Duration) decideMode {
-	if requestID == "" || r.replays.max == 0 {
+func (p replays) modeFor(requestID string, replayTTL time.Duration) decideMode {
+	if requestID == "" || p.max == 0 {
 		return decideMode{}
 	}
-	return decideMode{replays: r.replays.max, ttlMs: r.replays.ttlMsFor(replayTTL), requestID: requestID}
+	return decideMode{replays: p.max, ttlMs: p.ttlMsFor(replayTTL), requestID: requestID}
 }
 
 // markers reports whether the call reads and writes request-id markers.
@@ -127,19 +127,19 @@ var calls = sync.Pool{New: func() any {
 // (normalized, one part's worth; see layout) in mode, with keys as its
 // KEYS: the requests' state keys, then, when mode has markers, their
 // markers, then their slot's lineage key. The call keeps keys.
-func (r *Redis) newCall(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) *call {
+func (k *keySpace) newCall(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) *call {
 	c := calls.Get().(*call)
-	c.fill(ctx, reqs, keys, r.lineage.of(keys[0]), mode)
+	c.fill(ctx, reqs, keys, k.lineage.of(keys[0]), mode)
 	return c
 }
 
 // decisionCall is newCall for a single decision, req (normalized): its
 // keys are written into the call's own array, so that they cost only their
 // names.
-func (r *Redis) decisionCall(ctx context.Context, req tollgate.Request, mode decideMode) *call {
+func (k *keySpace) decisionCall(ctx context.Context, req tollgate.Request, mode decideMode) *call {
 	c := calls.Get().(*call)
-	n := fillDecisionKeys(&c.keyBuf, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, mode.markerID())
-	c.fill(ctx, []tollgate.Request{req}, c.keyBuf[:n], r.lineage.of(c.keyBuf[0]), mode)
+	n := fillDecisionKeys(&c.keyBuf, k.of(req.Key), req.Limit.Algorithm, req.Key, mode.markerID())
+	c.fill(ctx, []tollgate.Request{req}, c.keyBuf[:n], k.lineage.of(c.keyBuf[0]), mode)
 	return c
 }
 

@@ -20,7 +20,7 @@ import (
 func exactness(t *testing.T, st *Redis, c redis.UniversalClient, key string) (primaries, exact int, lineage bool) {
 	t.Helper()
 	s := st.Stats()
-	n, err := c.Exists(context.Background(), st.lineage.of(key)).Result()
+	n, err := c.Exists(context.Background(), st.keys.lineage.of(key)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestExactnessPaidOnlyWithAReplica(t *testing.T) {
 	if s := st.Stats(); primaries != 1 || exact != 0 || lineage || s.Journal != 0 || s.Held != 0 {
 		t.Fatalf("no replica: %d primaries, %d exact, lineage key %v, journal %d, held %d; want 1, 0, none, 0, 0", primaries, exact, lineage, s.Journal, s.Held)
 	}
-	state, err := c.Get(ctx, decisionKeys(st.prefix, tollgate.TokenBucket, "a", "")[0]).Result()
+	state, err := c.Get(ctx, decisionKeys(st.keys.prefix, tollgate.TokenBucket, "a", "")[0]).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestExactnessPaidOnlyWithAReplica(t *testing.T) {
 	if s := always.Stats(); primaries != 1 || exact != 1 || !lineage || s.Held+int64(s.Journal) == 0 {
 		t.Fatalf("ExactAlways, no replica: %d primaries, %d exact, lineage key %v, journaled %d; want 1, 1, a key, some", primaries, exact, lineage, s.Held+int64(s.Journal))
 	}
-	if s, err := c.Get(ctx, decisionKeys(always.prefix, tollgate.TokenBucket, "a", "")[0]).Result(); err != nil || len(s) != len(state) {
+	if s, err := c.Get(ctx, decisionKeys(always.keys.prefix, tollgate.TokenBucket, "a", "")[0]).Result(); err != nil || len(s) != len(state) {
 		t.Fatalf("ExactAlways: the state %q (%v), want the algorithm's numbers alone, as %q", s, err, state)
 	}
 
@@ -190,12 +190,12 @@ func TestExactnessEndsWhenTheReplicaLeaves(t *testing.T) {
 	if d := ended.Sub(gone); d < window {
 		t.Errorf("exactness ended %s after the replica left, within the window %s", d, window)
 	}
-	before, err := c.Get(ctx, st.lineage.of("a")).Result()
+	before, err := c.Get(ctx, st.keys.lineage.of("a")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	decideSome(t, st, "a", 10)
-	if after := c.Get(ctx, st.lineage.of("a")).Val(); after != before {
+	if after := c.Get(ctx, st.keys.lineage.of("a")).Val(); after != before {
 		t.Errorf("the lineage moved from %q to %q after exactness ended", before, after)
 	}
 	t.Logf("exactness ended %s after the replica left (window %s); %d exactness changes", ended.Sub(gone).Round(time.Millisecond), window, st.Stats().ExactnessChanges)

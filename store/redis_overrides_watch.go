@@ -34,7 +34,8 @@ const (
 	watchBackoffMax = 2 * time.Second
 )
 
-func (r *Redis) overrideChannel() string { return r.prefix + "{!ov}:changed" }
+// overrideChannel is the channel the overrides' changes are published on.
+func (k *keySpace) overrideChannel() string { return k.prefix + "{!ov}:changed" }
 
 // WatchOverrides subscribes to the store's override changes on a goroutine
 // of its own, which stop ends (see tollgate.OverrideWatcher).
@@ -44,7 +45,7 @@ func (r *Redis) WatchOverrides(changed func()) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watch(ctx, ps, r.overrideChannel(), changed)
+		watch(ctx, ps, r.keys.overrideChannel(), changed)
 	}()
 	return func() {
 		cancel()
@@ -91,7 +92,7 @@ func watch(ctx context.Context, ps *redis.PubSub, channel string, changed func()
 // context's end (ContextTimeoutEnabled unset), f runs on a goroutine of its
 // own, which ends at the client's ReadTimeout, and the caller leaves at
 // ctx's deadline.
-func bounded[T any](r *Redis, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+func bounded[T any](r *road, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); r.deadlineSafe || !ok {
 		return f(ctx)
 	}

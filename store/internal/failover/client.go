@@ -193,21 +193,14 @@ func (f *Client) Check(node string, inf ReplInfo, ok bool) error {
 	return nil
 }
 
-// Add journals entries, unless the journal was closed.
+// Add journals entries (each stamped with an era), unless the journal was
+// closed.
 func (f *Client) Add(entries ...Entry) {
-	if f.watcher.Off() {
+	if f.watcher.Off() || len(entries) == 0 {
 		return
 	}
-	added := false
-	for _, e := range entries {
-		if e.Era != "" {
-			f.journal.Add(e)
-			added = true
-		}
-	}
-	if added {
-		f.watcher.Ensure()
-	}
+	f.journal.Add(entries...)
+	f.watcher.Ensure()
 }
 
 // Gate returns node's gate, nil when it has none.

@@ -426,7 +426,8 @@ func (g *Gate) Invalidate() {
 // force, and fails with ErrServerChanged before anything is written on it.
 // Calls of an epoch that is not exact carry no era: a connection to
 // another server ends that epoch, for the next verification to restore
-// what the new server lacks and decide its exactness, and serves.
+// what the new server lacks and decide its exactness, and serves, as does
+// one whose server could not be read.
 func (g *Gate) Check(inf ReplInfo, ok bool) error {
 	e := g.cur.Load()
 	ref := e
@@ -444,10 +445,16 @@ func (g *Gate) Check(inf ReplInfo, ok bool) error {
 	if ref.replid == "" || ok && inf.Master && inf.ReplID == ref.replid {
 		return nil // blind (see OnBlind), or the server verified
 	}
-	g.Invalidate()
 	if !ref.exact {
+		// No era to carry to the wrong server. Another server behind the
+		// address ends the epoch; a server that could not be read (a slow
+		// one) says nothing the watcher will not.
+		if ok {
+			g.Invalidate()
+		}
 		return nil
 	}
+	g.Invalidate()
 	return ErrServerChanged
 }
 

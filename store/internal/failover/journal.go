@@ -95,7 +95,8 @@ type Journal struct {
 
 // eraLog is one era's writes, oldest first.
 type eraLog struct {
-	q queue
+	era string
+	q   queue
 	// probes are recent reads of the primary's replication: every write
 	// added before the read (pos, a count of writes ever added) was in its
 	// replication stream up to offset. Oldest first, at most maxProbes.
@@ -136,26 +137,35 @@ func (j *Journal) SetOnDrop(f func(int)) { j.onDrop = f }
 func (j *Journal) logLocked(era string) *eraLog {
 	l := j.logs[era]
 	if l == nil {
-		l = &eraLog{}
+		l = &eraLog{era: era}
 		j.logs[era] = l
 	}
 	return l
 }
 
-// Add keeps e. When the journal's memory passes its cap, the oldest writes
-// go first, and each is counted (Dropped): a write dropped before its
-// replicas acknowledged it is forgotten if its primary is lost.
-func (j *Journal) Add(e Entry) {
+// Add keeps entries, under one lock. When the journal's memory passes its
+// cap, the oldest writes go first, and each is counted (Dropped): a write
+// dropped before its replicas acknowledged it is forgotten if its primary
+// is lost.
+func (j *Journal) Add(entries ...Entry) {
 	now := j.now()
 	j.mu.Lock()
-	l := j.logLocked(e.Era)
-	l.q.push(e)
-	l.added++
-	if e.At > l.clock {
-		l.clock, l.clockAt = e.At, now
+	var l *eraLog
+	for _, e := range entries {
+		if e.Era == "" {
+			continue // not stamped: nothing to restore it by
+		}
+		if l == nil || e.Era != l.era {
+			l = j.logLocked(e.Era)
+		}
+		l.q.push(e)
+		l.added++
+		if e.At > l.clock {
+			l.clock, l.clockAt = e.At, now
+		}
+		j.bytes += e.size()
+		j.n++
 	}
-	j.bytes += e.size()
-	j.n++
 	dropped := 0
 	for j.bytes > j.maxBytes && j.n > 0 {
 		j.dropOldestLocked()
