@@ -216,7 +216,7 @@ func TestCalendarResetMatchesRedisTime(t *testing.T) {
 				var tm time.Time
 				var err error
 				if cc, ok := c.(*redis.ClusterClient); ok {
-					node, e := cc.MasterForKey(ctx, decisionKeys(st.prefix, l.Algorithm, key, "")[0])
+					node, e := cc.MasterForKey(ctx, decisionKeys(st.keys.prefix, l.Algorithm, key, "")[0])
 					if e != nil {
 						t.Fatal(e)
 					}
@@ -269,6 +269,8 @@ func TestCalendarResetIsTheNextBoundary(t *testing.T) {
 		prefix := redistest.KeyPrefix(t)
 		for _, l := range []tollgate.Limit{tollgate.Daily(2), tollgate.Weekly(2), tollgate.Monthly(2), tollgate.Yearly(2)} {
 			keys := decisionKeys(prefix, l.Algorithm, "cal-exact-"+l.Calendar.String(), "")
+			_, cluster := c.(*redis.ClusterClient)
+			keys = append(keys, newLineageKeys(prefix, cluster).of(keys[0]))
 			p := algo.ParamsOf(tollgate.Request{Limit: l, Cost: 2})
 			for i, want := range []bool{true, false} {
 				v, err := plainDecide.Run(ctx, c, keys, "", modeNoID, int64(l.Algorithm), p.Rate, p.Period, p.Capacity, p.Cost).Int64Slice()

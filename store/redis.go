@@ -44,44 +44,29 @@ import (
 //
 // A Redis is safe for concurrent use.
 type Redis struct {
-	// sender holds the client, and the Cluster client it is, if it is
-	// one, through which the store routes batches and reloads slot maps.
-	sender
-	prefix  string
+	// road is the way the store's script calls go to Redis and back
+	// (redis_batcher.go): the client, batching, the journal.
+	road
+	// keys says where the store's keys live (redis_keys.go).
+	keys    keySpace
 	replays replays
-	// deadlineSafe reports that the client gives up a command when its
-	// context ends (go-redis's ContextTimeoutEnabled). When it does not, a
-	// script call runs in a goroutine of its own and the caller leaves at
-	// its deadline (see exchange), so a hung Redis never holds a call for
-	// the client's ReadTimeout (5s by default in go-redis v9.23) times its
-	// retries.
-	deadlineSafe bool
-	// batch shares round trips between concurrent decisions; nil when
-	// batching is off (see WithBatching). On a ClusterClient it is the
-	// template of primaries' batchers, and serves the decisions whose
-	// primary the slot map cannot name.
-	batch     *batcher
-	primaries primaries
-	// noBatchScript keeps a batch's decisions in calls of their own (see
-	// WithBatchScript).
-	noBatchScript bool
 	// deny repeats recent denials without a round trip; nil when off (see
 	// WithDenyCache).
 	deny *denyCache
 	// levels orders the parts of a set spread over slots (see AllowAll).
 	levels *levels
-	// tagCount is WithClusterTags' n; tagPrefixes, when it is above 0, is
-	// each shared tag's prefix: the store's and the tag in braces.
-	tagCount    int
-	tagPrefixes []string
-	// Failover handling (failover.go): the client's hooks, the journal's
-	// window (WithJournal) and memory (WithJournalBytes), and the client's
-	// failover machinery, nil when off; closeOnce and lastStore are
-	// Close's.
+	// prefix and tagCount are WithPrefix's and WithClusterTags' (see
+	// keys).
+	prefix   string
+	tagCount int
+	// Failover handling (redis_failover.go): the client's hooks, the
+	// journal's window (WithJournal) and memory (WithJournalBytes), when
+	// exactness is paid (WithExactness); the client's failover machinery
+	// is road's; closeOnce and lastStore are Close's.
 	hooks         *clientHooks
 	journalWindow time.Duration
 	journalBytes  int64
-	failover      *clientFailover
+	exactness     Exactness
 	closeOnce     sync.Once
 	lastStore     bool
 	// persistence is the one check that Redis persists long limits
@@ -105,10 +90,9 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 		return nil, fmt.Errorf("%w: NewRedis: the client is nil", ErrInvalidOption)
 	}
 	r := &Redis{
-		sender:  sender{client: c},
+		road:    road{sender: sender{client: c}, batch: &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines}},
 		prefix:  DefaultPrefix,
 		replays: defaultReplays(),
-		batch:   &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines},
 		deny:    newDenyCache(DefaultDenyCacheSize),
 		levels:  newLevels(),
 
@@ -123,8 +107,9 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 	}
 	r.deadlineSafe = honoursDeadlines(c)
 	r.cluster, _ = c.(*redis.ClusterClient)
-	r.tagPrefixes = tagPrefixes(r.prefix, r.tagCount)
-	r.startJournal() // failover.go
+	r.keys = newKeySpace(r.prefix, r.tagCount, c)
+	r.batchScript = !r.noBatchScript && (r.keys.single || r.keys.cluster && r.keys.tagPrefixes != nil)
+	r.startFailover() // redis_failover.go
 	return r, nil
 }
 
@@ -155,16 +140,16 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	r.notePersistence(req.Limit)
+	r.persistence.note(req.Limit, &r.road)
 	if req.Overdraw {
 		reqs := []tollgate.Request{req}
-		ds, err := r.overdraw(ctx, reqs, r.layOut(reqs, ""))
+		ds, err := r.overdraw(ctx, reqs, r.keys.layOut(reqs, ""))
 		if err != nil {
 			return tollgate.Decision{}, err
 		}
 		return ds[0], nil
 	}
-	mode := r.modeFor(req.RequestID, req.ReplayTTL)
+	mode := r.replays.modeFor(req.RequestID, req.ReplayTTL)
 	var tk ticket
 	if !mode.markers() { // a request id may replay an admission: only Redis knows
 		var denied bool
@@ -180,7 +165,7 @@ func (r *Redis) Allow(ctx context.Context, req tollgate.Request) (tollgate.Decis
 
 // decide sends req (normalized) in mode as one decide script call.
 func (r *Redis) decide(ctx context.Context, req tollgate.Request, mode decideMode) (tollgate.Decision, error) {
-	c := r.decisionCall(ctx, req, mode)
+	c := r.keys.decisionCall(ctx, req, mode)
 	if err := r.send(ctx, c); err != nil {
 		return tollgate.Decision{}, err // c is abandoned to its runner
 	}
@@ -218,7 +203,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 		look.RequestID = ""
 		var s []tollgate.Decision
 		looks := []tollgate.Request{look}
-		if s, err = r.settle(ctx, looks, r.layOut(looks, ""), []tollgate.Admission{{}}, []int64{req.Cost}, settleLook); err == nil {
+		if s, err = r.settle(ctx, looks, r.keys.layOut(looks, ""), []tollgate.Admission{{}}, []int64{req.Cost}, settleLook); err == nil {
 			d.Debt = s[0].Debt
 		}
 	}
@@ -241,7 +226,7 @@ func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
 	if r.deny != nil {
 		defer r.deny.forget(r.deny.key(req.Key, req.Limit.Algorithm))
 	}
-	k := decisionKeys(r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, "")[0]
+	k := decisionKeys(r.keys.of(req.Key), req.Limit.Algorithm, req.Key, "")[0]
 	sc := [1]scriptCall{{script: resetScript, args: []any{nil, nil, 1, k}}}
 	err = r.exchange(ctx, sc[:])
 	if err == nil {

@@ -96,7 +96,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 			t.Fatal(err)
 		}
 	}
-	if st.usesBatchScript() { // and the batch script, which carries a batch here
+	if st.batchScript { // and the batch script, which carries a batch here
 		for _, srv := range tc.servers {
 			if err := srv.Client(t).ScriptLoad(ctx, lua.Source(lua.Batch)).Err(); err != nil {
 				t.Fatal(err)
@@ -136,6 +136,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 
 	// The demonstration: a script go-redis may retry runs several times.
 	keys := decisionKeys(prefix, tollgate.TokenBucket, tag+"plain", "")
+	keys = append(keys, st.keys.lineage.of(keys[0]))
 	runs := asleep(func() {
 		argv := []any{"", modeNoID, int64(tollgate.TokenBucket), capacity, limit.Period.Microseconds(), capacity, 1}
 		_ = plainDecide.EvalSha(ctx, tc.client, keys, argv...).Err()
@@ -177,11 +178,11 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, st.decisionCall(ctx, req, decideMode{}))
+		batch = append(batch, st.keys.decisionCall(ctx, req, decideMode{}))
 	}
 	runs = asleep(func() { st.runBatch(batch) })
 	want := int64(9) // one decide call each; one batch script call for all where the store sends one
-	if st.usesBatchScript() {
+	if st.batchScript {
 		want = 1
 	}
 	if runs != want {

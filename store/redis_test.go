@@ -89,6 +89,25 @@ func TestRedisConformance(t *testing.T) {
 	})
 }
 
+// TestRedisConformanceExact runs the suite with exactness paid on a
+// primary without a replica (ExactAlways): every call writes its slot's
+// lineage and is journaled, and answers as without.
+func TestRedisConformanceExact(t *testing.T) {
+	t.Parallel()
+	forEachRedis(t, func(t *testing.T, c redis.UniversalClient) {
+		st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithExactness(ExactAlways))
+		storetest.Run(t, storetest.Harness{
+			Store:      st,
+			Advance:    redistest.Elapse, // Redis's clock
+			Slack:      realClockSlack,
+			MaxReplays: DefaultMaxReplays,
+		})
+		if s := st.Stats(); s.ExactPrimaries == 0 || s.ExactPrimaries != s.Primaries {
+			t.Errorf("%d of %d primaries exact, want every one", s.ExactPrimaries, s.Primaries)
+		}
+	})
+}
+
 // TestRedisConformanceTagged runs the suite on the tagged key layout
 // (WithClusterTags), where a Cluster shares batch script calls between
 // the identities behind one shared tag.

@@ -62,7 +62,7 @@ func TestCheckFindsWhatIsWrong(t *testing.T) {
 		"`interceptor.Rule.Name` and `interceptor.Rule.Nom`, `tollgate.Limit.Validate`.\n" +
 		"Not ours: `redis.NewClient`, `tollgate.example.Echo`, `github.com/tollgate/tollgate.Nothing`, `tollgate.store.duration`.\n" +
 		"[here](missing.md) and [there](https://example.com/x.md) and [self](page.md#top)\n" +
-		"`store/admit_redis.go` `decodeAdmit`, `readAdmit`, `Redis.AllowAllWithSeat` and `Redis.allowAllWithSeat`, `Limiter.decide`.\n" +
+		"`store/redis_admit.go` `decodeAdmit`, `readAdmit`, `Redis.AllowAllWithSeat` and `Redis.allowAllWithSeat`, `Limiter.decide`.\n" +
 		"`store/nowhere.go` `lua/gcra.lua` `gcra.lua` `EVALSHA` `engine/rule.go` `compileRule` `compileRules` `INVALID_ARGUMENT`.\n" +
 		"`store.decodeAdmit` and `store.readAdmit`, `check.prepareSeat`, `TestDocs` and `TestDocz`, `dictFind`.\n" +
 		"```\n`readAdmit` in a fenced block\n```\n"

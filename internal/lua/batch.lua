@@ -25,7 +25,8 @@ local function isint(v, lo)
 end
 
 -- ARGV[1] is the era the call is stamped with ('' for none; see
--- lineage_read.lua). Then the profiles, each read and checked once however
+-- lineage_read.lua), and the last KEYS the call's slot's lineage key, read
+-- and written only with an era. Then the profiles, each read and checked once however
 -- many decisions use it. ARGV[2] is their number, then seven each:
 -- max_replays, replay TTL, algorithm, rate, period, capacity, cost. Or
 -- ARGV[2] is 0 (inline) and every decision's profile follows, as its decide
@@ -34,6 +35,7 @@ end
 -- -1, which no block runs, so that every decision of it answers -1
 -- (arith.lua still reads numbers).
 local era = ARGV[1]
+local stamped = era ~= ''
 local nprofiles = tonumber(ARGV[2])
 if not (isint(nprofiles, 0) and 2 + 7 * nprofiles < nargv) then
   return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not hold profiles and decisions')
@@ -91,7 +93,7 @@ else
     of[d], k = q, k + pkeys[q]
   end
 end
-if k ~= #KEYS then
+if k + 1 ~= #KEYS then
   return redis.error_reply('ERR tollgate batch: ' .. #KEYS .. ' keys and ' .. n .. ' decisions do not make whole decisions')
 end
 
@@ -99,14 +101,15 @@ end
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- One read of every key. A key of another type reads as false, absent, and
--- is overwritten on the next admission, as in the decide script. What this
--- call writes is carried in written (key -> state string or marker count),
--- which later decisions read instead.
-local got = call('MGET', unpack(KEYS))
-local written = {}
+-- One read of every key, and of the lineage with an era. A key of another
+-- type reads as false, absent, and is overwritten on the next admission,
+-- as in the decide script. What this call writes is carried in written
+-- (key -> state string or marker count), which later decisions read
+-- instead.
+local got = call('MGET', unpack(KEYS, 1, stamped and k + 1 or k))
+local lin = stamped and got[k + 1]
+local written, wrote = {}, false
 local reply, nr = {}, 0 -- nr: the reply's integers so far
-local lseq, lera, lbase, lprev, wseq
 
 k = 0
 for d = 1, n do
@@ -117,8 +120,6 @@ for d = 1, n do
   local key, marker, ttl = KEYS[k + 1], false, false
   local state, used = got[k + 1], false
   if written[key] then state = written[key] end
-  --#lineage_read
-  wseq = 0
   if with_id then
     ttl, marker = pttl[p], KEYS[k + 2]
     used = written[marker]
@@ -137,6 +138,7 @@ for d = 1, n do
   if replay then c = 0 end
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
+  local wrote_state = 0 -- 4 once the decision's state is written
   local span = alg == 2 and rate + rate or 0 -- see arith.lua
   --#arith
   --#judge
@@ -156,7 +158,6 @@ for d = 1, n do
     -- As in the decide script: one SET ... PX per key, the state first, so
     -- that a marker never stands for a debit that was not made. Once the
     -- state is written the decision is admitted, whatever its marker's fate.
-    --#lineage_write
     local v = pcall_('SET', key, new_state, 'PX', ceil(keep / 1000) + 1)
     if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) == 'READONLY ' then
       -- A demoted primary: no write of this call can have succeeded. The
@@ -166,7 +167,7 @@ for d = 1, n do
     elseif type(v) == 'table' and v.err then
       allowed = -2
     else
-      written[key] = new_state
+      written[key], wrote, wrote_state = new_state, true, 4
       if with_id then
         v = pcall_('SET', marker, '0', 'PX', ttl) -- strings: see the profiles above
         if not (type(v) == 'table' and v.err) then written[marker] = 0 end
@@ -174,26 +175,27 @@ for d = 1, n do
     end
   end
   -- The reply, compact (doc.go): a code that holds allowed, replayed,
-  -- remaining and the sequence written (none, the call's time, or another
-  -- that follows), then the reset, then the retry only when denied (it is
-  -- 0 when admitted) or the sequence less the time when it is not the
-  -- time. Each integer of a reply costs Redis a conversion and the client
-  -- a parse: a decision answers two, against six.
+  -- whether the decision wrote its state, and remaining, then the reset,
+  -- then the retry only when denied (it is 0 when admitted). Each integer
+  -- of a reply costs Redis a conversion and the client a parse: a decision
+  -- answers two, against six.
   if allowed < 0 then
     reply[nr + 1], nr = allowed, nr + 1
   elseif allowed == 1 then
-    local code = remaining * 16 + 2 + (replay and 1 or 0)
-    if wseq == 0 then
-      reply[nr + 1], reply[nr + 2], nr = code, reset, nr + 2
-    elseif wseq == now then
-      reply[nr + 1], reply[nr + 2], nr = code + 4, reset, nr + 2
-    else
-      reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = code + 8, reset, wseq - now, nr + 3
-    end
+    reply[nr + 1], reply[nr + 2], nr = remaining * 8 + wrote_state + 2 + (replay and 1 or 0), reset, nr + 2
   else
-    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 16, reset, retry, nr + 3
+    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 8, reset, retry, nr + 3
   end
 end
 
-reply[nr + 1] = now
+-- With an era, the call's lineage, once for all its writes; the reply
+-- ends with the sequence the call wrote at (0: none) and the time.
+local wseq = 0
+if stamped and wrote then
+  local lkey = KEYS[k + 1]
+  local lseq, lera, lbase, lprev
+  --#lineage_read
+  --#lineage_write
+end
+reply[nr + 1], reply[nr + 2] = wseq, now
 return reply

@@ -59,12 +59,12 @@ func BenchmarkBatchServerCost(b *testing.B) {
 	c := srv.Client(b)
 	ctx := context.Background()
 	decide := redis.NewScript(lua.Source(lua.Decide))
-	scripts := []batchScript{{name: "", script: redis.NewScript(lua.Source(lua.Batch)), profiles: true}}
+	scripts := []batchScript{{name: "", script: redis.NewScript(lua.Source(lua.Batch)), profiles: true, lineage: true}}
 	if dir := os.Getenv("TOLLGATE_BASELINE_LUA"); dir != "" {
 		scripts = append(scripts, baselineBatchScript(b, dir))
 	}
 	if os.Getenv("TOLLGATE_UNSTAMPED") != "" {
-		scripts = append(scripts, batchScript{name: "unstamped-", script: scripts[0].script, profiles: true, unstamped: true})
+		scripts = append(scripts, batchScript{name: "unstamped-", script: scripts[0].script, profiles: true, unstamped: true, lineage: true})
 	}
 	if err := decide.Load(ctx, c).Err(); err != nil {
 		b.Fatal(err)
@@ -116,9 +116,15 @@ func BenchmarkBatchServerCost(b *testing.B) {
 											p := algo.ParamsOf(tollgate.Request{Limit: limit, Cost: 1})
 											ds = append(ds, batchDecision{argv: append(argv, int64(alg), p.Rate, p.Period, p.Capacity, p.Cost)})
 										}
+										// One lineage key for every call, as on a
+										// single node.
+										lineage := "{bench-" + scripts[s].name + "}:lineage"
 										if size == 1 {
-											decide.EvalSha(ctx, pipe, keys, append([]any{testEra}, anys(ds[0].argv)...)...)
+											decide.EvalSha(ctx, pipe, append(keys, lineage), append([]any{testEra}, anys(ds[0].argv)...)...)
 										} else {
+											if scripts[s].lineage {
+												keys = append(keys, lineage)
+											}
 											scripts[s].script.EvalSha(ctx, pipe, keys, scripts[s].args(ds)...)
 										}
 									}
@@ -182,6 +188,8 @@ type batchScript struct {
 	unstamped bool
 	// stamped: a baseline that takes an era, as the current script does.
 	stamped bool
+	// lineage: the script takes its slot's lineage key as its last KEYS.
+	lineage bool
 }
 
 // args lays out ds as s's ARGV.
@@ -237,7 +245,7 @@ func baselineBatchScript(b *testing.B, dir string) batchScript {
 			b.Fatal(err)
 		}
 		// A version that reads an era takes one, as the current script does.
-		return batchScript{name: "base-", script: redis.NewScript(src), profiles: true, stamped: strings.Contains(head, "local era = ARGV[1]")}
+		return batchScript{name: "base-", script: redis.NewScript(src), profiles: true, stamped: strings.Contains(head, "local era = ARGV[1]"), lineage: strings.Contains(head, "lineage key")}
 	}
 	blocks := ""
 	for i, a := range algorithms {

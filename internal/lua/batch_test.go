@@ -172,6 +172,7 @@ func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *
 	for _, d := range ds {
 		keys = append(keys, d.prefixed(batchSide)...)
 	}
+	keys = append(keys, batchSide+"lineage")
 	argv, _ := batchArgs(ds, inline)
 	argv = append(argv, now/1e6, now%1e6)
 	got, err := batch.Run(ctx, c, keys, argv...).Int64Slice()
@@ -196,12 +197,14 @@ func batchAgainstDecide(t *testing.T, what string, c *redis.Client, batch, seq *
 		for _, a := range d.argv {
 			args = append(args, a)
 		}
-		want, err := seq.Run(ctx, c, d.prefixed(seqSide), append(args, now/1e6, now%1e6)...).Int64Slice()
+		want, err := seq.Run(ctx, c, append(d.prefixed(seqSide), seqSide+"lineage"), append(args, now/1e6, now%1e6)...).Int64Slice()
 		if err != nil {
 			t.Fatalf("%s decision %d: decide call: %v", what, i, err)
 		}
-		if !slices.Equal(reply, want[:6]) {
-			t.Fatalf("%s decision %d %v on %v: batch answered %v, its own decide call %v", what, i, d.argv, d.keys, reply, want)
+		// The same answer, and a sequence written by the same decisions:
+		// the batch call's own, once, and each decide call its own.
+		if !slices.Equal(reply[:5], want[:5]) || (reply[5] == 0) != (want[5] == 0) || reply[5] != 0 && reply[5] != got[len(got)-2] {
+			t.Fatalf("%s decision %d %v on %v: batch answered %v (its call at sequence %d), its own decide call %v", what, i, d.argv, d.keys, reply, got[len(got)-2], want)
 		}
 	}
 	for _, d := range ds {
@@ -395,10 +398,10 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 	goodKeys := []string{prefix + "a:tb", prefix + "b:gcra", prefix + "b:gcra:r:x"}
 	extraKey := append(slices.Clone(goodKeys), prefix+"extra")
 	// The cases below differ from these whole calls only where named.
-	if err := batch.Run(ctx, c, []string{prefix + "probe"}, append(slices.Clone(profiles), 1)...).Err(); err != nil {
+	if err := batch.Run(ctx, c, withLineage(prefix+"probe"), append(slices.Clone(profiles), 1)...).Err(); err != nil {
 		t.Fatalf("a whole call failed: %v", err)
 	}
-	if err := batch.Run(ctx, c, []string{prefix + "probe", prefix + "probe2"}, inline...).Err(); err != nil {
+	if err := batch.Run(ctx, c, withLineage(prefix+"probe", prefix+"probe2"), inline...).Err(); err != nil {
 		t.Fatalf("a whole call failed: %v", err)
 	}
 	with := func(argv []any, i int, v any) []any {
@@ -441,11 +444,15 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 		{"no decision", nil, nil, argumentsWrong},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := batch.Run(ctx, c, tc.keys, tc.argv...).Err()
+			keys := tc.keys
+			if keys != nil {
+				keys = withLineage(keys...)
+			}
+			err := batch.Run(ctx, c, keys, tc.argv...).Err()
 			if err == nil || !strings.Contains(err.Error(), "tollgate batch") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("malformed batch call answered %v, want the batch script's error saying %q", err, tc.want)
 			}
-			n, err := c.Exists(ctx, extraKey...).Result()
+			n, err := c.Exists(ctx, withLineage(extraKey...)...).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -473,7 +480,7 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	keys := []string{prefix + "a:tb", prefix + "p:tb", poisoned, prefix + "c:tb"}
 	tb := []any{int(tollgate.TokenBucket), 10, 1_000_000, 10, 3}
 	argv := append(append(append([]any{testEra, 2, 0, 0}, tb...), append([]any{4, 60_000}, tb...)...), 1, 2, 1)
-	got, err := batch.Run(ctx, c, keys, argv...).Int64Slice()
+	got, err := batch.Run(ctx, c, withLineage(keys...), argv...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +496,7 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	if c.Exists(ctx, keys[1]).Val() != 0 || c.Get(ctx, poisoned).Val() != "1.5" {
 		t.Errorf("the failed decision wrote: state exists %d, marker %q", c.Exists(ctx, keys[1]).Val(), c.Get(ctx, poisoned).Val())
 	}
-	if err := decide.Run(ctx, c, keys[1:3], append([]any{testEra, 4, 60_000}, tb...)...).Err(); err == nil {
+	if err := decide.Run(ctx, c, withLineage(keys[1:3]...), append([]any{testEra, 4, 60_000}, tb...)...).Err(); err == nil {
 		t.Error("the same decision as a decide call of its own succeeded, want the INCR's error")
 	}
 }
@@ -509,8 +516,8 @@ func decodeBatch(t *testing.T, what string, reply []int64, n int) [][]int64 {
 		}
 		out[i], next = d[:], nx
 	}
-	if next != len(reply)-1 {
-		t.Fatalf("%s: batch reply %v: %d decisions end at %d, not before the server time", what, reply, n, next)
+	if next != len(reply)-batchreply.Tail {
+		t.Fatalf("%s: batch reply %v: %d decisions end at %d, not before the sequence and the server time", what, reply, n, next)
 	}
 	return out
 }

@@ -58,7 +58,7 @@ func TestCalendarBoundaries(t *testing.T) {
 			at := func(ts time.Time) []int64 {
 				t.Helper()
 				us := ts.UnixMicro()
-				r, err := script.Run(ctx, c, []string{key}, "", 0, int(tollgate.FixedWindow), p.Rate, p.Period, p.Capacity, p.Cost, us/1e6, us%1e6).Int64Slice()
+				r, err := script.Run(ctx, c, withLineage(key), "", 0, int(tollgate.FixedWindow), p.Rate, p.Period, p.Capacity, p.Cost, us/1e6, us%1e6).Int64Slice()
 				if err != nil {
 					t.Fatal(err)
 				}

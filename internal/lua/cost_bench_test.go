@@ -43,7 +43,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 	base := os.Getenv("TOLLGATE_BASELINE_LUA")
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{testEra, 0}}}
+			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{testEra, 0}, true}}
 			if base != "" {
 				scripts = append(scripts, baselineScript(b, base, alg))
 			}
@@ -89,11 +89,13 @@ func BenchmarkScriptServerCost(b *testing.B) {
 // costScript is a script to measure and its calling convention: the
 // arguments before a decide script's entry (the era and max_replays; in
 // earlier versions max_replays alone, or with a marker TTL), or nil for the
-// older one script per algorithm.
+// older one script per algorithm; and whether it takes its slot's lineage
+// key as its last KEYS.
 type costScript struct {
-	name   string
-	script *redis.Script
-	header []any
+	name    string
+	script  *redis.Script
+	header  []any
+	lineage bool
 }
 
 // costBatches is how many batches of costBatchSize calls each script makes
@@ -109,8 +111,12 @@ func serverCost(b *testing.B, srv *redistest.Server, c *redis.Client, s costScri
 	pipe := c.Pipeline()
 	for i := range costBatchSize {
 		key := fmt.Sprintf("{%s-%s-%d}:s", s.name, alg, (batch*costBatchSize+i)%1000)
+		keys := []string{key}
+		if s.lineage {
+			keys = withLineage(key)
+		}
 		if s.header != nil {
-			s.script.EvalSha(ctx, pipe, []string{key}, append(s.header, int(alg), 100, time.Second.Microseconds(), 100, 1)...)
+			s.script.EvalSha(ctx, pipe, keys, append(s.header, int(alg), 100, time.Second.Microseconds(), 100, 1)...)
 		} else {
 			s.script.EvalSha(ctx, pipe, []string{key}, 100, time.Second.Microseconds(), 100, 1)
 		}
@@ -155,17 +161,23 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 		}
 		return string(data)
 	}
-	if read("decide.lua", true) != "" {
+	if d := read("decide.lua", true); d != "" {
 		src, err := lua.SourceIn(dir, lua.Decide)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return costScript{"baseline", redis.NewScript(src), []any{0}}
+		// A version that reads an era takes one, as the current script
+		// does; one with a lineage key of its slot takes that too.
+		header := []any{0}
+		if strings.Contains(d, "local era = ARGV[1]") {
+			header = []any{testEra, 0}
+		}
+		return costScript{"baseline", redis.NewScript(src), header, strings.Contains(d, "lineage key")}
 	}
 	entry := read("entry.lua", true)
 	if entry == "" {
 		src := read("prelude.lua", false) + read("arith.lua", true) + read(alg.String()+".lua", false) + read("main.lua", false)
-		return costScript{"baseline", redis.NewScript(src), nil}
+		return costScript{"baseline", redis.NewScript(src), nil, false}
 	}
 	blocks := ""
 	for i, a := range algorithms {
@@ -180,5 +192,5 @@ func baselineScript(b *testing.B, dir string, alg tollgate.Algorithm) costScript
 	if !strings.Contains(prelude, "local head") { // a marker TTL on every call
 		header = []any{0, 0}
 	}
-	return costScript{"baseline", redis.NewScript(src), header}
+	return costScript{"baseline", redis.NewScript(src), header, false}
 }

@@ -16,12 +16,15 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 
 -- ARGV[1] is the era the call is stamped with ('' for none; see
--- lineage_read.lua). ARGV[2] is max_replays: -1 peeks (judges, writes
--- nothing), 0 decides without a request id, m > 0 decides with one,
--- replayed at most m times; then ARGV[3] is the markers' TTL and the KEYS
--- after the state keys are the request-id markers, one per entry. The
+-- lineage_read.lua), and the last KEYS its slot's lineage key, read and
+-- written only with an era. ARGV[2] is max_replays: -1 peeks (judges,
+-- writes nothing), 0 decides without a request id, m > 0 decides with
+-- one, replayed at most m times; then ARGV[3] is the markers' TTL and the
+-- KEYS after the state keys are the request-id markers, one per entry. The
 -- entries' arguments follow, from ARGV[head + 1].
 local era = ARGV[1]
+local stamped = era ~= ''
+local nkeys = #KEYS - 1 -- the state keys and markers; KEYS[#KEYS] is the lineage key
 local max_replays = tonumber(ARGV[2])
 local peek, with_id = max_replays < 0, max_replays > 0
 local head = with_id and 3 or 2
@@ -31,9 +34,10 @@ local entries = (#ARGV - head) / 5
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- One read of every key. A key of another type (state left by an older
--- layout) reads as false, absent, and is overwritten on the next admission.
-local got = call('MGET', unpack(KEYS))
+-- One read of every key, and of the lineage with an era. A key of another
+-- type (state left by an older layout) reads as false, absent, and is
+-- overwritten on the next admission.
+local got = call('MGET', unpack(KEYS, 1, stamped and nkeys + 1 or nkeys))
 
 -- A set whose every marker was admitted before and has replays left replays
 -- as a whole, without a debit; then it is judged afresh. So one admission
@@ -56,11 +60,10 @@ end
 -- nothing is written until every entry is judged. A single decision needs
 -- neither table.
 local reply = {0, 0, 0, 0, 0, 0, 0} -- sized for one entry: no resize on the common path
-local work, keep_for, seq_of
-if entries > 1 then work, keep_for, seq_of = {}, {}, {} end
-local only_state, only_keep, only_seq -- the single entry's write
+local work, keep_for
+if entries > 1 then work, keep_for = {}, {} end
+local only_state, only_keep -- the single entry's write
 local all = true
-local lseq, lera, lbase, lprev, wseq
 for i = 1, entries do
   local key, o = KEYS[i], head + 5 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -72,7 +75,6 @@ for i = 1, entries do
   -- state is the key's string, or false when absent.
   local state = got[i]
   if work and work[key] then state = work[key] end
-  --#lineage_read
 
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
@@ -80,11 +82,10 @@ for i = 1, entries do
   --#arith
   --#judge
   if new_state then
-    --#lineage_write
     if work then
-      work[key], keep_for[key], seq_of[i] = new_state, keep, wseq
+      work[key], keep_for[key] = new_state, keep
     else
-      only_state, only_keep, only_seq = new_state, keep, wseq
+      only_state, only_keep = new_state, keep
     end
   end
   if replay then
@@ -117,10 +118,8 @@ elseif not peek then
   -- millisecond, hence the extra one: a key never vanishes while its state
   -- still matters, and outlives it by at most 2ms. Absent state is an idle
   -- identity.
-  -- Each entry that wrote answers the sequence it wrote (lineage_write.lua).
   if only_state then
     call('SET', KEYS[1], only_state, 'PX', ceil(only_keep / 1000) + 1)
-    reply[6] = only_seq
   end
   for i = 1, work and entries or 0 do
     local key = KEYS[i]
@@ -129,7 +128,15 @@ elseif not peek then
       call('SET', key, s, 'PX', ceil(keep_for[key] / 1000) + 1)
       work[key] = nil
     end
-    if seq_of[i] then reply[6 * i] = seq_of[i] end
+  end
+  -- With an era, the call's lineage, and each entry answers the sequence
+  -- the call wrote at (lineage_write.lua).
+  if stamped and (only_state or work) then
+    local lkey, lin = KEYS[#KEYS], got[nkeys + 1]
+    local lseq, lera, lbase, lprev, wseq
+    --#lineage_read
+    --#lineage_write
+    for i = 1, entries do reply[6 * i] = wseq end
   end
   -- The marker is (re)started only on admission, so a denied id leaves no
   -- trace. A plain SET is the "SET NX" of an absent marker and the reset of

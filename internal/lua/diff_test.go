@@ -77,7 +77,7 @@ func TestScriptsMatchMirror(t *testing.T) {
 				// One transaction: the TTL cannot run out in real time
 				// between the write and its PERSIST.
 				pipe := c.TxPipeline()
-				eval := script.EvalSha(ctx, pipe, []string{key}, "", 0, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, now/1e6, now%1e6)
+				eval := script.EvalSha(ctx, pipe, withLineage(key), "", 0, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, now/1e6, now%1e6)
 				get := pipe.Get(ctx, key)
 				pttl := pipe.PTTL(ctx, key)
 				pipe.Persist(ctx, key)

@@ -21,16 +21,27 @@
 // The scripts that write states (decide, batch, settle, admit, finish and
 // restore) take as ARGV[1] the era the call is stamped with: the store's
 // name for the primary it verified the call is going to (the first 12 hex
-// digits of its replication id), or the empty string for none. A state written with an
-// era ends in its lineage, "|seq era" or "|seq era base prev"
-// (lineage_read.lua): seq, the key's write sequence, is at least one more
-// than the sequence it replaces and at least the server's clock in µs; era
-// is the stamp; once a later era writes a key another era wrote, base and
-// prev record the sequence and era it took the key over at. A state and
-// its lineage are one string, so a replica holds both or neither: whether a
-// primary holds a given write of a key is a comparison of that write's
-// sequence and era with the key's lineage (restore.lua). Each write
-// answers the sequence it wrote (0 without an era).
+// digits of its replication id) when that primary has a replica a failover
+// could promote, or the empty string for none. Their last KEYS (of the
+// decide and settle calls, inside an admit or finish call's) is the
+// lineage key of the call's slot; a call without an era neither reads nor
+// writes it. A call with an era that writes a state also writes the
+// lineage key, once (lineage_write.lua): "seq era", or "seq era base prev"
+// (lineage_read.lua), where seq, the call's sequence, is at least one more
+// than the key's last and at least the server's clock in µs, era is the
+// stamp, and once a later era writes a slot another era wrote, base and
+// prev record the sequence and era it took the slot over at. Redis sends a
+// script's writes to its replicas as one MULTI/EXEC, which a replica
+// applies whole or not at all and keeps its offset before until it has
+// applied it, so a replica holds a call's states and its lineage together,
+// or neither: whether a primary holds a given write is a comparison of the
+// sequence and era of the call that made it with its slot's lineage
+// (restore.lua). The states carry nothing but their algorithm's numbers.
+// Each write answers the sequence its call wrote at (0 without an era, or
+// when it wrote nothing). The lineage key lives 30 minutes from the call
+// that last set its TTL; the first call of each 10 minutes sets it again
+// and the others keep it (SET … KEEPTTL), so it outlives every call by 20
+// minutes.
 //
 // # Decide
 //
@@ -40,6 +51,7 @@
 //
 //	KEYS[i]          entry i's state key
 //	KEYS[n+i]        entry i's request-id marker (only when max_replays > 0)
+//	KEYS[#KEYS]      the slot's lineage key (see Lineage)
 //
 //	ARGV[1]          the era (see Lineage)
 //	ARGV[2]          max_replays: -1 peek (judge, write nothing), 0 decide
@@ -61,8 +73,8 @@
 //
 //	{allowed (0|1), remaining, retry_after_us, reset_after_us, replayed (0|1), seq} × n, now_us
 //
-// where seq is the sequence the entry's state was written at (0 when the
-// call wrote nothing, or had no era).
+// where seq is the sequence the call wrote at (0 when the call wrote
+// nothing, or had no era).
 //
 // What a call writes depends on how it was judged:
 //
@@ -80,9 +92,8 @@
 //     written.
 //
 // A state key holds a short string of decimal integers, laid out as its
-// algorithm's block (<algorithm>.lua) says, then its lineage when written
-// with an era; a key holding anything else reads as absent and is
-// overwritten by the next admission.
+// algorithm's block (<algorithm>.lua) says; a key holding anything else
+// reads as absent and is overwritten by the next admission.
 //
 // # Batch
 //
@@ -96,7 +107,7 @@
 // profile by its place in that list:
 //
 //	KEYS             per decision: its state key, then its marker when its
-//	                 max_replays > 0
+//	                 max_replays > 0; then the slot's lineage key
 //
 //	ARGV[1]          the era (see Lineage)
 //	ARGV[2]          P ≥ 1, the number of profiles
@@ -114,20 +125,19 @@
 //	ARGV[3..]        per decision: max_replays, [replay TTL,] algorithm,
 //	                 rate, period, capacity, cost
 //
-// The reply is each decision's answer in turn, then the server time; an
-// answer is compact (internal/batchreply decodes it):
+// The reply is each decision's answer in turn, then the sequence the call
+// wrote at (0: none, or no era), then the server time; an answer is
+// compact (internal/batchreply decodes it):
 //
 //	-1                                    out of range: its profile's limit,
 //	                                      TTL or cost
 //	-2                                    Redis refused its write (INCR of a
 //	                                      marker that holds no integer)
-//	code, reset_after_us                  admitted (seq 0 or 1)
-//	code, reset_after_us, seq - now_us    admitted (seq 2)
+//	code, reset_after_us                  admitted
 //	code, reset_after_us, retry_after_us  denied
 //
-// where code = remaining*16 + seq*4 + allowed*2 + replayed, and seq says the
-// sequence the decision's state was written at: 0 none (nothing written,
-// or no era), 1 the server time, 2 another, given after the reset. A decision answering -1
+// where code = remaining*8 + wrote*4 + allowed*2 + replayed, and wrote says
+// the decision wrote its state (at the call's sequence). A decision answering -1
 // (every decision of that profile does) or -2 writes nothing; the others
 // are judged as usual. A call whose ARGV does not make whole profiles and
 // decisions, whose profile has no max_replays (an integer ≥ -1), whose
@@ -147,6 +157,7 @@
 //	KEYS[n+i]        entry i's record (modes 1 and 3): the final cost it was
 //	                 last settled at, {tag}:<alg>:s:<hash of the request id>
 //	KEYS[2n+i]       entry i's request-id marker (mode 3 only), to delete
+//	KEYS[#KEYS]      the slot's lineage key (see Lineage)
 //
 //	ARGV[1]          the era (see Lineage)
 //	ARGV[2]          mode: 0 settle, 1 settle with records, 2 overdraw,
@@ -164,8 +175,8 @@
 //
 //	{allowed (0|1), remaining, retry_after_us, reset_after_us, debt, seq, applied} × n, now_us
 //
-// where seq is the sequence the entry's state was written at (0 when it was
-// not written, or with no era) and applied the units its write debited
+// where seq is the sequence the call wrote the entry's state at (0 when it
+// was not written, or with no era) and applied the units its write debited
 // (below 0: gave back; 0 when it wrote none).
 //
 // A settlement gives back final − cost units when final is smaller (a
@@ -235,7 +246,7 @@
 // A call limited both in flight and by rate takes its seat and its debits
 // in one call. KEYS and ARGV are a decide call's, then the seat script's:
 //
-//	KEYS[1..k]       the decide call's KEYS
+//	KEYS[1..k]       the decide call's KEYS, its lineage key last
 //	KEYS[k+1]        the identity's seats, {tag}:if
 //	KEYS[k+2]        its mean hold time, {tag}:ih
 //	ARGV[1..a]       the decide call's ARGV
@@ -257,7 +268,8 @@
 // The end of calls in one call: a settle call's settlements, then the
 // release of m in-flight seats, as the seat script releases them.
 //
-//	KEYS[1..k]       the settle call's KEYS (none when it settles nothing)
+//	KEYS[1..k]       the settle call's KEYS, its lineage key last (none when
+//	                 it settles nothing)
 //	KEYS[k+2j-1]     seat j's identity's seats, {tag}:if
 //	KEYS[k+2j]       its mean hold time, {tag}:ih
 //	ARGV[1..a]       the settle call's ARGV (the era alone when k is 0)
@@ -314,18 +326,19 @@
 //	                 (aux 2); its state key again when it has neither
 //	KEYS[3i]         the restoring store's record of what it restored on
 //	                 the key, {tag}:<alg>:x:<store>
+//	KEYS[#KEYS]      the lineage key of the entries' slot
 //	ARGV[1]          the era (see Lineage): this primary's
 //	ARGV[2]          how long a restore record lives, in ms
 //	ARGV[3+14(i-1)..] entry i: algorithm, rate, period, capacity; delta, the
 //	                 units the writes debited past empty (below 0: gave
 //	                 back); for a give-back its admission's now_us and
 //	                 reset_after_us (as the settle script takes them); the
-//	                 first write's seq and its era; when the effect ends (µs,
+//	                 first write's call's seq and its era; when the effect ends (µs,
 //	                 the server's clock); aux (0 none, 1 marker, 2 record);
 //	                 the record's value; when the marker or record ends
 //	                 (µs); the last write's seq
 //
-// An entry is held when the lineage the key had as the call began names
+// An entry is held when the lineage the slot had as the call began names
 // its era with a sequence at least its own (or names it as prev with a
 // base at least its own), or when the store's restore record names its era
 // with a sequence at least its own. An entry not held is applied, in
@@ -333,13 +346,13 @@
 // give-back), with its marker restored (SET NX) or its record set, unless
 // its effect has ended by now, or a later entry of the same key's has: a
 // state that refilled, or a window that closed, holds nothing of the
-// writes before. Each key written is written once, with this call's era,
-// and its restore record set to the last entry applied (its era and last
-// seq). The reply is three integers per entry, then the server time:
+// writes before. Each key written is written once and its restore record
+// set to the last entry applied (its era and last seq); the slot's lineage
+// is written once, with this call's era. The reply is three integers per
+// entry, then the server time:
 //
 //	{applied (0|1), seq, keep_us} × n, now_us
 //
-// where seq is the sequence the entry's key was written at by this call
-// and keep_us how long its state matters (both 0 when the key was not
-// written).
+// where seq is the sequence this call wrote the entry's key at and keep_us
+// how long its state matters (both 0 when the key was not written).
 package lua

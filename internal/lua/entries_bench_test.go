@@ -63,9 +63,9 @@ func BenchmarkEntriesServerCost(b *testing.B) {
 				seq++
 				id := "{g-" + strconv.Itoa(seq%1000) + "}"
 				if two {
-					s.EvalSha(ctx, pipe, []string{id + "/s:tb", id + "/h:tb"}, append(append([]any{testEra, 0}, first...), second...)...)
+					s.EvalSha(ctx, pipe, withLineage(id+"/s:tb", id+"/h:tb"), append(append([]any{testEra, 0}, first...), second...)...)
 				} else {
-					s.EvalSha(ctx, pipe, []string{id + "/s:tb"}, append([]any{testEra, 0}, first...)...)
+					s.EvalSha(ctx, pipe, withLineage(id+"/s:tb"), append([]any{testEra, 0}, first...)...)
 				}
 			}
 			if _, err := pipe.Exec(ctx); err != nil {

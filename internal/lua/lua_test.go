@@ -24,9 +24,19 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 var decide = redis.NewScript(lua.Source(lua.Decide))
 
 // testEra is the era the tests stamp their calls with (ARGV[1] of the
-// decide, batch, settle and restore scripts): a state written with it
-// carries its lineage.
+// decide, batch, settle and restore scripts): a call that writes with it
+// writes its slot's lineage key (the scripts' last KEYS) too.
 const testEra = "a1b2c3d4e5f6"
+
+// lineageKey is the lineage key of the tests' calls on a single node: any
+// key, as every key of a call is on one node.
+func lineageKey(t testing.TB) string { return redistest.KeyPrefix(t) + "{!}:lineage" }
+
+// withLineage returns keys and after them a lineage key on keys[0]'s slot,
+// as the decide, batch, settle and restore scripts take their KEYS.
+func withLineage(keys ...string) []string {
+	return append(append(make([]string, 0, len(keys)+1), keys...), keys[0]+":lineage")
+}
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
 
@@ -85,14 +95,14 @@ func TestUnknownPartIsAnError(t *testing.T) {
 }
 
 // stateLayout is what KEYS[1] holds after an admission: decimal integers
-// only, then its lineage (the sequence, a microsecond timestamp, and the
-// era). A microsecond timestamp (~1.8e15) written through Lua's tostring
-// would read "1.8e+15" and lose its last digits.
+// only, whether the call carried an era or not (the lineage is a key of
+// its own). A microsecond timestamp (~1.8e15) written through Lua's
+// tostring would read "1.8e+15" and lose its last digits.
 var stateLayout = map[tollgate.Algorithm]*regexp.Regexp{
-	tollgate.TokenBucket:   regexp.MustCompile(`^\d+ \d{16}\|\d{16} ` + testEra + `$`),
-	tollgate.GCRA:          regexp.MustCompile(`^\d{16} \d+\|\d{16} ` + testEra + `$`),
-	tollgate.SlidingWindow: regexp.MustCompile(`^\d+ \d+ \d+\|\d{16} ` + testEra + `$`),
-	tollgate.FixedWindow:   regexp.MustCompile(`^\d+ \d+\|\d{16} ` + testEra + `$`),
+	tollgate.TokenBucket:   regexp.MustCompile(`^\d+ \d{16}$`),
+	tollgate.GCRA:          regexp.MustCompile(`^\d{16} \d+$`),
+	tollgate.SlidingWindow: regexp.MustCompile(`^\d+ \d+ \d+$`),
+	tollgate.FixedWindow:   regexp.MustCompile(`^\d+ \d+$`),
 }
 
 // TestStateIsOneStringWithTTL runs each script without and with a request
@@ -100,8 +110,9 @@ var stateLayout = map[tollgate.Algorithm]*regexp.Regexp{
 // contract the store and the Go mirror rely on: the old state counts as
 // absent (a full bucket), the reply is the six integers, the one key written
 // for the state is a string of decimal integers with a TTL no longer than
-// the state matters, and the request-id key, when there is one, gets the
-// replay TTL.
+// the state matters, the request-id key, when there is one, gets the
+// replay TTL, and the lineage key names the call's sequence and era, with
+// its 30-minute TTL.
 func TestStateIsOneStringWithTTL(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
@@ -117,6 +128,8 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 					keys = append(keys, base+":r:id")
 					argv = append([]any{testEra, 4, 60_000}, argv[2:]...)
 				}
+				lkey := fmt.Sprintf("%s{%s-%v}:lineage", prefix, alg, withID)
+				keys = append(keys, lkey)
 				if err := c.HSet(ctx, keys[0], "n", 0, "t", 1, "w", 0, "c", 1<<40).Err(); err != nil {
 					t.Fatal(err)
 				}
@@ -152,7 +165,14 @@ func TestStateIsOneStringWithTTL(t *testing.T) {
 						t.Fatalf("request-id key PTTL %v, want the 60s replay TTL", ttl)
 					}
 				}
-				n, err := c.Keys(ctx, strings.ReplaceAll(base, "{", "[{]")+"*").Result()
+				lin, err := c.Get(ctx, lkey).Result()
+				if err != nil || lin != fmt.Sprintf("%d %s", reply[5], testEra) {
+					t.Fatalf("lineage %q (%v), want the call's sequence %d and era %s", lin, err, reply[5], testEra)
+				}
+				if ttl, err := c.PTTL(ctx, lkey).Result(); err != nil || ttl <= 29*time.Minute || ttl > 30*time.Minute {
+					t.Fatalf("lineage PTTL %v (%v), want 30 minutes", ttl, err)
+				}
+				n, err := c.Keys(ctx, strings.ReplaceAll(strings.TrimSuffix(base, ":x"), "{", "[{]")+"*").Result()
 				if err != nil || len(n) != len(keys) {
 					t.Fatalf("keys after one decision: %q (%v), want only %q", n, err, keys)
 				}

@@ -156,7 +156,7 @@ func BenchmarkMarkerServerCost(b *testing.B) {
 					var err error
 					if layout == "batch" || layout == "batch+id" {
 						argv, _ := batchArgs(ds, false)
-						err = batch.EvalSha(ctx, c, keys, argv...).Err()
+						err = batch.EvalSha(ctx, c, withLineage(keys...), argv...).Err()
 					} else {
 						err = script.EvalSha(ctx, c, keys, args...).Err()
 					}

@@ -2,9 +2,9 @@
 -- promoted replica, a restarted node) up to date with the writes the
 -- other made that it never received. Each entry is one write the store
 -- journaled: its key, what it did (units debited past empty, or given
--- back), the sequence and era its key's lineage took (lineage_read.lua),
+-- back), the sequence and era of the call that made it (lineage_read.lua),
 -- and when its effect ends. An entry is applied only when the state here
--- does not hold it already, by the lineage the key had when the call
+-- does not hold it already, by the lineage its slot had when the call
 -- began, and only while its effect lasts; then its request-id marker or
 -- settlement record is restored too; a record of the restoring store's
 -- keeps a restore sent again from applying anything twice. The calling
@@ -17,7 +17,8 @@ local MAX_DEBT = 1125899906842624 -- 2^50 us, as in settle.lua
 
 -- ARGV[1] is the era this call is stamped with: the restored writes
 -- become this primary's own. ARGV[2] is how long a restore record lives
--- (ms). Then 14 per entry (doc.go).
+-- (ms). Then 14 per entry (doc.go). The last KEYS is the slot's lineage
+-- key.
 local era, record_ttl = ARGV[1], ARGV[2]
 local entries = (#ARGV - 2) / 14
 
@@ -32,15 +33,19 @@ for i = 1, entries do
   skeys[i] = KEYS[3 * i - 2]
   if tonumber(ARGV[2 + 14 * (i - 1) + 10]) <= now then gone[skeys[i]] = i end
 end
+skeys[entries + 1] = KEYS[#KEYS]
 local got = call('MGET', unpack(skeys))
+local lkey, lin = KEYS[#KEYS], got[entries + 1]
+skeys[entries + 1] = nil
 
--- origin[key] is the key's lineage when the call began, which every entry
--- of the key is compared with; restored[key] what the restoring store's
--- record says it restored there before (its era and last sequence: a
--- restore whose reply was lost, sent again, applies nothing twice); work
--- and keep_for what the call writes.
-local origin, restored, work, keep_for, seq_of, applied, last = {}, {}, {}, {}, {}, {}, {}
+-- The slot's lineage when the call began, which every entry is compared
+-- with; restored[key] what the restoring store's record says it restored
+-- on the key before (its era and last sequence: a restore whose reply was
+-- lost, sent again, applies nothing twice); work and keep_for what the
+-- call writes.
 local lseq, lera, lbase, lprev, wseq
+--#lineage_read
+local restored, work, keep_for, applied, last = {}, {}, {}, {}, {}
 for i = 1, entries do
   local key, aux, rec, o = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 2 + 14 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -56,19 +61,17 @@ for i = 1, entries do
   local elast = tonumber(ARGV[o + 14])       -- the last sequence of the writes the entry stands for
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
-  --#lineage_read
-  if not origin[key] then
-    origin[key] = {lseq, lera, lbase, lprev}
+  if not restored[key] then
     local r, rs, re = call('GET', rec), false, false
     if r then rs, re = match(r, '^(%d+) (%x+)$') end
     restored[key] = {tonumber(rs) or 0, re or false}
   end
-  local from, before = origin[key], restored[key]
+  local before = restored[key]
   local held = false
-  if from[2] == eera then
-    held = eseq <= from[1]
-  elseif from[4] == eera then
-    held = eseq <= from[3]
+  if lera == eera then
+    held = eseq <= lseq
+  elseif lprev == eera then
+    held = eseq <= lbase
   end
   if before[2] == eera and eseq <= before[1] then held = true end
   applied[i] = 0
@@ -93,9 +96,6 @@ for i = 1, entries do
         state = result
         --#judge
         --#keep_after
-        new_state = result
-        --#lineage_write
-        result, seq_of[key] = new_state, wseq
       end
       work[key], keep_for[key] = result, keep_after
     end
@@ -109,9 +109,14 @@ for i = 1, entries do
   end
 end
 
--- One command per key written, as the settle script writes: its state
--- with its TTL, or DEL for an idle identity; then the record of what was
--- restored there.
+-- The call's lineage, once, when it writes a state: its sequence is every
+-- written key's. Then one command per key written, as the settle script
+-- writes: its state with its TTL, or DEL for an idle identity; then the
+-- record of what was restored there.
+wseq = 0
+if next(work) ~= nil then
+  --#lineage_write
+end
 local reply, done = {}, {}
 for i = 1, entries do
   local key = skeys[i]
@@ -126,7 +131,8 @@ for i = 1, entries do
     local l = last[key]
     if l then call('SET', l[3], format('%d %s', l[1], l[2]), 'PX', record_ttl) end
   end
-  reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = applied[i], seq_of[key] or 0, keep_for[key] or 0
+  local written = work[key] and wseq or 0
+  reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = applied[i], written, written > 0 and keep_for[key] or 0
 end
 reply[3 * entries + 1] = now
 return reply

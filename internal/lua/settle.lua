@@ -10,26 +10,32 @@ local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
 -- ARGV[1] is the era the call is stamped with ('' for none; see
--- lineage_read.lua). ARGV[2] is the mode: 0 settles, 1 settles with a
+-- lineage_read.lua), and the last KEYS the call's slot's lineage key, read
+-- and written only with an era. ARGV[2] is the mode: 0 settles, 1 settles with a
 -- record per entry (the KEYS after the state keys), 2 overdraws, 3 settles
 -- with records and then deletes the request-id markers (the KEYS after the
 -- records: the refund of a set denied on another Cluster slot), 4 looks:
 -- answers as 0 does and writes nothing (a Peek reading the debt); ARGV[3]
 -- is the records' TTL.
 local era = ARGV[1]
+local stamped = era ~= ''
 local mode = tonumber(ARGV[2])
 local with_record, overdraw, look = mode == 1 or mode == 3, mode == 2, mode == 4
 local entries = (#ARGV - 3) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local got = call('MGET', unpack(KEYS, 1, with_record and 2 * entries or entries))
+-- One read of the states and records, and of the lineage with an era
+-- when it follows them (mode 3 has the markers in between).
+local nread = with_record and 2 * entries or entries
+local lin_read = stamped and mode ~= 3
+local got = call('MGET', unpack(KEYS, 1, lin_read and nread + 1 or nread))
 
 -- What this call writes, by key: a state string, or false to delete it;
 -- and the PX of each written state.
 local work, keep_for = {}, {}
 local reply = {}
-local lseq, lera, lbase, lprev, wseq
+local wrote = {} -- wrote[i]: entry i wrote a state
 for i = 1, entries do
   local key, o = KEYS[i], 3 + 8 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -42,7 +48,6 @@ for i = 1, entries do
   local adm_reset = tonumber(ARGV[o + 8])     -- how far from full it left a bucket (us)
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
-  --#lineage_read
   -- arith.lua's functions are all defined here (span past 2^53): a debt's
   -- products outgrow the limit's own.
   local span = 9007199254740992
@@ -124,12 +129,10 @@ for i = 1, entries do
   end
   if result ~= nil then
     if result and not look then
-      local new_state = result
-      --#lineage_write
       -- The units applied, debited (a debit past empty, or an overdraw
       -- that fitted) or, below 0, given back: what restoring the write
       -- applies again.
-      result, reply[7 * i - 1], reply[7 * i] = new_state, wseq, fitted and cost or delta
+      wrote[i], reply[7 * i] = true, fitted and cost or delta
     end
     work[key], keep_for[key] = result, keep_after
   end
@@ -156,5 +159,15 @@ if with_record then
 end
 -- A refunded set was denied: its request id must leave no trace.
 if mode == 3 then call('DEL', unpack(KEYS, 2 * entries + 1, 3 * entries)) end
+-- With an era, the call's lineage, once, when it wrote a state; each
+-- entry that wrote one answers the sequence the call wrote at.
+if stamped and next(wrote) then
+  local lkey, lin = KEYS[#KEYS], false
+  if lin_read then lin = got[nread + 1] else lin = call('GET', lkey) end
+  local lseq, lera, lbase, lprev, wseq
+  --#lineage_read
+  --#lineage_write
+  for i in pairs(wrote) do reply[7 * i - 1] = wseq end
+end
 reply[#reply + 1] = now
 return reply

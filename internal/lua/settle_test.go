@@ -100,6 +100,7 @@ func TestSettleMatchesMirror(t *testing.T) {
 				if mode == 1 {
 					keys = append(keys, record)
 				}
+				keys = withLineage(keys...)
 				argv := []any{"", mode, 120000, int(alg), p.Rate, p.Period, p.Capacity, p.Cost, final, adm.At, adm.Reset, now / 1e6, now % 1e6}
 				if mode == 2 {
 					argv[7] = final

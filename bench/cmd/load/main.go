@@ -20,6 +20,7 @@
 //	go run ./cmd/load -variants       # adds unbatched, go-redis AutoPipeline, no-deny-cache and Memory-store rows
 //	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
 //	go run ./cmd/load -sections cluster -callers 64   # a 3-primary Cluster: default and tagged layouts beside redis_rate
+//	go run ./cmd/load -sections store,replica -callers 64   # the store without a replica, then beside one with a replica (exact failovers)
 //	go run ./cmd/load -sections settle -callers 64    # settled calls and in-flight seats beside one decision and redis_rate
 //	go run ./cmd/load -sections rls -callers 64 -reps 6   # tollgate-rls beside envoyproxy/ratelimit, both as Envoy Gateway runs them
 package main
@@ -49,6 +50,9 @@ type config struct {
 	sections   map[string]bool
 	subjects   string // substring filter on subject names; "" keeps all
 	markdown   bool
+	// serverNotes, with -serverstats, gathers each row's Redis figures
+	// per decision: commands, their µs, bytes in, out and to replicas.
+	serverNotes *serverNotes
 }
 
 func main() {
@@ -56,9 +60,10 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: journal, with a replica of its own and then on a Cluster with replicas, journalstall, with a replica frozen for -stall, settle, http and connect, the front doors over loopback, and rls, Envoy's rate limit service as Envoy Gateway runs it beside envoyproxy/ratelimit)")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: replica, the store on a server without a replica beside one with a replica of its own, journal, with a replica of its own and then on a Cluster with replicas, journalstall, with a replica frozen for -stall, settle, http and connect, the front doors over loopback, and rls, Envoy's rate limit service as Envoy Gateway runs it beside envoyproxy/ratelimit)")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
+		stats      = flag.Bool("serverstats", false, "below the table, each row's Redis figures per decision: the commands the scripts run and their µs (INFO commandstats), bytes in, out and to replicas (INFO stats)")
 	)
 	flag.DurationVar(&cfg.d, "d", 2*time.Second, "duration of each cell")
 	flag.IntVar(&cfg.reps, "reps", 3, "repetitions of each cell; the table shows medians")
@@ -67,6 +72,9 @@ func main() {
 	flag.StringVar(&cfg.subjects, "subjects", "", "only subjects whose name contains this (the reference always runs)")
 	flag.BoolVar(&cfg.markdown, "markdown", false, "print the table in Markdown")
 	flag.Parse()
+	if *stats {
+		cfg.serverNotes = &serverNotes{}
+	}
 	if *quick {
 		cfg.d, cfg.reps = 250*time.Millisecond, 1
 	}
@@ -219,6 +227,14 @@ func run(cfg config, redisURL, cpuprofile string) error {
 		rows = append(rows, r...)
 		notes = append(notes, n...)
 	}
+	if cfg.sections["replica"] {
+		r, n, err := m.replicaSection(ctx)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+		notes = append(notes, n...)
+	}
 	if cfg.sections["rls"] {
 		n, err := m.rlsSection(ctx)
 		if err != nil {
@@ -240,6 +256,7 @@ func run(cfg config, redisURL, cpuprofile string) error {
 			return err
 		}
 	}
+	notes = append(notes, cfg.serverNotes.all()...)
 	if len(notes) > 0 {
 		fmt.Println()
 		fmt.Println(strings.Join(notes, "\n"))

@@ -69,6 +69,9 @@ func (m *measurer) serverCPU(ctx context.Context) (time.Duration, error) {
 type subject struct {
 	name      string
 	reference bool // redis_rate: the ratios' denominator
+	// anchor, when set, names the subject this one's ratio is taken to
+	// instead of the reference: an anchor measured in its conditions.
+	anchor    string
 	requestID bool
 	// make returns the decider and a function releasing its client.
 	make func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error)
@@ -174,9 +177,15 @@ func (m *measurer) filter(subjects []subject) []subject {
 	if m.cfg.subjects == "" {
 		return subjects
 	}
+	anchors := map[string]bool{}
+	for _, s := range subjects {
+		if strings.Contains(s.name, m.cfg.subjects) {
+			anchors[s.anchor] = true
+		}
+	}
 	var kept []subject
 	for _, s := range subjects {
-		if s.reference || strings.Contains(s.name, m.cfg.subjects) {
+		if s.reference || anchors[s.name] || strings.Contains(s.name, m.cfg.subjects) {
 			kept = append(kept, s)
 		}
 	}
@@ -194,6 +203,9 @@ type sample struct {
 	// Redis server (all threads) and of this process (the callers, the
 	// limiter, gRPC when measured).
 	redisCPU, clientCPU float64
+	// server is what each server measured spent per operation, with
+	// -serverstats.
+	server serverStats
 }
 
 // run calls op from callers goroutines as fast as they can for m.cfg.d and
@@ -208,6 +220,12 @@ func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) e
 	redisBefore, err := m.serverCPU(ctx)
 	if err != nil {
 		return nil, err
+	}
+	var statsBefore serverStats
+	if m.cfg.serverNotes != nil {
+		if statsBefore, err = readServerStats(ctx, m.servers()); err != nil {
+			return nil, err
+		}
 	}
 	clientBefore := bench.ProcessCPU()
 	hists := make([]bench.Histogram, callers)
@@ -266,6 +284,13 @@ func (m *measurer) run(ctx context.Context, callers int, op func(r *rand.Rand) e
 	if scripts.Calls > 0 {
 		s.usPerScript = float64(scripts.Usec) / float64(scripts.Calls)
 	}
+	if s.ops > 0 && statsBefore != nil {
+		after, err := readServerStats(ctx, m.servers())
+		if err != nil {
+			return nil, err
+		}
+		s.server = after.perOp(statsBefore, s.ops)
+	}
 	if s.ops > 0 {
 		s.scriptsPerOp = float64(scripts.Calls) / float64(s.ops)
 		s.redisCPU = float64((redisAfter - redisBefore).Microseconds()) / float64(s.ops)
@@ -319,13 +344,12 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 			fmt.Fprintf(os.Stderr, "load: %s %s %d callers rep %d, %s: %.0f/s, Redis CPU %.2f µs/op, %.3f scripts/op\n",
 				section, keys, callers, rep+1, subjects[i].name, s.perSec, s.redisCPU, s.scriptsPerOp)
 		}
-		var ref, refCPU float64
 		for i, s := range subjects {
-			if s.reference {
-				ref, refCPU = repSamples[i].perSec, repSamples[i].redisCPU
+			a := anchorOf(subjects, s)
+			if a < 0 || a == i {
+				continue
 			}
-		}
-		for i := range subjects {
+			ref, refCPU := repSamples[a].perSec, repSamples[a].redisCPU
 			if ref > 0 {
 				ratios[i] = append(ratios[i], repSamples[i].perSec/ref)
 			}
@@ -347,31 +371,35 @@ func (m *measurer) compare(ctx context.Context, section, keys string, callers in
 			rcpu = append(rcpu, x.redisCPU)
 			ccpu = append(ccpu, x.clientCPU)
 		}
+		r.perRep, r.cpuPerRep = perSec, rcpu
 		r.perSec, r.usPerScript, r.scriptsPerOp = median(perSec), median(us), median(spo)
 		r.redisCPU, r.clientCPU = median(rcpu), median(ccpu)
 		r.p50, r.p99 = time.Duration(median(p50)), time.Duration(median(p99))
-		if !s.reference {
+		if a := anchorOf(subjects, s); a >= 0 && a != i && len(ratios[i]) > 0 {
 			r.ratio = median(ratios[i])
 			if len(ratios[i]) > 1 {
 				r.ratioLo, r.ratioHi = slices.Min(ratios[i]), slices.Max(ratios[i])
 			}
-			r.ratioRef = refName(subjects)
+			r.ratioRef = subjects[a].name
 			if len(cpuRatios[i]) > 0 {
 				r.cpuRatio = median(cpuRatios[i])
 			}
 		}
 		rows = append(rows, r)
+		m.cfg.serverNotes.add(section, keys, callers, s.name, samples[i])
 	}
 	return rows, nil
 }
 
-func refName(subjects []subject) string {
-	for _, s := range subjects {
-		if s.reference {
-			return s.name
+// anchorOf returns the index of the subject s's ratios are taken to: its
+// anchor, or the reference; -1 for none.
+func anchorOf(subjects []subject, s subject) int {
+	for i, o := range subjects {
+		if s.anchor != "" && o.name == s.anchor || s.anchor == "" && o.reference {
+			return i
 		}
 	}
-	return ""
+	return -1
 }
 
 func (m *measurer) storeSection(ctx context.Context) ([]row, error) {

@@ -37,6 +37,9 @@ type row struct {
 	// bytesPerID is used_memory growth per identity; keyBytes the MEMORY
 	// USAGE of one identity's state.
 	bytesPerID, keyBytes float64
+	// perRep is perSec, and cpuPerRep redisCPU, of each repetition, in
+	// order (not printed): for ratios between rows.
+	perRep, cpuPerRep []float64
 }
 
 // header names the table's columns.

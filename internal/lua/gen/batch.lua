@@ -26,7 +26,8 @@ local function isint(v, lo)
 end
 
 -- ARGV[1] is the era the call is stamped with ('' for none; see
--- lineage_read.lua). Then the profiles, each read and checked once however
+-- lineage_read.lua), and the last KEYS the call's slot's lineage key, read
+-- and written only with an era. Then the profiles, each read and checked once however
 -- many decisions use it. ARGV[2] is their number, then seven each:
 -- max_replays, replay TTL, algorithm, rate, period, capacity, cost. Or
 -- ARGV[2] is 0 (inline) and every decision's profile follows, as its decide
@@ -35,6 +36,7 @@ end
 -- -1, which no block runs, so that every decision of it answers -1
 -- (arith.lua still reads numbers).
 local era = ARGV[1]
+local stamped = era ~= ''
 local nprofiles = tonumber(ARGV[2])
 if not (isint(nprofiles, 0) and 2 + 7 * nprofiles < nargv) then
   return redis.error_reply('ERR tollgate batch: ' .. nargv .. ' arguments do not hold profiles and decisions')
@@ -92,7 +94,7 @@ else
     of[d], k = q, k + pkeys[q]
   end
 end
-if k ~= #KEYS then
+if k + 1 ~= #KEYS then
   return redis.error_reply('ERR tollgate batch: ' .. #KEYS .. ' keys and ' .. n .. ' decisions do not make whole decisions')
 end
 
@@ -100,14 +102,15 @@ end
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- One read of every key. A key of another type reads as false, absent, and
--- is overwritten on the next admission, as in the decide script. What this
--- call writes is carried in written (key -> state string or marker count),
--- which later decisions read instead.
-local got = call('MGET', unpack(KEYS))
-local written = {}
+-- One read of every key, and of the lineage with an era. A key of another
+-- type reads as false, absent, and is overwritten on the next admission,
+-- as in the decide script. What this call writes is carried in written
+-- (key -> state string or marker count), which later decisions read
+-- instead.
+local got = call('MGET', unpack(KEYS, 1, stamped and k + 1 or k))
+local lin = stamped and got[k + 1]
+local written, wrote = {}, false
 local reply, nr = {}, 0 -- nr: the reply's integers so far
-local lseq, lera, lbase, lprev, wseq
 
 k = 0
 for d = 1, n do
@@ -118,35 +121,6 @@ for d = 1, n do
   local key, marker, ttl = KEYS[k + 1], false, false
   local state, used = got[k + 1], false
   if written[key] then state = written[key] end
--- reads: state (the key's whole string, false when absent)
--- sets:  state (the algorithm's part of it, false when absent); lseq, lera,
---        lbase, lprev (its lineage: the sequence of its last write and the
---        era that wrote it, and when that era took the key over from
---        another, the sequence the key had then and that era; 0 and false
---        when the state has none)
---
--- Lineage, a block. A state written by a call stamped with an era (the
--- primary the store verified it is writing to) ends in "|seq era", or
--- "|seq era base prev" once a later era took it over: seq is the key's
--- write sequence (at least one more than the last, and at least the
--- server's clock in us, so it grows across the key's expiry too), era is
--- the stamp of the primary that wrote it, and base and prev say where that
--- era's writes began. A state without it (written with no stamp) has no
--- lineage. The algorithm blocks read only the part before "|".
-lseq, lera, lbase, lprev = 0, false, false, false
-if state then
-  local body, tail = match(state, '^([^|]*)|(.*)$')
-  if body then
-    state = body
-    local s, e, rest = match(tail, '^(%d+) (%x+)(.*)$')
-    if s then
-      lseq, lera = tonumber(s), e
-      local b, p = match(rest, '^ (%d+) (%x+)$')
-      if b then lbase, lprev = tonumber(b), p end
-    end
-  end
-end
-  wseq = 0
   if with_id then
     ttl, marker = pttl[p], KEYS[k + 2]
     used = written[marker]
@@ -165,6 +139,7 @@ end
   if replay then c = 0 end
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
+  local wrote_state = 0 -- 4 once the decision's state is written
   local span = alg == 2 and rate + rate or 0 -- see arith.lua
 -- tollgate arith: exact integer arithmetic for the algorithm blocks, on Lua's
 -- doubles, and the calendar. lua/assemble.go puts it at a driver's --#arith line,
@@ -522,33 +497,6 @@ end
     -- As in the decide script: one SET ... PX per key, the state first, so
     -- that a marker never stands for a debit that was not made. Once the
     -- state is written the decision is admitted, whatever its marker's fate.
--- reads: new_state (a state string of the algorithm's), now, era (the
---        call's stamp, '' for none), lseq, lera, lbase, lprev (as
---        lineage_read.lua set them for the state new_state replaces)
--- sets:  new_state (with its lineage), wseq (the sequence written, 0 when
---        the call has no stamp)
---
--- Lineage, a block (lineage_read.lua says what it holds). A write in the
--- era of the state keeps where that era began; a write in another era
--- starts one, recording the sequence and era it took the key over from; a
--- state without lineage starts afresh. A call without a stamp writes the
--- state without lineage.
-wseq = 0
-if era ~= '' then
-  wseq = lseq + 1
-  if wseq < now then wseq = now end
-  if lera == era then
-    if lbase then
-      new_state = format('%s|%d %s %d %s', new_state, wseq, era, lbase, lprev)
-    else
-      new_state = format('%s|%d %s', new_state, wseq, era)
-    end
-  elseif lera then
-    new_state = format('%s|%d %s %d %s', new_state, wseq, era, lseq, lera)
-  else
-    new_state = format('%s|%d %s', new_state, wseq, era)
-  end
-end
     local v = pcall_('SET', key, new_state, 'PX', ceil(keep / 1000) + 1)
     if type(v) == 'table' and v.err and string.sub(v.err, 1, 9) == 'READONLY ' then
       -- A demoted primary: no write of this call can have succeeded. The
@@ -558,7 +506,7 @@ end
     elseif type(v) == 'table' and v.err then
       allowed = -2
     else
-      written[key] = new_state
+      written[key], wrote, wrote_state = new_state, true, 4
       if with_id then
         v = pcall_('SET', marker, '0', 'PX', ttl) -- strings: see the profiles above
         if not (type(v) == 'table' and v.err) then written[marker] = 0 end
@@ -566,26 +514,84 @@ end
     end
   end
   -- The reply, compact (doc.go): a code that holds allowed, replayed,
-  -- remaining and the sequence written (none, the call's time, or another
-  -- that follows), then the reset, then the retry only when denied (it is
-  -- 0 when admitted) or the sequence less the time when it is not the
-  -- time. Each integer of a reply costs Redis a conversion and the client
-  -- a parse: a decision answers two, against six.
+  -- whether the decision wrote its state, and remaining, then the reset,
+  -- then the retry only when denied (it is 0 when admitted). Each integer
+  -- of a reply costs Redis a conversion and the client a parse: a decision
+  -- answers two, against six.
   if allowed < 0 then
     reply[nr + 1], nr = allowed, nr + 1
   elseif allowed == 1 then
-    local code = remaining * 16 + 2 + (replay and 1 or 0)
-    if wseq == 0 then
-      reply[nr + 1], reply[nr + 2], nr = code, reset, nr + 2
-    elseif wseq == now then
-      reply[nr + 1], reply[nr + 2], nr = code + 4, reset, nr + 2
-    else
-      reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = code + 8, reset, wseq - now, nr + 3
-    end
+    reply[nr + 1], reply[nr + 2], nr = remaining * 8 + wrote_state + 2 + (replay and 1 or 0), reset, nr + 2
   else
-    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 16, reset, retry, nr + 3
+    reply[nr + 1], reply[nr + 2], reply[nr + 3], nr = remaining * 8, reset, retry, nr + 3
   end
 end
 
-reply[nr + 1] = now
+-- With an era, the call's lineage, once for all its writes; the reply
+-- ends with the sequence the call wrote at (0: none) and the time.
+local wseq = 0
+if stamped and wrote then
+  local lkey = KEYS[k + 1]
+  local lseq, lera, lbase, lprev
+-- reads: lin (the lineage key's string, false when absent)
+-- sets:  lseq, lera, lbase, lprev (the lineage: the sequence of the last
+--        call that wrote on this slot with an era and that era, and when
+--        that era took the slot over from another, the sequence the slot
+--        had then and that era; 0 and false when there is none)
+--
+-- Lineage, a block. A call stamped with an era (the primary the store
+-- verified it is writing to) that writes a state also writes its slot's
+-- lineage key, one short string "seq era", or "seq era base prev" once a
+-- later era took the slot over: seq is the call's sequence (at least one
+-- more than the last call's, and at least the server's clock in us, so it
+-- grows across the key's expiry too), era the stamp, and base and prev
+-- where that era's calls began. A call's writes and its lineage replicate
+-- together: Redis sends a script's writes as one MULTI/EXEC, which a
+-- replica applies whole or not at all. The states themselves carry
+-- nothing: a decision reads and writes only its algorithm's numbers.
+lseq, lera, lbase, lprev = 0, false, false, false
+if lin then
+  local s, e, rest = match(lin, '^(%d+) (%x+)(.*)$')
+  if s then
+    lseq, lera = tonumber(s), e
+    local b, p = match(rest, '^ (%d+) (%x+)$')
+    if b then lbase, lprev = tonumber(b), p end
+  end
+end
+-- reads: lkey (the slot's lineage key), now, era (the call's stamp, not
+--        ''), lseq, lera, lbase, lprev (as lineage_read.lua set them),
+--        floor
+-- sets:  wseq (the call's sequence); writes lkey
+--
+-- Lineage, a block (lineage_read.lua says what it holds), run once by a
+-- call that wrote a state. A call in the era of the lineage keeps where
+-- that era began; a call of another era starts one, recording the
+-- sequence and era it took the slot over from; a slot without lineage
+-- starts afresh. The key lives 30 minutes from the call that last set its
+-- TTL, and the first call of each 10 minutes (by sequence) sets it again,
+-- the others keep it (KEEPTTL writes no expiry: a write of the lineage
+-- costs half as much): it outlives every call by at least 20 minutes,
+-- longer than the store keeps a write to restore it (its window, at most
+-- 10 minutes, after a primary that stopped answering, at most 10).
+wseq = lseq + 1
+if wseq < now then wseq = now end
+local lineage
+if lera == era then
+  if lbase then
+    lineage = format('%d %s %d %s', wseq, era, lbase, lprev)
+  else
+    lineage = format('%d %s', wseq, era)
+  end
+elseif lera then
+  lineage = format('%d %s %d %s', wseq, era, lseq, lera)
+else
+  lineage = format('%d %s', wseq, era)
+end
+if lseq > 0 and floor(wseq / 600000000) == floor(lseq / 600000000) then
+  call('SET', lkey, lineage, 'KEEPTTL')
+else
+  call('SET', lkey, lineage, 'PX', 1800000)
+end
+end
+reply[nr + 1], reply[nr + 2] = wseq, now
 return reply

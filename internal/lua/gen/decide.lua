@@ -17,12 +17,15 @@ local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
 local format, match, call = string.format, string.match, redis.call
 
 -- ARGV[1] is the era the call is stamped with ('' for none; see
--- lineage_read.lua). ARGV[2] is max_replays: -1 peeks (judges, writes
--- nothing), 0 decides without a request id, m > 0 decides with one,
--- replayed at most m times; then ARGV[3] is the markers' TTL and the KEYS
--- after the state keys are the request-id markers, one per entry. The
+-- lineage_read.lua), and the last KEYS its slot's lineage key, read and
+-- written only with an era. ARGV[2] is max_replays: -1 peeks (judges,
+-- writes nothing), 0 decides without a request id, m > 0 decides with
+-- one, replayed at most m times; then ARGV[3] is the markers' TTL and the
+-- KEYS after the state keys are the request-id markers, one per entry. The
 -- entries' arguments follow, from ARGV[head + 1].
 local era = ARGV[1]
+local stamped = era ~= ''
+local nkeys = #KEYS - 1 -- the state keys and markers; KEYS[#KEYS] is the lineage key
 local max_replays = tonumber(ARGV[2])
 local peek, with_id = max_replays < 0, max_replays > 0
 local head = with_id and 3 or 2
@@ -32,9 +35,10 @@ local entries = (#ARGV - head) / 5
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
--- One read of every key. A key of another type (state left by an older
--- layout) reads as false, absent, and is overwritten on the next admission.
-local got = call('MGET', unpack(KEYS))
+-- One read of every key, and of the lineage with an era. A key of another
+-- type (state left by an older layout) reads as false, absent, and is
+-- overwritten on the next admission.
+local got = call('MGET', unpack(KEYS, 1, stamped and nkeys + 1 or nkeys))
 
 -- A set whose every marker was admitted before and has replays left replays
 -- as a whole, without a debit; then it is judged afresh. So one admission
@@ -57,11 +61,10 @@ end
 -- nothing is written until every entry is judged. A single decision needs
 -- neither table.
 local reply = {0, 0, 0, 0, 0, 0, 0} -- sized for one entry: no resize on the common path
-local work, keep_for, seq_of
-if entries > 1 then work, keep_for, seq_of = {}, {}, {} end
-local only_state, only_keep, only_seq -- the single entry's write
+local work, keep_for
+if entries > 1 then work, keep_for = {}, {} end
+local only_state, only_keep -- the single entry's write
 local all = true
-local lseq, lera, lbase, lprev, wseq
 for i = 1, entries do
   local key, o = KEYS[i], head + 5 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -73,34 +76,6 @@ for i = 1, entries do
   -- state is the key's string, or false when absent.
   local state = got[i]
   if work and work[key] then state = work[key] end
--- reads: state (the key's whole string, false when absent)
--- sets:  state (the algorithm's part of it, false when absent); lseq, lera,
---        lbase, lprev (its lineage: the sequence of its last write and the
---        era that wrote it, and when that era took the key over from
---        another, the sequence the key had then and that era; 0 and false
---        when the state has none)
---
--- Lineage, a block. A state written by a call stamped with an era (the
--- primary the store verified it is writing to) ends in "|seq era", or
--- "|seq era base prev" once a later era took it over: seq is the key's
--- write sequence (at least one more than the last, and at least the
--- server's clock in us, so it grows across the key's expiry too), era is
--- the stamp of the primary that wrote it, and base and prev say where that
--- era's writes began. A state without it (written with no stamp) has no
--- lineage. The algorithm blocks read only the part before "|".
-lseq, lera, lbase, lprev = 0, false, false, false
-if state then
-  local body, tail = match(state, '^([^|]*)|(.*)$')
-  if body then
-    state = body
-    local s, e, rest = match(tail, '^(%d+) (%x+)(.*)$')
-    if s then
-      lseq, lera = tonumber(s), e
-      local b, p = match(rest, '^ (%d+) (%x+)$')
-      if b then lbase, lprev = tonumber(b), p end
-    end
-  end
-end
 
   local allowed, remaining, retry, reset = 0, 0, 0, 0
   local new_state, keep
@@ -446,37 +421,10 @@ end
 remaining = max(rate - count, 0)
 end
   if new_state then
--- reads: new_state (a state string of the algorithm's), now, era (the
---        call's stamp, '' for none), lseq, lera, lbase, lprev (as
---        lineage_read.lua set them for the state new_state replaces)
--- sets:  new_state (with its lineage), wseq (the sequence written, 0 when
---        the call has no stamp)
---
--- Lineage, a block (lineage_read.lua says what it holds). A write in the
--- era of the state keeps where that era began; a write in another era
--- starts one, recording the sequence and era it took the key over from; a
--- state without lineage starts afresh. A call without a stamp writes the
--- state without lineage.
-wseq = 0
-if era ~= '' then
-  wseq = lseq + 1
-  if wseq < now then wseq = now end
-  if lera == era then
-    if lbase then
-      new_state = format('%s|%d %s %d %s', new_state, wseq, era, lbase, lprev)
-    else
-      new_state = format('%s|%d %s', new_state, wseq, era)
-    end
-  elseif lera then
-    new_state = format('%s|%d %s %d %s', new_state, wseq, era, lseq, lera)
-  else
-    new_state = format('%s|%d %s', new_state, wseq, era)
-  end
-end
     if work then
-      work[key], keep_for[key], seq_of[i] = new_state, keep, wseq
+      work[key], keep_for[key] = new_state, keep
     else
-      only_state, only_keep, only_seq = new_state, keep, wseq
+      only_state, only_keep = new_state, keep
     end
   end
   if replay then
@@ -509,10 +457,8 @@ elseif not peek then
   -- millisecond, hence the extra one: a key never vanishes while its state
   -- still matters, and outlives it by at most 2ms. Absent state is an idle
   -- identity.
-  -- Each entry that wrote answers the sequence it wrote (lineage_write.lua).
   if only_state then
     call('SET', KEYS[1], only_state, 'PX', ceil(only_keep / 1000) + 1)
-    reply[6] = only_seq
   end
   for i = 1, work and entries or 0 do
     local key = KEYS[i]
@@ -521,7 +467,72 @@ elseif not peek then
       call('SET', key, s, 'PX', ceil(keep_for[key] / 1000) + 1)
       work[key] = nil
     end
-    if seq_of[i] then reply[6 * i] = seq_of[i] end
+  end
+  -- With an era, the call's lineage, and each entry answers the sequence
+  -- the call wrote at (lineage_write.lua).
+  if stamped and (only_state or work) then
+    local lkey, lin = KEYS[#KEYS], got[nkeys + 1]
+    local lseq, lera, lbase, lprev, wseq
+-- reads: lin (the lineage key's string, false when absent)
+-- sets:  lseq, lera, lbase, lprev (the lineage: the sequence of the last
+--        call that wrote on this slot with an era and that era, and when
+--        that era took the slot over from another, the sequence the slot
+--        had then and that era; 0 and false when there is none)
+--
+-- Lineage, a block. A call stamped with an era (the primary the store
+-- verified it is writing to) that writes a state also writes its slot's
+-- lineage key, one short string "seq era", or "seq era base prev" once a
+-- later era took the slot over: seq is the call's sequence (at least one
+-- more than the last call's, and at least the server's clock in us, so it
+-- grows across the key's expiry too), era the stamp, and base and prev
+-- where that era's calls began. A call's writes and its lineage replicate
+-- together: Redis sends a script's writes as one MULTI/EXEC, which a
+-- replica applies whole or not at all. The states themselves carry
+-- nothing: a decision reads and writes only its algorithm's numbers.
+lseq, lera, lbase, lprev = 0, false, false, false
+if lin then
+  local s, e, rest = match(lin, '^(%d+) (%x+)(.*)$')
+  if s then
+    lseq, lera = tonumber(s), e
+    local b, p = match(rest, '^ (%d+) (%x+)$')
+    if b then lbase, lprev = tonumber(b), p end
+  end
+end
+-- reads: lkey (the slot's lineage key), now, era (the call's stamp, not
+--        ''), lseq, lera, lbase, lprev (as lineage_read.lua set them),
+--        floor
+-- sets:  wseq (the call's sequence); writes lkey
+--
+-- Lineage, a block (lineage_read.lua says what it holds), run once by a
+-- call that wrote a state. A call in the era of the lineage keeps where
+-- that era began; a call of another era starts one, recording the
+-- sequence and era it took the slot over from; a slot without lineage
+-- starts afresh. The key lives 30 minutes from the call that last set its
+-- TTL, and the first call of each 10 minutes (by sequence) sets it again,
+-- the others keep it (KEEPTTL writes no expiry: a write of the lineage
+-- costs half as much): it outlives every call by at least 20 minutes,
+-- longer than the store keeps a write to restore it (its window, at most
+-- 10 minutes, after a primary that stopped answering, at most 10).
+wseq = lseq + 1
+if wseq < now then wseq = now end
+local lineage
+if lera == era then
+  if lbase then
+    lineage = format('%d %s %d %s', wseq, era, lbase, lprev)
+  else
+    lineage = format('%d %s', wseq, era)
+  end
+elseif lera then
+  lineage = format('%d %s %d %s', wseq, era, lseq, lera)
+else
+  lineage = format('%d %s', wseq, era)
+end
+if lseq > 0 and floor(wseq / 600000000) == floor(lseq / 600000000) then
+  call('SET', lkey, lineage, 'KEEPTTL')
+else
+  call('SET', lkey, lineage, 'PX', 1800000)
+end
+    for i = 1, entries do reply[6 * i] = wseq end
   end
   -- The marker is (re)started only on admission, so a denied id leaves no
   -- trace. A plain SET is the "SET NX" of an absent marker and the reset of

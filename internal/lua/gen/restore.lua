@@ -3,9 +3,9 @@
 -- promoted replica, a restarted node) up to date with the writes the
 -- other made that it never received. Each entry is one write the store
 -- journaled: its key, what it did (units debited past empty, or given
--- back), the sequence and era its key's lineage took (lineage_read.lua),
+-- back), the sequence and era of the call that made it (lineage_read.lua),
 -- and when its effect ends. An entry is applied only when the state here
--- does not hold it already, by the lineage the key had when the call
+-- does not hold it already, by the lineage its slot had when the call
 -- began, and only while its effect lasts; then its request-id marker or
 -- settlement record is restored too; a record of the restoring store's
 -- keeps a restore sent again from applying anything twice. The calling
@@ -18,7 +18,8 @@ local MAX_DEBT = 1125899906842624 -- 2^50 us, as in settle.lua
 
 -- ARGV[1] is the era this call is stamped with: the restored writes
 -- become this primary's own. ARGV[2] is how long a restore record lives
--- (ms). Then 14 per entry (doc.go).
+-- (ms). Then 14 per entry (doc.go). The last KEYS is the slot's lineage
+-- key.
 local era, record_ttl = ARGV[1], ARGV[2]
 local entries = (#ARGV - 2) / 14
 
@@ -33,15 +34,43 @@ for i = 1, entries do
   skeys[i] = KEYS[3 * i - 2]
   if tonumber(ARGV[2 + 14 * (i - 1) + 10]) <= now then gone[skeys[i]] = i end
 end
+skeys[entries + 1] = KEYS[#KEYS]
 local got = call('MGET', unpack(skeys))
+local lkey, lin = KEYS[#KEYS], got[entries + 1]
+skeys[entries + 1] = nil
 
--- origin[key] is the key's lineage when the call began, which every entry
--- of the key is compared with; restored[key] what the restoring store's
--- record says it restored there before (its era and last sequence: a
--- restore whose reply was lost, sent again, applies nothing twice); work
--- and keep_for what the call writes.
-local origin, restored, work, keep_for, seq_of, applied, last = {}, {}, {}, {}, {}, {}, {}
+-- The slot's lineage when the call began, which every entry is compared
+-- with; restored[key] what the restoring store's record says it restored
+-- on the key before (its era and last sequence: a restore whose reply was
+-- lost, sent again, applies nothing twice); work and keep_for what the
+-- call writes.
 local lseq, lera, lbase, lprev, wseq
+-- reads: lin (the lineage key's string, false when absent)
+-- sets:  lseq, lera, lbase, lprev (the lineage: the sequence of the last
+--        call that wrote on this slot with an era and that era, and when
+--        that era took the slot over from another, the sequence the slot
+--        had then and that era; 0 and false when there is none)
+--
+-- Lineage, a block. A call stamped with an era (the primary the store
+-- verified it is writing to) that writes a state also writes its slot's
+-- lineage key, one short string "seq era", or "seq era base prev" once a
+-- later era took the slot over: seq is the call's sequence (at least one
+-- more than the last call's, and at least the server's clock in us, so it
+-- grows across the key's expiry too), era the stamp, and base and prev
+-- where that era's calls began. A call's writes and its lineage replicate
+-- together: Redis sends a script's writes as one MULTI/EXEC, which a
+-- replica applies whole or not at all. The states themselves carry
+-- nothing: a decision reads and writes only its algorithm's numbers.
+lseq, lera, lbase, lprev = 0, false, false, false
+if lin then
+  local s, e, rest = match(lin, '^(%d+) (%x+)(.*)$')
+  if s then
+    lseq, lera = tonumber(s), e
+    local b, p = match(rest, '^ (%d+) (%x+)$')
+    if b then lbase, lprev = tonumber(b), p end
+  end
+end
+local restored, work, keep_for, applied, last = {}, {}, {}, {}, {}
 for i = 1, entries do
   local key, aux, rec, o = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], 2 + 14 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -57,46 +86,17 @@ for i = 1, entries do
   local elast = tonumber(ARGV[o + 14])       -- the last sequence of the writes the entry stands for
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
--- reads: state (the key's whole string, false when absent)
--- sets:  state (the algorithm's part of it, false when absent); lseq, lera,
---        lbase, lprev (its lineage: the sequence of its last write and the
---        era that wrote it, and when that era took the key over from
---        another, the sequence the key had then and that era; 0 and false
---        when the state has none)
---
--- Lineage, a block. A state written by a call stamped with an era (the
--- primary the store verified it is writing to) ends in "|seq era", or
--- "|seq era base prev" once a later era took it over: seq is the key's
--- write sequence (at least one more than the last, and at least the
--- server's clock in us, so it grows across the key's expiry too), era is
--- the stamp of the primary that wrote it, and base and prev say where that
--- era's writes began. A state without it (written with no stamp) has no
--- lineage. The algorithm blocks read only the part before "|".
-lseq, lera, lbase, lprev = 0, false, false, false
-if state then
-  local body, tail = match(state, '^([^|]*)|(.*)$')
-  if body then
-    state = body
-    local s, e, rest = match(tail, '^(%d+) (%x+)(.*)$')
-    if s then
-      lseq, lera = tonumber(s), e
-      local b, p = match(rest, '^ (%d+) (%x+)$')
-      if b then lbase, lprev = tonumber(b), p end
-    end
-  end
-end
-  if not origin[key] then
-    origin[key] = {lseq, lera, lbase, lprev}
+  if not restored[key] then
     local r, rs, re = call('GET', rec), false, false
     if r then rs, re = match(r, '^(%d+) (%x+)$') end
     restored[key] = {tonumber(rs) or 0, re or false}
   end
-  local from, before = origin[key], restored[key]
+  local before = restored[key]
   local held = false
-  if from[2] == eera then
-    held = eseq <= from[1]
-  elseif from[4] == eera then
-    held = eseq <= from[3]
+  if lera == eera then
+    held = eseq <= lseq
+  elseif lprev == eera then
+    held = eseq <= lbase
   end
   if before[2] == eera and eseq <= before[1] then held = true end
   applied[i] = 0
@@ -659,35 +659,6 @@ if alg == 3 then
     keep_after = next_start - now
   end
 end
-        new_state = result
--- reads: new_state (a state string of the algorithm's), now, era (the
---        call's stamp, '' for none), lseq, lera, lbase, lprev (as
---        lineage_read.lua set them for the state new_state replaces)
--- sets:  new_state (with its lineage), wseq (the sequence written, 0 when
---        the call has no stamp)
---
--- Lineage, a block (lineage_read.lua says what it holds). A write in the
--- era of the state keeps where that era began; a write in another era
--- starts one, recording the sequence and era it took the key over from; a
--- state without lineage starts afresh. A call without a stamp writes the
--- state without lineage.
-wseq = 0
-if era ~= '' then
-  wseq = lseq + 1
-  if wseq < now then wseq = now end
-  if lera == era then
-    if lbase then
-      new_state = format('%s|%d %s %d %s', new_state, wseq, era, lbase, lprev)
-    else
-      new_state = format('%s|%d %s', new_state, wseq, era)
-    end
-  elseif lera then
-    new_state = format('%s|%d %s %d %s', new_state, wseq, era, lseq, lera)
-  else
-    new_state = format('%s|%d %s', new_state, wseq, era)
-  end
-end
-        result, seq_of[key] = new_state, wseq
       end
       work[key], keep_for[key] = result, keep_after
     end
@@ -701,9 +672,47 @@ end
   end
 end
 
--- One command per key written, as the settle script writes: its state
--- with its TTL, or DEL for an idle identity; then the record of what was
--- restored there.
+-- The call's lineage, once, when it writes a state: its sequence is every
+-- written key's. Then one command per key written, as the settle script
+-- writes: its state with its TTL, or DEL for an idle identity; then the
+-- record of what was restored there.
+wseq = 0
+if next(work) ~= nil then
+-- reads: lkey (the slot's lineage key), now, era (the call's stamp, not
+--        ''), lseq, lera, lbase, lprev (as lineage_read.lua set them),
+--        floor
+-- sets:  wseq (the call's sequence); writes lkey
+--
+-- Lineage, a block (lineage_read.lua says what it holds), run once by a
+-- call that wrote a state. A call in the era of the lineage keeps where
+-- that era began; a call of another era starts one, recording the
+-- sequence and era it took the slot over from; a slot without lineage
+-- starts afresh. The key lives 30 minutes from the call that last set its
+-- TTL, and the first call of each 10 minutes (by sequence) sets it again,
+-- the others keep it (KEEPTTL writes no expiry: a write of the lineage
+-- costs half as much): it outlives every call by at least 20 minutes,
+-- longer than the store keeps a write to restore it (its window, at most
+-- 10 minutes, after a primary that stopped answering, at most 10).
+wseq = lseq + 1
+if wseq < now then wseq = now end
+local lineage
+if lera == era then
+  if lbase then
+    lineage = format('%d %s %d %s', wseq, era, lbase, lprev)
+  else
+    lineage = format('%d %s', wseq, era)
+  end
+elseif lera then
+  lineage = format('%d %s %d %s', wseq, era, lseq, lera)
+else
+  lineage = format('%d %s', wseq, era)
+end
+if lseq > 0 and floor(wseq / 600000000) == floor(lseq / 600000000) then
+  call('SET', lkey, lineage, 'KEEPTTL')
+else
+  call('SET', lkey, lineage, 'PX', 1800000)
+end
+end
 local reply, done = {}, {}
 for i = 1, entries do
   local key = skeys[i]
@@ -718,7 +727,8 @@ for i = 1, entries do
     local l = last[key]
     if l then call('SET', l[3], format('%d %s', l[1], l[2]), 'PX', record_ttl) end
   end
-  reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = applied[i], seq_of[key] or 0, keep_for[key] or 0
+  local written = work[key] and wseq or 0
+  reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = applied[i], written, written > 0 and keep_for[key] or 0
 end
 reply[3 * entries + 1] = now
 return reply

@@ -11,26 +11,32 @@ local format, match, call = string.format, string.match, redis.call
 local MAX_DEBT = 1125899906842624 -- 2^50 us: a debt reaches no further past now (algo.MaxDebtTime)
 
 -- ARGV[1] is the era the call is stamped with ('' for none; see
--- lineage_read.lua). ARGV[2] is the mode: 0 settles, 1 settles with a
+-- lineage_read.lua), and the last KEYS the call's slot's lineage key, read
+-- and written only with an era. ARGV[2] is the mode: 0 settles, 1 settles with a
 -- record per entry (the KEYS after the state keys), 2 overdraws, 3 settles
 -- with records and then deletes the request-id markers (the KEYS after the
 -- records: the refund of a set denied on another Cluster slot), 4 looks:
 -- answers as 0 does and writes nothing (a Peek reading the debt); ARGV[3]
 -- is the records' TTL.
 local era = ARGV[1]
+local stamped = era ~= ''
 local mode = tonumber(ARGV[2])
 local with_record, overdraw, look = mode == 1 or mode == 3, mode == 2, mode == 4
 local entries = (#ARGV - 3) / 8
 
 local time = call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local got = call('MGET', unpack(KEYS, 1, with_record and 2 * entries or entries))
+-- One read of the states and records, and of the lineage with an era
+-- when it follows them (mode 3 has the markers in between).
+local nread = with_record and 2 * entries or entries
+local lin_read = stamped and mode ~= 3
+local got = call('MGET', unpack(KEYS, 1, lin_read and nread + 1 or nread))
 
 -- What this call writes, by key: a state string, or false to delete it;
 -- and the PX of each written state.
 local work, keep_for = {}, {}
 local reply = {}
-local lseq, lera, lbase, lprev, wseq
+local wrote = {} -- wrote[i]: entry i wrote a state
 for i = 1, entries do
   local key, o = KEYS[i], 3 + 8 * (i - 1)
   local alg = tonumber(ARGV[o + 1])
@@ -43,34 +49,6 @@ for i = 1, entries do
   local adm_reset = tonumber(ARGV[o + 8])     -- how far from full it left a bucket (us)
   local state = got[i]
   if work[key] ~= nil then state = work[key] end
--- reads: state (the key's whole string, false when absent)
--- sets:  state (the algorithm's part of it, false when absent); lseq, lera,
---        lbase, lprev (its lineage: the sequence of its last write and the
---        era that wrote it, and when that era took the key over from
---        another, the sequence the key had then and that era; 0 and false
---        when the state has none)
---
--- Lineage, a block. A state written by a call stamped with an era (the
--- primary the store verified it is writing to) ends in "|seq era", or
--- "|seq era base prev" once a later era took it over: seq is the key's
--- write sequence (at least one more than the last, and at least the
--- server's clock in us, so it grows across the key's expiry too), era is
--- the stamp of the primary that wrote it, and base and prev say where that
--- era's writes began. A state without it (written with no stamp) has no
--- lineage. The algorithm blocks read only the part before "|".
-lseq, lera, lbase, lprev = 0, false, false, false
-if state then
-  local body, tail = match(state, '^([^|]*)|(.*)$')
-  if body then
-    state = body
-    local s, e, rest = match(tail, '^(%d+) (%x+)(.*)$')
-    if s then
-      lseq, lera = tonumber(s), e
-      local b, p = match(rest, '^ (%d+) (%x+)$')
-      if b then lbase, lprev = tonumber(b), p end
-    end
-  end
-end
   -- arith.lua's functions are all defined here (span past 2^53): a debt's
   -- products outgrow the limit's own.
   local span = 9007199254740992
@@ -1237,38 +1215,10 @@ end
   end
   if result ~= nil then
     if result and not look then
-      local new_state = result
--- reads: new_state (a state string of the algorithm's), now, era (the
---        call's stamp, '' for none), lseq, lera, lbase, lprev (as
---        lineage_read.lua set them for the state new_state replaces)
--- sets:  new_state (with its lineage), wseq (the sequence written, 0 when
---        the call has no stamp)
---
--- Lineage, a block (lineage_read.lua says what it holds). A write in the
--- era of the state keeps where that era began; a write in another era
--- starts one, recording the sequence and era it took the key over from; a
--- state without lineage starts afresh. A call without a stamp writes the
--- state without lineage.
-wseq = 0
-if era ~= '' then
-  wseq = lseq + 1
-  if wseq < now then wseq = now end
-  if lera == era then
-    if lbase then
-      new_state = format('%s|%d %s %d %s', new_state, wseq, era, lbase, lprev)
-    else
-      new_state = format('%s|%d %s', new_state, wseq, era)
-    end
-  elseif lera then
-    new_state = format('%s|%d %s %d %s', new_state, wseq, era, lseq, lera)
-  else
-    new_state = format('%s|%d %s', new_state, wseq, era)
-  end
-end
       -- The units applied, debited (a debit past empty, or an overdraw
       -- that fitted) or, below 0, given back: what restoring the write
       -- applies again.
-      result, reply[7 * i - 1], reply[7 * i] = new_state, wseq, fitted and cost or delta
+      wrote[i], reply[7 * i] = true, fitted and cost or delta
     end
     work[key], keep_for[key] = result, keep_after
   end
@@ -1295,5 +1245,72 @@ if with_record then
 end
 -- A refunded set was denied: its request id must leave no trace.
 if mode == 3 then call('DEL', unpack(KEYS, 2 * entries + 1, 3 * entries)) end
+-- With an era, the call's lineage, once, when it wrote a state; each
+-- entry that wrote one answers the sequence the call wrote at.
+if stamped and next(wrote) then
+  local lkey, lin = KEYS[#KEYS], false
+  if lin_read then lin = got[nread + 1] else lin = call('GET', lkey) end
+  local lseq, lera, lbase, lprev, wseq
+-- reads: lin (the lineage key's string, false when absent)
+-- sets:  lseq, lera, lbase, lprev (the lineage: the sequence of the last
+--        call that wrote on this slot with an era and that era, and when
+--        that era took the slot over from another, the sequence the slot
+--        had then and that era; 0 and false when there is none)
+--
+-- Lineage, a block. A call stamped with an era (the primary the store
+-- verified it is writing to) that writes a state also writes its slot's
+-- lineage key, one short string "seq era", or "seq era base prev" once a
+-- later era took the slot over: seq is the call's sequence (at least one
+-- more than the last call's, and at least the server's clock in us, so it
+-- grows across the key's expiry too), era the stamp, and base and prev
+-- where that era's calls began. A call's writes and its lineage replicate
+-- together: Redis sends a script's writes as one MULTI/EXEC, which a
+-- replica applies whole or not at all. The states themselves carry
+-- nothing: a decision reads and writes only its algorithm's numbers.
+lseq, lera, lbase, lprev = 0, false, false, false
+if lin then
+  local s, e, rest = match(lin, '^(%d+) (%x+)(.*)$')
+  if s then
+    lseq, lera = tonumber(s), e
+    local b, p = match(rest, '^ (%d+) (%x+)$')
+    if b then lbase, lprev = tonumber(b), p end
+  end
+end
+-- reads: lkey (the slot's lineage key), now, era (the call's stamp, not
+--        ''), lseq, lera, lbase, lprev (as lineage_read.lua set them),
+--        floor
+-- sets:  wseq (the call's sequence); writes lkey
+--
+-- Lineage, a block (lineage_read.lua says what it holds), run once by a
+-- call that wrote a state. A call in the era of the lineage keeps where
+-- that era began; a call of another era starts one, recording the
+-- sequence and era it took the slot over from; a slot without lineage
+-- starts afresh. The key lives 30 minutes from the call that last set its
+-- TTL, and the first call of each 10 minutes (by sequence) sets it again,
+-- the others keep it (KEEPTTL writes no expiry: a write of the lineage
+-- costs half as much): it outlives every call by at least 20 minutes,
+-- longer than the store keeps a write to restore it (its window, at most
+-- 10 minutes, after a primary that stopped answering, at most 10).
+wseq = lseq + 1
+if wseq < now then wseq = now end
+local lineage
+if lera == era then
+  if lbase then
+    lineage = format('%d %s %d %s', wseq, era, lbase, lprev)
+  else
+    lineage = format('%d %s', wseq, era)
+  end
+elseif lera then
+  lineage = format('%d %s %d %s', wseq, era, lseq, lera)
+else
+  lineage = format('%d %s', wseq, era)
+end
+if lseq > 0 and floor(wseq / 600000000) == floor(lseq / 600000000) then
+  call('SET', lkey, lineage, 'KEEPTTL')
+else
+  call('SET', lkey, lineage, 'PX', 1800000)
+end
+  for i in pairs(wrote) do reply[7 * i - 1] = wseq end
+end
 reply[#reply + 1] = now
 return reply

@@ -35,37 +35,103 @@ type Restorer interface {
 	Restore(ctx context.Context, entries []Entry) (applied, held int, failed []Entry, err error)
 }
 
+// Exactness says when a gate stamps its calls (see Gate).
+type Exactness uint8
+
+const (
+	// WhenReplicated stamps while the primary has a replica that could
+	// take over (or had one within the grace), and stamps nothing
+	// otherwise.
+	WhenReplicated Exactness = iota
+	// Always stamps, replica or not.
+	Always
+)
+
+// GateConfig is what a gate needs: the primary it stands before, the
+// journal and restorer of its client, how it reads its server and finds a
+// command's era, and when it is exact.
+type GateConfig struct {
+	// Node is the address the gate stands before; "" for the one server of
+	// a single node or Sentinel client.
+	Node     string
+	Journal  *Journal
+	Restorer Restorer
+	// Info reads INFO replication of the gate's server (with its Cluster
+	// replicas, on a Cluster node).
+	Info func(ctx context.Context) (ReplInfo, error)
+	// Stamped says where a command's era goes: its index in the command's
+	// arguments, and whether it carries one at all.
+	Stamped func(args []any) (int, bool)
+	// Exactness says when the gate stamps; Grace how long a primary that
+	// had a replica stays exact once it has none (WhenReplicated).
+	Exactness Exactness
+	Grace     time.Duration
+	// OnCall, when set, is called as each call enters (the watcher's
+	// sign that the store is in use).
+	OnCall func()
+	// Now is the clock the grace is counted on; nil for time.Now.
+	Now func() time.Time
+}
+
 // A Gate stands before one primary (see the package doc). Its hooks go on
 // the go-redis client of that primary: the client of a single node or a
 // Sentinel set, or each node's client of a Cluster client.
+//
+// An epoch of the gate is exact or not. An exact epoch stamps every call
+// with its era: the scripts write the lineage, the store journals the
+// writes. An epoch that is not stamps the empty era: no lineage, no
+// journal, nothing but the gate's own bookkeeping per call. With
+// WhenReplicated, an epoch is exact when the verification that made it
+// saw a replica of the primary (INFO replication's connected replicas, a
+// Cluster node's replicas), or saw none but the gate saw one within the
+// grace; the watcher ends the epoch when the replicas it reads say
+// otherwise, and the next verification decides again.
 type Gate struct {
 	node     string
 	journal  *Journal
 	restorer Restorer
-	// info reads INFO replication of the gate's server.
-	info func(ctx context.Context) (ReplInfo, error)
-	// stamped says where a command's era goes: its index in the
-	// command's arguments, and whether it carries one at all.
-	stamped func(args []any) (int, bool)
+	info     func(ctx context.Context) (ReplInfo, error)
+	stamped  func(args []any) (int, bool)
+	mode     Exactness
+	grace    time.Duration
+	onCall   func()
+	now      func() time.Time
 
 	cur  atomic.Pointer[epoch]
 	last string // the era verified last (each verification runs after the last ended)
 	wg   sync.WaitGroup
+	// replicated is when the gate last saw its primary with a replica
+	// (UnixNano; 0: never).
+	replicated atomic.Int64
 
 	// Changes counts verifications that found a primary replacing another
-	// era (a failover, a restart).
-	changes atomic.Int64
+	// era (a failover, a restart, a primary's first replica: Redis starts
+	// a new replication id with its backlog); modes the epochs whose
+	// exactness differs from the one before.
+	changes, modes atomic.Int64
 
 	// OnBlind, when set before the gate is used, is called when the
 	// server refuses INFO (an ACL without it): the gate then stamps
 	// nothing, and the store keeps no journal of the writes through it.
 	OnBlind func(error)
+	// OnMode, when set before the gate is used, is called when a
+	// verification puts in force an epoch of a server not verified just
+	// before (the first verification included) or whose exactness differs
+	// from the one before it, with the replicas it read and the primary's
+	// replication offset at that point.
+	OnMode func(exact bool, inf ReplInfo)
 }
 
+// eraNone is the era a call is stamped with in an epoch that is not
+// exact: the scripts write no lineage.
+var eraNone any = ""
+
 // epoch is a period during which a gate's primary is one server: its era,
-// boxed once for stamping; unverified until the gate has read it.
+// boxed once for stamping (eraNone when the epoch is not exact);
+// unverified until the gate has read it.
 type epoch struct {
 	verified bool
+	exact    bool
 	era      any // string
 	name     string
 	replid   string
@@ -98,12 +164,13 @@ func (e *epoch) retire() {
 
 func (e *epoch) drain() { e.once.Do(func() { close(e.drained) }) }
 
-// NewGate returns the gate of the primary named node (its address; "" for
-// the one server of a single node or Sentinel client), which restores the
-// journal's writes with restorer, reads the server with info, and finds a
-// command's era with stamped.
-func NewGate(node string, j *Journal, restorer Restorer, info func(context.Context) (ReplInfo, error), stamped func([]any) (int, bool)) *Gate {
-	g := &Gate{node: node, journal: j, restorer: restorer, info: info, stamped: stamped}
+// NewGate returns the gate cfg describes.
+func NewGate(cfg GateConfig) *Gate {
+	g := &Gate{node: cfg.Node, journal: cfg.Journal, restorer: cfg.Restorer, info: cfg.Info, stamped: cfg.Stamped,
+		mode: cfg.Exactness, grace: cfg.Grace, onCall: cfg.OnCall, now: cfg.Now}
+	if g.now == nil {
+		g.now = time.Now
+	}
 	g.cur.Store(newEpoch(nil))
 	return g
 }
@@ -114,11 +181,49 @@ func (g *Gate) Node() string { return g.node }
 // Changes counts the primaries the gate found replacing another era.
 func (g *Gate) Changes() int64 { return g.changes.Load() }
 
+// ModeChanges counts the epochs whose exactness differs from the one
+// before (a replica attached, or gone longer than the grace).
+func (g *Gate) ModeChanges() int64 { return g.modes.Load() }
+
 // Era returns the era in force at the gate, and whether one is: "" and
 // false while the gate has yet to verify its primary.
 func (g *Gate) Era() (string, bool) {
 	e := g.cur.Load()
 	return e.name, e.verified
+}
+
+// Exact reports whether the epoch in force is verified and exact: its
+// calls are stamped, and their writes journaled.
+func (g *Gate) Exact() bool {
+	e := g.cur.Load()
+	return e.verified && e.exact
+}
+
+// wantsExact reports whether an epoch read with inf now should be exact,
+// and notes a replica it shows.
+func (g *Gate) wantsExact(inf ReplInfo, now time.Time) bool {
+	if inf.Replicas > 0 {
+		g.replicated.Store(now.UnixNano())
+	}
+	if g.mode == Always {
+		return true
+	}
+	last := g.replicated.Load()
+	return last != 0 && now.Sub(time.Unix(0, last)) < g.grace
+}
+
+// Observe takes a read of the gate's server made while the epoch in force
+// was verified: it reports whether that epoch's exactness is no longer what
+// the server's replicas call for (a replica attached to a primary the
+// gate does not stamp for, or none for longer than the grace), in which
+// case the caller ends the epoch (Invalidate) for the next verification to
+// decide again.
+func (g *Gate) Observe(inf ReplInfo) bool {
+	e := g.cur.Load()
+	if !e.verified || e.replid == "" {
+		return false // unverified, or blind
+	}
+	return g.wantsExact(inf, g.now()) != e.exact
 }
 
 // Pass is one call let through a gate: the era it is stamped with. Leave
@@ -152,6 +257,9 @@ type bypass struct {
 func (g *Gate) Enter(ctx context.Context) (Pass, error) {
 	if b, _ := ctx.Value(bypassKey{}).(*bypass); b != nil && b.g == g {
 		return Pass{era: b.era}, nil
+	}
+	if g.onCall != nil {
+		g.onCall()
 	}
 	for {
 		e := g.cur.Load()
@@ -248,7 +356,7 @@ func (g *Gate) check(ctx context.Context, e *epoch) (*epoch, error) {
 		if g.OnBlind != nil {
 			g.OnBlind(err)
 		}
-		return &epoch{verified: true, era: any(""), drained: make(chan struct{})}, nil
+		return &epoch{verified: true, era: eraNone, drained: make(chan struct{})}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -268,6 +376,8 @@ func (g *Gate) check(ctx context.Context, e *epoch) (*epoch, error) {
 	if len(before) > 0 {
 		g.changes.Add(1)
 		if entries := g.journal.Take(before...); len(entries) > 0 {
+			// The restore is stamped whatever the new epoch's exactness:
+			// what it applies is checked against the lineage.
 			bctx := context.WithValue(ctx, bypassKey{}, &bypass{g: g, era: boxed})
 			_, _, failed, err := g.restorer.Restore(bctx, entries)
 			for _, f := range failed {
@@ -279,7 +389,17 @@ func (g *Gate) check(ctx context.Context, e *epoch) (*epoch, error) {
 		}
 	}
 	g.last = era
-	return &epoch{verified: true, era: boxed, name: era, replid: inf.ReplID, drained: make(chan struct{})}, nil
+	exact := g.wantsExact(inf, g.now())
+	if p := e.prev; (p == nil || p.exact != exact || p.replid != inf.ReplID) && g.OnMode != nil {
+		g.OnMode(exact, inf)
+	}
+	if p := e.prev; p != nil && p.exact != exact {
+		g.modes.Add(1)
+	}
+	if !exact {
+		boxed = eraNone
+	}
+	return &epoch{verified: true, exact: exact, era: boxed, name: era, replid: inf.ReplID, drained: make(chan struct{})}, nil
 }
 
 // Invalidate ends the epoch in force: the next call verifies the primary
@@ -299,11 +419,15 @@ func (g *Gate) Invalidate() {
 
 // Check is the gate's part of a new connection's OnConnect: inf is the
 // connection's server's replication (ok when it was read). A connection
-// must not carry a call stamped for another server: while an epoch is in
-// force, or one that ended still has calls in flight (a call waiting for a
-// connection in the pool among them), a connection to any other server
-// (or one whose server could not be read) ends the epoch in force, and
-// fails with ErrServerChanged before anything is written on it.
+// must not carry a call stamped for another server: while an exact epoch
+// is in force, or one that ended still has calls in flight (a call
+// waiting for a connection in the pool among them), a connection to any
+// other server (or one whose server could not be read) ends the epoch in
+// force, and fails with ErrServerChanged before anything is written on it.
+// Calls of an epoch that is not exact carry no era: a connection to
+// another server ends that epoch, for the next verification to restore
+// what the new server lacks and decide its exactness, and serves, as does
+// one whose server could not be read.
 func (g *Gate) Check(inf ReplInfo, ok bool) error {
 	e := g.cur.Load()
 	ref := e
@@ -320,6 +444,15 @@ func (g *Gate) Check(inf ReplInfo, ok bool) error {
 	}
 	if ref.replid == "" || ok && inf.Master && inf.ReplID == ref.replid {
 		return nil // blind (see OnBlind), or the server verified
+	}
+	if !ref.exact {
+		// No era to carry to the wrong server. Another server behind the
+		// address ends the epoch; a server that could not be read (a slow
+		// one) says nothing the watcher will not.
+		if ok {
+			g.Invalidate()
+		}
+		return nil
 	}
 	g.Invalidate()
 	return ErrServerChanged

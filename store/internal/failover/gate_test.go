@@ -3,6 +3,7 @@ package failover
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func newTestGate(t *testing.T) (*Gate, *fakeServer, *fakeRestorer, *Journal) {
 	j := NewJournal(time.Minute, DefaultMaxBytes)
 	srv := &fakeServer{inf: ReplInfo{Master: true, ReplID: replA, ReplID2: "0000000000000000000000000000000000000000"}}
 	r := &fakeRestorer{}
-	g := NewGate("n", j, r, srv.info, func([]any) (int, bool) { return 0, true })
+	g := NewGate(GateConfig{Node: "n", Journal: j, Restorer: r, Info: srv.info, Stamped: func([]any) (int, bool) { return 0, true }, Exactness: Always})
 	t.Cleanup(func() { _ = g.Wait(context.Background()) })
 	return g, srv, r, j
 }
@@ -179,7 +180,7 @@ func TestGateWaitsWithinTheCallsDeadline(t *testing.T) {
 		<-release
 		return ReplInfo{Master: true, ReplID: replA}, nil
 	}
-	g := NewGate("n", j, &fakeRestorer{}, info, func([]any) (int, bool) { return 0, true })
+	g := NewGate(GateConfig{Node: "n", Journal: j, Restorer: &fakeRestorer{}, Info: info, Stamped: func([]any) (int, bool) { return 0, true }, Exactness: Always})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	if _, err := g.Enter(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -213,5 +214,92 @@ func TestGateWithoutInfo(t *testing.T) {
 	}
 	if told != 1 {
 		t.Errorf("told %d times, want once", told)
+	}
+}
+
+// TestGateExactWhenReplicated runs a gate that pays for exactness only
+// while its primary has a replica: with none, calls are stamped with no
+// era and a connection to another server is not refused; a replica read
+// ends that epoch and the next is exact; the replica gone, the epoch stays
+// exact for the grace, then ends, and the next is not; a restore of the
+// era before is still stamped with the new era.
+func TestGateExactWhenReplicated(t *testing.T) {
+	j := NewJournal(time.Minute, DefaultMaxBytes)
+	srv := &fakeServer{inf: ReplInfo{Master: true, ReplID: replA}}
+	r := &fakeRestorer{}
+	var calls int
+	clock := time.Unix(1_800_000_000, 0)
+	g := NewGate(GateConfig{Node: "n", Journal: j, Restorer: r, Info: srv.info, Stamped: func([]any) (int, bool) { return 0, true },
+		Grace: 10 * time.Second, OnCall: func() { calls++ }, Now: func() time.Time { return clock }})
+	t.Cleanup(func() { _ = g.Wait(context.Background()) })
+	var modes []bool
+	g.OnMode = func(exact bool, _ ReplInfo) { modes = append(modes, exact) }
+	enter := func(want string) {
+		t.Helper()
+		p, err := g.Enter(context.Background())
+		if err != nil || p.Era() != want {
+			t.Fatalf("Enter: era %q (%v), want %q", p.Era(), err, want)
+		}
+		p.Leave()
+	}
+
+	enter("")
+	if g.Exact() || calls != 1 {
+		t.Fatalf("no replica: exact %v, %d calls noted; want not exact, 1", g.Exact(), calls)
+	}
+	if g.Observe(ReplInfo{Master: true, ReplID: replA}) {
+		t.Fatal("no replica read again: the epoch should stand")
+	}
+	// Another server behind the address: a call without an era may go
+	// there; the epoch ends, for the next call to verify it.
+	srv.set(ReplInfo{Master: true, ReplID: replB}, nil)
+	if err := g.Check(ReplInfo{Master: true, ReplID: replB}, true); err != nil {
+		t.Fatalf("a connection to another server, no era stamped: %v", err)
+	}
+	enter("")
+
+	// A replica attaches.
+	withReplica := ReplInfo{Master: true, ReplID: replB, Replicas: 1}
+	if !g.Observe(withReplica) {
+		t.Fatal("a replica read: the epoch should end")
+	}
+	g.Invalidate()
+	srv.set(withReplica, nil)
+	enter("bbbbbbbbbbbb")
+	if !g.Exact() || g.ModeChanges() != 1 {
+		t.Fatalf("with a replica: exact %v, %d changes; want exact, 1", g.Exact(), g.ModeChanges())
+	}
+	// Exact, a connection to another server is refused.
+	if err := g.Check(ReplInfo{Master: true, ReplID: replA}, true); !errors.Is(err, ErrServerChanged) {
+		t.Fatalf("a connection to another server in an exact epoch: %v, want ErrServerChanged", err)
+	}
+	srv.set(withReplica, nil)
+	enter("bbbbbbbbbbbb")
+
+	// The replica leaves: the epoch stands for the grace.
+	alone := ReplInfo{Master: true, ReplID: replB}
+	clock = clock.Add(9 * time.Second)
+	if g.Observe(alone) {
+		t.Fatal("the replica gone 9 s: the epoch should stand for the grace, 10 s")
+	}
+	clock = clock.Add(time.Second)
+	if !g.Observe(alone) {
+		t.Fatal("the replica gone 10 s: the epoch should end")
+	}
+	g.Invalidate()
+	srv.set(alone, nil)
+	enter("")
+	if g.ModeChanges() != 2 || fmt.Sprint(modes) != "[false false true false]" {
+		t.Fatalf("%d changes, modes %v; want 2, [false false true false] (A, B, B exact, B not)", g.ModeChanges(), modes)
+	}
+
+	// A failover to a server that took over B: B's writes are restored,
+	// stamped with the new era, though the new epoch is not exact.
+	j.Add(Entry{Era: "bbbbbbbbbbbb", Seq: 1, At: 1, Expires: 1 << 60, Write: Write{Key: "k", Delta: 1}})
+	srv.set(ReplInfo{Master: true, ReplID: "cccccccccccc3333333333333333333333333333", ReplID2: replB}, nil)
+	g.Invalidate()
+	enter("")
+	if len(r.restored) != 1 || fmt.Sprint(r.eras) != "[cccccccccccc]" {
+		t.Fatalf("restored %v stamped %v; want B's write stamped cccccccccccc", r.restored, r.eras)
 	}
 }

@@ -14,8 +14,8 @@ import (
 type Entry struct {
 	// Era is the era the write was stamped with: its primary's.
 	Era string
-	// Seq is the sequence the write left its key's lineage at (0 for a
-	// seat, which has none).
+	// Seq is the sequence of the call that made the write, as it left its
+	// slot's lineage (0 for a seat, which has none).
 	Seq int64
 	// At is the write's time, and Expires when its effect ends (a seat:
 	// when it expires), in µs on its primary's clock.
@@ -31,6 +31,10 @@ type Write struct {
 	// Key is the state key (a seat's: the identity's seats key), and Aux
 	// the marker or record key beside it (a seat's: its hold-time key).
 	Key, Aux string
+	// Lineage is the lineage key of Key's slot, which the call that made
+	// the write wrote its sequence to (lua/doc.go, Lineage); "" for a
+	// seat, which has none.
+	Lineage string
 	// Alg, Rate, Period and Capacity are the limit, as the scripts take
 	// it (internal/algo.ParamsOf).
 	Alg, Rate, Period, Capacity int64
@@ -38,7 +42,7 @@ type Write struct {
 	// settle script applies a delta; DebitedAt and AdmReset are a
 	// give-back's admission (µs), as the settle script takes them.
 	Delta, DebitedAt, AdmReset int64
-	// AuxKind says what Aux is (0 none, 1 a request-id marker, 2 a
+	// AuxKind says what Aux is (AuxNone, AuxMarker or AuxRecord, a
 	// settlement record holding AuxValue), and AuxUntil when it ends (µs).
 	AuxKind, AuxValue, AuxUntil int64
 	// Seat is set for a seat: its id, and whether the write released it
@@ -47,11 +51,19 @@ type Write struct {
 	Release bool
 }
 
+// What a Write's Aux is (the restore script's aux, lua/doc.go).
+const (
+	AuxNone   = 0 // nothing beside the state
+	AuxMarker = 1 // a request-id marker
+	AuxRecord = 2 // a settlement record
+)
+
 // entrySize is what an entry costs the journal, its strings apart.
 const entrySize = int64(unsafe.Sizeof(Entry{}))
 
 // size is what e costs the journal: the entry and the bytes of its
-// strings, which it keeps alive.
+// strings, which it keeps alive (the lineage key is shared by the writes
+// of its slot).
 func (e *Entry) size() int64 {
 	w := &e.Write
 	return entrySize + int64(len(w.Key)+len(w.Aux)+len(w.Seat))
@@ -83,7 +95,8 @@ type Journal struct {
 
 // eraLog is one era's writes, oldest first.
 type eraLog struct {
-	q queue
+	era string
+	q   queue
 	// probes are recent reads of the primary's replication: every write
 	// added before the read (pos, a count of writes ever added) was in its
 	// replication stream up to offset. Oldest first, at most maxProbes.
@@ -124,26 +137,35 @@ func (j *Journal) SetOnDrop(f func(int)) { j.onDrop = f }
 func (j *Journal) logLocked(era string) *eraLog {
 	l := j.logs[era]
 	if l == nil {
-		l = &eraLog{}
+		l = &eraLog{era: era}
 		j.logs[era] = l
 	}
 	return l
 }
 
-// Add keeps e. When the journal's memory passes its cap, the oldest writes
-// go first, and each is counted (Dropped): a write dropped before its
-// replicas acknowledged it is forgotten if its primary is lost.
-func (j *Journal) Add(e Entry) {
+// Add keeps entries, under one lock. When the journal's memory passes its
+// cap, the oldest writes go first, and each is counted (Dropped): a write
+// dropped before its replicas acknowledged it is forgotten if its primary
+// is lost.
+func (j *Journal) Add(entries ...Entry) {
 	now := j.now()
 	j.mu.Lock()
-	l := j.logLocked(e.Era)
-	l.q.push(e)
-	l.added++
-	if e.At > l.clock {
-		l.clock, l.clockAt = e.At, now
+	var l *eraLog
+	for _, e := range entries {
+		if e.Era == "" {
+			continue // not stamped: nothing to restore it by
+		}
+		if l == nil || e.Era != l.era {
+			l = j.logLocked(e.Era)
+		}
+		l.q.push(e)
+		l.added++
+		if e.At > l.clock {
+			l.clock, l.clockAt = e.At, now
+		}
+		j.bytes += e.size()
+		j.n++
 	}
-	j.bytes += e.size()
-	j.n++
 	dropped := 0
 	for j.bytes > j.maxBytes && j.n > 0 {
 		j.dropOldestLocked()

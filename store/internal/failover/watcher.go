@@ -10,11 +10,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ProbeEvery is how often a watcher reads its primaries while the journal
-// holds writes: it bounds how long a change of primary can go unseen when
-// no call meets it first, and how long a write waits to be forgotten
-// after its replicas acknowledge it.
+// ProbeEvery is how often a watcher reads its primaries while the store is
+// in use or the journal holds writes: it bounds how long a change of
+// primary can go unseen when no call meets it first, how long a replica
+// attached to a primary can go unseen (its writes are not journaled
+// meanwhile), and how long a write waits to be forgotten after its
+// replicas acknowledge it.
 const ProbeEvery = 50 * time.Millisecond
+
+// idleTicks is how many reads in a row with no call and an empty journal
+// stop a watcher's goroutine; the next call starts it again, and it reads
+// the primaries at once.
+const idleTicks = 4
 
 // ProbeTimeout bounds one round of reads and the restores that follow.
 const ProbeTimeout = time.Second
@@ -27,8 +34,9 @@ type Probe struct {
 	Now  int64
 }
 
-// A Watcher runs one goroutine while its journal holds writes (see the
-// package doc); Close stops it for good.
+// A Watcher runs one goroutine while its store is in use (a call entered a
+// gate within the last idleTicks reads) or its journal holds writes (see
+// the package doc); Close stops it for good.
 type Watcher struct {
 	journal  *Journal
 	restorer Restorer
@@ -42,6 +50,7 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	running atomic.Bool
+	called  atomic.Bool // a call entered a gate since the last read
 	closed  bool
 	stop    chan struct{}
 	nudged  chan struct{}
@@ -59,10 +68,24 @@ func NewWatcher(j *Journal, r Restorer, probe func(context.Context) ([]Probe, er
 // more.
 func (w *Watcher) Off() bool { return w.off.Load() }
 
+// Called notes a call entering a gate: the store is in use, and its
+// primaries are read every ProbeEvery. It reads a flag or two, and writes
+// one once per read of the primaries.
+func (w *Watcher) Called() {
+	if w.off.Load() {
+		return
+	}
+	if !w.called.Load() {
+		w.called.Store(true)
+	}
+	w.Ensure()
+}
+
 // Ensure starts the goroutine unless it runs. It is called after each
-// write is added: a write added reads one flag. The goroutine clears the
-// flag before it looks at the journal a last time, and a write is added
-// before the flag is read, so one of them sees the other.
+// write is added, and each call: it reads one flag. The goroutine clears
+// the flag before it looks at the journal and the calls a last time, and a
+// write is added (or a call noted) before the flag is read, so one of them
+// sees the other.
 func (w *Watcher) Ensure() {
 	if w.running.Load() {
 		return
@@ -118,18 +141,24 @@ func (w *Watcher) run() {
 	defer w.wg.Done()
 	t := time.NewTicker(ProbeEvery)
 	defer t.Stop()
+	idle := 0
 	for {
 		w.tick()
+		if w.called.Swap(false) {
+			idle = 0
+		} else {
+			idle++
+		}
 		w.mu.Lock()
-		if w.closed || w.journal.Len() == 0 {
+		if w.closed || w.journal.Len() == 0 && idle >= idleTicks {
 			closed := w.closed
 			if closed {
 				w.journal.Clear()
 			}
 			w.running.Store(false)
 			w.mu.Unlock()
-			if !closed && w.journal.Len() > 0 {
-				w.Ensure() // a write came in meanwhile
+			if !closed && (w.journal.Len() > 0 || w.called.Load()) {
+				w.Ensure() // a write or a call came in meanwhile
 			}
 			return
 		}
@@ -143,10 +172,11 @@ func (w *Watcher) run() {
 }
 
 // tick reads every primary once: a primary whose server changed, or that
-// no gate has verified, is verified (restoring what it lacks); the others'
-// acknowledged writes are forgotten. Then the writes of retired eras added
-// since their successor was verified are restored, and writes past the
-// window leave.
+// no gate has verified, is verified (restoring what it lacks), as is one
+// whose replicas call for another exactness than its gate's (Gate.Observe);
+// the others' acknowledged writes are forgotten. Then the writes of
+// retired eras added since their successor was verified are restored, and
+// writes past the window leave.
 func (w *Watcher) tick() {
 	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
 	defer cancel()
@@ -172,7 +202,10 @@ func (w *Watcher) tick() {
 		switch {
 		case ok && EraOf(p.Info.ReplID) == era:
 			w.journal.Observe(era, pos[era], p.Info, p.Now)
-			continue
+			if !g.Observe(p.Info) {
+				continue
+			}
+			g.Invalidate() // a replica attached, or gone: exactness changes
 		case ok:
 			g.Invalidate()
 		}

@@ -1,9 +1,9 @@
-package store
+package failover
 
 import (
 	"cmp"
 	"context"
-	"fmt"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,14 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/lua"
-	"github.com/tollgate/tollgate/store/internal/failover"
 )
 
-// The restore script applies journaled writes a new primary lacks; like a
-// settlement, a copy run twice would not apply them twice (the lineage the
-// first wrote holds them), but a lost reply would leave them unknown: sent
-// once.
-var restoreScript = newScript(lua.Restore, sentOnce)
+// The restore: what a new primary lacks of the writes its predecessor's
+// era journaled, found by the lineage of their slots and applied by the
+// restore script (lua/doc.go, Restore); seats by the seat script.
+
+// errBadReply means a script answered something other than lua/doc.go
+// says: the scripts on the server are not the ones this package was built
+// with.
+var errBadReply = errors.New("script reply is not what lua/doc.go says the script answers")
 
 const (
 	// restoreArgs is how many ARGV each entry of a restore call takes.
@@ -31,44 +33,38 @@ const (
 	restoreChunk = 64
 )
 
-// Aux kinds of a restore entry (lua/doc.go).
-const (
-	auxNone   = 0
-	auxMarker = 1
-	auxRecord = 2
-)
-
 // restoreCall is one script call of a restore: the entries it sends
 // (several writes of a key summed into one where they can be), and for
 // each the journal's entries it stands for.
 type restoreCall struct {
-	sc      scriptCall
+	sc      ScriptCall
 	sent    []restoreEntry
 	seats   bool
-	entries []failover.Entry // every entry the call stands for, for a failure
+	entries []Entry // every entry the call stands for, for a failure
 }
 
 // restoreEntry is one entry of a restore call: a write, or the writes of
 // one key summed (last is the last one's sequence), standing for writes of
 // the journal.
 type restoreEntry struct {
-	failover.Entry
+	Entry
 	last   int64
-	writes []failover.Entry
+	writes []Entry
 }
 
-// Restore applies entries (see failover.Restorer). It reads first the
-// lineage of every key the entries change, in one pipeline, and leaves
-// out the writes the new primary holds; the others of one key are summed
-// where they can be (debits with no marker or record beside them, one
-// after the other). Then restore script calls, grouped by Cluster slot,
-// the entries of one key together in the order of their sequences (the
-// script compares each with the key's lineage again); and the seats as
-// seat script calls; all in one pipeline under ctx. What each call applied
+// Restore applies entries (see Restorer). It reads first the
+// lineage of every slot the entries' writes were made on, in one
+// pipeline, and leaves out the writes the new primary holds; the others
+// of one key are summed where they can be (debits with no marker or
+// record beside them, one after the other). Then restore script calls,
+// grouped by lineage key (a slot), the entries of one key together in the
+// order of their sequences (the script compares each with the slot's
+// lineage again); and the seats as seat script calls; all in one pipeline
+// under ctx. What each call applied
 // is journaled again, in the era it was stamped with: restored on a new
 // primary, a write is that primary's to lose.
-func (f *clientFailover) Restore(ctx context.Context, entries []failover.Entry) (applied, held int, failed []failover.Entry, err error) {
-	var states, seats []failover.Entry
+func (f *Client) Restore(ctx context.Context, entries []Entry) (applied, held int, failed []Entry, err error) {
+	var states, seats []Entry
 	for _, e := range entries {
 		if e.Write.Seat != "" {
 			seats = append(seats, e)
@@ -76,20 +72,20 @@ func (f *clientFailover) Restore(ctx context.Context, entries []failover.Entry) 
 			states = append(states, e)
 		}
 	}
-	slices.SortStableFunc(states, func(a, b failover.Entry) int {
+	slices.SortStableFunc(states, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.Write.Key, b.Write.Key), cmp.Compare(a.Seq, b.Seq))
 	})
 	states, held = f.lacked(ctx, states)
-	calls := append(f.restoreStates(sumWrites(states)), restoreSeats(seats)...)
+	calls := append(f.restoreStates(sumWrites(states)), f.restoreSeats(seats)...)
 	if len(calls) == 0 {
 		f.journal.Held(held)
 		return 0, held, nil, nil
 	}
-	sc := make([]scriptCall, len(calls))
+	sc := make([]ScriptCall, len(calls))
 	for i := range calls {
 		sc[i] = calls[i].sc
 	}
-	f.send.roundTrip(ctx, sc)
+	f.cfg.Run(ctx, sc)
 	for i, c := range calls {
 		c.sc = sc[i]
 		a, h, e := f.restored(c)
@@ -105,24 +101,24 @@ func (f *clientFailover) Restore(ctx context.Context, entries []failover.Entry) 
 }
 
 // lacked returns the entries (sorted by key and sequence) the lineage of
-// their keys, read now, does not hold, and how many it holds. A key whose
-// state could not be read keeps all its entries: the restore script
-// compares them.
-func (f *clientFailover) lacked(ctx context.Context, entries []failover.Entry) ([]failover.Entry, int) {
+// their slots, read now, does not hold, and how many it holds. A slot
+// whose lineage could not be read keeps all its entries: the restore
+// script compares them.
+func (f *Client) lacked(ctx context.Context, entries []Entry) ([]Entry, int) {
 	if len(entries) == 0 {
 		return nil, 0
 	}
-	pipe := f.send.client.Pipeline()
+	pipe := f.cfg.Client.Pipeline()
 	gets := map[string]*redis.StringCmd{}
 	for _, e := range entries {
-		if _, ok := gets[e.Write.Key]; !ok {
-			gets[e.Write.Key] = pipe.Get(ctx, e.Write.Key)
+		if _, ok := gets[e.Write.Lineage]; !ok {
+			gets[e.Write.Lineage] = pipe.Get(ctx, e.Write.Lineage)
 		}
 	}
 	_, _ = pipe.Exec(ctx)
 	out, held := entries[:0], 0
 	for _, e := range entries {
-		get := gets[e.Write.Key]
+		get := gets[e.Write.Lineage]
 		if v, err := get.Result(); (err == nil || err == redis.Nil) && parseLineage(v).holds(e.Era, e.Seq) {
 			held++
 			continue
@@ -132,7 +128,7 @@ func (f *clientFailover) lacked(ctx context.Context, entries []failover.Entry) (
 	return out, held
 }
 
-// lineage is a state's lineage (lua/lineage_read.lua), as the restore
+// lineage is a slot's lineage (lua/lineage_read.lua), as the restore
 // script reads it.
 type lineage struct {
 	seq       int64
@@ -142,14 +138,9 @@ type lineage struct {
 	hasLineal bool
 }
 
-// parseLineage reads the lineage at the end of a state string ("" when the
-// key is absent).
-func parseLineage(state string) lineage {
-	_, tail, ok := strings.Cut(state, "|")
-	if !ok {
-		return lineage{}
-	}
-	f := strings.Fields(tail)
+// parseLineage reads a lineage key's value ("" when the key is absent).
+func parseLineage(value string) lineage {
+	f := strings.Fields(value)
 	var l lineage
 	if len(f) != 2 && len(f) != 4 {
 		return lineage{}
@@ -187,7 +178,7 @@ func (l lineage) holds(era string, seq int64) bool {
 // entry each: the first one's sequence and era, the last one's sequence
 // and end, the units of all. A write with a marker or a record, a
 // give-back, or a write of another era stays an entry of its own.
-func sumWrites(entries []failover.Entry) []restoreEntry {
+func sumWrites(entries []Entry) []restoreEntry {
 	var out []restoreEntry
 	for _, e := range entries {
 		if n := len(out); n > 0 && plain(e) {
@@ -201,22 +192,22 @@ func sumWrites(entries []failover.Entry) []restoreEntry {
 				continue
 			}
 		}
-		out = append(out, restoreEntry{Entry: e, last: e.Seq, writes: []failover.Entry{e}})
+		out = append(out, restoreEntry{Entry: e, last: e.Seq, writes: []Entry{e}})
 	}
 	return out
 }
 
 // plain reports whether e is a debit with nothing beside it.
-func plain(e failover.Entry) bool { return e.Write.AuxKind == auxNone && e.Write.Delta > 0 }
+func plain(e Entry) bool { return e.Write.AuxKind == AuxNone && e.Write.Delta > 0 }
 
 // restored journals what c applied, from its reply, and returns how many
 // writes it applied and how many the primary held.
-func (f *clientFailover) restored(c restoreCall) (applied, held int, err error) {
-	v, err := c.sc.cmd.(scriptCmd).Result()
+func (f *Client) restored(c restoreCall) (applied, held int, err error) {
+	v, err := c.sc.Reply, c.sc.Err
 	if err != nil {
 		return 0, 0, err
 	}
-	era := eraOf(c.sc.args)
+	era := c.sc.Era
 	if c.seats {
 		// One reply of two integers per operation: {1, now_us}.
 		if len(v) != 2*len(c.entries) {
@@ -224,7 +215,7 @@ func (f *clientFailover) restored(c restoreCall) (applied, held int, err error) 
 		}
 		for _, e := range c.entries {
 			e.Era, e.Seq = era, 0
-			f.add(e)
+			f.Add(e)
 		}
 		return len(c.entries), 0, nil
 	}
@@ -243,23 +234,20 @@ func (f *clientFailover) restored(c restoreCall) (applied, held int, err error) 
 		if g[1] > 0 {
 			r := e.Entry
 			r.Era, r.Seq, r.At, r.Expires = era, g[1], now, now+g[2]
-			f.add(r)
+			f.Add(r)
 		}
 	}
 	return applied, held, nil
 }
 
 // restoreStates lays out entries (sorted by key) as restore calls: grouped
-// by Cluster slot on a Cluster, at most restoreChunk entries a call but
-// never a key split.
-func (f *clientFailover) restoreStates(entries []restoreEntry) []restoreCall {
-	groups := map[int][]restoreEntry{}
-	var order []int
+// by lineage key (a slot, and a store's prefix), at most restoreChunk
+// entries a call but never a key split.
+func (f *Client) restoreStates(entries []restoreEntry) []restoreCall {
+	groups := map[string][]restoreEntry{}
+	var order []string
 	for _, e := range entries {
-		k := 0
-		if f.send.cluster != nil {
-			k = slot(e.Write.Key)
-		}
+		k := e.Write.Lineage
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -273,7 +261,7 @@ func (f *clientFailover) restoreStates(entries []restoreEntry) []restoreCall {
 			for n < len(g) && g[n].Write.Key == g[n-1].Write.Key {
 				n++ // the rest of the key's entries
 			}
-			c := restoreCall{sc: scriptCall{script: restoreScript, args: f.restoreLayout(g[:n])}, sent: g[:n]}
+			c := restoreCall{sc: ScriptCall{Script: lua.Restore, Args: f.restoreLayout(g[:n])}, sent: g[:n]}
 			for _, e := range g[:n] {
 				c.entries = append(c.entries, e.writes...)
 			}
@@ -284,18 +272,19 @@ func (f *clientFailover) restoreStates(entries []restoreEntry) []restoreCall {
 	return out
 }
 
-// restoreLayout lays out one restore call (lua/doc.go, Restore).
-func (f *clientFailover) restoreLayout(entries []restoreEntry) []any {
-	args := make([]any, 3, 3+3*len(entries)+2+restoreArgs*len(entries))
-	args[2] = int64(3 * len(entries))
+// restoreLayout lays out one restore call (lua/doc.go, Restore): entries
+// of one lineage key.
+func (f *Client) restoreLayout(entries []restoreEntry) []any {
+	args := make([]any, 3, 3+3*len(entries)+3+restoreArgs*len(entries))
+	args[2] = int64(3*len(entries) + 1)
 	for _, e := range entries {
 		aux := e.Write.Aux
-		if e.Write.AuxKind == auxNone {
+		if e.Write.AuxKind == AuxNone {
 			aux = e.Write.Key
 		}
 		args = append(args, e.Write.Key, aux, e.Write.Key+":x:"+f.id)
 	}
-	args = append(args, eraNone, f.recordTTL.Milliseconds())
+	args = append(args, entries[0].Write.Lineage, eraNone, f.recordTTL.Milliseconds())
 	for _, e := range entries {
 		w := e.Write
 		args = append(args, w.Alg, w.Rate, w.Period, w.Capacity, w.Delta, w.DebitedAt, w.AdmReset,
@@ -307,9 +296,9 @@ func (f *clientFailover) restoreLayout(entries []restoreEntry) []any {
 // restoreSeats lays out the seat entries as seat script calls, one per
 // seat: the last write of each seat wins (held until its expiry, or
 // released).
-func restoreSeats(entries []failover.Entry) []restoreCall {
+func (f *Client) restoreSeats(entries []Entry) []restoreCall {
 	type seat struct{ key, id string }
-	last := map[seat]failover.Entry{}
+	last := map[seat]Entry{}
 	var order []seat
 	for _, e := range entries {
 		s := seat{e.Write.Key, e.Write.Seat}
@@ -323,50 +312,14 @@ func restoreSeats(entries []failover.Entry) []restoreCall {
 	var out []restoreCall
 	for _, s := range order {
 		e := last[s]
-		op, ttl := seatRestore, e.Expires
+		// The seat script's hold (a seat restored: held until an instant,
+		// whatever the limit) and release (lua/doc.go, Seat).
+		op, ttl := "hold", e.Expires
 		if e.Write.Release {
-			op, ttl = seatRelease, 0
+			op, ttl = "release", 0
 		}
-		args := []any{nil, nil, int64(2), e.Write.Key, e.Write.Aux, eraNone, seatHoldTTL.Milliseconds(), op, int64(1), e.Write.Seat, ttl}
-		out = append(out, restoreCall{sc: scriptCall{script: seatScript, args: args}, entries: []failover.Entry{e}, seats: true})
+		args := []any{nil, nil, int64(2), e.Write.Key, e.Write.Aux, eraNone, f.cfg.SeatHoldTTL.Milliseconds(), op, int64(1), e.Write.Seat, ttl}
+		out = append(out, restoreCall{sc: ScriptCall{Script: lua.Seat, Args: args}, entries: []Entry{e}, seats: true})
 	}
 	return out
-}
-
-// probe reads every primary the client counts: INFO replication and TIME,
-// in one round trip each (see failover.Watcher).
-func (f *clientFailover) probe(ctx context.Context) ([]failover.Probe, error) {
-	read := func(ctx context.Context, node string, c *redis.Client) (failover.Probe, error) {
-		pipe := c.Pipeline()
-		info := pipe.Info(ctx, "replication")
-		now := pipe.Time(ctx)
-		if _, err := pipe.Exec(ctx); err != nil {
-			return failover.Probe{}, err
-		}
-		return failover.Probe{Node: node, Info: failover.ParseReplication(info.Val()), Now: now.Val().UnixMicro()}, nil
-	}
-	if f.send.cluster == nil {
-		c, ok := f.send.client.(*redis.Client)
-		if !ok {
-			return nil, fmt.Errorf("tollgate: redis store: a failover journal on a %T", f.send.client)
-		}
-		p, err := read(ctx, "", c)
-		if err != nil {
-			return nil, err
-		}
-		return []failover.Probe{p}, nil
-	}
-	var out []failover.Probe
-	var mu = make(chan struct{}, 1)
-	err := f.send.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		p, err := read(ctx, c.Options().Addr, c)
-		if err != nil {
-			return nil // a primary that does not answer says nothing; the others do
-		}
-		mu <- struct{}{}
-		out = append(out, p)
-		<-mu
-		return nil
-	})
-	return out, err
 }

@@ -31,19 +31,19 @@ func (r *Redis) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollga
 		return nil, err
 	}
 	for _, req := range reqs {
-		r.notePersistence(req.Limit)
+		r.persistence.note(req.Limit, &r.road)
 	}
 	// An overdraw is a settle call, which keeps no request-id markers.
 	var mode decideMode
 	if !reqs[0].Overdraw {
-		mode = r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
+		mode = r.replays.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
 	}
-	lay := r.layOut(reqs, mode.markerID())
+	lay := r.keys.layOut(reqs, mode.markerID())
 	if reqs[0].Overdraw {
 		return r.overdraw(ctx, reqs, lay)
 	}
 	if len(lay.parts) == 1 {
-		c := newCall(ctx, reqs, lay.keys, mode)
+		c := r.keys.newCall(ctx, reqs, lay.keys, mode)
 		if err := r.send(ctx, c); err != nil {
 			return nil, fmt.Errorf("tollgate: redis store: AllowAll: %w", err)
 		}

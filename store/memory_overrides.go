@@ -136,3 +136,40 @@ func checkOverride(ctx context.Context, o tollgate.Override, ttl time.Duration) 
 	}
 	return nil
 }
+
+// memWatchers are the watches of a Memory store's overrides: each is
+// called, in the goroutine that made the change, after it is made.
+type memWatchers struct {
+	mu    sync.Mutex // held while calling them: stop waits for a call under way
+	next  int
+	funcs map[int]func()
+}
+
+// WatchOverrides calls changed after every change of the store's overrides,
+// in the goroutine that made it, until stop (see tollgate.OverrideWatcher).
+// It starts no goroutine.
+func (m *Memory) WatchOverrides(changed func()) (stop func()) {
+	w := &m.watchers
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.funcs == nil {
+		w.funcs = make(map[int]func())
+	}
+	id := w.next
+	w.next++
+	w.funcs[id] = changed
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.funcs, id)
+	}
+}
+
+// notify calls every watch of the store's overrides.
+func (w *memWatchers) notify() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.funcs {
+		f()
+	}
+}

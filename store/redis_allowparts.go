@@ -124,7 +124,7 @@ func (r *Redis) sendParts(ctx context.Context, reqs []tollgate.Request, lay layo
 		// The call's own array holds the keys of a part of one request.
 		c := calls.Get().(*call)
 		keys := partKeys(c.keyBuf[:0], lay, part, len(reqs), mode.markers())
-		c.fill(ctx, sub, keys, mode)
+		c.fill(ctx, sub, keys, r.keys.lineage.of(keys[0]), mode)
 		cs[j] = c
 		wg.Go(func() {
 			if errs[j] = r.send(ctx, cs[j]); errs[j] == nil {

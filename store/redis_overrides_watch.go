@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +34,8 @@ const (
 	watchBackoffMax = 2 * time.Second
 )
 
-func (r *Redis) overrideChannel() string { return r.prefix + "{!ov}:changed" }
+// overrideChannel is the channel the overrides' changes are published on.
+func (k *keySpace) overrideChannel() string { return k.prefix + "{!ov}:changed" }
 
 // WatchOverrides subscribes to the store's override changes on a goroutine
 // of its own, which stop ends (see tollgate.OverrideWatcher).
@@ -45,7 +45,7 @@ func (r *Redis) WatchOverrides(changed func()) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watch(ctx, ps, r.overrideChannel(), changed)
+		watch(ctx, ps, r.keys.overrideChannel(), changed)
 	}()
 	return func() {
 		cancel()
@@ -87,49 +87,12 @@ func watch(ctx context.Context, ps *redis.PubSub, channel string, changed func()
 	}
 }
 
-// memWatchers are the watches of a Memory store's overrides: each is
-// called, in the goroutine that made the change, after it is made.
-type memWatchers struct {
-	mu    sync.Mutex // held while calling them: stop waits for a call under way
-	next  int
-	funcs map[int]func()
-}
-
-// WatchOverrides calls changed after every change of the store's overrides,
-// in the goroutine that made it, until stop (see tollgate.OverrideWatcher).
-// It starts no goroutine.
-func (m *Memory) WatchOverrides(changed func()) (stop func()) {
-	w := &m.watchers
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.funcs == nil {
-		w.funcs = make(map[int]func())
-	}
-	id := w.next
-	w.next++
-	w.funcs[id] = changed
-	return func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		delete(w.funcs, id)
-	}
-}
-
-// notify calls every watch of the store's overrides.
-func (w *memWatchers) notify() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, f := range w.funcs {
-		f()
-	}
-}
-
 // bounded runs f under ctx and returns at ctx's end at the latest, whatever
 // the client's options: when the client does not give up a command at its
 // context's end (ContextTimeoutEnabled unset), f runs on a goroutine of its
 // own, which ends at the client's ReadTimeout, and the caller leaves at
 // ctx's deadline.
-func bounded[T any](r *Redis, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+func bounded[T any](r *road, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	if _, ok := ctx.Deadline(); r.deadlineSafe || !ok {
 		return f(ctx)
 	}

@@ -71,7 +71,7 @@ func (r *Redis) SettleAll(ctx context.Context, reqs []tollgate.Request, admitted
 			return nil, fmt.Errorf("%w: SettleAll request %d: the requests of a set all carry a request id or none do", tollgate.ErrInvalidRequest, i)
 		}
 	}
-	out, err := r.settle(ctx, reqs, r.layOut(reqs, ""), admitted, costs, settleMode(reqs))
+	out, err := r.settle(ctx, reqs, r.keys.layOut(reqs, ""), admitted, costs, settleMode(reqs))
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: settle: %w", err)
 	}
@@ -104,10 +104,10 @@ func settleMode(reqs []tollgate.Request) int64 {
 // settle sends reqs, laid out as lay, to the settle script in mode, one
 // call per part, each through its primary's batcher.
 func (r *Redis) settle(ctx context.Context, reqs []tollgate.Request, lay layout, admitted []tollgate.Admission, costs []int64, mode int64) ([]tollgate.Decision, error) {
-	rec := r.recordsFor(mode)
+	rec := r.replays.records(mode)
 	ps := make([]*settlePart, len(lay.parts))
 	for j, part := range lay.parts {
-		ps[j] = newSettlePart(reqs, lay.keys, admitted, costs, part, rec)
+		ps[j] = r.keys.settlePart(reqs, lay.keys, admitted, costs, part, rec)
 	}
 	out := make([]tollgate.Decision, len(reqs))
 	err := r.settleParts(ctx, ps, lay.parts, out)

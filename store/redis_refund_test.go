@@ -22,7 +22,7 @@ import (
 func debitCall(t *testing.T, st *Redis, reqs []tollgate.Request, mode decideMode) *call {
 	t.Helper()
 	ctx := context.Background()
-	c := newCall(ctx, reqs, st.setKeys(reqs, mode.markerID()), mode)
+	c := st.keys.newCall(ctx, reqs, st.keys.setKeys(reqs, mode.markerID()), mode)
 	if err := st.send(ctx, c); err != nil || c.err != nil {
 		t.Fatalf("debit of %+v: %v, %v", reqs, err, c.err)
 	}
@@ -40,7 +40,7 @@ func sendRefund(t *testing.T, st *Redis, reqs []tollgate.Request, c *call, id st
 	for i := range part {
 		part[i] = i
 	}
-	ps := refundParts(reqs, st.setKeys(reqs, ""), []*call{c}, [][]int{part}, id)
+	ps := st.keys.refundParts(reqs, st.keys.setKeys(reqs, ""), []*call{c}, [][]int{part}, id)
 	out := make([]tollgate.Decision, len(reqs))
 	if err := st.settleParts(context.Background(), ps, [][]int{part}, out); err != nil {
 		t.Fatalf("refund: %v", err)
@@ -106,7 +106,7 @@ func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 			if err := st.Reset(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			dc = debitCall(t, st, reqs, st.modeFor("id-"+alg.String(), 0))
+			dc = debitCall(t, st, reqs, st.replays.modeFor("id-"+alg.String(), 0))
 			marker := dc.keys[1]
 			if n, err := c.Exists(ctx, marker).Result(); err != nil || n != 1 {
 				t.Fatalf("%s: the decision's marker %q: %d, %v; want it set", alg, marker, n, err)

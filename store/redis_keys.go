@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -333,13 +335,77 @@ func tagOf(identity string, n int) int {
 	return int(h % uint64(n))
 }
 
-// keyPrefix is what identity's keys start with: the store's prefix, or in
-// the tagged layout its shared tag's prefix.
-func (r *Redis) keyPrefix(identity string) string {
-	if r.tagPrefixes == nil {
-		return r.prefix
+// keySpace is where a Redis store's keys live, decided once at NewRedis:
+// its prefix, the tagged layout's shared tags, how its client spreads a
+// call's keys (one server, a Cluster's slots, a Ring's hash tags), and its
+// slots' lineage keys.
+type keySpace struct {
+	prefix string
+	// tagPrefixes, when WithClusterTags is on, is each shared tag's
+	// prefix: the store's and the tag in braces.
+	tagPrefixes []string
+	// single: a *redis.Client, one server (a node, Sentinel); cluster: a
+	// *redis.ClusterClient, whose calls each take one slot's keys.
+	single, cluster bool
+	lineage         *lineageKeys
+}
+
+// newKeySpace returns the key space of a store with prefix and tags
+// shared tags (0: the default layout) on c.
+func newKeySpace(prefix string, tags int, c redis.UniversalClient) keySpace {
+	_, single := c.(*redis.Client)
+	_, cluster := c.(*redis.ClusterClient)
+	return keySpace{prefix: prefix, tagPrefixes: tagPrefixes(prefix, tags), single: single, cluster: cluster,
+		lineage: newLineageKeys(prefix, cluster)}
+}
+
+// of is what identity's keys start with: the store's prefix, or in the
+// tagged layout its shared tag's prefix.
+func (k *keySpace) of(identity string) string {
+	if k.tagPrefixes == nil {
+		return k.prefix
 	}
-	return r.tagPrefixes[tagOf(identity, len(r.tagPrefixes))]
+	return k.tagPrefixes[tagOf(identity, len(k.tagPrefixes))]
+}
+
+// keyPrefix is keySpace.of, for the files that name keys by it.
+func (r *Redis) keyPrefix(identity string) string { return r.keys.of(identity) }
+
+// sameSlot reports whether key and the state key state can go in one
+// script call: always on one server, on a Cluster when they share a slot.
+func (k *keySpace) sameSlot(key, state string) bool {
+	if !k.cluster {
+		return k.single
+	}
+	return slot(key) == slot(state)
+}
+
+// oneSlot reports whether the state keys states and every key of the
+// seats of release can go in one script call: on one server always, on a
+// Cluster when they share one slot.
+func (k *keySpace) oneSlot(states []string, release []tollgate.Seat) bool {
+	if !k.cluster {
+		return k.single
+	}
+	want := -1
+	same := func(key string) bool {
+		s := slot(key)
+		if want < 0 {
+			want = s
+		}
+		return s == want
+	}
+	for _, key := range states {
+		if !same(key) {
+			return false
+		}
+	}
+	for _, s := range release {
+		if !same(keyOf(k.of(s.Key), seatsCode, s.Key)) {
+			return false
+		}
+	}
+	return true
 }
 
 // layout is where the requests of a set live in Redis, worked out once for
@@ -357,15 +423,15 @@ type layout struct {
 
 // layOut lays out reqs (normalized), with the request-id markers of
 // markers ("" for none): each request's keys, then the parts they fall in.
-func (r *Redis) layOut(reqs []tollgate.Request, markers string) layout {
-	keys := r.setKeys(reqs, markers)
-	return layout{keys: keys, parts: r.partition(keys[:len(reqs)])}
+func (k *keySpace) layOut(reqs []tollgate.Request, markers string) layout {
+	keys := k.setKeys(reqs, markers)
+	return layout{keys: keys, parts: k.partition(keys[:len(reqs)])}
 }
 
 // setKeys returns the state keys of reqs (normalized) in their order,
 // then, when markers is not empty, the request-id markers of markers, one
 // per request, in the same order.
-func (r *Redis) setKeys(reqs []tollgate.Request, markers string) []string {
+func (k *keySpace) setKeys(reqs []tollgate.Request, markers string) []string {
 	n := len(reqs)
 	nkeys := n
 	if markers != "" {
@@ -373,11 +439,11 @@ func (r *Redis) setKeys(reqs []tollgate.Request, markers string) []string {
 	}
 	keys := make([]string, nkeys)
 	for i, req := range reqs {
-		var k [2]string
-		fillDecisionKeys(&k, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, markers)
-		keys[i] = k[0]
+		var two [2]string
+		fillDecisionKeys(&two, k.of(req.Key), req.Limit.Algorithm, req.Key, markers)
+		keys[i] = two[0]
 		if markers != "" {
-			keys[n+i] = k[1]
+			keys[n+i] = two[1]
 		}
 	}
 	return keys
@@ -391,11 +457,11 @@ var onePart = [][]int{{0}}
 // into the parts one script call can decide, each in the set's order: one
 // part on a single node, one per Cluster slot on a ClusterClient, one per
 // hash tag on any other client.
-func (r *Redis) partition(states []string) [][]int {
+func (k *keySpace) partition(states []string) [][]int {
 	if len(states) == 1 {
 		return onePart
 	}
-	if _, single := r.client.(*redis.Client); single {
+	if k.single {
 		all := make([]int, len(states))
 		for i := range all {
 			all[i] = i
@@ -404,10 +470,10 @@ func (r *Redis) partition(states []string) [][]int {
 	}
 	var parts [][]int
 	index := make(map[string]int, len(states))
-	for i, k := range states {
-		part := hashTag(k)
-		if r.cluster != nil {
-			part = strconv.Itoa(slot(k))
+	for i, key := range states {
+		part := hashTag(key)
+		if k.cluster {
+			part = strconv.Itoa(slot(key))
 		}
 		j, ok := index[part]
 		if !ok {
@@ -419,3 +485,56 @@ func (r *Redis) partition(states []string) [][]int {
 	}
 	return parts
 }
+
+// The lineage keys (lua/doc.go, Lineage): a call stamped with an era that
+// writes a state also writes the lineage of its slot, one key per slot and
+// prefix,
+//
+//	<prefix>{!L<t>}:lineage
+//
+// where <t> is the shortest base-36 number that puts the tag on the slot,
+// so that the key can join any call on that slot; a client of one server
+// (a single node, Sentinel) has one, <prefix>{!L}:lineage. No other
+// layout's tag starts "!L": the tagged layout's are "!" and digits, the
+// overrides' "!ov".
+type lineageKeys struct {
+	one    string                   // a client of one server's, and a Ring's
+	prefix string                   // a Cluster client's: the keys are made as their slots are met
+	slots  []atomic.Pointer[string] // by slot; nil off a Cluster
+}
+
+func newLineageKeys(prefix string, cluster bool) *lineageKeys {
+	l := &lineageKeys{one: prefix + "{!L}:lineage", prefix: prefix}
+	if cluster {
+		l.slots = make([]atomic.Pointer[string], 16384)
+	}
+	return l
+}
+
+// of returns the lineage key of key's slot.
+func (l *lineageKeys) of(key string) string {
+	if l.slots == nil {
+		return l.one
+	}
+	s := slot(key)
+	if p := l.slots[s].Load(); p != nil {
+		return *p
+	}
+	k := l.prefix + "{" + slotTags()[s] + "}:lineage"
+	l.slots[s].Store(&k)
+	return k
+}
+
+// slotTags holds, for each Cluster slot, the lineage tag "!L<t>" on it,
+// made once (about 170,000 CRCs, a few milliseconds) when a Cluster
+// client's first lineage key is needed.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, 16384)
+	for n, left := int64(0), len(tags); left > 0; n++ {
+		tag := "!L" + strconv.FormatInt(n, 36)
+		if s := crc16(tag) % 16384; tags[s] == "" {
+			tags[s], left = tag, left-1
+		}
+	}
+	return tags
+})

@@ -30,11 +30,11 @@ const (
 
 // modeFor is the mode of a decision carrying requestID, whose ReplayTTL is
 // replayTTL: with markers when it has an id and request ids are on.
-func (r *Redis) modeFor(requestID string, replayTTL time.Duration) decideMode {
-	if requestID == "" || r.replays.max == 0 {
+func (p replays) modeFor(requestID string, replayTTL time.Duration) decideMode {
+	if requestID == "" || p.max == 0 {
 		return decideMode{}
 	}
-	return decideMode{replays: r.replays.max, ttlMs: r.replays.ttlMsFor(replayTTL), requestID: requestID}
+	return decideMode{replays: p.max, ttlMs: p.ttlMsFor(replayTTL), requestID: requestID}
 }
 
 // markers reports whether the call reads and writes request-id markers.
@@ -84,8 +84,9 @@ type call struct {
 	entries int
 	mode    decideMode
 	keys    []string // the entries' state keys, then their markers
+	lineage string   // the lineage key of their slot, the script's last KEYS
 	argv    []int64  // mode, replay TTL (with markers), then entryArgs per entry
-	args    []any    // EVALSHA sha numkeys KEYS... era argv...
+	args    []any    // EVALSHA sha numkeys KEYS... lineage era argv...
 	// deadline is the caller's context deadline; zero for none.
 	deadline time.Time
 	// admit, when set, makes the call an admit script call (a seat with
@@ -110,7 +111,7 @@ type call struct {
 
 	keyBuf      [2]string
 	argvBuf     [maxHeader + entryArgs]int64
-	argBuf      [3 + 2 + 1 + maxHeader + entryArgs]any
+	argBuf      [3 + 2 + 1 + 1 + maxHeader + entryArgs]any
 	decisionBuf [1]tollgate.Decision
 	seqBuf      [1]int64
 }
@@ -125,30 +126,30 @@ var calls = sync.Pool{New: func() any {
 // newCall takes a call from the pool and fills it in under ctx for reqs
 // (normalized, one part's worth; see layout) in mode, with keys as its
 // KEYS: the requests' state keys, then, when mode has markers, their
-// markers. The call keeps keys.
-func newCall(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) *call {
+// markers, then their slot's lineage key. The call keeps keys.
+func (k *keySpace) newCall(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) *call {
 	c := calls.Get().(*call)
-	c.fill(ctx, reqs, keys, mode)
+	c.fill(ctx, reqs, keys, k.lineage.of(keys[0]), mode)
 	return c
 }
 
 // decisionCall is newCall for a single decision, req (normalized): its
 // keys are written into the call's own array, so that they cost only their
 // names.
-func (r *Redis) decisionCall(ctx context.Context, req tollgate.Request, mode decideMode) *call {
+func (k *keySpace) decisionCall(ctx context.Context, req tollgate.Request, mode decideMode) *call {
 	c := calls.Get().(*call)
-	n := fillDecisionKeys(&c.keyBuf, r.keyPrefix(req.Key), req.Limit.Algorithm, req.Key, mode.markerID())
-	c.fill(ctx, []tollgate.Request{req}, c.keyBuf[:n], mode)
+	n := fillDecisionKeys(&c.keyBuf, k.of(req.Key), req.Limit.Algorithm, req.Key, mode.markerID())
+	c.fill(ctx, []tollgate.Request{req}, c.keyBuf[:n], k.lineage.of(c.keyBuf[0]), mode)
 	return c
 }
 
 // fill lays c out under ctx as the decide call of reqs in mode, whose KEYS
-// are keys (see newCall).
-func (c *call) fill(ctx context.Context, reqs []tollgate.Request, keys []string, mode decideMode) {
+// are keys and the lineage key lineage (see newCall).
+func (c *call) fill(ctx context.Context, reqs []tollgate.Request, keys []string, lineage string, mode decideMode) {
 	n := len(reqs)
-	nkeys, header := len(keys), mode.header()
+	nkeys, header := len(keys)+1, mode.header()
 	nargv := header + entryArgs*n
-	c.entries, c.mode, c.keys = n, mode, keys
+	c.entries, c.mode, c.keys, c.lineage = n, mode, keys, lineage
 	if n == 1 {
 		c.argv, c.args, c.decisions, c.seqs = c.argvBuf[:nargv], c.argBuf[:3+nkeys+1+nargv], c.decisionBuf[:], c.seqBuf[:]
 	} else {
@@ -167,6 +168,7 @@ func (c *call) fill(ctx context.Context, reqs []tollgate.Request, keys []string,
 	for i := range c.keys {
 		c.args[3+i] = &c.keys[i]
 	}
+	c.args[3+len(c.keys)] = &c.lineage
 	c.args[3+nkeys] = eraNone
 	for i := range c.argv {
 		c.args[4+nkeys+i] = &c.argv[i]

@@ -104,7 +104,7 @@ func (r *Redis) seatCall(ctx context.Context, s tollgate.Seat, op string) (seatR
 	} else if len(s.Key) > tollgate.MaxKeyLen {
 		return seatReply{}, fmt.Errorf("%w: key is %d bytes, more than %d", tollgate.ErrInvalidRequest, len(s.Key), tollgate.MaxKeyLen)
 	}
-	prefix := r.keyPrefix(s.Key)
+	prefix := r.keys.of(s.Key)
 	c := calls.Get().(*call)
 	c.entries, c.admit, c.settle, c.finish, c.err, c.now, c.era = 0, nil, nil, nil, nil, 0, ""
 	c.keys = c.keyBuf[:2]

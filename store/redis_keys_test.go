@@ -228,7 +228,7 @@ func TestTaggedLayout(t *testing.T) {
 	for _, id := range []string{"tenant-a", "", "{x}", "!1", strings.Repeat("long", 40), partkey.Join("tenant-a", "hour")} {
 		gk := decisionKeys(tagged.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
 		pk := decisionKeys(plain.keyPrefix(id), tollgate.TokenBucket, id, "req-1")
-		prefix := tagged.tagPrefixes[tagOf(id, 6)]
+		prefix := tagged.keys.tagPrefixes[tagOf(id, 6)]
 		for i := range gk {
 			if gk[i] != prefix+strings.TrimPrefix(pk[i], "p:") {
 				t.Errorf("%q: tagged key %q, want %q and the default key's name", id, gk[i], prefix)

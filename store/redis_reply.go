@@ -98,7 +98,7 @@ func (s *shared) read(cmd redis.Cmder) {
 			c.decisions[0], c.seqs[0] = entryReply(g).decision(), g[replySeq]
 		}
 	}
-	if err == nil && next != len(v)-1 {
+	if err == nil && next != len(v)-batchreply.Tail {
 		err = errBadReply
 	}
 	for _, c := range s.calls {

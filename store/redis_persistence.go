@@ -38,11 +38,10 @@ func needsPersistence(l tollgate.Limit) bool {
 	return l.Calendar != 0 || l.Period >= LongWindow
 }
 
-// notePersistence starts the check of the nodes' persistence at the first
-// long limit: on a goroutine of its own, which ends within
+// note starts the check of the nodes' persistence, through r, at the
+// first long limit l: on a goroutine of its own, which ends within
 // persistenceTimeout, so that no call waits for it.
-func (r *Redis) notePersistence(l tollgate.Limit) {
-	p := &r.persistence
+func (p *persistence) note(l tollgate.Limit, r *road) {
 	if p.started.Load() || !needsPersistence(l) || !p.started.CompareAndSwap(false, true) {
 		return
 	}
@@ -50,18 +49,18 @@ func (r *Redis) notePersistence(l tollgate.Limit) {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), persistenceTimeout)
 		defer cancel()
-		r.checkPersistence(ctx)
+		p.check(ctx, r)
 	}()
 }
 
-// checkPersistence asks every primary whether it writes an AOF or RDB
+// check asks every primary of r's client whether it writes an AOF or RDB
 // snapshots, and warns of each that does neither.
-func (r *Redis) checkPersistence(ctx context.Context) {
-	log := r.persistence.log
+func (p *persistence) check(ctx context.Context, r *road) {
+	log := p.log
 	if log == nil {
 		log = slog.Default()
 	}
-	mp := r.persistence.meter
+	mp := p.meter
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}

@@ -37,10 +37,10 @@ func (r *Redis) SetOverride(ctx context.Context, scope string, o tollgate.Overri
 		return err
 	}
 	enc := encodeLimits(o.Limits)
-	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := bounded(&r.road, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
-			pipe.Set(ctx, r.overrideKey(scope, o.Key), enc, ttl)
-			pipe.HSet(ctx, r.overrideIndex(scope), o.Key, enc)
+			pipe.Set(ctx, r.keys.override(scope, o.Key), enc, ttl)
+			pipe.HSet(ctx, r.keys.overrideIndex(scope), o.Key, enc)
 		})
 	})
 	if err != nil {
@@ -59,8 +59,8 @@ func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
 	if r.cluster == nil {
 		pipe := r.client.Pipeline()
 		write(pipe)
-		pipe.Incr(ctx, r.overrideVersion())
-		pipe.Publish(ctx, r.overrideChannel(), "1")
+		pipe.Incr(ctx, r.keys.overrideVersion())
+		pipe.Publish(ctx, r.keys.overrideChannel(), "1")
 		_, err := pipe.Exec(ctx)
 		return err
 	}
@@ -69,10 +69,10 @@ func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
-	if err := r.client.Incr(ctx, r.overrideVersion()).Err(); err != nil {
+	if err := r.client.Incr(ctx, r.keys.overrideVersion()).Err(); err != nil {
 		return err
 	}
-	return r.client.Publish(ctx, r.overrideChannel(), "1").Err()
+	return r.client.Publish(ctx, r.keys.overrideChannel(), "1").Err()
 }
 
 // DeleteOverride removes key's override from scope.
@@ -80,10 +80,10 @@ func (r *Redis) DeleteOverride(ctx context.Context, scope, key string) error {
 	if err := checkKey(ctx, key); err != nil {
 		return err
 	}
-	_, err := bounded(r, ctx, func(ctx context.Context) (struct{}, error) {
+	_, err := bounded(&r.road, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, r.overrideKey(scope, key))
-			pipe.HDel(ctx, r.overrideIndex(scope), key)
+			pipe.Del(ctx, r.keys.override(scope, key))
+			pipe.HDel(ctx, r.keys.overrideIndex(scope), key)
 		})
 	})
 	if err != nil {
@@ -95,12 +95,12 @@ func (r *Redis) DeleteOverride(ctx context.Context, scope, key string) error {
 // Overrides returns scope's overrides in force: the index's keys whose
 // override has not expired, each with the time it has left.
 func (r *Redis) Overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
-	return bounded(r, ctx, func(ctx context.Context) ([]tollgate.Override, error) { return r.overrides(ctx, scope) })
+	return bounded(&r.road, ctx, func(ctx context.Context) ([]tollgate.Override, error) { return r.overrides(ctx, scope) })
 }
 
 // overrides is Overrides, unbounded.
 func (r *Redis) overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
-	index := r.overrideIndex(scope)
+	index := r.keys.overrideIndex(scope)
 	fields, err := r.client.HGetAll(ctx, index).Result()
 	if err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: overrides: %w", err)
@@ -110,7 +110,7 @@ func (r *Redis) overrides(ctx context.Context, scope string) ([]tollgate.Overrid
 	pipe := r.client.Pipeline()
 	for k := range fields {
 		keys = append(keys, k)
-		pttls = append(pttls, pipe.PTTL(ctx, r.overrideKey(scope, k)))
+		pttls = append(pttls, pipe.PTTL(ctx, r.keys.override(scope, k)))
 	}
 	if len(keys) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -145,8 +145,8 @@ func (r *Redis) overrides(ctx context.Context, scope string) ([]tollgate.Overrid
 
 // OverridesVersion returns the count of override changes.
 func (r *Redis) OverridesVersion(ctx context.Context) (int64, error) {
-	v, err := bounded(r, ctx, func(ctx context.Context) (int64, error) {
-		return r.client.Get(ctx, r.overrideVersion()).Int64()
+	v, err := bounded(&r.road, ctx, func(ctx context.Context) (int64, error) {
+		return r.client.Get(ctx, r.keys.overrideVersion()).Int64()
 	})
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -157,22 +157,25 @@ func (r *Redis) OverridesVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-func (r *Redis) overrideKey(scope, key string) string {
+// override is the key of key's override in scope: on key's hash tag.
+func (k *keySpace) override(scope, key string) string {
 	var b strings.Builder
 	b.WriteString(overrideCode + ":")
 	appendHash(&b, scope)
-	return keyOf(r.keyPrefix(key), b.String(), key)
+	return keyOf(k.of(key), b.String(), key)
 }
 
-func (r *Redis) overrideIndex(scope string) string {
+// overrideIndex is the key listing scope's overrides.
+func (k *keySpace) overrideIndex(scope string) string {
 	var b strings.Builder
-	b.WriteString(r.prefix + "{!ov!")
+	b.WriteString(k.prefix + "{!ov!")
 	appendHash(&b, scope)
 	b.WriteString("}:index")
 	return b.String()
 }
 
-func (r *Redis) overrideVersion() string { return r.prefix + "{!ov}:version" }
+// overrideVersion is the key counting the overrides' changes.
+func (k *keySpace) overrideVersion() string { return k.prefix + "{!ov}:version" }
 
 // encodeLimits writes limits as "algorithm rate period-µs burst calendar"
 // for each, separated by commas; "" for none.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/lua"
 )
@@ -46,20 +44,20 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 		return tollgate.SeatDecision{}, nil, err
 	}
 	for _, req := range reqs {
-		r.notePersistence(req.Limit)
+		r.persistence.note(req.Limit, &r.road)
 	}
-	prefix := r.keyPrefix(s.Key)
+	prefix := r.keys.of(s.Key)
 	seatKey := keyOf(prefix, seatsCode, s.Key)
 	if reqs[0].Overdraw {
 		return allowWithSeat(ctx, r, s, reqs)
 	}
-	mode := r.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
-	lay := r.layOut(reqs, mode.markerID())
-	if len(lay.parts) > 1 || !r.sameSlot(seatKey, lay.keys[0]) {
+	mode := r.replays.modeFor(reqs[0].RequestID, setReplayTTL(reqs))
+	lay := r.keys.layOut(reqs, mode.markerID())
+	if len(lay.parts) > 1 || !r.keys.sameSlot(seatKey, lay.keys[0]) {
 		return allowWithSeat(ctx, r, s, reqs)
 	}
-	c := newCall(ctx, reqs, lay.keys, mode)
-	nkeys := len(c.keys)
+	c := r.keys.newCall(ctx, reqs, lay.keys, mode)
+	nkeys := len(c.keys) + 1 // and the lineage key
 	args := make([]any, 0, len(c.args)+5)
 	args = append(args, nil, nil, int64(nkeys+2))
 	args = append(args, c.args[3:3+nkeys]...)
@@ -90,16 +88,6 @@ func (r *Redis) AllowAllWithSeat(ctx context.Context, s tollgate.Seat, reqs []to
 		}
 	}
 	return sd, out, nil
-}
-
-// sameSlot reports whether key and the state key state are on one Cluster
-// slot (always, off a Cluster).
-func (r *Redis) sameSlot(key, state string) bool {
-	if r.cluster == nil {
-		_, single := r.client.(*redis.Client)
-		return single
-	}
-	return slot(key) == slot(state)
 }
 
 // decodeAdmit decodes an admit script call's answer at the head of v

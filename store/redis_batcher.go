@@ -6,8 +6,40 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/tollgate/tollgate/store/internal/failover"
 )
+
+// road is the way a store's script calls go to Redis and back: each call
+// through its primary's batcher, which shares round trips between
+// concurrent calls (alone, folded into one script call, or pipelined),
+// then read and journaled, and its caller woken.
+type road struct {
+	// sender holds the client, and the Cluster client it is, if it is
+	// one, through which the store routes batches and reloads slot maps.
+	sender
+	// deadlineSafe reports that the client gives up a command when its
+	// context ends (go-redis's ContextTimeoutEnabled). When it does not, a
+	// script call runs in a goroutine of its own and the caller leaves at
+	// its deadline (see exchange), so a hung Redis never holds a call for
+	// the client's ReadTimeout (5s by default in go-redis v9.23) times its
+	// retries.
+	deadlineSafe bool
+	// batch shares round trips between concurrent decisions; nil when
+	// batching is off (see WithBatching). On a ClusterClient it is the
+	// template of primaries' batchers, and serves the decisions whose
+	// primary the slot map cannot name.
+	batch     *batcher
+	primaries primaries
+	// noBatchScript keeps a batch's decisions in calls of their own (see
+	// WithBatchScript); batchScript is its outcome on the client: a
+	// batch's single decisions go as batch script calls, on a
+	// *redis.Client one, on a ClusterClient in the tagged layout
+	// (WithClusterTags) one per slot.
+	noBatchScript, batchScript bool
+	// failover is the client's failover machinery, nil when off: what the
+	// calls wrote is journaled there (redis_journal.go).
+	failover *failover.Client
+}
 
 // batcher makes concurrent decisions share round trips (see WithBatching).
 // It owns no goroutine of its own: a pipeline is run by a goroutine started
@@ -48,7 +80,7 @@ type primaries struct {
 // batcherFor returns the batcher c goes through: the store's own, or on a
 // ClusterClient the one of the primary serving c's slot (the store's own
 // when the slot map cannot say, as while the Cluster is down).
-func (r *Redis) batcherFor(ctx context.Context, c *call) *batcher {
+func (r *road) batcherFor(ctx context.Context, c *call) *batcher {
 	if r.cluster == nil || r.batch == nil {
 		return r.batch
 	}
@@ -78,7 +110,7 @@ func (r *Redis) batcherFor(ctx context.Context, c *call) *batcher {
 // send runs c, alone or in a pipeline, and returns once its answer is in c
 // (nil) or once ctx is done (ctx's error; c is then abandoned to its
 // runner and must not be reused).
-func (r *Redis) send(ctx context.Context, c *call) error {
+func (r *road) send(ctx context.Context, c *call) error {
 	b := r.batcherFor(ctx, c)
 	if b == nil {
 		if r.deadlineSafe {
@@ -148,7 +180,7 @@ func (r *Redis) send(ctx context.Context, c *call) error {
 
 // await waits for c, which a goroutine of its own is running, until it is
 // answered (nil) or ctx ends (ctx's error; c is abandoned to its runner).
-func (r *Redis) await(ctx context.Context, c *call) error {
+func (r *road) await(ctx context.Context, c *call) error {
 	select {
 	case <-c.done:
 		return nil
@@ -165,7 +197,7 @@ func (r *Redis) await(ctx context.Context, c *call) error {
 
 // roundTripDone ends a lone call's round trip through b: the round trip
 // goes to the calls that queued meanwhile, if any.
-func (r *Redis) roundTripDone(b *batcher) {
+func (r *road) roundTripDone(b *batcher) {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.running--
@@ -179,7 +211,7 @@ func (r *Redis) roundTripDone(b *batcher) {
 
 // pipelines runs batch, then whatever queued in b while it was in flight,
 // until nothing waits.
-func (r *Redis) pipelines(b *batcher, batch []*call) {
+func (r *road) pipelines(b *batcher, batch []*call) {
 	for {
 		r.runBatch(batch)
 		b.mu.Lock()
@@ -194,12 +226,12 @@ func (r *Redis) pipelines(b *batcher, batch []*call) {
 }
 
 // runOne sends c alone under the caller's ctx.
-func (r *Redis) runOne(ctx context.Context, c *call) {
+func (r *road) runOne(ctx context.Context, c *call) {
 	sc := [1]scriptCall{c.scriptCall()}
 	r.roundTrip(ctx, sc[:])
 	c.readReply(sc[0].cmd)
 	c.era = eraOf(sc[0].args)
-	r.journalCall(c)
+	r.journal(c)
 }
 
 // runBatch sends batch as one pipeline and signals every call. On a
@@ -212,14 +244,14 @@ func (r *Redis) runOne(ctx context.Context, c *call) {
 // The pipeline outlives any one caller's context: it runs until the latest
 // deadline among its calls, or with none (the client's timeouts bound it)
 // when one of them has none.
-func (r *Redis) runBatch(batch []*call) {
+func (r *road) runBatch(batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
 	var shares []*shared
 	var folds []*fold
 	var settles []*settleFold
 	own := batch // the calls sent as script calls of their own
-	if r.usesBatchScript() {
+	if r.batchScript {
 		shares, own = shareCalls(batch, r.cluster != nil)
 		folds, own = foldCalls(own, r.cluster != nil)
 		settles, own = foldSettles(own, r.cluster != nil)
@@ -264,19 +296,10 @@ func (r *Redis) runBatch(batch []*call) {
 			c.era = era
 		}
 	}
+	r.journal(batch...)
 	for _, c := range batch {
-		r.journalCall(c)
 		c.done <- struct{}{}
 	}
-}
-
-// usesBatchScript reports whether the store sends a batch's single
-// decisions as batch script calls, unless WithBatchScript turned it off: to
-// a *redis.Client, whose commands all go to one server, one call; to a
-// ClusterClient in the tagged layout (WithClusterTags), one per slot.
-func (r *Redis) usesBatchScript() bool {
-	_, single := r.client.(*redis.Client)
-	return !r.noBatchScript && (single || r.cluster != nil && r.tagPrefixes != nil)
 }
 
 // batchContext returns the context a pipeline runs under: no caller's

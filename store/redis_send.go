@@ -26,7 +26,7 @@ import (
 // the caller leaves at its deadline: the calls are then abandoned (their
 // replies must not be read) and the goroutine ends when the client gives
 // up or Redis answers.
-func (r *Redis) exchange(ctx context.Context, calls []scriptCall) error {
+func (r *road) exchange(ctx context.Context, calls []scriptCall) error {
 	if r.deadlineSafe {
 		r.roundTrip(ctx, calls)
 		return nil

@@ -80,7 +80,8 @@ func inChunks(calls []*call, add func([]*call)) (alone *call) {
 }
 
 // newShared lays out calls, single decisions, as one batch script call:
-// their keys one after the other, then their distinct profiles, found by a
+// their keys one after the other and their slot's lineage key, then their
+// distinct profiles, found by a
 // linear scan (a batch holds at most maxShared decisions and usually one or
 // two profiles), then each decision's profile. When fewer than two
 // decisions share each profile on average, it sends them inline instead,
@@ -121,14 +122,15 @@ func newShared(calls []*call) *shared {
 	if !inline {
 		nargv = profileArgs*len(firsts) + len(calls)
 	}
-	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+2+nargv)}
-	s.args[2] = int64(nkeys)
+	s := &shared{calls: calls, args: make([]any, 3, 3+nkeys+3+nargv)}
+	s.args[2] = int64(nkeys + 1)
 	for _, c := range calls {
 		for i := range c.keys {
 			s.args = append(s.args, &c.keys[i])
 		}
 	}
-	s.args = append(s.args, eraNone)
+	// The decisions are on one slot: the first's lineage key is theirs.
+	s.args = append(s.args, &calls[0].lineage, eraNone)
 	if inline {
 		s.args = append(s.args, int64(0))
 		for _, c := range calls {

@@ -42,8 +42,8 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	if len(reqs) == 0 && len(release) == 0 {
 		return []tollgate.Decision{}, nil
 	}
-	states := r.setKeys(reqs, "")
-	if !r.oneSlot(states, release) {
+	states := r.keys.setKeys(reqs, "")
+	if !r.keys.oneSlot(states, release) {
 		return settleThenRelease(ctx, r, reqs, admitted, costs, release)
 	}
 	all := make([]int, len(reqs))
@@ -52,17 +52,17 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 	}
 	f := &finishPart{}
 	if len(reqs) > 0 {
-		f.settle = newSettlePart(reqs, states, admitted, costs, all, r.recordsFor(settleMode(reqs)))
+		f.settle = r.keys.settlePart(reqs, states, admitted, costs, all, r.replays.records(settleMode(reqs)))
 	}
 	for _, s := range release {
-		prefix := r.keyPrefix(s.Key)
+		prefix := r.keys.of(s.Key)
 		f.seats = append(f.seats, [2]string{keyOf(prefix, seatsCode, s.Key), keyOf(prefix, holdCode, s.Key)})
 		f.ids = append(f.ids, s.ID)
 		f.held = append(f.held, max(s.Hold, 0).Microseconds())
 	}
 	// Through the batcher, as every debit goes: a finish call shares round
 	// trips with the others, a script call of its own.
-	c := r.finishCall(ctx, f)
+	c := finishCall(ctx, f)
 	if err := r.send(ctx, c); err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: finish: %w", err) // c is abandoned to its runner
 	}
@@ -82,35 +82,6 @@ func (r *Redis) SettleAllAndRelease(ctx context.Context, reqs []tollgate.Request
 		}
 	}
 	return ds, nil
-}
-
-// oneSlot reports whether the state keys states and every key of release
-// can go in one script call: on a single node (or through Sentinel)
-// always, on a Cluster when they share one slot.
-func (r *Redis) oneSlot(states []string, release []tollgate.Seat) bool {
-	if r.cluster == nil {
-		_, single := r.client.(*redis.Client)
-		return single
-	}
-	want := -1
-	same := func(k string) bool {
-		s := slot(k)
-		if want < 0 {
-			want = s
-		}
-		return s == want
-	}
-	for _, k := range states {
-		if !same(k) {
-			return false
-		}
-	}
-	for _, s := range release {
-		if !same(keyOf(r.keyPrefix(s.Key), seatsCode, s.Key)) {
-			return false
-		}
-	}
-	return true
 }
 
 // settleThenRelease is SettleAllAndRelease in steps, for stores (and
@@ -187,7 +158,7 @@ func (f *finishPart) read(cmd redis.Cmder) error {
 }
 
 // finishCall returns a call carrying f, to send through the batcher.
-func (r *Redis) finishCall(ctx context.Context, f *finishPart) *call {
+func finishCall(ctx context.Context, f *finishPart) *call {
 	c := calls.Get().(*call)
 	c.entries, c.mode, c.admit, c.seat, c.settle, c.finish = 0, decideMode{}, nil, nil, nil, f
 	c.keys = c.keyBuf[:1]

@@ -34,7 +34,7 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, states []st
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 	defer cancel()
-	ps := refundParts(reqs, states, cs, parts, newRefundID())
+	ps := r.keys.refundParts(reqs, states, cs, parts, newRefundID())
 	out := make([]tollgate.Decision, len(reqs))
 	err := r.settleParts(ctx, ps, parts, out)
 	if r.deny != nil {
@@ -52,7 +52,7 @@ func (r *Redis) refund(ctx context.Context, reqs []tollgate.Request, states []st
 
 // refundParts lays out the settle parts that give back the debits of the
 // decide calls cs (see refund), recorded under id.
-func refundParts(reqs []tollgate.Request, states []string, cs []*call, parts [][]int, id string) []*settlePart {
+func (k *keySpace) refundParts(reqs []tollgate.Request, states []string, cs []*call, parts [][]int, id string) []*settlePart {
 	admitted, final := make([]tollgate.Admission, len(reqs)), make([]int64, len(reqs))
 	ps := make([]*settlePart, len(cs))
 	for j, c := range cs {
@@ -63,7 +63,7 @@ func refundParts(reqs []tollgate.Request, states []string, cs []*call, parts [][
 		if c.mode.markers() {
 			rec.mode, rec.markers = settleRefund, c.keys[c.entries:2*c.entries]
 		}
-		ps[j] = newSettlePart(reqs, states, admitted, final, parts[j], rec)
+		ps[j] = k.settlePart(reqs, states, admitted, final, parts[j], rec)
 	}
 	return ps
 }

@@ -57,8 +57,8 @@ func batchScriptShares(t *testing.T, c redis.UniversalClient, nodes []*redistest
 		for _, withID := range []bool{false, true} {
 			t.Run(fmt.Sprintf("batch-script=%v/request-id=%v", on, withID), func(t *testing.T) {
 				st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatchScript(on))
-				if st.usesBatchScript() != (on && shares) {
-					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.usesBatchScript())
+				if st.batchScript != (on && shares) {
+					t.Fatalf("a %T store with WithBatchScript(%v) sends batch script calls: %v", c, on, st.batchScript)
 				}
 				var calls, admitted [identities]atomic.Int64
 				before := scriptCalls()
@@ -119,7 +119,7 @@ func batchCalls(t *testing.T, st *Redis, id string, keys ...string) []*call {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, st.decisionCall(context.Background(), req, st.modeFor(id, 0)))
+		out = append(out, st.keys.decisionCall(context.Background(), req, st.replays.modeFor(id, 0)))
 	}
 	return out
 }
@@ -132,7 +132,7 @@ func TestBatchScriptFailsAsAWhole(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
 	st := newRedis(t, c, WithPrefix(prefix), WithDenyCache(0))
-	if !st.usesBatchScript() {
+	if !st.batchScript {
 		t.Fatal("a store on a single node does not use the batch script")
 	}
 	batch := append(batchCalls(t, st, "", "a", "bad"), batchCalls(t, st, "id-1", "b")...)
@@ -239,7 +239,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 		}
 		set = append(set, req)
 	}
-	batch = append(batch, newCall(ctx, set, st.setKeys(set, ""), decideMode{}))
+	batch = append(batch, st.keys.newCall(ctx, set, st.keys.setKeys(set, ""), decideMode{}))
 	st.runBatch(batch)
 	for i, c := range batch[:300] {
 		<-c.done
@@ -295,11 +295,11 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mode := st.modeFor(d.id, 0)
+			mode := st.replays.modeFor(d.id, 0)
 			if d.peek {
 				mode = decideMode{peek: true}
 			}
-			out = append(out, st.decisionCall(ctx, req, mode))
+			out = append(out, st.keys.decisionCall(ctx, req, mode))
 		}
 		return out
 	}
@@ -316,11 +316,11 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		p := algo.ParamsOf(tollgate.Request{Limit: limits[limit], Cost: cost})
 		head := []any{int64(modeNoID), 0}
 		if id != "" {
-			head = []any{st.modeFor(id, 0).arg(), st.replays.ttlMs()}
+			head = []any{st.replays.modeFor(id, 0).arg(), st.replays.ttlMs()}
 		}
 		return append(head, int64(limits[limit].Algorithm), p.Rate, p.Period, p.Capacity, p.Cost)
 	}
-	want = append(want, "", 5) // no era: the gate stamps it as the call leaves
+	want = append(want, batch[0].lineage, "", 5) // the slot's lineage key; no era: the gate stamps it as the call leaves
 	want = append(want, profile("", 0, 4)...)
 	want = append(want, profile("x", 1, 1)...)
 	want = append(want, profile("", 2, 1)...)
@@ -346,8 +346,8 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 		}
 		return s.args[2].(int64), got
 	}
-	if nkeys, got := args(short); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 8 {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 8 keys\n%v", nkeys, got, want)
+	if nkeys, got := args(short); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 9 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 9 keys\n%v", nkeys, got, want)
 	}
 	// Two profiles for four decisions: profiles.
 	few := []*call{batch[0], batch[7], batch[2], batch[9]}
@@ -355,12 +355,12 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 	for _, c := range few {
 		want = append(want, c.keys[0])
 	}
-	want = append(want, "", 2)
+	want = append(want, batch[0].lineage, "", 2)
 	want = append(want, profile("", 0, 4)...)
 	want = append(want, profile("", 2, 1)...)
 	want = append(want, 1, 1, 2, 2)
-	if nkeys, got := args(few); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 4 {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 4 keys\n%v", nkeys, got, want)
+	if nkeys, got := args(few); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 5 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 5 keys\n%v", nkeys, got, want)
 	}
 	// Eight profiles for eleven decisions: inline.
 	want = nil
@@ -369,14 +369,14 @@ func TestBatchScriptSendsEachProfileOnce(t *testing.T) {
 			want = append(want, k)
 		}
 	}
-	want = append(want, "", 0)
+	want = append(want, batch[0].lineage, "", 0)
 	for _, c := range batch {
 		for _, a := range c.argv {
 			want = append(want, a)
 		}
 	}
-	if nkeys, got := args(batch); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 16 {
-		t.Fatalf("batch script call of %d keys\n%v\nwant 16 keys, inline\n%v", nkeys, got, want)
+	if nkeys, got := args(batch); fmt.Sprint(got) != fmt.Sprint(want) || nkeys != 17 {
+		t.Fatalf("batch script call of %d keys\n%v\nwant 17 keys, inline\n%v", nkeys, got, want)
 	}
 	// The shared call and its argument slice; nothing per decision or
 	// profile.

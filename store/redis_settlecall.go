@@ -22,6 +22,7 @@ type settlePart struct {
 	// settleRecord and settleRefund); markers the request-id markers a
 	// refund deletes (settleRefund).
 	states, records, markers []string
+	lineage                  string  // the lineage key of their slot (lua/doc.go, Lineage)
 	argv                     []int64 // settleEntryArgs per entry
 	// Written by whoever runs the call: settleReplyLen integers per entry,
 	// and the server time.
@@ -42,9 +43,9 @@ type settleRecords struct {
 
 // recordsFor returns how a settle of mode keeps records: settleRecord's
 // for the store's replay TTL.
-func (r *Redis) recordsFor(mode int64) settleRecords {
+func (p replays) records(mode int64) settleRecords {
 	if mode == settleRecord {
-		return settleRecords{mode: mode, ttlMs: r.replays.ttlMs()}
+		return settleRecords{mode: mode, ttlMs: p.ttlMs()}
 	}
 	return settleRecords{mode: mode}
 }
@@ -52,8 +53,9 @@ func (r *Redis) recordsFor(mode int64) settleRecords {
 // newSettlePart lays out the entries of the requests part names, whose
 // state keys are states[i], settled at costs against admitted, as rec
 // says.
-func newSettlePart(reqs []tollgate.Request, states []string, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) *settlePart {
+func (k *keySpace) settlePart(reqs []tollgate.Request, states []string, admitted []tollgate.Admission, costs []int64, part []int, rec settleRecords) *settlePart {
 	p := &settlePart{mode: rec.mode, markers: rec.markers, states: make([]string, 0, len(part)), argv: make([]int64, 0, settleEntryArgs*len(part))}
+	p.lineage = k.lineage.of(states[part[0]])
 	records := rec.mode == settleRecord || rec.mode == settleRefund
 	if records {
 		p.ttlMs, p.records = rec.ttlMs, make([]string, 0, len(part))
@@ -84,10 +86,11 @@ func (p *settlePart) foldsWith(o *settlePart) bool {
 	return p.mode == o.mode && p.ttlMs == o.ttlMs && p.markers == nil && o.markers == nil && p.mode != settleRefund
 }
 
-// settleArgs lays out parts (of one mode, foldsWith one another) as one
-// settle script call: EVALSHA sha numkeys KEYS... era mode ttl ARGV....
+// settleArgs lays out parts (of one mode and one slot, foldsWith one
+// another) as one settle script call: EVALSHA sha numkeys KEYS... lineage
+// era mode ttl ARGV....
 func settleArgs(parts []*settlePart) []any {
-	nkeys, nargv := 0, 0
+	nkeys, nargv := 1, 0 // the lineage key
 	for _, p := range parts {
 		nkeys += len(p.states) + len(p.records) + len(p.markers)
 		nargv += len(p.argv)
@@ -109,7 +112,7 @@ func settleArgs(parts []*settlePart) []any {
 			args = append(args, k)
 		}
 	}
-	args = append(args, eraNone, parts[0].mode, parts[0].ttlMs)
+	args = append(args, parts[0].lineage, eraNone, parts[0].mode, parts[0].ttlMs)
 	for _, p := range parts {
 		for _, v := range p.argv {
 			args = append(args, v)
@@ -154,7 +157,7 @@ func (p *settlePart) decisions(part []int, out []tollgate.Decision) {
 }
 
 // settleCall returns a call carrying p, to send through the batcher.
-func (r *Redis) settleCall(ctx context.Context, p *settlePart) *call {
+func settleCall(ctx context.Context, p *settlePart) *call {
 	c := calls.Get().(*call)
 	c.entries, c.mode, c.admit, c.seat, c.settle, c.finish = len(p.states), decideMode{}, nil, nil, p, nil
 	c.keys = p.states // the first one's slot routes the call
@@ -167,11 +170,11 @@ func (r *Redis) settleCall(ctx context.Context, p *settlePart) *call {
 // batcher, all at once, and puts their answers into out (at part's
 // places); the first error wins. A call whose caller left is abandoned to
 // its runner, which journals what it wrote.
-func (r *Redis) settleParts(ctx context.Context, ps []*settlePart, parts [][]int, out []tollgate.Decision) error {
+func (r *road) settleParts(ctx context.Context, ps []*settlePart, parts [][]int, out []tollgate.Decision) error {
 	cs := make([]*call, len(ps))
 	sent := make([]error, len(ps))
 	send := func(j int) {
-		cs[j] = r.settleCall(ctx, ps[j])
+		cs[j] = settleCall(ctx, ps[j])
 		sent[j] = r.send(ctx, cs[j])
 	}
 	if len(ps) == 1 {

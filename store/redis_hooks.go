@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -28,7 +27,7 @@ type clientHooks struct {
 	client   redis.UniversalClient
 
 	mu sync.Mutex
-	fo *clientFailover
+	fo *failover.Client
 	// nodes are a Cluster client's nodes met so far, by address.
 	nodes map[string]*redis.Client
 }
@@ -115,7 +114,7 @@ func (h *clientHooks) installNode(n *redis.Client) {
 	h.nodes[o.Addr] = n
 	o.OnConnect = h.onConnect(o.OnConnect, o.Addr)
 	if h.fo != nil {
-		h.fo.install(n, o.Addr)
+		h.fo.Install(n, o.Addr)
 	}
 }
 
@@ -139,83 +138,30 @@ func (h *clientHooks) onConnect(next func(context.Context, *redis.Conn) error, n
 		if fo == nil {
 			return nil
 		}
-		if g := fo.gate(node); g != nil {
-			return g.Check(inf, ok)
-		}
-		return nil
+		return fo.Check(node, inf, ok)
 	}
 }
 
 // failoverFor returns the client's failover machinery, made by the first
-// store that keeps a journal (with its window and memory cap), and counts
-// r among the stores sharing it.
-func (h *clientHooks) failoverFor(r *Redis) *clientFailover {
+// store that keeps a journal (with its configuration), and counts r among
+// the stores sharing it.
+func (h *clientHooks) failoverFor(r *Redis) *failover.Client {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fo == nil {
-		f := &clientFailover{
-			journal: failover.NewJournal(r.journalWindow, r.journalBytes),
-			send:    sender{client: r.client, cluster: r.cluster},
-			id:      newRefundID(),
-			// A restore sent again comes within the window: its record
-			// outlives it.
-			recordTTL: 2 * r.journalWindow,
-			gates:     map[string]*failover.Gate{},
-			hooked:    map[*redis.Client]bool{},
-		}
-		f.log = r.persistence.log
-		if f.log == nil {
-			f.log = slog.Default()
-		}
-		d := newDrops(f.log, r.persistence.meter)
-		f.journal.SetOnDrop(func(n int) { d.note(n, r.journalBytes) })
-		f.watcher = failover.NewWatcher(f.journal, f, f.probe, f.gate, f.allGates)
+		f := failover.New(r.failoverConfig())
 		switch c := r.client.(type) {
 		case *redis.Client:
-			f.install(c, "")
+			f.Install(c, "")
 		case *redis.ClusterClient:
 			for addr, n := range h.nodes {
-				f.install(n, addr)
+				f.Install(n, addr)
 			}
 		}
 		h.fo = f
 	}
-	h.fo.mu.Lock()
-	h.fo.stores++
-	h.fo.mu.Unlock()
+	h.fo.Attach()
 	return h.fo
-}
-
-// install puts node's gate before c, the client of the server (or
-// Sentinel set) at node, unless it has one: a node's client made anew (a
-// Cluster client drops those of nodes it no longer meets) gets the gate
-// of its address.
-func (f *clientFailover) install(c *redis.Client, node string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hooked[c] {
-		return
-	}
-	g := f.gates[node]
-	if g == nil {
-		info := func(ctx context.Context) (failover.ReplInfo, error) {
-			s, err := c.Info(ctx, "replication").Result()
-			if err != nil {
-				return failover.ReplInfo{}, err
-			}
-			return failover.ParseReplication(s), nil
-		}
-		g = failover.NewGate(node, f.journal, f, info, eraAt)
-		g.OnBlind = func(err error) {
-			f.blind.Do(func() {
-				f.log.Warn("tollgate: redis store: Redis refuses INFO to this user, so the failover journal cannot tell one primary from another and is off: grant +info (docs/reliability.md#failovers)",
-					"redis.node", node, "error", err)
-			})
-		}
-		f.gates[node] = g
-	}
-	f.hooked[c] = true
-	c.AddHook(g)
 }
 
 // allScripts are the scripts the store calls, loaded at connect: every
