@@ -99,7 +99,13 @@ type Gate struct {
 
 	cur  atomic.Pointer[epoch]
 	last string // the era verified last (each verification runs after the last ended)
-	wg   sync.WaitGroup
+
+	// runMu guards runs, the verifications under way, and idle, closed
+	// when runs falls to zero: Wait reads them (a WaitGroup's Wait may not
+	// meet a first Add, and a verification may start at any time).
+	runMu sync.Mutex
+	runs  int
+	idle  chan struct{}
 	// replicated is when the gate last saw its primary with a replica
 	// (UnixNano; 0: never).
 	replicated atomic.Int64
@@ -296,7 +302,16 @@ const VerifyTimeout = 5 * time.Second
 // meet e starts on a goroutine of the gate's own (Wait waits for it).
 func (g *Gate) verify(ctx context.Context, e *epoch) error {
 	e.start.Do(func() {
-		g.wg.Go(func() { g.run(e) })
+		g.runMu.Lock()
+		if g.runs == 0 {
+			g.idle = make(chan struct{})
+		}
+		g.runs++
+		g.runMu.Unlock()
+		go func() {
+			defer g.ran()
+			g.run(e)
+		}()
 	})
 	select {
 	case <-e.ready:
@@ -320,18 +335,31 @@ func (g *Gate) run(e *epoch) {
 	close(e.ready)
 }
 
-// Wait waits, until ctx ends, for the verification under way, if any.
+// ran counts a verification's end.
+func (g *Gate) ran() {
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	if g.runs--; g.runs == 0 {
+		close(g.idle)
+	}
+}
+
+// Wait waits, until ctx ends, for the verifications under way, if any
+// (and for those they hand over to), leaving no goroutine behind when ctx
+// ends first.
 func (g *Gate) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		g.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		g.runMu.Lock()
+		runs, idle := g.runs, g.idle
+		g.runMu.Unlock()
+		if runs == 0 {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
