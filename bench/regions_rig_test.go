@@ -75,7 +75,7 @@ func newRig(t *testing.T, c region.Config) *rig {
 		}
 		// Connected, and the script loaded, before the clock starts: a
 		// region that has run a while holds its connection to the home.
-		if _, _, err := home.Look(context.Background(), "warm-up", tollgate.PerSecond(1)); err != nil {
+		if _, err := home.Look(context.Background(), "warm-up", 0, time.Second); err != nil {
 			t.Fatal(err)
 		}
 		st, err := store.NewRedis(local)

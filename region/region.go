@@ -2,17 +2,27 @@ package region
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // Region is a tollgate.Store that decides every request on this region's
 // store under this region's share of the request's global limit, and
 // renews its shares with the Home from a goroutine it owns until Close.
+//
+// A region is as many processes as it runs: each makes its own Region
+// with the same Config, on the region's own store (one Redis), and
+// reports to the Home as a member of the region. The Home sums their
+// demands, grants each the region's share, and counts the region for the
+// largest share one of them holds; they decide on the same keys of the
+// region's store, so together they admit the region's share once.
 //
 // A decision is the local store's, made under a local limit standing for
 // the share: a token bucket of the share's rate and its part of the burst,
@@ -23,9 +33,11 @@ import (
 // store's: a retry is replayed within one region, and debited again in
 // another.
 type Region struct {
-	local tollgate.Store
-	home  Home
-	s     settings
+	local  tollgate.Store
+	home   Home
+	s      settings
+	member string       // this process among the region's: the name and a random suffix
+	seq    atomic.Int64 // the last report's number
 
 	entries sync.Map     // entryKey -> *entry
 	count   atomic.Int64 // entries held
@@ -53,12 +65,14 @@ type entry struct {
 	demand atomic.Int64
 
 	// The coordinator's alone: when the demand was last measured, for how
-	// many reports in a row nothing was asked, the other regions as the
-	// Home last answered, when it first answered.
+	// many reports in a row nothing was asked, the window and the use it
+	// last reported (a window), and the plan last replaced by a smaller
+	// one, which decisions may still read until it drains.
 	since      time.Time
 	idle       int
-	others     []Holding
-	firstHeard time.Time
+	lastWindow int64
+	lastUsed   int64
+	lowered    *plan
 }
 
 var (
@@ -71,8 +85,8 @@ var (
 // c.Rebalance (Close stops it). A Config it cannot run with is an error
 // wrapping ErrInvalidConfig, and nothing is written anywhere.
 func New(local tollgate.Store, home Home, c Config) (*Region, error) {
-	if local == nil || home == nil {
-		return nil, configErr("the local store and the home must not be nil")
+	if check.Nil(local) || check.Nil(home) {
+		return nil, configErr("the local store (%T) and the home (%T) must not be nil", local, home)
 	}
 	s, err := c.check()
 	if err != nil {
@@ -82,7 +96,10 @@ func New(local tollgate.Store, home Home, c Config) (*Region, error) {
 	if err != nil {
 		return nil, configErr("metrics: %v", err)
 	}
-	r := &Region{local: local, home: home, s: s, floors: make(map[*shared]*entry), metrics: m, done: make(chan struct{})}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
+	r := &Region{local: local, home: home, s: s, member: s.name + "/" + hex.EncodeToString(id[:]),
+		floors: make(map[*shared]*entry), metrics: m, done: make(chan struct{})}
 	for _, sh := range s.limits {
 		e := &entry{sh: sh}
 		e.plan.Store(newPlan(sh.floor, -1, time.Time{}, time.Time{}))
@@ -269,13 +286,15 @@ func (e *entry) limitAt(p *plan, now time.Time, skew time.Duration) (tollgate.Li
 	return e.sh.local(e.inForce(p, now, skew))
 }
 
-// inForce is the share p gives at now (see limitAt).
+// inForce is the share p gives at now (see limitAt): its share while its
+// lease lasts, and for a window in its window away from the window's
+// bounds; else the floor.
 func (e *entry) inForce(p *plan, now time.Time, skew time.Duration) int64 {
-	if !e.sh.window {
-		if now.Before(p.until) {
-			return p.share
-		}
+	if !now.Before(p.until) {
 		return e.sh.floor
+	}
+	if !e.sh.window {
+		return p.share
 	}
 	w, start, end := e.sh.windowAt(now)
 	if p.window == w && now.Sub(start) >= skew && end.Sub(now) > skew {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,26 +226,173 @@ func TestShareConcurrentReports(t *testing.T) {
 	}
 }
 
-// TestShareScriptMatchesMemory runs one random sequence of reports on the
-// Memory store and on Redis: every grant is the same.
+// TestShareScriptMatchesMemory runs one random sequence of reports (open
+// members, and groups with floors, windows moving on, holds, report
+// numbers, disagreeing and late reports, the store forgetting everything)
+// on the Memory store and on Redis, a single node and a Cluster: every
+// answer is the same. Leases are a minute, so that both clocks agree on
+// what is live; it runs once with every mark fresh (the store settling)
+// and once with every mark an hour old.
 func TestShareScriptMatchesMemory(t *testing.T) {
-	bs := shareBackends(t)
-	mem, red := bs[0].store, bs[1].store
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 500 {
-		s := tollgate.Share{Key: fmt.Sprint("k", rng.IntN(3)), Member: fmt.Sprint("m", rng.IntN(6)), Limit: int64(1 + rng.IntN(1000)), Demand: int64(rng.IntN(600)), TTL: time.Minute}
-		gm, err := mem.Share(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gr, err := red.Share(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if gm != gr {
-			t.Fatalf("report %d %+v: Memory %+v, Redis %+v", i, s, gm, gr)
+	for _, b := range shareBackends(t)[1:] {
+		red := b.store.(*Redis)
+		for _, settled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/settled=%v", b.name, settled), func(t *testing.T) {
+				prefix := redistest.KeyPrefix(t)
+				red := newRedis(t, red.client, WithPrefix(prefix))
+				mem := newMemory(t)
+				if settled {
+					ageMarks(t, red, mem, time.Hour)
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				seqs := map[string]int64{}
+				windows := map[string]int64{}
+				for i := range 800 {
+					s := randomShare(rng, seqs, windows)
+					if rng.IntN(200) == 0 {
+						forgetAll(t, red, mem)
+						if settled {
+							ageMarks(t, red, mem, time.Hour)
+						}
+					}
+					gm, err := mem.ShareAll(context.Background(), []tollgate.Share{s})
+					if err != nil {
+						t.Fatal(err)
+					}
+					gr, err := red.ShareAll(context.Background(), []tollgate.Share{s})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if m, r := stripGrant(gm[0]), stripGrant(gr[0]); !reflect.DeepEqual(m, r) {
+						t.Fatalf("report %d %+v:\nMemory %+v\nRedis  %+v", i, s, m, r)
+					}
+				}
+			})
 		}
 	}
+}
+
+// randomShare is one report of a random sequence: three groups of up to
+// three members on two rate keys and two window keys, or an open member.
+func randomShare(rng *rand.Rand, seqs, windows map[string]int64) tollgate.Share {
+	key := fmt.Sprint("k", rng.IntN(4))
+	g := rng.IntN(3)
+	s := tollgate.Share{Key: key, Member: fmt.Sprint("g", g, "p", rng.IntN(3)), Group: fmt.Sprint("g", g),
+		Limit: 900, Demand: rng.Int64N(1500), TTL: time.Minute, Groups: 3, Floor: 30, Hold: rng.Int64N(400)}
+	if rng.IntN(6) == 0 { // an open member on a key of its own
+		return tollgate.Share{Key: "open", Member: fmt.Sprint("o", rng.IntN(5)), Limit: 1000, Demand: rng.Int64N(600), TTL: time.Minute}
+	}
+	if rng.IntN(40) == 0 {
+		s.Floor = 31 // disagrees
+	}
+	id := key + s.Member
+	if rng.IntN(20) == 0 {
+		s.Seq = seqs[id] // late: not above the last
+	} else {
+		seqs[id]++
+		s.Seq = seqs[id]
+	}
+	if key == "k2" || key == "k3" {
+		w := windows[id]
+		if w == 0 {
+			w = 100
+		}
+		if rng.IntN(12) == 0 {
+			w++
+		}
+		windows[id] = w
+		s.Window, s.Used, s.WindowTTL = w, rng.Int64N(300), 2*time.Minute
+		if rng.IntN(40) == 0 {
+			s.Window = w - 1 // stale for the member
+		}
+	}
+	return s
+}
+
+// stripGrant drops what depends on when each store ran: the clock, the
+// leases left, and how long the settling lasts (but not whether it does).
+func stripGrant(g tollgate.ShareGrant) tollgate.ShareGrant {
+	g.At = time.Time{}
+	if g.Settling > 0 {
+		g.Settling = 1
+	}
+	for i := range g.Others {
+		g.Others[i].Left = 0
+	}
+	return g
+}
+
+// forgetAll makes both stores forget every share, as a flushed Redis.
+func forgetAll(t *testing.T, red *Redis, mem *Memory) {
+	t.Helper()
+	mem.shares.forget()
+	err := forEachPrimary(red.client, func(c *redis.Client) error {
+		ks, err := c.Keys(context.Background(), red.prefix+"*").Result()
+		if err != nil || len(ks) == 0 {
+			return err
+		}
+		for _, k := range ks {
+			if err := c.Del(context.Background(), k).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ageMarks writes every slot's mark as written age ago by the server
+// process that serves it, on both stores: their memory is that old.
+func ageMarks(t *testing.T, red *Redis, mem *Memory, age time.Duration) {
+	t.Helper()
+	born := time.Now().Add(-age).UnixMicro()
+	mem.shares.mu.Lock()
+	if mem.shares.marks == nil {
+		mem.shares.keys, mem.shares.marks = map[string]*memShareKey{}, map[int]memMark{}
+	}
+	for i := range shareSlots {
+		mem.shares.marks[i] = memMark{born: born, until: time.Now().Add(48 * time.Hour).UnixMicro()}
+	}
+	mem.shares.mu.Unlock()
+	marks := map[int]string{}
+	for i := 0; len(marks) < shareSlots; i++ {
+		key := fmt.Sprint("slot", i)
+		if _, ok := marks[shareSlot(key)]; !ok {
+			_, marks[shareSlot(key)] = red.shareKeys(key)
+		}
+	}
+	ctx := context.Background()
+	for _, mark := range marks {
+		var c *redis.Client
+		switch cl := red.client.(type) {
+		case *redis.Client:
+			c = cl
+		case *redis.ClusterClient:
+			var err error
+			if c, err = cl.MasterForKey(ctx, mark); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, run, _ := strings.Cut(info, "run_id:")
+		run, _, _ = strings.Cut(run, "\r")
+		if err := c.Set(ctx, mark, fmt.Sprintf("%d %s", born, run), 48*time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// forEachPrimary runs f on c, or on each primary of a Cluster client.
+func forEachPrimary(c redis.UniversalClient, f func(*redis.Client) error) error {
+	if cl, ok := c.(*redis.ClusterClient); ok {
+		return cl.ForEachMaster(context.Background(), func(_ context.Context, n *redis.Client) error { return f(n) })
+	}
+	return f(c.(*redis.Client))
 }
 
 // TestShareBoundedByDeadline pauses Redis (CLIENT PAUSE) under a client
