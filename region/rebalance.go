@@ -168,26 +168,32 @@ func (r *Region) take(ctx context.Context, it *item, granted int64, sent time.Ti
 	next := newPlan(granted, it.window, until, now)
 	old := e.plan.Load()
 	swap(&e.plan, next)
+	if f := r.trace.Load(); f != nil {
+		(*f)(e.key, e.sh.limit, next)
+	}
 	if granted < held {
-		e.lowered, it.lowered = old, old
+		e.lowered, it.lowered = append(e.lowered, old), old
 		return true
 	}
 	return false
 }
 
 // holding is the largest share a decision of e may still use: the one in
-// force, or the one a smaller grant replaced while a decision still reads
-// it (and its lease lasts).
+// force, or one a smaller grant replaced while a decision still reads it
+// (and its lease lasts).
 func (e *entry) holding(now time.Time, skew time.Duration) int64 {
 	h := e.inForce(e.plan.Load(), now, skew)
-	if p := e.lowered; p != nil {
+	undrained := e.lowered[:0]
+	for _, p := range e.lowered {
 		select {
 		case <-p.drained:
-			e.lowered = nil
 		default:
 			h = max(h, e.inForce(p, now, skew))
+			undrained = append(undrained, p)
 		}
 	}
+	clear(e.lowered[len(undrained):])
+	e.lowered = undrained
 	return h
 }
 

@@ -29,7 +29,9 @@ import (
 // or a fixed window of the share's units. Its Remaining, RetryAfter and
 // ResetAfter are the local store's under that limit. A request whose cost
 // exceeds what the share holds at once is denied without a store call,
-// with a RetryAfter of one rebalance interval. Request ids are the local
+// with a RetryAfter of one rebalance interval; an Overdraw request (hits
+// counted after the fact) is debited all the same, and the region's share
+// pays the debt back. Request ids are the local
 // store's: a retry is replayed within one region, and debited again in
 // another.
 type Region struct {
@@ -46,6 +48,10 @@ type Region struct {
 	metrics *instruments
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// trace, when set (by tests), is told of every plan the coordinator
+	// takes, as it takes it.
+	trace atomic.Pointer[func(key string, l tollgate.Limit, p *plan)]
 }
 
 // entryKey names an identity under one global limit.
@@ -66,13 +72,13 @@ type entry struct {
 
 	// The coordinator's alone: when the demand was last measured, for how
 	// many reports in a row nothing was asked, the window and the use it
-	// last reported (a window), and the plan last replaced by a smaller
-	// one, which decisions may still read until it drains.
+	// last reported (a window), and the plans replaced by smaller ones
+	// that decisions may still read, until they drain.
 	since      time.Time
 	idle       int
 	lastWindow int64
 	lastUsed   int64
-	lowered    *plan
+	lowered    []*plan
 }
 
 var (
@@ -140,7 +146,7 @@ func (r *Region) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	lim, ok := e.limitAt(p, time.Now(), r.s.skew)
 	cost := max(req.Cost, 1)
 	e.asked.Add(cost)
-	if !ok || cost > lim.Capacity() {
+	if !ok || cost > lim.Capacity() && !req.Overdraw {
 		r.metrics.refused(e.sh)
 		return tollgate.Decision{RetryAfter: r.s.rebalance}, nil
 	}
@@ -170,7 +176,7 @@ func (r *Region) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 		p := acquire(&e.plan)
 		defer p.release()
 		lim, ok := e.limitAt(p, now, r.s.skew)
-		if cost := max(req.Cost, 1); (!ok || cost > lim.Capacity()) && short < 0 {
+		if cost := max(req.Cost, 1); (!ok || cost > lim.Capacity() && !req.Overdraw) && short < 0 {
 			short = i
 		}
 		entries[i], local[i] = e, req

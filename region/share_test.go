@@ -59,7 +59,6 @@ func TestDemandMoves(t *testing.T) {
 		limit := tollgate.PerSecond(600)
 		const interval = 250 * time.Millisecond
 		w := newWorld(t, NewMemoryHome(nil), memoryStores(t, 3), Config{Limits: []tollgate.Limit{limit}, Rebalance: interval})
-		w.watchShares("tenant", limit, 5*time.Millisecond)
 		busy, quiet := make(chan struct{}), make(chan struct{})
 		w.drive(0, "tenant", limit, 1, time.Millisecond, busy)      // 1,000/s, then nothing
 		w.drive(1, "tenant", limit, 1, 100*time.Millisecond, quiet) // 10/s, then 1,000/s
@@ -82,6 +81,7 @@ func TestDemandMoves(t *testing.T) {
 				t.Errorf("admitted %.0f/s, want at least 95%% of 600", got)
 			}
 		}
+		w.checkShares("tenant", limit, shift.Add(-5*time.Second), shift.Add(5*time.Second))
 		w.checkEnvelope(limit, w.slack(10*time.Second, interval), 100*time.Millisecond, time.Second)
 	})
 }
@@ -98,7 +98,6 @@ func TestCutOffRegion(t *testing.T) {
 		const interval, lease = 250 * time.Millisecond, 750 * time.Millisecond
 		home := &cutHome{Home: NewMemoryHome(nil)}
 		w := newWorld(t, home, memoryStores(t, 3), Config{Limits: []tollgate.Limit{limit}, Rebalance: interval, Lease: lease})
-		w.watchShares("tenant", limit, 5*time.Millisecond)
 		for i := range 3 {
 			w.drive(i, "tenant", limit, 1, time.Millisecond, nil)
 		}
@@ -132,6 +131,7 @@ func TestCutOffRegion(t *testing.T) {
 		if back < 0.95*600 {
 			t.Errorf("admitted %.0f/s after the link returned, want at least 95%% of 600", back)
 		}
+		w.checkShares("tenant", limit, cut.Add(-3*time.Second), restored.Add(3*time.Second))
 		w.checkEnvelope(limit, w.slack(36*time.Second, interval), 100*time.Millisecond, time.Second, 10*time.Second)
 	})
 }

@@ -13,7 +13,7 @@ import (
 
 // world is several regions sharing one Home, each deciding on its own
 // store and run by one or more processes (each its own Region on the
-// region's store), and what they admitted.
+// region's store), and what they asked and admitted under each limit.
 type world struct {
 	t       *testing.T
 	regions [][]*Region // by region, its processes
@@ -21,7 +21,25 @@ type world struct {
 
 	stop    chan struct{}
 	drivers sync.WaitGroup
-	log     admitlog.Log
+
+	mu       sync.Mutex
+	admitted map[tollgate.Limit]*admitlog.Log
+	asked    map[tollgate.Limit]*admitlog.Log
+	plans    map[planOf][]*plan // every plan each process took, in order
+}
+
+// planOf names the plans of one process for one identity and limit.
+type planOf struct {
+	r   *Region
+	key string
+	l   tollgate.Limit
+}
+
+// part is one process of a region: its store (the region's) and its
+// connection to the Home.
+type part struct {
+	local tollgate.Store
+	home  Home
 }
 
 // newWorld starts one Region per store, named r0, r1, ..., on home, with
@@ -29,31 +47,39 @@ type world struct {
 // the test ends.
 func newWorld(t *testing.T, home Home, stores []tollgate.Store, c Config) *world {
 	t.Helper()
-	homes := make([][]Home, len(stores))
-	for i := range homes {
-		homes[i] = []Home{home}
+	parts := make([][]part, len(stores))
+	for i, st := range stores {
+		parts[i] = []part{{st, home}}
 	}
-	return newProcesses(t, homes, stores, c)
+	return newProcesses(t, parts, c)
 }
 
-// newProcesses starts, for region i, one Region (process) per home in
-// homes[i], each on stores[i], the region's store: as many processes as
-// the region runs, each with its own connection to the Home.
-func newProcesses(t *testing.T, homes [][]Home, stores []tollgate.Store, c Config) *world {
+// newProcesses starts, for region i, one Region (process) per part of
+// parts[i]: as many processes as the region runs, each with its own
+// connections.
+func newProcesses(t *testing.T, parts [][]part, c Config) *world {
 	t.Helper()
-	w := &world{t: t, stop: make(chan struct{})}
-	for i := range stores {
+	w := &world{t: t, stop: make(chan struct{}), admitted: map[tollgate.Limit]*admitlog.Log{}, asked: map[tollgate.Limit]*admitlog.Log{},
+		plans: map[planOf][]*plan{}}
+	for i := range parts {
 		w.names = append(w.names, fmt.Sprint("r", i))
 	}
 	t.Cleanup(w.close)
-	for i, st := range stores {
+	for i, ps := range parts {
 		c.Region, c.Regions = w.names[i], w.names
 		var procs []*Region
-		for _, h := range homes[i] {
-			r, err := New(st, h, c)
+		for _, p := range ps {
+			r, err := New(p.local, p.home, c)
 			if err != nil {
 				t.Fatal(err)
 			}
+			trace := func(key string, l tollgate.Limit, p *plan) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				k := planOf{r, key, l}
+				w.plans[k] = append(w.plans[k], p)
+			}
+			r.trace.Store(&trace)
 			procs = append(procs, r)
 		}
 		w.regions = append(w.regions, procs)
@@ -71,13 +97,83 @@ func (w *world) close() {
 	}
 }
 
+// logs returns the logs of what was admitted and asked under l.
+func (w *world) logs(l tollgate.Limit) (admitted, asked *admitlog.Log) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.admitted[l] == nil {
+		w.admitted[l], w.asked[l] = &admitlog.Log{}, &admitlog.Log{}
+	}
+	return w.admitted[l], w.asked[l]
+}
+
 // drive starts asking region i for cost units of key under l every
 // period until its stop is closed or halt, recording what is admitted:
 // spread over its processes, each asking every period × processes.
 func (w *world) drive(i int, key string, l tollgate.Limit, cost int64, period time.Duration, stop <-chan struct{}) {
 	procs := w.regions[i]
 	for _, r := range procs {
-		w.drivers.Go(func() { w.ask(i, r, key, l, cost, period*time.Duration(len(procs)), stop) })
+		w.drivers.Go(func() {
+			for w.running(stop) {
+				w.ask(i, r, key, l, cost)
+				time.Sleep(period * time.Duration(len(procs)))
+			}
+		})
+	}
+}
+
+// pace starts asking region i for cost units of key under l perSecond
+// times a second, on time, spread over its processes, until its stop is
+// closed or halt.
+func (w *world) pace(i int, key string, l tollgate.Limit, cost int64, perSecond float64, stop <-chan struct{}) {
+	procs := w.regions[i]
+	for _, r := range procs {
+		w.drivers.Go(func() {
+			start, asked := time.Now(), 0
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for w.running(stop) {
+				due := int(time.Since(start).Seconds() * perSecond / float64(len(procs)))
+				for ; asked < due && w.running(stop); asked++ {
+					w.ask(i, r, key, l, cost)
+				}
+				select {
+				case <-tick.C:
+				case <-stop:
+				case <-w.stop:
+				}
+			}
+		})
+	}
+}
+
+// running reports whether neither stop nor the world's stop is closed.
+func (w *world) running(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return false
+	case <-w.stop:
+		return false
+	default:
+		return true
+	}
+}
+
+// ask makes one request of region i's process r, recording it.
+func (w *world) ask(i int, r *Region, key string, l tollgate.Limit, cost int64) {
+	admitted, asked := w.logs(l)
+	asked.Add(i, time.Now(), cost)
+	d, err := r.Allow(context.Background(), tollgate.Request{Key: key, Limit: l, Cost: cost})
+	if err != nil {
+		w.t.Errorf("region %d: %v", i, err)
+		return
+	}
+	if d.Allowed {
+		at := d.At // the store's clock, one for every store of a test
+		if at.IsZero() {
+			at = time.Now()
+		}
+		admitted.Add(i, at, cost)
 	}
 }
 
@@ -87,36 +183,26 @@ func (w *world) halt() {
 	w.drivers.Wait()
 }
 
-func (w *world) ask(i int, r *Region, key string, l tollgate.Limit, cost int64, period time.Duration, stop <-chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		case <-w.stop:
-			return
-		default:
-		}
-		d, err := r.Allow(context.Background(), tollgate.Request{Key: key, Limit: l, Cost: cost})
-		if err != nil {
-			w.t.Errorf("region %d: %v", i, err)
-			return
-		}
-		if d.Allowed {
-			at := d.At // the store's clock, one for every store of a test
-			if at.IsZero() {
-				at = time.Now()
-			}
-			w.log.Add(i, at, cost)
-		}
-		time.Sleep(period)
+// the log of the only limit driven, for the tests that drive one.
+func (w *world) only() *admitlog.Log {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.admitted) != 1 {
+		w.t.Fatalf("%d limits driven, want one", len(w.admitted))
 	}
+	for _, l := range w.admitted {
+		return l
+	}
+	return nil
 }
 
-// between sums what region i (-1: every region) admitted in [from, to).
-func (w *world) between(i int, from, to time.Time) int64 { return w.log.Units(i, from, to) }
+// between sums what region i (-1: every region) admitted in [from, to)
+// under the only limit driven.
+func (w *world) between(i int, from, to time.Time) int64 { return w.only().Units(i, from, to) }
 
-// rate is what region i (-1: every region) admitted per second in [from, to).
-func (w *world) rate(i int, from, to time.Time) float64 { return w.log.Rate(i, from, to) }
+// rate is what region i (-1: every region) admitted per second in [from,
+// to) under the only limit driven.
+func (w *world) rate(i int, from, to time.Time) float64 { return w.only().Rate(i, from, to) }
 
 // checkEnvelope checks that, over every span of each length in spans
 // ending at an admission, the regions together admitted at most what one
@@ -124,26 +210,41 @@ func (w *world) rate(i int, from, to time.Time) float64 { return w.log.Rate(i, f
 // slack units.
 func (w *world) checkEnvelope(l tollgate.Limit, slack int64, spans ...time.Duration) {
 	w.t.Helper()
+	admitted, _ := w.logs(l)
 	for _, span := range spans {
-		s := w.log.Worst(l, span)
+		s := admitted.Worst(l, span)
 		if s.Units > s.Allowed+slack {
 			w.t.Errorf("over %s the regions admitted %d (%v by region), more than %s allows (%d) plus %d", span, s.Units, s.ByRegion, l, s.Allowed, slack)
 		} else {
-			w.t.Logf("over %s at most %d admitted of %d allowed", span, s.Units, s.Allowed)
+			w.t.Logf("over %s at most %d admitted of %d allowed (+%d)", span, s.Units, s.Allowed, slack)
 		}
 	}
 }
 
-// checkWindows checks that in every window of l the regions together
-// admitted at most its units.
+// checkWindows checks that every window of l (numbered as the stores
+// number them) in [from, to) admitted at most its units, the regions
+// together.
 func (w *world) checkWindows(l tollgate.Limit, from, to time.Time) {
 	w.t.Helper()
+	admitted, _ := w.logs(l)
+	p := l.Period.Microseconds()
 	worst := int64(0)
-	for start := from.Truncate(l.Period); start.Before(to); start = start.Add(l.Period) {
-		n := w.between(-1, start, start.Add(l.Period))
-		worst = max(worst, n)
-		if n > l.Rate {
-			w.t.Errorf("the window from %s admitted %d, more than %d", start.Format(time.StampMilli), n, l.Rate)
+	for n := from.UnixMicro() / p; n*p < to.UnixMicro(); n++ {
+		got := admitted.Units(-1, time.UnixMicro(n*p), time.UnixMicro((n+1)*p))
+		worst = max(worst, got)
+		if got > l.Rate {
+			w.t.Errorf("window %d admitted %d, more than %d", n, got, l.Rate)
+			for i, procs := range w.regions {
+				w.t.Logf("r%d admitted %d, %d in its first 150ms, %d in its last 150ms", i, admitted.Units(i, time.UnixMicro(n*p), time.UnixMicro((n+1)*p)),
+					admitted.Units(i, time.UnixMicro(n*p), time.UnixMicro(n*p+150000)), admitted.Units(i, time.UnixMicro((n+1)*p-150000), time.UnixMicro((n+1)*p)))
+				for _, r := range procs {
+					for _, pl := range w.plans[planOf{r, "quota", l}] {
+						if pl.window == n {
+							w.t.Logf("  %s: share %d granted %s until %s", r.member, pl.share, pl.granted.Format(time.StampMilli), pl.until.Format(time.StampMilli))
+						}
+					}
+				}
+			}
 		}
 	}
 	w.t.Logf("at most %d of %d admitted in a window", worst, l.Rate)
@@ -188,36 +289,70 @@ func (h *cutHome) Share(ctx context.Context, reports []tollgate.Share) ([]tollga
 	return h.Home.Share(ctx, reports)
 }
 
-// inForce is the share region i decides key under for l now: the largest
-// its processes hold, as they decide on one store.
-func (w *world) inForce(i int, key string, l tollgate.Limit) int64 {
-	s := int64(0)
-	for _, r := range w.regions[i] {
-		s = max(s, r.shareInForce(key, l))
+// checkShares checks, from every plan the processes took, that at every
+// moment of [from, to) (every millisecond, and every moment a plan was
+// taken) the shares the regions decided key under for l added up to at
+// most the limit: each region's share the largest of its processes', as
+// they decide on one store.
+func (w *world) checkShares(key string, l tollgate.Limit, from, to time.Time) {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var moments []time.Time
+	for t := from; t.Before(to); t = t.Add(time.Millisecond) {
+		moments = append(moments, t)
 	}
-	return s
-}
-
-// watchShares checks every step, until the world halts, that the shares
-// the regions decide under for key and l add up to at most the limit.
-func (w *world) watchShares(key string, l tollgate.Limit, step time.Duration) {
-	w.drivers.Go(func() {
-		worst := int64(0)
-		for {
-			select {
-			case <-w.stop:
-				w.t.Logf("the shares in force added up to at most %d of %d", worst, l.Rate)
-				return
-			case <-time.After(step):
-			}
-			sum := int64(0)
-			for i := range w.regions {
-				sum += w.inForce(i, key, l)
-			}
-			worst = max(worst, sum)
-			if sum > l.Rate {
-				w.t.Errorf("at %s the shares in force add up to %d, more than the limit %d", time.Now().Format(time.StampMilli), sum, l.Rate)
+	for k, ps := range w.plans {
+		if k.key == key && k.l == l {
+			for _, p := range ps {
+				moments = append(moments, p.granted)
 			}
 		}
-	})
+	}
+	worst, worstAt := int64(0), time.Time{}
+	for _, at := range moments {
+		sum := int64(0)
+		for _, procs := range w.regions {
+			share := int64(0)
+			for _, r := range procs {
+				share = max(share, w.shareAt(r, key, l, at))
+			}
+			sum += share
+		}
+		if sum > worst {
+			worst, worstAt = sum, at
+		}
+	}
+	if worst > l.Rate {
+		w.t.Errorf("at %s the shares of %s in force added up to %d, more than the limit %d:%s", worstAt.Format(time.StampMicro), l, worst, l.Rate, w.sharesAt(key, l, worstAt))
+	} else {
+		w.t.Logf("the shares of %s in force added up to at most %d of %d", l, worst, l.Rate)
+	}
+}
+
+// shareAt is the share process r decided key under for l at at: its plan
+// taken last before at, in force then (its floor without one).
+func (w *world) shareAt(r *Region, key string, l tollgate.Limit, at time.Time) int64 {
+	sh := r.s.limits[normalize(l)]
+	e := &entry{sh: sh}
+	share := sh.floor
+	for _, p := range w.plans[planOf{r, key, l}] {
+		if p.granted.After(at) {
+			break
+		}
+		share = e.inForce(p, at, r.s.skew)
+	}
+	return share
+}
+
+// sharesAt describes every process's share at at, for a failure.
+func (w *world) sharesAt(key string, l tollgate.Limit, at time.Time) string {
+	out := ""
+	for i, procs := range w.regions {
+		out += fmt.Sprintf(" r%d", i)
+		for _, r := range procs {
+			out += fmt.Sprintf(" %d", w.shareAt(r, key, l, at))
+		}
+	}
+	return out
 }
