@@ -111,10 +111,11 @@ func newRigOf(t *testing.T, procs int, c region.Config) *rig {
 }
 
 // drive asks region i for cost units of key under l, perSecond times a
-// second, spread over its processes, until stop is closed or halt.
+// second, until stop is closed or halt: one stream of requests dealt to
+// its processes in turn, as a load balancer would.
 func (g *rig) drive(i int, key string, l tollgate.Limit, cost int64, perSecond float64, stop <-chan struct{}) {
-	for _, r := range g.regions[i] {
-		per := perSecond / float64(len(g.regions[i]))
+	procs := len(g.regions[i])
+	for j, r := range g.regions[i] {
 		g.drivers.Go(func() {
 			start, asked := time.Now(), 0
 			tick := time.NewTicker(5 * time.Millisecond)
@@ -127,7 +128,10 @@ func (g *rig) drive(i int, key string, l tollgate.Limit, cost int64, perSecond f
 					return
 				case <-tick.C:
 				}
-				due := int(time.Since(start).Seconds() * per)
+				due := 0 // the requests of the stream dealt to process j so far
+				if n := time.Since(start).Seconds() * perSecond; n >= float64(j) {
+					due = int((n-float64(j))/float64(procs)) + 1
+				}
 				for ; asked < due; asked++ {
 					d, err := r.Allow(context.Background(), tollgate.Request{Key: key, Limit: l, Cost: cost})
 					if err != nil {

@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -46,7 +47,7 @@ func (r *Region) rebalance(ctx context.Context) {
 	var items []*item
 	r.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
-		asked := e.asked.Swap(0)
+		asked, requests := e.asked.Swap(0), e.requests.Swap(0)
 		elapsed := now.Sub(e.since)
 		e.since = now
 		if asked == 0 {
@@ -54,7 +55,8 @@ func (r *Region) rebalance(ctx context.Context) {
 		} else {
 			e.idle = 0
 		}
-		it := &item{e: e, demand: e.sh.demandOf(asked, elapsed, r.s.lease)}
+		e.rate = e.sh.demandOf(e.rate, asked, requests, elapsed, r.s.lease)
+		it := &item{e: e, demand: int64(math.Round(e.rate))}
 		if e.sh.window {
 			w, start, end := e.sh.windowAt(now)
 			if now.Sub(start) < r.s.skew || end.Sub(now) <= r.s.skew {
@@ -147,10 +149,10 @@ func (r *Region) round(ctx context.Context, items []*item) []*item {
 // take makes granted the entry's share, a lease from sent, and reports
 // whether it is smaller than the share it held (it.lowered is then the
 // plan it replaced). A larger rate is taken only after the local bucket
-// was brought to now under the share in force (one unit, overdrawn): a
-// token bucket credits its refill since its last debit at the rate it is
-// asked with, and would otherwise earn at the larger rate for a time it
-// held the smaller.
+// was brought to now under the share in force (touch): a token bucket
+// credits its refill since its last debit at the rate it is asked with,
+// and would otherwise earn at the larger rate for a time it held the
+// smaller.
 func (r *Region) take(ctx context.Context, it *item, granted int64, sent time.Time) (lower bool) {
 	e := it.e
 	now := time.Now()
@@ -160,8 +162,7 @@ func (r *Region) take(ctx context.Context, it *item, granted int64, sent time.Ti
 	lim, _ := e.limitAt(cur, now, r.s.skew)
 	cur.release()
 	if granted > held && !e.sh.window {
-		touch := tollgate.Request{Key: e.key, Limit: lim, Cost: 1, Overdraw: true}
-		if _, err := r.local.Allow(ctx, touch); err != nil {
+		if err := r.touch(ctx, e, lim); err != nil {
 			granted = held // the larger share waits for the next round
 		}
 	}
@@ -176,6 +177,24 @@ func (r *Region) take(ctx context.Context, it *item, granted int64, sent time.Ti
 		return true
 	}
 	return false
+}
+
+// touch brings e's bucket on the local store to now under lim, the share
+// in force: one unit overdrawn, then given back when the store settles
+// (every store of package store does), so that a raise costs the region
+// nothing however many processes it runs. The bucket's state then counts
+// from now, whichever process decides next.
+func (r *Region) touch(ctx context.Context, e *entry, lim tollgate.Limit) error {
+	req := tollgate.Request{Key: e.key, Limit: lim, Cost: 1, Overdraw: true}
+	d, err := r.local.Allow(ctx, req)
+	if err != nil {
+		return err
+	}
+	if st, ok := r.local.(tollgate.Settler); ok {
+		req.Overdraw = false
+		_, _ = st.Settle(ctx, req, d.Admission(), 0) // on an error the unit stays debited: the bound's one unit a raise
+	}
+	return nil
 }
 
 // holding is the largest share a decision of e may still use: the one in

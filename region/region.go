@@ -65,8 +65,9 @@ type entry struct {
 	key  string
 	sh   *shared
 	plan atomic.Pointer[plan]
-	// asked counts the units decisions asked for since the last report.
-	asked atomic.Int64
+	// asked counts the units decisions asked for since the last report,
+	// requests the decisions.
+	asked, requests atomic.Int64
 	// demand is the demand last reported.
 	demand atomic.Int64
 
@@ -75,6 +76,7 @@ type entry struct {
 	// last reported (a window), and the plans replaced by smaller ones
 	// that decisions may still read, until they drain.
 	since      time.Time
+	rate       float64 // the demand as it is reported (demandOf)
 	idle       int
 	lastWindow int64
 	lastUsed   int64
@@ -146,6 +148,7 @@ func (r *Region) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	lim, ok := e.limitAt(p, time.Now(), r.s.skew)
 	cost := max(req.Cost, 1)
 	e.asked.Add(cost)
+	e.requests.Add(1)
 	if !ok || cost > lim.Capacity() && !req.Overdraw {
 		r.metrics.refused(e.sh)
 		return tollgate.Decision{RetryAfter: r.s.rebalance}, nil
@@ -184,6 +187,7 @@ func (r *Region) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 	}
 	for i, e := range entries {
 		e.asked.Add(max(reqs[i].Cost, 1))
+		e.requests.Add(1)
 	}
 	if short >= 0 {
 		ds := make([]tollgate.Decision, len(reqs))

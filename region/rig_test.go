@@ -59,7 +59,9 @@ func newRedisRig(t *testing.T, procs int, c Config) *redisRig {
 		}
 		parts = append(parts, ps)
 	}
-	c.Limits = []tollgate.Limit{rigRate, rigWindow}
+	if len(c.Limits) == 0 {
+		c.Limits = []tollgate.Limit{rigRate, rigWindow}
+	}
 	g.world = newProcesses(t, parts, c)
 	return g
 }

@@ -123,17 +123,17 @@ func (w *world) drive(i int, key string, l tollgate.Limit, cost int64, period ti
 }
 
 // pace starts asking region i for cost units of key under l perSecond
-// times a second, on time, spread over its processes, until its stop is
-// closed or halt.
+// times a second, on time, until its stop is closed or halt: one stream of
+// requests dealt to its processes in turn, as a load balancer would.
 func (w *world) pace(i int, key string, l tollgate.Limit, cost int64, perSecond float64, stop <-chan struct{}) {
 	procs := w.regions[i]
-	for _, r := range procs {
+	for j, r := range procs {
 		w.drivers.Go(func() {
 			start, asked := time.Now(), 0
 			tick := time.NewTicker(5 * time.Millisecond)
 			defer tick.Stop()
 			for w.running(stop) {
-				due := int(time.Since(start).Seconds() * perSecond / float64(len(procs)))
+				due := dealt(time.Since(start).Seconds()*perSecond, j, len(procs))
 				for ; asked < due && w.running(stop); asked++ {
 					w.ask(i, r, key, l, cost)
 				}
@@ -145,6 +145,15 @@ func (w *world) pace(i int, key string, l tollgate.Limit, cost int64, perSecond 
 			}
 		})
 	}
+}
+
+// dealt is how many of the first n requests of a stream dealt in turn to
+// procs processes went to process j.
+func dealt(n float64, j, procs int) int {
+	if n < float64(j) {
+		return 0
+	}
+	return int((n-float64(j))/float64(procs)) + 1
 }
 
 // running reports whether neither stop nor the world's stop is closed.

@@ -370,7 +370,7 @@ func (ms *memShares) report(s tollgate.Share, now int64) tollgate.ShareGrant {
 	}
 	granted := max(s.Floor, min(fair, s.Limit-held))
 	if settling > 0 {
-		granted = min(granted, max(s.Floor, s.Hold, v.mycount))
+		granted = min(granted, max(s.Floor, s.Hold))
 	}
 
 	k := v.key

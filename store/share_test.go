@@ -347,15 +347,15 @@ func forgetAll(t *testing.T, red *Redis, mem *Memory) {
 // process that serves it, on both stores: their memory is that old.
 func ageMarks(t *testing.T, red *Redis, mem *Memory, age time.Duration) {
 	t.Helper()
-	born := time.Now().Add(-age).UnixMicro()
 	mem.shares.mu.Lock()
 	if mem.shares.marks == nil {
 		mem.shares.keys, mem.shares.marks = map[string]*memShareKey{}, map[int]memMark{}
 	}
 	for i := range shareSlots {
-		mem.shares.marks[i] = memMark{born: born, until: time.Now().Add(48 * time.Hour).UnixMicro()}
+		mem.shares.marks[i] = memMark{born: mem.clock().Add(-age).UnixMicro(), until: mem.clock().Add(48 * time.Hour).UnixMicro()}
 	}
 	mem.shares.mu.Unlock()
+	born := time.Now().Add(-age).UnixMicro()
 	marks := map[int]string{}
 	for i := 0; len(marks) < shareSlots; i++ {
 		key := fmt.Sprint("slot", i)
@@ -411,4 +411,209 @@ func TestShareBoundedByDeadline(t *testing.T) {
 		t.Fatalf("Share with Redis paused: %v after %s, want the deadline's error at about 100ms", err, took)
 	}
 	srv.AwaitAnswer(t, 5*time.Second)
+}
+
+// groupShare is a report of member of group (one of two groups sharing
+// 600 with a floor of 20 each) with the given demand, hold, number and
+// lease.
+func groupShare(group string, demand, hold, seq int64, lease time.Duration) tollgate.Share {
+	return tollgate.Share{Key: "k", Member: group + "1", Group: group, Limit: 600, Demand: demand, TTL: lease,
+		Groups: 2, Floor: 20, Hold: hold, Seq: seq}
+}
+
+// shareOf reports s on b, failing the test on an error or a refusal.
+func shareOf(t *testing.T, b shareBackend, s tollgate.Share) tollgate.ShareGrant {
+	t.Helper()
+	g, err := b.store.Share(context.Background(), s)
+	if err != nil || g.Refused != nil {
+		t.Fatalf("%+v: %+v, %v", s, g, err)
+	}
+	return g
+}
+
+// settledBackends are the share backends with every mark an hour old: a
+// store that has not forgotten anything for longer than any lease.
+func settledBackends(t *testing.T) []shareBackend {
+	bs := shareBackends(t)
+	mem := bs[0].store.(*Memory)
+	for _, b := range bs[1:] {
+		ageMarks(t, b.store.(*Redis), mem, time.Hour)
+	}
+	return bs
+}
+
+// oldKey makes the key "k" with a report of a that lasts a minute, and
+// lets more than the leases of the steps that follow (300 ms) pass: the
+// key is no longer new, so a group not heard of asks nothing.
+func oldKey(t *testing.T, b shareBackend) {
+	t.Helper()
+	shareOf(t, b, groupShare("a", 0, 20, 1, time.Minute))
+	b.advance(350 * time.Millisecond)
+}
+
+// TestShareGroupsSumDemands has a group of two members asking 300 each
+// and a group of one asking 600: the groups are max-min fair by their
+// demands summed (each 280 above its floor), every member of a group is
+// granted the group's share, and the store counts the group for the
+// largest share one of its members holds.
+func TestShareGroupsSumDemands(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			a2 := groupShare("a", 300, 20, 1, time.Minute)
+			a2.Member = "a2"
+			for round := range 2 {
+				for _, s := range []tollgate.Share{groupShare("a", 300, 20, int64(round+1), time.Minute), a2, groupShare("b", 600, 20, int64(round+1), time.Minute)} {
+					g := shareOf(t, b, s)
+					if round == 1 && (g.Fair != 300 || g.Granted != 300) {
+						t.Errorf("%s: %+v, want a fair share and a grant of 300 (20 + half the 560 the floors leave)", s.Member, g)
+					}
+				}
+				a2.Seq++
+			}
+			g := shareOf(t, b, groupShare("b", 600, 300, 3, time.Minute))
+			if len(g.Others) != 1 || g.Others[0].Group != "a" || g.Others[0].Members != 2 || g.Others[0].Share != 300 || g.Others[0].Demand != 600 {
+				t.Errorf("the other groups: %+v, want a of 2 members holding 300, asking 600", g.Others)
+			}
+		})
+	}
+}
+
+// TestShareHoldIsNeverCountedLess has a member hold more than it is
+// granted: its group counts for what it holds until it reports the
+// smaller share, and only then may the other group be granted the
+// difference.
+func TestShareHoldIsNeverCountedLess(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			oldKey(t, b)
+			lease := 300 * time.Millisecond
+			for i, step := range []struct {
+				group              string
+				demand, hold, want int64
+			}{
+				{"a", 1000, 20, 580},  // all but b's floor
+				{"a", 100, 580, 340},  // 100 and half what is left: it still holds 580
+				{"b", 1000, 20, 20},   // a is counted for 580
+				{"a", 100, 340, 100},  // it took 340, and is granted 100 now
+				{"b", 1000, 20, 260},  // a is counted for 340
+				{"a", 100, 100, 100},  // it took 100
+				{"b", 1000, 260, 500}, // the rest
+			} {
+				g := shareOf(t, b, groupShare(step.group, step.demand, step.hold, int64(i+2), lease))
+				if g.Granted != step.want {
+					t.Fatalf("step %d, %s asking %d, holding %d: %+v, want %d granted", i, step.group, step.demand, step.hold, g, step.want)
+				}
+			}
+		})
+	}
+}
+
+// TestShareLateReportChangesNothing sends a member's reports out of
+// order: one not numbered above the last the store holds is refused and
+// changes nothing.
+func TestShareLateReportChangesNothing(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			oldKey(t, b)
+			lease := 300 * time.Millisecond
+			if g := shareOf(t, b, groupShare("a", 1000, 20, 3, lease)); g.Granted != 580 {
+				t.Fatalf("a: %+v, want 580", g)
+			}
+			g, err := b.store.Share(context.Background(), groupShare("a", 50, 20, 2, lease))
+			if err != nil || !errors.Is(g.Refused, tollgate.ErrShareLate) {
+				t.Fatalf("report 2 after 3: %+v, %v; want refused as late", g, err)
+			}
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 1, lease)); g.Granted != 20 || len(g.Others) != 1 || g.Others[0].Share != 580 {
+				t.Fatalf("b: %+v, want its floor, a still holding 580", g)
+			}
+		})
+	}
+}
+
+// TestShareWindowUseOutlivesLease has a member's lease on a window's
+// share end: its group still counts for that share, as it may have used
+// it, for as long as the store keeps the group's use of the window.
+func TestShareWindowUseOutlivesLease(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := func(group string, demand, used int64, lease time.Duration, seq int64) tollgate.Share {
+				return tollgate.Share{Key: "q", Member: group + "1", Group: group, Limit: 1000, Demand: demand, TTL: lease,
+					Groups: 2, Floor: 10, Hold: 10, Seq: seq, Window: 7, Used: used, WindowTTL: time.Minute}
+			}
+			shareOf(t, b, w("a", 0, 0, time.Minute, 1))
+			b.advance(350 * time.Millisecond)
+			if g := shareOf(t, b, w("a", 2000, 100, 300*time.Millisecond, 2)); g.Granted != 990 {
+				t.Fatalf("a alone: %+v, want all but b's floor", g)
+			}
+			b.advance(400 * time.Millisecond) // a's lease ends
+			g := shareOf(t, b, w("b", 2000, 0, time.Minute, 1))
+			if g.Granted != 10 || len(g.Others) != 1 || g.Others[0].Share != 990 || g.Others[0].Members != 0 || g.Others[0].Used != 100 {
+				t.Fatalf("b once a's lease ended: %+v, want its floor, a counted for the 990 it may have used", g)
+			}
+		})
+	}
+}
+
+// TestShareSettlesAfterForgetting makes the store forget (a flush): for a
+// lease from then, no member is granted more than it says it holds (or
+// its group's floor), and the store counts what the members say they
+// hold; then it grants by demand again.
+func TestShareSettlesAfterForgetting(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			oldKey(t, b)
+			lease := 300 * time.Millisecond
+			if g := shareOf(t, b, groupShare("a", 1000, 20, 2, lease)); g.Granted != 580 || g.Settling != 0 {
+				t.Fatalf("a: %+v, want 580, settled", g)
+			}
+			switch st := b.store.(type) {
+			case *Memory:
+				st.shares.forget()
+			case *Redis:
+				if err := forEachPrimary(st.client, func(c *redis.Client) error { return c.FlushAll(context.Background()).Err() }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 1, lease)); g.Granted != 20 || g.Settling <= 0 {
+				t.Fatalf("b after the store forgot a's 580: %+v, want its floor, settling", g)
+			}
+			shareOf(t, b, groupShare("a", 1000, 580, 3, lease)) // a says it holds 580
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 2, lease)); g.Granted != 20 {
+				t.Fatalf("b while a holds 580: %+v, want its floor", g)
+			}
+			b.advance(lease + 50*time.Millisecond)
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 3, lease)); g.Settling != 0 || g.Granted <= 20 {
+				t.Fatalf("b a lease later: %+v, want it settled, granted by demand", g)
+			}
+		})
+	}
+}
+
+// TestShareFindsANewServer promotes a replica that holds every write, and
+// restarts a Redis without persistence: either way the server process that
+// wrote the marks is gone, and the store settles for a lease.
+func TestShareFindsANewServer(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newRedis(t, srv.Client(t))
+	s := tollgate.Share{Key: "k", Member: "a1", Group: "a", Limit: 600, Demand: 1000, TTL: time.Minute, Groups: 2, Floor: 20, Hold: 20, Seq: 1}
+	if g, err := st.Share(context.Background(), s); err != nil || g.Settling != time.Minute {
+		t.Fatalf("a new server: %+v, %v; want settling for a lease", g, err)
+	}
+	replica := redistest.Replica(t, srv)
+	if err := srv.Client(t).Do(context.Background(), "WAIT", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc := replica.Client(t)
+	if err := rc.SlaveOf(context.Background(), "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Seq = 2
+	if g, err := newRedis(t, rc).Share(context.Background(), s); err != nil || g.Settling != time.Minute {
+		t.Fatalf("on the promoted replica, which holds the marks of another process: %+v, %v; want a settling of a lease afresh", g, err)
+	}
+	srv.Restart(t)
+	s.Seq = 3
+	if g, err := st.Share(context.Background(), s); err != nil || g.Settling != time.Minute || g.Granted != 20 {
+		t.Fatalf("on the restarted server: %+v, %v; want a settling of a lease afresh, the floor", g, err)
+	}
 }

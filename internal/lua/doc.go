@@ -315,8 +315,8 @@
 // another server process (INFO server's run_id: a restart, a failover to
 // another server), it is written anew and the store may have forgotten
 // grants in force; for a lease from the mark's time every grant is at
-// most max(floor, what the member holds, the most its group's other
-// members hold). It then sets apart the fields whose until has passed (a
+// most max(floor, what the member holds): not what the hash says its
+// group's other members hold, which may be from before the loss. It then sets apart the fields whose until has passed (a
 // window member's share folds into its group's bound), and refuses,
 // writing nothing, a report that disagrees with "#" or names more groups
 // than groups ({-1, ...}), one for a window older than the member's or

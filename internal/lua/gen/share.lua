@@ -218,7 +218,7 @@ else
   fair = min(limit, base + fair_of(min(max(0, limit - taken), 2 * want), asks, mydemand))
 end
 local granted = max(floor, min(fair, limit - held))
-if settling > 0 then granted = min(granted, max(floor, hold, mycount)) end
+if settling > 0 then granted = min(granted, max(floor, hold)) end
 
 -- The writes: the expired dropped; the caller's holding, at least what it
 -- may still use; its group's use of the window; the configuration; the
