@@ -243,16 +243,10 @@ func (w *world) checkWindows(l tollgate.Limit, from, to time.Time) {
 		worst = max(worst, got)
 		if got > l.Rate {
 			w.t.Errorf("window %d admitted %d, more than %d", n, got, l.Rate)
-			for i, procs := range w.regions {
-				w.t.Logf("r%d admitted %d, %d in its first 150ms, %d in its last 150ms", i, admitted.Units(i, time.UnixMicro(n*p), time.UnixMicro((n+1)*p)),
-					admitted.Units(i, time.UnixMicro(n*p), time.UnixMicro(n*p+150000)), admitted.Units(i, time.UnixMicro((n+1)*p-150000), time.UnixMicro((n+1)*p)))
-				for _, r := range procs {
-					for _, pl := range w.plans[planOf{r, "quota", l}] {
-						if pl.window == n {
-							w.t.Logf("  %s: share %d granted %s until %s", r.member, pl.share, pl.granted.Format(time.StampMilli), pl.until.Format(time.StampMilli))
-						}
-					}
-				}
+			for i := range w.regions {
+				from, to := time.UnixMicro(n*p), time.UnixMicro((n+1)*p)
+				w.t.Logf("r%d admitted %d, %d of them in the window's first 150ms, %d in its last", i, admitted.Units(i, from, to),
+					admitted.Units(i, from, from.Add(150*time.Millisecond)), admitted.Units(i, to.Add(-150*time.Millisecond), to))
 			}
 		}
 	}
