@@ -55,7 +55,7 @@ func (b *streamBucket) demandPer(period time.Duration) int64 {
 }
 
 // assign returns b's assignment now, or nil when the store could not
-// grant one and the fail mode is FailClosed: the data plane keeps its
+// grant one and the answer is AnswerUnavailable: the data plane keeps its
 // assignment until it expires.
 func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	ttl := st.ttl(b)
@@ -91,7 +91,7 @@ func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.Rate
 		return err
 	})
 	if res != storecall.Decided {
-		if st.q.srv.opts.failMode == FailOpen && res != storecall.Canceled {
+		if st.q.srv.opts.storeFail == AnswerOK && res != storecall.Canceled {
 			b.sent = 0
 			return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, ttl)
 		}
@@ -123,18 +123,10 @@ func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.Rate
 	return tokenBucket(b.id, granted, capacity, period, ttl)
 }
 
-// limitPeriod is l's period, a calendar window's being its usual length.
+// limitPeriod is l's period, a calendar window's being its length now.
 func limitPeriod(l tollgate.Limit) time.Duration {
-	const day = 24 * time.Hour
-	switch l.Calendar {
-	case tollgate.Day:
-		return day
-	case tollgate.Week:
-		return 7 * day
-	case tollgate.Month:
-		return 30 * day
-	case tollgate.Year:
-		return 365 * day
+	if l.Calendar != tollgate.NoCalendar {
+		return l.Calendar.Length(time.Now())
 	}
 	return l.Period
 }
