@@ -21,6 +21,10 @@ import (
 // -regions.long ./ (from bench/; docs/multi-region.md has the figures).
 var regionsLong = flag.Bool("regions.long", false, "run the multi-region tests at full length (30 s cut-off)")
 
+// regionsProcs runs TestRegionsProcesses with that many processes a region
+// instead of 1, 2 and 8: go test -run RegionsProcesses -regions.procs 40 .
+var regionsProcs = flag.Int("regions.procs", 0, "processes a region in TestRegionsProcesses (0: 1, 2 and 8)")
+
 // Between regions, 40-80 ms one way.
 const linkLatency, linkJitter = 60 * time.Millisecond, 20 * time.Millisecond
 
@@ -29,7 +33,7 @@ const linkLatency, linkJitter = 60 * time.Millisecond, 20 * time.Millisecond
 // clients); the home is on the first one's, which the other two reach
 // through a Link of 40-80 ms one way.
 type rig struct {
-	t       *testing.T
+	t       testing.TB
 	servers []*Server
 	locals  []*redis.Client // the first process's client of each region's server
 	links   []*Link         // links[i] carries region i's calls to the home; nil for the first
@@ -43,10 +47,10 @@ type rig struct {
 
 // newRig starts the servers, links and regions (one process each) with
 // c's tuning; every part is stopped when the test ends.
-func newRig(t *testing.T, c region.Config) *rig { return newRigOf(t, 1, c) }
+func newRig(t testing.TB, c region.Config) *rig { return newRigOf(t, 1, c) }
 
 // newRigOf is newRig with procs processes a region.
-func newRigOf(t *testing.T, procs int, c region.Config) *rig {
+func newRigOf(t testing.TB, procs int, c region.Config) *rig {
 	t.Helper()
 	g := &rig{t: t, names: []string{"us-east", "eu-west", "ap-south"}, stop: make(chan struct{})}
 	for range g.names {

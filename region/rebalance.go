@@ -2,7 +2,6 @@ package region
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -49,14 +48,16 @@ func (r *Region) rebalance(ctx context.Context) {
 		e := v.(*entry)
 		asked, requests := e.asked.Swap(0), e.requests.Swap(0)
 		elapsed := now.Sub(e.since)
+		if e.asks.new() {
+			elapsed = max(elapsed, r.s.rebalance) // made during the interval: it had the interval to be asked in
+		}
 		e.since = now
 		if asked == 0 {
 			e.idle++
 		} else {
 			e.idle = 0
 		}
-		e.rate = e.sh.demandOf(e.rate, asked, requests, elapsed, r.s.lease)
-		it := &item{e: e, demand: int64(math.Round(e.rate))}
+		it := &item{e: e, demand: e.asks.add(e.sh, sample{asked, requests, elapsed}, r.s.lease, r.s.rebalance)}
 		if e.sh.window {
 			w, start, end := e.sh.windowAt(now)
 			if now.Sub(start) < r.s.skew || end.Sub(now) <= r.s.skew {

@@ -76,7 +76,7 @@ type entry struct {
 	// last reported (a window), and the plans replaced by smaller ones
 	// that decisions may still read, until they drain.
 	since      time.Time
-	rate       float64 // the demand as it is reported (demandOf)
+	asks       demand
 	idle       int
 	lastWindow int64
 	lastUsed   int64
@@ -253,7 +253,7 @@ func (r *Region) entryFor(req tollgate.Request) (*entry, error) {
 		r.count.Add(-1)
 		return r.floors[sh], nil
 	}
-	e = &entry{key: req.Key, sh: sh, since: time.Now()}
+	e = &entry{key: req.Key, sh: sh, since: time.Now(), asks: demand{size: r.s.samples}}
 	e.plan.Store(newPlan(sh.floor, -1, time.Time{}, time.Time{}))
 	v, loaded := r.entries.LoadOrStore(k, e)
 	if loaded {

@@ -369,6 +369,9 @@ func (ms *memShares) report(s tollgate.Share, now int64) tollgate.ShareGrant {
 		held += max(s.Floor, o.Share)
 	}
 	granted := max(s.Floor, min(fair, s.Limit-held))
+	if d := granted - v.mycount; s.Groups > 0 && v.mycount > 0 && max(d, -d) <= max(1, v.mycount/64) {
+		granted = max(s.Floor, min(v.mycount, s.Limit-held)) // what its group's others hold (lua/doc.go)
+	}
 	if settling > 0 {
 		granted = min(granted, max(s.Floor, s.Hold))
 	}

@@ -123,7 +123,7 @@ func runRegions(addrs string, limit int64, demand string, run, move, rebalance t
 		return err
 	}
 	for _, h := range pic.Regions {
-		fmt.Printf("home: %-8s holds %4d/s, asked %4d/s, %s of its lease left\n", h.Group, h.Share, h.Demand, h.Left.Round(100*time.Millisecond))
+		fmt.Printf("home: %-8s holds %4d/s, demand %4d/s, %s of its lease left\n", h.Group, h.Share, h.Demand, h.Left.Round(100*time.Millisecond))
 	}
 	return nil
 }

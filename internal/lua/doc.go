@@ -339,7 +339,10 @@
 // While the key is younger than a lease, a group that has not reported
 // counts as asking an equal split of a rate (as much as the caller of a
 // window). The grant is max(floor, min(fair, limit - every other group's
-// share (at least its floor; an unknown group's floor))). The member's
+// share (at least its floor; an unknown group's floor))), or the share
+// its group holds when the grant comes within 1/64 of it (at least one
+// unit), capped alike: its members then hold one share, not the swings of
+// their demands (a settling store caps it at max(floor, ARGV[11])). The member's
 // field is written with max(grant, ARGV[11]), the group's use folded into
 // its record, and the hash's and the mark's PX set to the longest they
 // must live (the mark at least a day). The reply is

@@ -217,6 +217,14 @@ else
   fair = min(limit, base + fair_of(min(max(0, limit - taken), 2 * want), asks, mydemand))
 end
 local granted = max(floor, min(fair, limit - held))
+-- The members of a group decide on one store, each under its own share,
+-- and the group is counted for the largest: a member whose grant comes
+-- within 1/64 of what its group's others hold is granted that, so that
+-- the members hold one share and the swings of the others' demands do not
+-- spread them.
+if groups > 0 and mycount > 0 and math.abs(granted - mycount) <= max(1, floor_of(mycount / 64)) then
+  granted = max(floor, min(mycount, limit - held))
+end
 if settling > 0 then granted = min(granted, max(floor, hold)) end
 
 -- The writes: the expired dropped; the caller's holding, at least what it
