@@ -216,9 +216,9 @@ func TestRegionsMonthlyQuota(t *testing.T) {
 // single-region store (the anchor) and one on the region eu-west (whose
 // link to the home is 40-80 ms one way), on the same Redis, alternated;
 // it reports the medians of the reps' p99s and their ratio (the target:
-// at most 1.2). Run it alone, seven reps:
+// at most 1.2). Seven reps, with nothing else running on the machine:
 //
-//	cpu-bench go test -run '^$' -bench RegionsLocalLatency -benchtime 7x .
+//	go test -run '^$' -bench RegionsLocalLatency -benchtime 7x .
 func BenchmarkRegionsLocalLatency(b *testing.B) {
 	limit := tollgate.PerSecond(1_000_000) // a floor of 33,333/s: every decision admitted, on Redis
 	g := newRig(b, region.Config{Limits: []tollgate.Limit{limit}, Rebalance: regionsInterval})
