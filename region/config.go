@@ -89,6 +89,7 @@ type settings struct {
 	lease     time.Duration
 	skew      time.Duration
 	maxKeys   int
+	samples   int // the intervals a demand is measured over: a lease's
 	limits    map[tollgate.Limit]*shared
 }
 
@@ -123,6 +124,9 @@ func (c Config) check() (settings, error) {
 	}
 	if s.maxKeys == 0 {
 		s.maxKeys = DefaultMaxKeys
+	}
+	if s.rebalance > 0 {
+		s.samples = min(max(1, int(s.lease/s.rebalance)), maxSamples)
 	}
 	floor, windowFloor := c.Floor, c.WindowFloor
 	if floor == 0 {

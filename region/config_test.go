@@ -7,20 +7,62 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/store"
 )
 
 // refusingHome fails the test when anything reaches it.
 type refusingHome struct{ t *testing.T }
 
-func (h refusingHome) Report(context.Context, []Report) ([]Reply, error) {
+func (h refusingHome) Share(context.Context, []tollgate.Share) ([]tollgate.ShareGrant, error) {
 	h.t.Error("a report reached the home")
 	return nil, errors.New("refused")
 }
 
-func (h refusingHome) Look(context.Context, string, tollgate.Limit) ([]Holding, time.Time, error) {
+func (h refusingHome) Look(context.Context, string, int64, time.Duration) (tollgate.ShareGrant, error) {
 	h.t.Error("a look reached the home")
-	return nil, time.Time{}, errors.New("refused")
+	return tollgate.ShareGrant{}, errors.New("refused")
+}
+
+// TestNilPartsAreRefusedAtStart gives New and NewRedisHome nil parts,
+// typed (a nil pointer in an interface) and not: each is an error wrapping
+// ErrInvalidConfig, never a crash at the first report.
+func TestNilPartsAreRefusedAtStart(t *testing.T) {
+	c := Config{Region: "eu", Regions: []string{"eu", "us"}, Limits: []tollgate.Limit{tollgate.PerSecond(600)}}
+	var nilMemory *store.Memory
+	var nilRedisHome *RedisHome
+	var nilMemoryHome *MemoryHome
+	for name, parts := range map[string]struct {
+		local tollgate.Store
+		home  Home
+	}{
+		"nil store":          {nil, NewMemoryHome(nil)},
+		"typed nil store":    {nilMemory, NewMemoryHome(nil)},
+		"nil home":           {newMemory(t), nil},
+		"typed nil home":     {newMemory(t), nilRedisHome},
+		"typed nil mem home": {newMemory(t), nilMemoryHome},
+	} {
+		r, err := New(parts.local, parts.home, c)
+		if err == nil {
+			_ = r.Close(context.Background())
+			t.Errorf("%s: New accepted it", name)
+		} else if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want an error wrapping ErrInvalidConfig", name, err)
+		}
+	}
+	var nilClient *redis.Client
+	var nilCluster *redis.ClusterClient
+	for name, c := range map[string]redis.UniversalClient{"nil client": nil, "typed nil client": nilClient, "typed nil cluster": nilCluster} {
+		if h, err := NewRedisHome(c, ""); err == nil || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: NewRedisHome answered %v, %v; want an error wrapping ErrInvalidConfig", name, h, err)
+		}
+	}
+	if h, err := NewRedisHome(redistest.Single(t).Client(t), "a{b"); err == nil || !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("a prefix with a brace: NewRedisHome answered %v, %v; want an error wrapping ErrInvalidConfig", h, err)
+	}
 }
 
 // TestBadConfigIsRefusedAtStart checks that each configuration mistake is

@@ -13,26 +13,30 @@ type Picture struct {
 	// Local is what Allow would answer here now (the local store's Peek
 	// under the share in force).
 	Local tollgate.Decision
-	// Share is this region's share in force: rate units per period (with
+	// Share is this process's share in force: rate units per period (with
 	// Burst, its part of the burst), or the units it may admit in Window.
 	Share, Burst int64
 	// Floor is every region's floor.
 	Floor int64
 	// Leased says Share is from the Home (false: the floor).
 	Leased bool
-	// LeaseLeft is, for a rate, how long the lease lasts here without a
-	// renewal.
+	// LeaseLeft is how long the lease lasts here without a renewal.
 	LeaseLeft time.Duration
 	// Window is the window Share is for (a window's limit).
 	Window int64
-	// Regions is every region's holding as the Home has it now; nil when
-	// the Home could not be read (HomeErr).
+	// Regions is every region's holding as the Home has it now (this one
+	// included, with its processes); nil when the Home could not be read
+	// (HomeErr).
 	Regions []Holding
 	HomeErr error
 	// Free is what the Home has left to grant: the limit less every
 	// region's share in Window (at least its floor; a region with no
 	// holding, its floor).
 	Free int64
+	// Settling is how long the Home still grants no region more than it
+	// holds, having found it may have forgotten grants (a restart, a
+	// flush, a failover).
+	Settling time.Duration
 }
 
 // PeekGlobal returns the picture of req's identity under req's global
@@ -52,29 +56,24 @@ func (r *Region) PeekGlobal(ctx context.Context, req tollgate.Request) (Picture,
 	now := time.Now()
 	p := e.plan.Load()
 	sh := e.sh
-	pic := Picture{Local: local, Share: e.inForce(p, now, r.s.skew), Floor: sh.floor, Window: p.window}
+	pic := Picture{Local: local, Share: e.inForce(p, now, r.s.skew), Floor: sh.floor}
 	if sh.window {
 		pic.Window, _, _ = sh.windowAt(now)
-		pic.Leased = !p.granted.IsZero() && p.window == pic.Window
 	} else {
-		pic.Burst, pic.Window = sh.burst(pic.Share), 0
-		if !p.granted.IsZero() && now.Before(p.until) {
-			pic.Leased, pic.LeaseLeft = true, p.until.Sub(now)
-		}
+		pic.Burst = sh.burst(pic.Share)
 	}
-	hs, _, err := r.home.Look(ctx, req.Key, sh.limit)
+	if !p.granted.IsZero() && now.Before(p.until) && (!sh.window || p.window == pic.Window) {
+		pic.Leased, pic.LeaseLeft = true, p.until.Sub(now)
+	}
+	g, err := r.home.Look(ctx, shareKey(req.Key, sh.limit), pic.Window, r.s.lease)
 	if err != nil {
 		pic.HomeErr = err
 		return pic, nil
 	}
-	pic.Regions = hs
-	taken := int64(sh.regions-len(hs)) * sh.floor
-	for _, h := range hs {
-		in := sh.floor
-		if h.Window == pic.Window {
-			in = h.Share
-		}
-		taken += max(sh.floor, in)
+	pic.Regions, pic.Settling = g.Others, g.Settling
+	taken := int64(sh.regions-len(g.Others)) * sh.floor
+	for _, h := range g.Others {
+		taken += max(sh.floor, h.Share)
 	}
 	pic.Free = max(0, sh.limit.Rate-taken)
 	return pic, nil

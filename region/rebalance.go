@@ -22,41 +22,42 @@ func (r *Region) loop(ctx context.Context) {
 	}
 }
 
-// item is one entry's part in a rebalance.
+// item is one entry's part in a round of reports.
 type item struct {
-	e              *entry
-	demand, window int64
-	used, want     int64
-	// held is the share in force when the round began.
-	held int64
-	// ok: the Home granted.
-	ok bool
+	e                    *entry
+	demand, window, used int64
+	// hold is the largest share a decision may use until the answer is
+	// taken: the share in force, or a larger one not yet drained.
+	hold int64
+	// lowered is the plan a smaller grant replaced, for a second report
+	// once no decision reads it.
+	lowered *plan
 }
 
 // rebalance measures every entry's demand, drops the entries idle for a
-// lease, and runs one round of reports; then a second at once for the
-// entries whose fair share moved with what the Home answered, so that a
-// change of demand is followed within one interval of being reported.
+// lease (but a window's while the region used more than its floor of it:
+// the Home must hear of that use again if it forgets), and runs a round of
+// reports; then a second at once for the entries granted less than they
+// held, once no decision reads the larger share, so that the Home frees
+// the difference within the interval.
 func (r *Region) rebalance(ctx context.Context) {
 	now := time.Now()
 	idleReports := int(r.s.lease/r.s.rebalance) + 1
 	var items []*item
 	r.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
-		asked := e.asked.Swap(0)
+		asked, requests := e.asked.Swap(0), e.requests.Swap(0)
 		elapsed := now.Sub(e.since)
+		if e.asks.new() {
+			elapsed = max(elapsed, r.s.rebalance) // made during the interval: it had the interval to be asked in
+		}
 		e.since = now
 		if asked == 0 {
 			e.idle++
 		} else {
 			e.idle = 0
 		}
-		if e.idle > idleReports {
-			r.entries.Delete(k)
-			r.count.Add(-1)
-			return true
-		}
-		it := &item{e: e, demand: e.sh.demandOf(asked, elapsed, r.s.lease)}
+		it := &item{e: e, demand: e.asks.add(e.sh, sample{asked, requests, elapsed}, r.s.lease, r.s.rebalance)}
 		if e.sh.window {
 			w, start, end := e.sh.windowAt(now)
 			if now.Sub(start) < r.s.skew || end.Sub(now) <= r.s.skew {
@@ -64,48 +65,36 @@ func (r *Region) rebalance(ctx context.Context) {
 			}
 			it.window = w
 		}
+		if e.idle > idleReports && !(e.sh.window && e.lastWindow == it.window && e.lastUsed > e.sh.floor) {
+			r.entries.Delete(k)
+			r.count.Add(-1)
+			return true
+		}
 		items = append(items, it)
 		return true
 	})
 	if len(items) == 0 {
 		return
 	}
-	r.round(ctx, items)
-	var again []*item
-	for _, it := range items {
-		if it.ok && moved(it.e.want(it, r.s.lease), it.want) {
-			again = append(again, it)
-		}
+	lowered := r.round(ctx, items)
+	if len(lowered) == 0 {
+		return
 	}
-	if len(again) > 0 {
-		r.round(ctx, again)
+	drains := make([]<-chan struct{}, len(lowered))
+	for i, it := range lowered {
+		drains[i] = it.lowered.drained
+	}
+	if waitAll(ctx, drains, r.s.rebalance/2) {
+		r.round(ctx, lowered)
 	}
 }
 
-// moved reports whether a fair share moved enough to report again at once.
-func moved(now, sent int64) bool {
-	d := now - sent
-	return d > max(1, sent/20) || -d > max(1, sent/20)
-}
-
-// want is the share it.e asks for, from its demand and the Home's
-// last answer.
-func (e *entry) want(it *item, lease time.Duration) int64 {
-	if e.sh.window {
-		return e.sh.windowWant(it.window, it.demand, it.used, e.others, e.heard(lease))
-	}
-	return e.sh.rateWant(it.demand, e.others, e.heard(lease))
-}
-
-// round reports items to the Home and takes the shares it grants. A share
-// asked smaller than the one in force is taken first, and the report waits
-// until no decision reads the larger one (at most half an interval; past
-// that the report asks the larger one), so the Home never counts less than
-// the region may use; a larger one is taken once granted.
-func (r *Region) round(ctx context.Context, items []*item) {
+// round reports items to the Home and takes what it grants: a larger
+// share once granted, a smaller one at once (the Home counts the report's
+// hold until it hears the smaller one is all the region may use). It
+// returns the items granted less than they held.
+func (r *Region) round(ctx context.Context, items []*item) []*item {
 	now := time.Now()
-	var drains []<-chan struct{}
-	var lowered []*item
 	ready := items[:0:0]
 	for _, it := range items {
 		e := it.e
@@ -115,92 +104,117 @@ func (r *Region) round(ctx context.Context, items []*item) {
 				continue // not reported: the Home must never count less than the region used
 			}
 		}
-		it.want = max(e.want(it, r.s.lease), e.sh.floor)
-		cur := e.plan.Load()
-		it.held = e.inForce(cur, now, r.s.skew)
-		if it.want < it.held {
-			drains = append(drains, swap(&e.plan, newPlan(it.want, it.window, cur.until, cur.granted)))
-			lowered = append(lowered, it)
-		}
-		ready = append(ready, it)
-	}
-	if !waitAll(ctx, drains, r.s.rebalance/2) {
-		for _, it := range lowered {
-			it.want = it.held
-		}
-	}
-	items, ready = ready, items[:0:0]
-	for _, it := range items {
-		if it.e.sh.window {
-			used, ok := r.used(ctx, it.e, it.window)
-			if !ok {
-				continue
-			}
-			it.used = max(it.used, used)
-			it.want = max(it.want, it.used)
-		}
+		it.hold = e.holding(now, r.s.skew)
 		ready = append(ready, it)
 	}
 	items = ready
 	if len(items) == 0 {
-		return
+		return nil
 	}
-	reports := make([]Report, len(items))
+	reports := make([]tollgate.Share, len(items))
 	for i, it := range items {
 		e := it.e
-		reports[i] = Report{Key: e.key, Limit: e.sh.limit, Region: r.s.name, Regions: r.s.regions, Floor: e.sh.floor,
-			Window: it.window, Demand: it.demand, Used: it.used, Want: it.want, Keep: r.keep(e.sh, now)}
+		reports[i] = tollgate.Share{Key: shareKey(e.key, e.sh.limit), Member: r.member, Group: r.s.name,
+			Limit: e.sh.limit.Rate, Demand: it.demand, TTL: r.s.lease, Groups: r.s.regions, Floor: e.sh.floor,
+			Hold: it.hold, Seq: r.seq.Add(1), Window: it.window}
+		if e.sh.window {
+			reports[i].Used = it.used
+			reports[i].WindowTTL = r.windowKeep(e.sh, now)
+		}
 	}
 	sent := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, r.s.rebalance)
-	replies, err := r.home.Report(callCtx, reports)
+	replies, err := r.home.Share(callCtx, reports)
 	cancel()
 	if err != nil {
 		r.metrics.reported(len(reports), "error")
-		return
+		return nil
 	}
+	var lowered []*item
 	for i, rep := range replies {
 		it := items[i]
-		if rep.Err != nil {
-			r.metrics.reported(1, reportResult(rep.Err))
+		if rep.Refused != nil {
+			r.metrics.reported(1, reportResult(rep.Refused))
 			continue
 		}
 		r.metrics.reported(1, "ok")
-		it.ok = true
-		it.e.others = rep.Others
-		if it.e.firstHeard.IsZero() {
-			it.e.firstHeard = time.Now()
-		}
 		it.e.demand.Store(it.demand)
-		r.take(ctx, it, rep.Granted, sent)
+		it.e.lastWindow, it.e.lastUsed = it.window, it.used
+		if r.take(ctx, it, rep.Granted, sent) {
+			lowered = append(lowered, it)
+		}
 	}
+	return lowered
 }
 
-// take makes granted the entry's share, as a lease from sent (a rate) or
-// for its window. A larger rate is taken only after the local bucket was
-// brought to now under the share in force (one unit, overdrawn): a token
-// bucket credits its refill since its last debit at the rate it is asked
-// with, and would otherwise earn at the larger rate for a time it held the
+// take makes granted the entry's share, a lease from sent, and reports
+// whether it is smaller than the share it held (it.lowered is then the
+// plan it replaced). A larger rate is taken only after the local bucket
+// was brought to now under the share in force (touch): a token bucket
+// credits its refill since its last debit at the rate it is asked with,
+// and would otherwise earn at the larger rate for a time it held the
 // smaller.
-func (r *Region) take(ctx context.Context, it *item, granted int64, sent time.Time) {
+func (r *Region) take(ctx context.Context, it *item, granted int64, sent time.Time) (lower bool) {
 	e := it.e
 	now := time.Now()
-	if e.sh.window {
-		swap(&e.plan, newPlan(granted, it.window, time.Time{}, now))
-		return
-	}
 	until := sent.Add(r.s.lease - r.s.skew)
 	cur := acquire(&e.plan)
 	held := e.inForce(cur, now, r.s.skew)
 	lim, _ := e.limitAt(cur, now, r.s.skew)
 	cur.release()
-	if granted > held {
-		touch := tollgate.Request{Key: e.key, Limit: lim, Cost: 1, Overdraw: true}
-		if _, err := r.local.Allow(ctx, touch); err != nil {
+	if granted > held && !e.sh.window {
+		if err := r.touch(ctx, e, lim); err != nil {
 			granted = held // the larger share waits for the next round
 		}
 	}
-	swap(&e.plan, newPlan(granted, 0, until, now))
+	next := newPlan(granted, it.window, until, now)
+	old := e.plan.Load()
+	swap(&e.plan, next)
+	if f := r.trace.Load(); f != nil {
+		(*f)(e.key, e.sh.limit, next)
+	}
+	if granted < held {
+		e.lowered, it.lowered = append(e.lowered, old), old
+		return true
+	}
+	return false
+}
+
+// touch brings e's bucket on the local store to now under lim, the share
+// in force: one unit overdrawn, then given back when the store settles
+// (every store of package store does), so that a raise costs the region
+// nothing however many processes it runs. The bucket's state then counts
+// from now, whichever process decides next.
+func (r *Region) touch(ctx context.Context, e *entry, lim tollgate.Limit) error {
+	req := tollgate.Request{Key: e.key, Limit: lim, Cost: 1, Overdraw: true}
+	d, err := r.local.Allow(ctx, req)
+	if err != nil {
+		return err
+	}
+	if st, ok := r.local.(tollgate.Settler); ok {
+		req.Overdraw = false
+		_, _ = st.Settle(ctx, req, d.Admission(), 0) // on an error the unit stays debited: the bound's one unit a raise
+	}
+	return nil
+}
+
+// holding is the largest share a decision of e may still use: the one in
+// force, or one a smaller grant replaced while a decision still reads it
+// (and its lease lasts).
+func (e *entry) holding(now time.Time, skew time.Duration) int64 {
+	h := e.inForce(e.plan.Load(), now, skew)
+	undrained := e.lowered[:0]
+	for _, p := range e.lowered {
+		select {
+		case <-p.drained:
+		default:
+			h = max(h, e.inForce(p, now, skew))
+			undrained = append(undrained, p)
+		}
+	}
+	clear(e.lowered[len(undrained):])
+	e.lowered = undrained
+	return h
 }
 
 // used reads how many units this region admitted in window, from the
@@ -218,12 +232,10 @@ func (r *Region) used(ctx context.Context, e *entry, window int64) (n int64, ok 
 	return all.Rate - d.Remaining, true
 }
 
-// keep is how long the Home holds a grant made now: the lease (a rate),
-// or past the window's end by the skew and a lease (a window).
-func (r *Region) keep(sh *shared, now time.Time) time.Duration {
-	if !sh.window {
-		return r.s.lease
-	}
+// windowKeep is how long the Home keeps a region's use of the window of
+// now: past the window's end by the skew and a lease, the longest a
+// process may still count in it.
+func (r *Region) windowKeep(sh *shared, now time.Time) time.Duration {
 	_, _, end := sh.windowAt(now)
 	return end.Sub(now) + r.s.skew + r.s.lease
 }
@@ -248,16 +260,13 @@ func waitAll(ctx context.Context, chans []<-chan struct{}, d time.Duration) bool
 	return true
 }
 
-// heard reports whether the Home has answered e for at least lease: every
-// region that shares it has reported since.
-func (e *entry) heard(lease time.Duration) bool {
-	return !e.firstHeard.IsZero() && time.Since(e.firstHeard) >= lease
-}
-
 // reportResult names a refused report for the metrics.
 func reportResult(err error) string {
-	if err == ErrStale {
+	switch err {
+	case ErrStale:
 		return "stale"
+	case ErrLate:
+		return "late"
 	}
 	return "disagree"
 }

@@ -2,30 +2,44 @@ package region
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/check"
 )
 
 // Region is a tollgate.Store that decides every request on this region's
 // store under this region's share of the request's global limit, and
 // renews its shares with the Home from a goroutine it owns until Close.
 //
+// A region is as many processes as it runs: each makes its own Region
+// with the same Config, on the region's own store (one Redis), and
+// reports to the Home as a member of the region. The Home sums their
+// demands, grants each the region's share, and counts the region for the
+// largest share one of them holds; they decide on the same keys of the
+// region's store, so together they admit the region's share once.
+//
 // A decision is the local store's, made under a local limit standing for
 // the share: a token bucket of the share's rate and its part of the burst,
 // or a fixed window of the share's units. Its Remaining, RetryAfter and
 // ResetAfter are the local store's under that limit. A request whose cost
 // exceeds what the share holds at once is denied without a store call,
-// with a RetryAfter of one rebalance interval. Request ids are the local
+// with a RetryAfter of one rebalance interval; an Overdraw request (hits
+// counted after the fact) is debited all the same, and the region's share
+// pays the debt back. Request ids are the local
 // store's: a retry is replayed within one region, and debited again in
 // another.
 type Region struct {
-	local tollgate.Store
-	home  Home
-	s     settings
+	local  tollgate.Store
+	home   Home
+	s      settings
+	member string       // this process among the region's: the name and a random suffix
+	seq    atomic.Int64 // the last report's number
 
 	entries sync.Map     // entryKey -> *entry
 	count   atomic.Int64 // entries held
@@ -34,6 +48,10 @@ type Region struct {
 	metrics *instruments
 	cancel  context.CancelFunc
 	done    chan struct{}
+
+	// trace, when set (by tests), is told of every plan the coordinator
+	// takes, as it takes it.
+	trace atomic.Pointer[func(key string, l tollgate.Limit, p *plan)]
 }
 
 // entryKey names an identity under one global limit.
@@ -47,18 +65,22 @@ type entry struct {
 	key  string
 	sh   *shared
 	plan atomic.Pointer[plan]
-	// asked counts the units decisions asked for since the last report.
-	asked atomic.Int64
+	// asked counts the units decisions asked for since the last report,
+	// requests the decisions.
+	asked, requests atomic.Int64
 	// demand is the demand last reported.
 	demand atomic.Int64
 
 	// The coordinator's alone: when the demand was last measured, for how
-	// many reports in a row nothing was asked, the other regions as the
-	// Home last answered, when it first answered.
+	// many reports in a row nothing was asked, the window and the use it
+	// last reported (a window), and the plans replaced by smaller ones
+	// that decisions may still read, until they drain.
 	since      time.Time
+	asks       demand
 	idle       int
-	others     []Holding
-	firstHeard time.Time
+	lastWindow int64
+	lastUsed   int64
+	lowered    []*plan
 }
 
 var (
@@ -71,8 +93,8 @@ var (
 // c.Rebalance (Close stops it). A Config it cannot run with is an error
 // wrapping ErrInvalidConfig, and nothing is written anywhere.
 func New(local tollgate.Store, home Home, c Config) (*Region, error) {
-	if local == nil || home == nil {
-		return nil, configErr("the local store and the home must not be nil")
+	if check.Nil(local) || check.Nil(home) {
+		return nil, configErr("the local store (%T) and the home (%T) must not be nil", local, home)
 	}
 	s, err := c.check()
 	if err != nil {
@@ -82,7 +104,10 @@ func New(local tollgate.Store, home Home, c Config) (*Region, error) {
 	if err != nil {
 		return nil, configErr("metrics: %v", err)
 	}
-	r := &Region{local: local, home: home, s: s, floors: make(map[*shared]*entry), metrics: m, done: make(chan struct{})}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails
+	r := &Region{local: local, home: home, s: s, member: s.name + "/" + hex.EncodeToString(id[:]),
+		floors: make(map[*shared]*entry), metrics: m, done: make(chan struct{})}
 	for _, sh := range s.limits {
 		e := &entry{sh: sh}
 		e.plan.Store(newPlan(sh.floor, -1, time.Time{}, time.Time{}))
@@ -123,7 +148,8 @@ func (r *Region) Allow(ctx context.Context, req tollgate.Request) (tollgate.Deci
 	lim, ok := e.limitAt(p, time.Now(), r.s.skew)
 	cost := max(req.Cost, 1)
 	e.asked.Add(cost)
-	if !ok || cost > lim.Capacity() {
+	e.requests.Add(1)
+	if !ok || cost > lim.Capacity() && !req.Overdraw {
 		r.metrics.refused(e.sh)
 		return tollgate.Decision{RetryAfter: r.s.rebalance}, nil
 	}
@@ -153,7 +179,7 @@ func (r *Region) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 		p := acquire(&e.plan)
 		defer p.release()
 		lim, ok := e.limitAt(p, now, r.s.skew)
-		if cost := max(req.Cost, 1); (!ok || cost > lim.Capacity()) && short < 0 {
+		if cost := max(req.Cost, 1); (!ok || cost > lim.Capacity() && !req.Overdraw) && short < 0 {
 			short = i
 		}
 		entries[i], local[i] = e, req
@@ -161,6 +187,7 @@ func (r *Region) AllowAll(ctx context.Context, reqs []tollgate.Request) ([]tollg
 	}
 	for i, e := range entries {
 		e.asked.Add(max(reqs[i].Cost, 1))
+		e.requests.Add(1)
 	}
 	if short >= 0 {
 		ds := make([]tollgate.Decision, len(reqs))
@@ -226,7 +253,7 @@ func (r *Region) entryFor(req tollgate.Request) (*entry, error) {
 		r.count.Add(-1)
 		return r.floors[sh], nil
 	}
-	e = &entry{key: req.Key, sh: sh, since: time.Now()}
+	e = &entry{key: req.Key, sh: sh, since: time.Now(), asks: demand{size: r.s.samples}}
 	e.plan.Store(newPlan(sh.floor, -1, time.Time{}, time.Time{}))
 	v, loaded := r.entries.LoadOrStore(k, e)
 	if loaded {
@@ -269,13 +296,15 @@ func (e *entry) limitAt(p *plan, now time.Time, skew time.Duration) (tollgate.Li
 	return e.sh.local(e.inForce(p, now, skew))
 }
 
-// inForce is the share p gives at now (see limitAt).
+// inForce is the share p gives at now (see limitAt): its share while its
+// lease lasts, and for a window in its window away from the window's
+// bounds; else the floor.
 func (e *entry) inForce(p *plan, now time.Time, skew time.Duration) int64 {
-	if !e.sh.window {
-		if now.Before(p.until) {
-			return p.share
-		}
+	if !now.Before(p.until) {
 		return e.sh.floor
+	}
+	if !e.sh.window {
+		return p.share
 	}
 	w, start, end := e.sh.windowAt(now)
 	if p.window == w && now.Sub(start) >= skew && end.Sub(now) > skew {

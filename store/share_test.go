@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,26 +226,173 @@ func TestShareConcurrentReports(t *testing.T) {
 	}
 }
 
-// TestShareScriptMatchesMemory runs one random sequence of reports on the
-// Memory store and on Redis: every grant is the same.
+// TestShareScriptMatchesMemory runs one random sequence of reports (open
+// members, and groups with floors, windows moving on, holds, report
+// numbers, disagreeing and late reports, the store forgetting everything)
+// on the Memory store and on Redis, a single node and a Cluster: every
+// answer is the same. Leases are a minute, so that both clocks agree on
+// what is live; it runs once with every mark fresh (the store settling)
+// and once with every mark an hour old.
 func TestShareScriptMatchesMemory(t *testing.T) {
-	bs := shareBackends(t)
-	mem, red := bs[0].store, bs[1].store
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 500 {
-		s := tollgate.Share{Key: fmt.Sprint("k", rng.IntN(3)), Member: fmt.Sprint("m", rng.IntN(6)), Limit: int64(1 + rng.IntN(1000)), Demand: int64(rng.IntN(600)), TTL: time.Minute}
-		gm, err := mem.Share(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gr, err := red.Share(context.Background(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if gm != gr {
-			t.Fatalf("report %d %+v: Memory %+v, Redis %+v", i, s, gm, gr)
+	for _, b := range shareBackends(t)[1:] {
+		red := b.store.(*Redis)
+		for _, settled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/settled=%v", b.name, settled), func(t *testing.T) {
+				prefix := redistest.KeyPrefix(t)
+				red := newRedis(t, red.client, WithPrefix(prefix))
+				mem := newMemory(t)
+				if settled {
+					ageMarks(t, red, mem, time.Hour)
+				}
+				rng := rand.New(rand.NewPCG(1, 2))
+				seqs := map[string]int64{}
+				windows := map[string]int64{}
+				for i := range 800 {
+					s := randomShare(rng, seqs, windows)
+					if rng.IntN(200) == 0 {
+						forgetAll(t, red, mem)
+						if settled {
+							ageMarks(t, red, mem, time.Hour)
+						}
+					}
+					gm, err := mem.ShareAll(context.Background(), []tollgate.Share{s})
+					if err != nil {
+						t.Fatal(err)
+					}
+					gr, err := red.ShareAll(context.Background(), []tollgate.Share{s})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if m, r := stripGrant(gm[0]), stripGrant(gr[0]); !reflect.DeepEqual(m, r) {
+						t.Fatalf("report %d %+v:\nMemory %+v\nRedis  %+v", i, s, m, r)
+					}
+				}
+			})
 		}
 	}
+}
+
+// randomShare is one report of a random sequence: three groups of up to
+// three members on two rate keys and two window keys, or an open member.
+func randomShare(rng *rand.Rand, seqs, windows map[string]int64) tollgate.Share {
+	key := fmt.Sprint("k", rng.IntN(4))
+	g := rng.IntN(3)
+	s := tollgate.Share{Key: key, Member: fmt.Sprint("g", g, "p", rng.IntN(3)), Group: fmt.Sprint("g", g),
+		Limit: 900, Demand: rng.Int64N(1500), TTL: time.Minute, Groups: 3, Floor: 30, Hold: rng.Int64N(400)}
+	if rng.IntN(6) == 0 { // an open member on a key of its own
+		return tollgate.Share{Key: "open", Member: fmt.Sprint("o", rng.IntN(5)), Limit: 1000, Demand: rng.Int64N(600), TTL: time.Minute}
+	}
+	if rng.IntN(40) == 0 {
+		s.Floor = 31 // disagrees
+	}
+	id := key + s.Member
+	if rng.IntN(20) == 0 {
+		s.Seq = seqs[id] // late: not above the last
+	} else {
+		seqs[id]++
+		s.Seq = seqs[id]
+	}
+	if key == "k2" || key == "k3" {
+		w := windows[id]
+		if w == 0 {
+			w = 100
+		}
+		if rng.IntN(12) == 0 {
+			w++
+		}
+		windows[id] = w
+		s.Window, s.Used, s.WindowTTL = w, rng.Int64N(300), 2*time.Minute
+		if rng.IntN(40) == 0 {
+			s.Window = w - 1 // stale for the member
+		}
+	}
+	return s
+}
+
+// stripGrant drops what depends on when each store ran: the clock, the
+// leases left, and how long the settling lasts (but not whether it does).
+func stripGrant(g tollgate.ShareGrant) tollgate.ShareGrant {
+	g.At = time.Time{}
+	if g.Settling > 0 {
+		g.Settling = 1
+	}
+	for i := range g.Others {
+		g.Others[i].Left = 0
+	}
+	return g
+}
+
+// forgetAll makes both stores forget every share, as a flushed Redis.
+func forgetAll(t *testing.T, red *Redis, mem *Memory) {
+	t.Helper()
+	mem.shares.forget()
+	err := forEachPrimary(red.client, func(c *redis.Client) error {
+		ks, err := c.Keys(context.Background(), red.prefix+"*").Result()
+		if err != nil || len(ks) == 0 {
+			return err
+		}
+		for _, k := range ks {
+			if err := c.Del(context.Background(), k).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ageMarks writes every slot's mark as written age ago by the server
+// process that serves it, on both stores: their memory is that old.
+func ageMarks(t *testing.T, red *Redis, mem *Memory, age time.Duration) {
+	t.Helper()
+	mem.shares.mu.Lock()
+	if mem.shares.marks == nil {
+		mem.shares.keys, mem.shares.marks = map[string]*memShareKey{}, map[int]memMark{}
+	}
+	for i := range shareSlots {
+		mem.shares.marks[i] = memMark{born: mem.clock().Add(-age).UnixMicro(), until: mem.clock().Add(48 * time.Hour).UnixMicro()}
+	}
+	mem.shares.mu.Unlock()
+	born := time.Now().Add(-age).UnixMicro()
+	marks := map[int]string{}
+	for i := 0; len(marks) < shareSlots; i++ {
+		key := fmt.Sprint("slot", i)
+		if _, ok := marks[shareSlot(key)]; !ok {
+			_, marks[shareSlot(key)] = red.shareKeys(key)
+		}
+	}
+	ctx := context.Background()
+	for _, mark := range marks {
+		var c *redis.Client
+		switch cl := red.client.(type) {
+		case *redis.Client:
+			c = cl
+		case *redis.ClusterClient:
+			var err error
+			if c, err = cl.MasterForKey(ctx, mark); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, run, _ := strings.Cut(info, "run_id:")
+		run, _, _ = strings.Cut(run, "\r")
+		if err := c.Set(ctx, mark, fmt.Sprintf("%d %s", born, run), 48*time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// forEachPrimary runs f on c, or on each primary of a Cluster client.
+func forEachPrimary(c redis.UniversalClient, f func(*redis.Client) error) error {
+	if cl, ok := c.(*redis.ClusterClient); ok {
+		return cl.ForEachMaster(context.Background(), func(_ context.Context, n *redis.Client) error { return f(n) })
+	}
+	return f(c.(*redis.Client))
 }
 
 // TestShareBoundedByDeadline pauses Redis (CLIENT PAUSE) under a client
@@ -262,4 +411,209 @@ func TestShareBoundedByDeadline(t *testing.T) {
 		t.Fatalf("Share with Redis paused: %v after %s, want the deadline's error at about 100ms", err, took)
 	}
 	srv.AwaitAnswer(t, 5*time.Second)
+}
+
+// groupShare is a report of member of group (one of two groups sharing
+// 600 with a floor of 20 each) with the given demand, hold, number and
+// lease.
+func groupShare(group string, demand, hold, seq int64, lease time.Duration) tollgate.Share {
+	return tollgate.Share{Key: "k", Member: group + "1", Group: group, Limit: 600, Demand: demand, TTL: lease,
+		Groups: 2, Floor: 20, Hold: hold, Seq: seq}
+}
+
+// shareOf reports s on b, failing the test on an error or a refusal.
+func shareOf(t *testing.T, b shareBackend, s tollgate.Share) tollgate.ShareGrant {
+	t.Helper()
+	g, err := b.store.Share(context.Background(), s)
+	if err != nil || g.Refused != nil {
+		t.Fatalf("%+v: %+v, %v", s, g, err)
+	}
+	return g
+}
+
+// settledBackends are the share backends with every mark an hour old: a
+// store that has not forgotten anything for longer than any lease.
+func settledBackends(t *testing.T) []shareBackend {
+	bs := shareBackends(t)
+	mem := bs[0].store.(*Memory)
+	for _, b := range bs[1:] {
+		ageMarks(t, b.store.(*Redis), mem, time.Hour)
+	}
+	return bs
+}
+
+// oldKey makes the key "k" with a report of a that lasts a minute, and
+// lets more than the leases of the steps that follow (300 ms) pass: the
+// key is no longer new, so a group not heard of asks nothing.
+func oldKey(t *testing.T, b shareBackend) {
+	t.Helper()
+	shareOf(t, b, groupShare("a", 0, 20, 1, time.Minute))
+	b.advance(350 * time.Millisecond)
+}
+
+// TestShareGroupsSumDemands has a group of two members asking 300 each
+// and a group of one asking 600: the groups are max-min fair by their
+// demands summed (each 280 above its floor), every member of a group is
+// granted the group's share, and the store counts the group for the
+// largest share one of its members holds.
+func TestShareGroupsSumDemands(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			a2 := groupShare("a", 300, 20, 1, time.Minute)
+			a2.Member = "a2"
+			for round := range 2 {
+				for _, s := range []tollgate.Share{groupShare("a", 300, 20, int64(round+1), time.Minute), a2, groupShare("b", 600, 20, int64(round+1), time.Minute)} {
+					g := shareOf(t, b, s)
+					if round == 1 && (g.Fair != 300 || g.Granted != 300) {
+						t.Errorf("%s: %+v, want a fair share and a grant of 300 (20 + half the 560 the floors leave)", s.Member, g)
+					}
+				}
+				a2.Seq++
+			}
+			g := shareOf(t, b, groupShare("b", 600, 300, 3, time.Minute))
+			if len(g.Others) != 1 || g.Others[0].Group != "a" || g.Others[0].Members != 2 || g.Others[0].Share != 300 || g.Others[0].Demand != 600 {
+				t.Errorf("the other groups: %+v, want a of 2 members holding 300, asking 600", g.Others)
+			}
+		})
+	}
+}
+
+// TestShareHoldIsNeverCountedLess has a member hold more than it is
+// granted: its group counts for what it holds until it reports the
+// smaller share, and only then may the other group be granted the
+// difference.
+func TestShareHoldIsNeverCountedLess(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			oldKey(t, b)
+			lease := 300 * time.Millisecond
+			for i, step := range []struct {
+				group              string
+				demand, hold, want int64
+			}{
+				{"a", 1000, 20, 580},  // all but b's floor
+				{"a", 100, 580, 340},  // 100 and half what is left: it still holds 580
+				{"b", 1000, 20, 20},   // a is counted for 580
+				{"a", 100, 340, 100},  // it took 340, and is granted 100 now
+				{"b", 1000, 20, 260},  // a is counted for 340
+				{"a", 100, 100, 100},  // it took 100
+				{"b", 1000, 260, 500}, // the rest
+			} {
+				g := shareOf(t, b, groupShare(step.group, step.demand, step.hold, int64(i+2), lease))
+				if g.Granted != step.want {
+					t.Fatalf("step %d, %s asking %d, holding %d: %+v, want %d granted", i, step.group, step.demand, step.hold, g, step.want)
+				}
+			}
+		})
+	}
+}
+
+// TestShareLateReportChangesNothing sends a member's reports out of
+// order: one not numbered above the last the store holds is refused and
+// changes nothing.
+func TestShareLateReportChangesNothing(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			oldKey(t, b)
+			lease := 300 * time.Millisecond
+			if g := shareOf(t, b, groupShare("a", 1000, 20, 3, lease)); g.Granted != 580 {
+				t.Fatalf("a: %+v, want 580", g)
+			}
+			g, err := b.store.Share(context.Background(), groupShare("a", 50, 20, 2, lease))
+			if err != nil || !errors.Is(g.Refused, tollgate.ErrShareLate) {
+				t.Fatalf("report 2 after 3: %+v, %v; want refused as late", g, err)
+			}
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 1, lease)); g.Granted != 20 || len(g.Others) != 1 || g.Others[0].Share != 580 {
+				t.Fatalf("b: %+v, want its floor, a still holding 580", g)
+			}
+		})
+	}
+}
+
+// TestShareWindowUseOutlivesLease has a member's lease on a window's
+// share end: its group still counts for that share, as it may have used
+// it, for as long as the store keeps the group's use of the window.
+func TestShareWindowUseOutlivesLease(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			w := func(group string, demand, used int64, lease time.Duration, seq int64) tollgate.Share {
+				return tollgate.Share{Key: "q", Member: group + "1", Group: group, Limit: 1000, Demand: demand, TTL: lease,
+					Groups: 2, Floor: 10, Hold: 10, Seq: seq, Window: 7, Used: used, WindowTTL: time.Minute}
+			}
+			shareOf(t, b, w("a", 0, 0, time.Minute, 1))
+			b.advance(350 * time.Millisecond)
+			if g := shareOf(t, b, w("a", 2000, 100, 300*time.Millisecond, 2)); g.Granted != 990 {
+				t.Fatalf("a alone: %+v, want all but b's floor", g)
+			}
+			b.advance(400 * time.Millisecond) // a's lease ends
+			g := shareOf(t, b, w("b", 2000, 0, time.Minute, 1))
+			if g.Granted != 10 || len(g.Others) != 1 || g.Others[0].Share != 990 || g.Others[0].Members != 0 || g.Others[0].Used != 100 {
+				t.Fatalf("b once a's lease ended: %+v, want its floor, a counted for the 990 it may have used", g)
+			}
+		})
+	}
+}
+
+// TestShareSettlesAfterForgetting makes the store forget (a flush): for a
+// lease from then, no member is granted more than it says it holds (or
+// its group's floor), and the store counts what the members say they
+// hold; then it grants by demand again.
+func TestShareSettlesAfterForgetting(t *testing.T) {
+	for _, b := range settledBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			oldKey(t, b)
+			lease := 300 * time.Millisecond
+			if g := shareOf(t, b, groupShare("a", 1000, 20, 2, lease)); g.Granted != 580 || g.Settling != 0 {
+				t.Fatalf("a: %+v, want 580, settled", g)
+			}
+			switch st := b.store.(type) {
+			case *Memory:
+				st.shares.forget()
+			case *Redis:
+				if err := forEachPrimary(st.client, func(c *redis.Client) error { return c.FlushAll(context.Background()).Err() }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 1, lease)); g.Granted != 20 || g.Settling <= 0 {
+				t.Fatalf("b after the store forgot a's 580: %+v, want its floor, settling", g)
+			}
+			shareOf(t, b, groupShare("a", 1000, 580, 3, lease)) // a says it holds 580
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 2, lease)); g.Granted != 20 {
+				t.Fatalf("b while a holds 580: %+v, want its floor", g)
+			}
+			b.advance(lease + 50*time.Millisecond)
+			if g := shareOf(t, b, groupShare("b", 1000, 20, 3, lease)); g.Settling != 0 || g.Granted <= 20 {
+				t.Fatalf("b a lease later: %+v, want it settled, granted by demand", g)
+			}
+		})
+	}
+}
+
+// TestShareFindsANewServer promotes a replica that holds every write, and
+// restarts a Redis without persistence: either way the server process that
+// wrote the marks is gone, and the store settles for a lease.
+func TestShareFindsANewServer(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newRedis(t, srv.Client(t))
+	s := tollgate.Share{Key: "k", Member: "a1", Group: "a", Limit: 600, Demand: 1000, TTL: time.Minute, Groups: 2, Floor: 20, Hold: 20, Seq: 1}
+	if g, err := st.Share(context.Background(), s); err != nil || g.Settling != time.Minute {
+		t.Fatalf("a new server: %+v, %v; want settling for a lease", g, err)
+	}
+	replica := redistest.Replica(t, srv)
+	if err := srv.Client(t).Do(context.Background(), "WAIT", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rc := replica.Client(t)
+	if err := rc.SlaveOf(context.Background(), "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Seq = 2
+	if g, err := newRedis(t, rc).Share(context.Background(), s); err != nil || g.Settling != time.Minute {
+		t.Fatalf("on the promoted replica, which holds the marks of another process: %+v, %v; want a settling of a lease afresh", g, err)
+	}
+	srv.Restart(t)
+	s.Seq = 3
+	if g, err := st.Share(context.Background(), s); err != nil || g.Settling != time.Minute || g.Granted != 20 {
+		t.Fatalf("on the restarted server: %+v, %v; want a settling of a lease afresh, the floor", g, err)
+	}
 }

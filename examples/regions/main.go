@@ -43,7 +43,7 @@ func main() {
 	limit := flag.Int64("limit", 600, "the global limit, calls per second")
 	demand := flag.String("demand", "10,50,1000", "calls per second each region asks")
 	run := flag.Duration("for", 8*time.Second, "how long to run")
-	move := flag.Duration("move", 4*time.Second, "when the busiest region goes quiet and the quietest surges (0: never)")
+	move := flag.Duration("move", 4*time.Second, "after how many whole seconds the busiest region goes quiet and the quietest surges (0: never)")
 	rebalance := flag.Duration("rebalance", 500*time.Millisecond, "the regions' rebalance interval")
 	flag.Parse()
 	if err := runRegions(*addrs, *limit, *demand, *run, *move, *rebalance); err != nil {
@@ -85,19 +85,19 @@ func runRegions(addrs string, limit int64, demand string, run, move, rebalance t
 	for i := range regions {
 		wg.Go(func() { ask(ctx, regions[i], global, &wanted[i], &admitted[i]) })
 	}
-	if move > 0 {
-		time.AfterFunc(move, func() {
-			busiest, quietest := extremes(rates)
-			wanted[busiest].Store(int64(rates[quietest]))
-			wanted[quietest].Store(int64(rates[busiest]))
-			fmt.Printf("-- %s now asks %d/s, %s %d/s\n", names[busiest], int64(rates[quietest]), names[quietest], int64(rates[busiest]))
-		})
-	}
+	// A row is what each region admitted in one second; the demand moves
+	// between two rows, so every row after the announcement is of the new
+	// demand.
+	moveAfter := int(move / time.Second)
+	start := time.Now()
 	var last, total [3]int64
-	for s := 1; ctx.Err() == nil; s++ {
+	for s := 1; ; s++ {
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(time.Until(start.Add(time.Duration(s) * time.Second))):
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		var row [3]int64
 		for i := range row {
@@ -106,15 +106,24 @@ func runRegions(addrs string, limit int64, demand string, run, move, rebalance t
 			total[i] = now
 		}
 		fmt.Printf("%-6d %9d %9d %9d %9d\n", s, row[0], row[1], row[2], row[0]+row[1]+row[2])
+		if s == moveAfter {
+			busiest, quietest := extremes(rates)
+			wanted[busiest].Store(int64(rates[quietest]))
+			wanted[quietest].Store(int64(rates[busiest]))
+			fmt.Printf("-- %s now asks %d/s, %s %d/s\n", names[busiest], int64(rates[quietest]), names[quietest], int64(rates[busiest]))
+		}
 	}
 	wg.Wait()
+	for i := range total {
+		total[i] = admitted[i].Load()
+	}
 	fmt.Printf("%-6s %9d %9d %9d %9d\n", "all", total[0], total[1], total[2], total[0]+total[1]+total[2])
 	pic, err := regions[0].PeekGlobal(context.Background(), tollgate.Request{Key: "tenant", Limit: global})
 	if err != nil {
 		return err
 	}
 	for _, h := range pic.Regions {
-		fmt.Printf("home: %-8s holds %4d/s, asked %4d/s, %s of its lease left\n", h.Region, h.Share, h.Demand, h.Left.Round(time.Millisecond))
+		fmt.Printf("home: %-8s holds %4d/s, demand %4d/s, %s of its lease left\n", h.Group, h.Share, h.Demand, h.Left.Round(100*time.Millisecond))
 	}
 	return nil
 }

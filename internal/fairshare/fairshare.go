@@ -1,6 +1,7 @@
-// Package fairshare is the max-min fair share the shared limits use: the
-// Memory store's Share (the share script computes the same on Redis) and
-// the regions of package region, which split a global limit by demand.
+// Package fairshare is the Go mirror of the share script's water-filling
+// (lua/share.lua): the Memory store's Share computes with it what the
+// script computes on Redis, for every split of a quota (the regions of
+// package region, the quota servers of rls).
 package fairshare
 
 import "slices"

@@ -292,27 +292,78 @@
 //
 // # Share
 //
-// The members sharing one limit: a hash of member -> "demand granted
-// expires_us", each value three decimal integers.
+// The members sharing one limit, each in a group (a region and its
+// replicas; a member without a group is a group of its own), in one hash:
 //
-//	KEYS[1]          the limit's shares, {tag}:sh
-//	ARGV[1]          the reporting member (1 to 128 printable bytes)
-//	ARGV[2]          the limit, 1 to 10^12 units
-//	ARGV[3]          the member's demand, 0 to 10^12 units
-//	ARGV[4]          how long the member holds its report, µs
-//	ARGV[5]          the most members the hash holds
+//	"#"        "groups floor limit born": what every report must agree on
+//	           (only when groups > 0), and when the key was made (µs)
+//	"m"<name>  a member: "seq window share until demand group", share its
+//	           grant or what it said it holds (whichever is more), until
+//	           its lease's end (µs), group "" for itself
+//	"g"<name>  a group of a window: "window bound used before until",
+//	           bound what the group may have used of window (its ceilings
+//	           whose lease ended, what it said it used), before the same
+//	           for the window before, until how long the store keeps it
 //
-// The script drops the fields whose expiry has passed (or that do not
-// parse), then computes the member's max-min fair share among the demands
-// held (water-filling from the smallest demand, the member after the
-// others of its own demand, each share rounded down) plus its part of half
-// the spare (what the shares leave of the limit, split among the members:
-// headroom, while the other half waits for members that join or grow),
-// and grants min(fair, limit - the other members' grants), at least 0. It writes the
-// member's field and sets the key's PX to the latest expiry it holds. It
-// replies {granted, fair, members, now_us}. When ARGV[5] other members
-// already hold a share, it writes nothing and replies {0, 0, members,
-// now_us}. store.Memory's Share mirrors it.
+// and a mark of the store's memory on the hash's slot, "born run_id": when
+// the server process run_id first wrote it (µs).
+//
+//	KEYS[1]          the limit's hash, <prefix>{!sh<n>}/<key>:sh
+//	KEYS[2]          the mark, <prefix>{!sh<n>}:mark, on the same slot
+//	ARGV[1]          'report', or 'look' (then ARGV[2] the window, ARGV[3]
+//	                 the lease, µs)
+//	ARGV[2], [3]     the member (1 to 128 printable bytes), its group ("")
+//	ARGV[4]          the member's report number, 0 for unordered
+//	ARGV[5], [6]     groups (0: open, then the floor is 0), the floor
+//	ARGV[7]          the limit, 1 to 10^12 units
+//	ARGV[8]          the window's number, 0 for a rate
+//	ARGV[9], [10]    the member's demand; its group's use of the window
+//	ARGV[11]         what the member may use until it hears the answer
+//	ARGV[12], [13]   the lease, how long a group's use of a window is kept
+//	                 (µs)
+//	ARGV[14]         the most members the hash holds
+//
+// With groups > 0 the script first reads the mark: missing, or written by
+// another server process (INFO server's run_id: a restart, a failover to
+// another server), it is written anew and the store may have forgotten
+// grants in force; for a lease from the mark's time every grant is at
+// most max(floor, what the member holds): not what the hash says its
+// group's other members hold, which may be from before the loss. It then sets apart the fields whose until has passed (a
+// window member's share folds into its group's bound), and refuses,
+// writing nothing, a report that disagrees with "#" or names more groups
+// than groups ({-1, ...}), one for a window older than the member's or
+// than another group's by more than one ({-2, ...}), one whose number is
+// not above the member's last ({-3, ...}), and, when ARGV[14] other
+// members already hold a share, answers {0, 0, members, now_us, 0}. A
+// group's share is the largest its members hold (of a window, at least
+// its bound); its demand their demands summed. The group's fair share:
+//
+//   - of a rate, the floor plus the water-filling (from the smallest ask,
+//     the caller's group after the others of its own ask, each share
+//     rounded down) of the limit less every floor among the asks beyond
+//     the floors, plus its part of half the spare (what the shares leave,
+//     split among the groups: headroom; the other half waits for groups
+//     that join or grow);
+//   - of a window, the group's use (at least the floor) plus the same
+//     water-filling, among the demands, of what every group's use leaves
+//     (at most twice the demands).
+//
+// While the key is younger than a lease, a group that has not reported
+// counts as asking an equal split of a rate (as much as the caller of a
+// window). The grant is max(floor, min(fair, limit - every other group's
+// share (at least its floor; an unknown group's floor))), or the share
+// its group holds when the grant comes within 1/64 of it (at least one
+// unit), capped alike: its members then hold one share, not the swings of
+// their demands (a settling store caps it at max(floor, ARGV[11])). The member's
+// field is written with max(grant, ARGV[11]), the group's use folded into
+// its record, and the hash's and the mark's PX set to the longest they
+// must live (the mark at least a day). The reply is
+//
+//	{granted, fair, members, now_us, settling_us, (group, members, share, demand, used, left_us) × other groups}
+//
+// the groups sorted by name; settling_us is what is left of the lease
+// after the mark. A look answers the same of every group, writing nothing,
+// with granted and fair 0. store.Memory's Share mirrors it.
 //
 // # Restore
 //
