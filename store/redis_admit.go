@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // The admit script debits and takes a seat: sent once, like a decision.

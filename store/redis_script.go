@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // script is one of package lua's scripts as the store calls it. A call's

@@ -7,7 +7,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/check"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // The seat script is idempotent per seat id (an id holds one seat; a

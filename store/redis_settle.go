@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // The settle script may not run twice for one call: without a record, a

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // The share script answers what it granted, so a copy run twice for one

@@ -2,7 +2,7 @@
 // reset, admit, finish, share and restore). Each is assembled from a driver and the
 // blocks it names among the *.lua files beside this one (assemble.go says
 // how), and generated as Redis runs it into gen/<driver> by
-// go generate ./internal/lua: those files are embedded and sent, so a line number in
+// go generate ./lua: those files are embedded and sent, so a line number in
 // a Redis error is a line of one of them. It exports their sources and
 // SHA-1 hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),

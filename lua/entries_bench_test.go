@@ -11,7 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -27,7 +27,7 @@ import (
 // median µs per call, and the two-entry calls their median per-round ratio
 // to the one-entry call of the same script:
 //
-//	go test -run '^$' -bench EntriesServerCost -benchtime 10x ./internal/lua/
+//	go test -run '^$' -bench EntriesServerCost -benchtime 10x ./lua/
 func BenchmarkEntriesServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -94,7 +94,7 @@ return n
 // layout reports its median µs per decision, and logs its range and its
 // median per-round ratio to no marker:
 //
-//	go test -run '^$' -bench MarkerServerCost -benchtime 8x ./internal/lua/
+//	go test -run '^$' -bench MarkerServerCost -benchtime 8x ./lua/
 func BenchmarkMarkerServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)

@@ -12,12 +12,12 @@ import (
 	"github.com/tollgate/tollgate"
 )
 
-var update = flag.Bool("update", false, "write gen/*.lua from the drivers and their parts (go generate ./internal/lua)")
+var update = flag.Bool("update", false, "write gen/*.lua from the drivers and their parts (go generate ./lua)")
 
 // TestGenerated checks that gen/<driver> holds each script exactly as
 // assembling the *.lua sources gives it, that Source sends that file, and
 // that gen/ holds no file of a script that no longer exists. With -update
-// (go generate ./internal/lua) it writes the files instead.
+// (go generate ./lua) it writes the files instead.
 func TestGenerated(t *testing.T) {
 	assembled, err := assemble(os.DirFS("."))
 	if err != nil {
@@ -35,14 +35,14 @@ func TestGenerated(t *testing.T) {
 		}
 		got, err := os.ReadFile(name)
 		if err != nil {
-			t.Errorf("%v: run go generate ./internal/lua", err)
+			t.Errorf("%v: run go generate ./lua", err)
 			continue
 		}
 		if !bytes.Equal(got, []byte(assembled[s])) {
-			t.Errorf("%s differs from what assembling %s and its parts gives: edit the sources, then run go generate ./internal/lua", name, driver)
+			t.Errorf("%s differs from what assembling %s and its parts gives: edit the sources, then run go generate ./lua", name, driver)
 		}
 		if Source(Script(s)) != string(got) {
-			t.Errorf("Source(%s) is not %s: rebuild after go generate ./internal/lua", Script(s), name)
+			t.Errorf("Source(%s) is not %s: rebuild after go generate ./lua", Script(s), name)
 		}
 	}
 	stray, err := filepath.Glob(filepath.Join("gen", "*"))
@@ -59,7 +59,7 @@ func TestGenerated(t *testing.T) {
 			}
 			continue
 		}
-		t.Errorf("%s is no script's: run go generate ./internal/lua, which removes it", name)
+		t.Errorf("%s is no script's: run go generate ./lua, which removes it", name)
 	}
 }
 
@@ -107,7 +107,7 @@ func TestEveryAlgorithmHasBlocks(t *testing.T) {
 // TestGeneratedNoticesAnEdit assembles the scripts from a copy of the
 // sources whose token_bucket.lua has one line more: the decide, batch and
 // settle scripts differ from their generated files, so TestGenerated
-// cannot pass when a block is edited and go generate ./internal/lua is not run.
+// cannot pass when a block is edited and go generate ./lua is not run.
 func TestGeneratedNoticesAnEdit(t *testing.T) {
 	dir := t.TempDir()
 	names, err := filepath.Glob("*.lua")

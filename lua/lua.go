@@ -55,7 +55,7 @@ var drivers = [...]string{Decide: "decide.lua", Batch: "batch.lua", Settle: "set
 
 // sources are the scripts as Redis runs them: the files gen/<driver>,
 // which go generate writes from the drivers and their parts (assemble). A
-// script whose file is missing is "" until go generate ./internal/lua writes it
+// script whose file is missing is "" until go generate ./lua writes it
 // (TestGenerated fails meanwhile).
 var sources = func() (src [len(drivers)]string) {
 	for s, driver := range drivers {

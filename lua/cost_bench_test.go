@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -36,7 +36,7 @@ import (
 //
 //	mkdir -p /tmp/lua-base && for f in $(git ls-tree --name-only bd7d069 lua/ | grep '[.]lua$'); do
 //	  git show bd7d069:$f > /tmp/lua-base/${f#lua/}; done
-//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./internal/lua/
+//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench ScriptServerCost -benchtime 7x ./lua/
 func BenchmarkScriptServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)

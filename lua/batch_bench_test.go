@@ -13,7 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
-	"github.com/tollgate/tollgate/internal/lua"
+	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -35,7 +35,7 @@ var batchSizes = []int{1, 4, 16, 64}
 // median over the rounds (use -benchtime=3x or more) and logs it with the
 // rounds' range:
 //
-//	go test -run '^$' -bench BatchServerCost -benchtime 5x ./internal/lua/
+//	go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
 //
 // With TOLLGATE_BASELINE_LUA naming a directory holding another version's
 // *.lua files (assembled as baselineBatchScript says), it measures that
@@ -53,7 +53,7 @@ var batchSizes = []int{1, 4, 16, 64}
 //
 //	mkdir -p /tmp/lua-base && for f in $(git ls-tree --name-only bd7d069 lua/ | grep '[.]lua$'); do
 //	  git show bd7d069:$f > /tmp/lua-base/${f#lua/}; done
-//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench BatchServerCost -benchtime 5x ./internal/lua/
+//	TOLLGATE_BASELINE_LUA=/tmp/lua-base go test -run '^$' -bench BatchServerCost -benchtime 5x ./lua/
 func BenchmarkBatchServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
