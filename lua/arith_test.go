@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/internal/algo"
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // mulDivScript runs arith.lua's three functions on Redis over a batch of

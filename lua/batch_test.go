@@ -15,8 +15,8 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/internal/batchreply"
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // batchDecision is one decision of a batch script call: its decide call's

@@ -10,8 +10,8 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // TestCalendarBoundaries runs the fixed-window script with calendar windows

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // BenchmarkScriptServerCost measures what Redis spends per script call (µs,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // TestLineageSequenceOnEveryPath decides at pinned instants and checks the

@@ -17,8 +17,8 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/algo"
 	"github.com/tollgate/tollgate/internal/check"
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // TestBatchScriptSharesCalls runs 64 goroutines of decisions, with and
