@@ -6,17 +6,18 @@ import (
 	"time"
 )
 
+// distribution is how many times each identity of a test stream is
+// refused.
+type distribution struct {
+	name string
+	c    counts
+}
+
 // distributions are the refusal counts the accuracy tests run: Zipf laws
 // flatter and steeper than the classic one, and ten attackers among light
 // identities; about a million refusals in each, over 100,000 identities.
-func distributions() []struct {
-	name string
-	c    counts
-} {
-	return []struct {
-		name string
-		c    counts
-	}{
+func distributions() []distribution {
+	return []distribution{
 		{"zipf 0.8", zipfCounts(0.8, 1_000_000)},
 		{"zipf 1.0", zipfCounts(1.0, 1_000_000)},
 		{"zipf 1.2", zipfCounts(1.2, 1_000_000)},
@@ -28,27 +29,33 @@ func distributions() []struct {
 // 100,000 refused identities, each within 5% of its true count, in every
 // distribution laid out in every order.
 func TestTopTenWithinFivePercent(t *testing.T) {
-	var w worst
+	type streamCase struct {
+		d distribution
+		o order
+	}
+	var cases []streamCase
 	for _, d := range distributions() {
-		for _, o := range orders {
-			r := rand.New(rand.NewPCG(1, 2))
-			s := newTestSketch(t, Options{})
-			for _, id := range o.lay(d.c, r) {
-				s.Observe(t0, names[id])
-			}
-			checkTop(t, d.name+", "+o.name, s.Snapshot(t0, 100), exactOf(d.c), &w)
+		for _, o := range testOrders() {
+			cases = append(cases, streamCase{d, o})
 		}
 	}
-	t.Logf("largest error of a top-10 count: %.2f%% (%s)", 100*w.rel, w.what)
+	inParallel(t, len(cases), func(i int) string { return cases[i].d.name + ", " + cases[i].o.name }, func(t *testing.T, i int, w *worst) {
+		c := cases[i]
+		s := newTestSketch(t, Options{})
+		for _, id := range c.o.lay(c.d.c, rand.New(rand.NewPCG(1, 2))) {
+			s.Observe(t0, names[id])
+		}
+		checkTop(t, c.d.name+", "+c.o.name, s.Snapshot(t0, 100), exactOf(c.d.c), w)
+	})
 }
 
 // TestTopTenAcrossEpochs: the window adds two epochs, and an identity
 // tracked in one and not the other is bounded there by its Count-Min
 // estimate.
 func TestTopTenAcrossEpochs(t *testing.T) {
-	var w worst
-	r := rand.New(rand.NewPCG(3, 4))
-	for _, d := range distributions() {
+	dists := distributions()
+	inParallel(t, len(dists), func(i int) string { return dists[i].name }, func(t *testing.T, i int, w *worst) {
+		d, r := dists[i], rand.New(rand.NewPCG(3, 4))
 		s, now := newTestSketch(t, Options{Window: 2 * time.Minute}), t0
 		// The light in both epochs, the heavy in the second only.
 		heavy, light := split(d.c)
@@ -60,7 +67,7 @@ func TestTopTenAcrossEpochs(t *testing.T) {
 		for _, id := range shuffled(r, append(ls[len(ls)/2:], expand(d.c, heavy)...)) {
 			s.Observe(now, names[id])
 		}
-		checkTop(t, d.name+", heavy in the second epoch", s.Snapshot(now, 100), exactOf(d.c), &w)
+		checkTop(t, d.name+", heavy in the second epoch", s.Snapshot(now, 100), exactOf(d.c), w)
 
 		// Shuffled across both epochs.
 		s, now = newTestSketch(t, Options{Window: 2 * time.Minute}), t0
@@ -71,7 +78,6 @@ func TestTopTenAcrossEpochs(t *testing.T) {
 			}
 			s.Observe(now, names[id])
 		}
-		checkTop(t, d.name+", shuffled over two epochs", s.Snapshot(now, 100), exactOf(d.c), &w)
-	}
-	t.Logf("largest error of a top-10 count: %.2f%% (%s)", 100*w.rel, w.what)
+		checkTop(t, d.name+", shuffled over two epochs", s.Snapshot(now, 100), exactOf(d.c), w)
+	})
 }

@@ -32,31 +32,46 @@ func TestMergeReplicas(t *testing.T) {
 			return r.IntN(replicas)
 		}},
 	}
-	var w worst
-	dists := distributions()
+	type mergeCase struct {
+		replicas, k int
+		d           distribution
+		o           order
+	}
+	var cases []mergeCase
+	dists, orders := distributions(), testOrders()
 	for replicas := 2; replicas <= 8; replicas++ {
-		for k, split := range splits {
-			d, o := dists[(replicas+k)%len(dists)], orders[(replicas+k)%len(orders)]
-			r := rand.New(rand.NewPCG(uint64(replicas), uint64(k)))
-			sketches := make([]*Sketch, replicas)
-			for i := range sketches {
-				sketches[i] = newTestSketch(t, Options{})
-			}
-			for i, id := range o.lay(d.c, r) {
-				sketches[split.to(r, replicas, i, id)].Observe(t0, names[id])
-			}
-			snaps := make([]Snapshot, replicas)
-			for i, s := range sketches {
-				snaps[i] = jsonRoundTrip(t, s.Snapshot(t0, 100))
-			}
-			merged, err := Merge(10, snaps...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkTop(t, fmt.Sprintf("%d replicas, %s, %s, %s", replicas, split.name, d.name, o.name), merged, exactOf(d.c), &w)
+		if testing.Short() && replicas != 2 && replicas != 5 && replicas != 8 {
+			continue
+		}
+		for k := range splits {
+			cases = append(cases, mergeCase{replicas, k, dists[(replicas+k)%len(dists)], orders[(replicas+k)%len(orders)]})
 		}
 	}
-	t.Logf("largest error of a top-10 count: %.2f%% (%s)", 100*w.rel, w.what)
+	name := func(i int) string {
+		c := cases[i]
+		return fmt.Sprintf("%d replicas, %s, %s, %s", c.replicas, splits[c.k].name, c.d.name, c.o.name)
+	}
+	inParallel(t, len(cases), name, func(t *testing.T, i int, w *worst) {
+		c := cases[i]
+		replicas, split, d, o := c.replicas, splits[c.k], c.d, c.o
+		r := rand.New(rand.NewPCG(uint64(replicas), uint64(c.k)))
+		sketches := make([]*Sketch, replicas)
+		for i := range sketches {
+			sketches[i] = newTestSketch(t, Options{})
+		}
+		for i, id := range o.lay(d.c, r) {
+			sketches[split.to(r, replicas, i, id)].Observe(t0, names[id])
+		}
+		snaps := make([]Snapshot, replicas)
+		for i, s := range sketches {
+			snaps[i] = jsonRoundTrip(t, s.Snapshot(t0, 100))
+		}
+		merged, err := Merge(10, snaps...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTop(t, name(i), merged, exactOf(d.c), w)
+	})
 }
 
 func jsonRoundTrip(t *testing.T, s Snapshot) Snapshot {

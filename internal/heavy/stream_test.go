@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -172,17 +173,44 @@ func exactOf(c counts) exact {
 	return ex
 }
 
+// testOrders are the orders a test lays its streams out in: with -short,
+// a shuffle and the worst order for Space-Saving.
+func testOrders() []order {
+	if testing.Short() {
+		return orders[:2]
+	}
+	return orders
+}
+
 // worst is the largest relative error of a top-10 count, over the
 // streams a test ran.
 type worst struct {
+	mu   sync.Mutex
 	rel  float64
 	what string
 }
 
 func (w *worst) see(rel float64, what string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if rel > w.rel {
 		w.rel, w.what = rel, what
 	}
+}
+
+// inParallel runs run(t, i, w) for every i < n as parallel subtests named
+// name(i), then logs the largest error of a top-10 count they saw.
+func inParallel(t *testing.T, n int, name func(i int) string, run func(t *testing.T, i int, w *worst)) {
+	var w worst
+	t.Run("cases", func(t *testing.T) {
+		for i := range n {
+			t.Run(name(i), func(t *testing.T) {
+				t.Parallel()
+				run(t, i, &w)
+			})
+		}
+	})
+	t.Logf("largest error of a top-10 count: %.2f%% (%s)", 100*w.rel, w.what)
 }
 
 // checkTop checks that snap names the ten heaviest identities of ex, each
