@@ -104,15 +104,14 @@ func (sh *shard) gather(out *Snapshot) (floor uint64) {
 	return floor
 }
 
-// Merge adds snapshots of the same rule from several replicas (or of one
-// replica at several times) into the n heaviest identities of all of
-// them. An identity's Count, Min and Max are the sums of those the
-// snapshots list; its Max adds the Floor of every snapshot that does not
-// list it, where it may have been refused up to that many times. An
-// identity a snapshot does not list counts nothing there: ask each
-// replica for several times the n wanted, so that the heavy are listed
-// wherever they were refused much. Merging snapshots hashed under
-// different keys is ErrKeys.
+// Merge adds snapshots of the same rule and window from several replicas
+// into the n heaviest identities of all of them. An identity's Count, Min
+// and Max are the sums of those the snapshots list; its Max adds the Floor
+// of every snapshot that does not list it, where it may have been refused
+// up to that many times. An identity a snapshot does not list counts
+// nothing there: ask each replica for several times the n wanted, so that
+// the heavy are listed wherever they were refused much. Merging snapshots
+// hashed under different keys is ErrKeys.
 func Merge(n int, snaps ...Snapshot) (Snapshot, error) {
 	if len(snaps) == 0 {
 		return Snapshot{}, nil
