@@ -55,7 +55,7 @@ func (b *streamBucket) demandPer(period time.Duration) int64 {
 }
 
 // assign returns b's assignment now, or nil when the store could not
-// grant one and the fail mode is FailClosed: the data plane keeps its
+// grant one and the answer is AnswerUnavailable: the data plane keeps its
 // assignment until it expires.
 func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.RateLimitQuotaResponse_BucketAction {
 	ttl := st.ttl(b)
@@ -91,7 +91,7 @@ func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.Rate
 		return err
 	})
 	if res != storecall.Decided {
-		if st.q.srv.opts.failMode == FailOpen && res != storecall.Canceled {
+		if st.q.srv.opts.storeFail == AnswerOK && res != storecall.Canceled {
 			b.sent = 0
 			return blanket(b.id, typev3.RateLimitStrategy_ALLOW_ALL, ttl)
 		}

@@ -40,6 +40,9 @@ type check struct {
 	reqs   []tollgate.Request
 	decs   []tollgate.Decision
 	metric string // the rule's name in metrics
+	// soft: the descriptor never refuses the request (shadow_mode,
+	// quota_mode, or the server's quota mode); quota: it is in quota mode.
+	soft, quota bool
 	// decided: decs hold the store's answers.
 	decided bool
 	outcome outcome
@@ -70,6 +73,8 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]check, error) {
 		}
 		c := &checks[i]
 		c.rule = r
+		c.quota = r.quota || s.opts.quota
+		c.soft = r.shadow || c.quota
 		if r.unlimited {
 			c.kind = kindUnlimited
 			continue
@@ -91,11 +96,11 @@ func (s *Server) plan(d *domain, req *pb.RateLimitRequest) ([]check, error) {
 			c.kind = kindRefund
 		case r.deny:
 			c.kind = kindDenied
-		case r.countOver:
+		case r.countOver || s.opts.countOver:
 			c.kind = kindOverdraw
 		case cost > r.capacity():
 			c.kind = kindDenied
-		case r.shadow:
+		case c.soft:
 			c.kind = kindShadow
 		default:
 			c.kind = kindEnforced
@@ -214,7 +219,7 @@ func (s *Server) enforce(ctx context.Context, domain string, checks []check) (ou
 			reqs = append(reqs, checks[i].reqs...)
 			idx = append(idx, i)
 		case kindDenied:
-			doomed = doomed || !checks[i].rule.shadow
+			doomed = doomed || !checks[i].soft
 		}
 	}
 	switch {
@@ -267,7 +272,7 @@ func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outc
 	switch c.kind {
 	case kindDenied:
 		c.outcome = storecall.OutcomeDenied
-		if c.rule.shadow {
+		if c.soft {
 			c.outcome = storecall.OutcomeShadowDenied
 		}
 		return storecall.OutcomeAllowed, nil
@@ -282,7 +287,7 @@ func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outc
 			c.decided, c.outcome = true, storecall.OutcomeAllowed
 			if !c.decs[0].Allowed {
 				c.outcome = storecall.OutcomeShadowDenied
-				if c.kind == kindOverdraw && !c.rule.shadow {
+				if c.kind == kindOverdraw && !c.soft {
 					c.outcome = storecall.OutcomeDenied
 				}
 			}
@@ -327,7 +332,7 @@ func (s *Server) decideAlone(ctx context.Context, domain string, c *check) (outc
 			}
 		}
 		c.decided, c.outcome = r == storecall.Decided, storecall.OutcomePeeked
-		if c.decided && c.rule.countOver && c.debt() && !c.rule.shadow {
+		if c.decided && (c.rule.countOver || s.opts.countOver) && c.debt() && !c.soft {
 			// A look at hits counted over the limit, as envoyproxy/ratelimit
 			// answers it: over once the count passed the limit (Envoy's
 			// check on the request path, before apply_on_stream_done counts).
@@ -369,7 +374,7 @@ func (s *Server) failed(ctx context.Context, r storecall.Result, err error) (out
 		return storecall.OutcomeCanceled, status.FromContextError(ctx.Err()).Err()
 	case r == storecall.Invalid:
 		return storecall.OutcomeInvalid, status.Errorf(codes.Internal, "rate limit: the store refused a request the configuration allowed: %v", err)
-	case s.opts.failMode == FailOpen:
+	case s.opts.storeFail == AnswerOK:
 		return storecall.OutcomeFailOpen, nil
 	}
 	return storecall.OutcomeFailClosed, status.Error(codes.Unavailable, "rate limit service unavailable: its store cannot decide")

@@ -25,28 +25,36 @@ type compiler struct {
 	// countOver is the file's count_over_limit: the default of its
 	// descriptors.
 	countOver bool
+	// warnings collects what loads but is likely a mistake.
+	warnings *[]*ConfigError
 }
 
 func (c compiler) errorf(line int, path, format string, args ...any) error {
 	return &ConfigError{File: c.file, Line: line, Descriptor: path, Msg: fmt.Sprintf(format, args...)}
 }
 
-func compileFile(file string, doc *fileYAML) (*domain, error) {
-	c := compiler{file: file}
+func compileFile(file string, doc *fileYAML) (*domain, []*ConfigError, error) {
+	var warnings []*ConfigError
+	c := compiler{file: file, warnings: &warnings}
 	if doc.Tollgate != nil {
 		c.countOver = doc.Tollgate.CountOverLimit
 	}
 	switch {
 	case doc.Domain == "":
-		return nil, c.errorf(doc.Pos.at("domain"), "", "domain is missing or empty")
+		return nil, nil, c.errorf(doc.Pos.at("domain"), "", "domain is missing or empty")
 	case strings.IndexByte(doc.Domain, 0) >= 0:
-		return nil, c.errorf(doc.Pos.at("domain"), "", "domain has a NUL byte")
+		return nil, nil, c.errorf(doc.Pos.at("domain"), "", "domain has a NUL byte")
 	}
 	root, err := c.level(doc.Descriptors, doc.Domain, 1)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &domain{name: doc.Domain, file: file, root: root}, nil
+	return &domain{name: doc.Domain, file: file, root: root}, warnings, nil
+}
+
+// warnf records a warning at line of descriptor path.
+func (c compiler) warnf(line int, path, format string, args ...any) {
+	*c.warnings = append(*c.warnings, &ConfigError{File: c.file, Line: line, Descriptor: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (c compiler) level(ds []descriptorYAML, path string, depth int) (*level, error) {
@@ -91,9 +99,6 @@ func (c compiler) descriptor(y *descriptorYAML, parent string, depth int) (*desc
 	}
 	d := &descriptor{key: y.Key, value: y.Value, shared: y.ShareThreshold}
 	path := joinPath(parent, d.key, d.value)
-	if y.QuotaMode {
-		return nil, c.errorf(y.Pos.at("quota_mode"), path, "quota_mode is not supported: every limit is enforced")
-	}
 	if strings.Contains(d.value, "*") {
 		d.parts = strings.Split(d.value, "*")
 	} else if d.shared {
@@ -104,6 +109,7 @@ func (c compiler) descriptor(y *descriptorYAML, parent string, depth int) (*desc
 		if d.limit, err = c.rule(y.RateLimit, path, y.ShadowMode, y.DetailedMetric, c.countOver); err != nil {
 			return nil, err
 		}
+		d.limit.quota = y.QuotaMode
 	}
 	if d.children, err = c.level(y.Descriptors, path, depth+1); err != nil {
 		return nil, err
@@ -134,6 +140,12 @@ func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed, countOve
 		}
 		r.unlimited = true
 		return r, nil
+	}
+	if y.Pos.node == nil && y.RequestsPerUnit == 0 {
+		// A resource pushed over xDS: a proto3 0 and an absent field are one.
+		c.warnf(0, path, "requests_per_unit is 0 or unset: every request is refused")
+	} else if y.Pos.node != nil && y.Pos.at("requests_per_unit") == 0 {
+		c.warnf(y.Pos.line(), path, "rate_limit has no requests_per_unit: it is read as 0 and every request is refused (write requests_per_unit: 0 if that is meant)")
 	}
 	own := limitYAML{RequestsPerUnit: y.RequestsPerUnit, Unit: y.Unit, Pos: y.Pos}
 	extra := []limitYAML(nil)

@@ -18,7 +18,21 @@ import (
 // requests against. It is immutable, so a Server swaps a whole Config at
 // once on reload and calls in flight keep the one they started with.
 type Config struct {
-	domains map[string]*domain
+	domains  map[string]*domain
+	warnings []*ConfigError
+}
+
+func newConfig() *Config { return &Config{domains: map[string]*domain{}} }
+
+// Warnings returns what the configuration holds that loads but is likely a
+// mistake, each with its file (or resource), line and descriptor: a
+// rate_limit without requests_per_unit, which envoyproxy/ratelimit and
+// tollgate read as a limit of 0 that refuses every request.
+func (c *Config) Warnings() []*ConfigError {
+	if c == nil {
+		return nil
+	}
+	return c.warnings
 }
 
 // Domains returns the configured domain names, sorted.
@@ -114,31 +128,35 @@ func LoadDir(dir string) (*Config, error) {
 // that project by default. Every error is a *ConfigError wrapping
 // ErrConfig.
 func ParseConfig(files ...File) (*Config, error) {
-	c := &Config{domains: map[string]*domain{}}
+	c := newConfig()
 	for _, f := range files {
-		d, err := parseFile(f)
+		if len(f.Data) > MaxConfigFileSize {
+			return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("%d bytes, more than %d", len(f.Data), MaxConfigFileSize)}
+		}
+		doc, err := decodeFile(f)
 		if err != nil {
 			return nil, err
 		}
-		if prev, ok := c.domains[d.name]; ok {
-			return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("domain %q is already configured in %s", d.name, prev.file)}
+		if err := c.add(doc, f.Name); err != nil {
+			return nil, err
 		}
-		c.domains[d.name] = d
 	}
 	return c, nil
 }
 
-// parseFile decodes one file into the schema (schema.go, decode.go) and
-// compiles it (compile.go).
-func parseFile(f File) (*domain, error) {
-	if len(f.Data) > MaxConfigFileSize {
-		return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("%d bytes, more than %d", len(f.Data), MaxConfigFileSize)}
-	}
-	doc, err := decodeFile(f)
+// add compiles one decoded file (compile.go) into c: its domain must be
+// new.
+func (c *Config) add(doc *fileYAML, file string) error {
+	d, warnings, err := compileFile(file, doc)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return compileFile(f.Name, doc)
+	if prev, ok := c.domains[d.name]; ok {
+		return &ConfigError{File: file, Msg: fmt.Sprintf("domain %q is already configured in %s", d.name, prev.file)}
+	}
+	c.domains[d.name] = d
+	c.warnings = append(c.warnings, warnings...)
+	return nil
 }
 
 // domain is one configuration file, compiled.
@@ -182,7 +200,10 @@ type rule struct {
 	replaces  []string
 	unlimited bool
 	shadow    bool
-	detailed  bool
+	// quota: quota_mode, over the limit is answered OK and reported in
+	// the dynamic metadata.
+	quota    bool
+	detailed bool
 	// deny: requests_per_unit is 0, nothing is ever admitted.
 	deny bool
 	// countOver: hits are counted even over the limit (count_over_limit).

@@ -43,7 +43,6 @@ func TestConfigErrors(t *testing.T) {
 		{"replaces self", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n      replaces: [{name: n}]\n      unit: second\n      requests_per_unit: 1\n", `f.yaml:5: descriptor d.k: replaces names the descriptor's own name "n"`},
 		{"replaces empty", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      replaces: [{name: ''}]\n      unit: second\n      requests_per_unit: 1\n", "f.yaml:5: descriptor d.k: a replaces entry has an empty name"},
 		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", "f.yaml:3: descriptor d.k_v: share_threshold needs a wildcard"},
-		{"quota mode", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n", "f.yaml:4: descriptor d.k: quota_mode is not supported"},
 		{"shadow not a bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes please\n", "f.yaml:4: descriptor d.k: shadow_mode must be true or false"},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      tollgate: {algorithm: leaky}\n", `f.yaml:7: descriptor d.k: unknown algorithm "leaky"`},
 		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      tollgate: {burst: 5}\n", "f.yaml:7: descriptor d.k: burst 5 with algorithm fixed_window"},

@@ -6,11 +6,13 @@
 // Configuration is envoyproxy/ratelimit's YAML, unchanged: one file per
 // domain, nested descriptors with key and optional value (a '*' in a value
 // is a wildcard), rate_limit with unit and requests_per_unit, unlimited,
-// shadow_mode, name and replaces, detailed_metric, share_threshold. Its
-// units become fixed windows aligned as that project aligns them; the
-// tollgate block inside rate_limit (ExtensionKey) chooses another
-// algorithm, a burst, or calendar windows. ParseConfig and LoadDir report a
-// mistake with its file, line and descriptor.
+// shadow_mode, quota_mode, name and replaces, detailed_metric,
+// share_threshold. Its units become fixed windows aligned as that project
+// aligns them; the tollgate block inside rate_limit (ExtensionKey) chooses
+// another algorithm, a burst, or calendar windows. ParseConfig and LoadDir
+// report a mistake with its file, line and descriptor;
+// ParseRateLimitConfigs compiles the same configuration pushed over xDS
+// (Envoy Gateway's RateLimitConfig resources) with the same checks.
 //
 // A request's descriptors are matched as envoyproxy/ratelimit matches them.
 // Beyond that project, the limited descriptors of one request are decided

@@ -32,6 +32,7 @@ type dumpDescriptor struct {
 	Limits         []string         `json:"limits,omitempty"`
 	Unlimited      bool             `json:"unlimited,omitempty"`
 	Shadow         bool             `json:"shadow_mode,omitempty"`
+	Quota          bool             `json:"quota_mode,omitempty"`
 	CountOverLimit bool             `json:"count_over_limit,omitempty"`
 	Replaces       []string         `json:"replaces,omitempty"`
 	ShareThreshold bool             `json:"share_threshold,omitempty"`
@@ -61,7 +62,7 @@ func dumpLevel(l *level) []dumpDescriptor {
 	for _, d := range all {
 		dd := dumpDescriptor{Key: d.key, Value: d.value, ShareThreshold: d.shared, Descriptors: dumpLevel(d.children)}
 		if r := d.limit; r != nil {
-			dd.Name, dd.Unlimited, dd.Shadow, dd.CountOverLimit, dd.Replaces = r.name, r.unlimited, r.shadow, r.countOver, r.replaces
+			dd.Name, dd.Unlimited, dd.Shadow, dd.Quota, dd.CountOverLimit, dd.Replaces = r.name, r.unlimited, r.shadow, r.quota, r.countOver, r.replaces
 			for _, l := range r.limits {
 				dd.Limits = append(dd.Limits, l.limit.String())
 			}

@@ -7,6 +7,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
@@ -72,4 +73,26 @@ descriptors:
 	fmt.Println(err)
 	// Output:
 	// shop.yaml:6: descriptor shop.tenant: invalid rate limit unit "minutes" (want second, minute, hour, day, week, month or year)
+}
+
+// Envoy Gateway pushes the configuration as RateLimitConfig resources over
+// xDS; a mistake names the resource and the descriptor, and what loads but
+// refuses everything is a warning.
+func ExampleParseRateLimitConfigs() {
+	conf, err := rls.ParseRateLimitConfigs(&rlsconf.RateLimitConfig{
+		Name: "default/eg/api", Domain: "api",
+		Descriptors: []*rlsconf.RateLimitDescriptor{
+			{Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: 10}},
+			{Key: "ip", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_SECOND}},
+		},
+	})
+	fmt.Println(conf.Domains(), err, conf.Warnings())
+	_, err = rls.ParseRateLimitConfigs(&rlsconf.RateLimitConfig{
+		Name: "default/eg/bad", Domain: "api",
+		Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "user", RateLimit: &rlsconf.RateLimitPolicy{RequestsPerUnit: 10}}},
+	})
+	fmt.Println(err)
+	// Output:
+	// [api] <nil> [default/eg/api: descriptor api.ip: requests_per_unit is 0 or unset: every request is refused]
+	// default/eg/bad: descriptor api.user: invalid rate limit unit "" (want second, minute, hour, day, week, month or year)
 }

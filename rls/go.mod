@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tollgate/tollgate v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0

@@ -10,32 +10,33 @@ import (
 	"github.com/tollgate/tollgate/internal/storecall"
 )
 
-// FailMode says what the server answers when the store cannot decide (an
-// error, its deadline passed, or the breaker is open): FailClosed (the
-// default) or FailOpen. The zero value is FailOpen.
-type FailMode uint8
+// StoreFailAnswer is what the server answers when the store cannot decide
+// (an error, its deadline passed, or the breaker is open). The zero value,
+// AnswerUnavailable, is the default. It is not package interceptor's
+// FailMode: the edge has no local cap to fall back to, and its default is
+// envoyproxy/ratelimit's.
+type StoreFailAnswer uint8
 
 const (
-	// FailOpen answers OK, with each limited descriptor's current_limit and
-	// no remaining count.
-	FailOpen FailMode = iota
-	// FailClosed returns codes.Unavailable, so that Envoy's own
+	// AnswerUnavailable returns codes.Unavailable, so that Envoy's own
 	// failure_mode_deny decides: by default Envoy lets the request through,
 	// with failure_mode_deny: true it refuses it. This is what
 	// envoyproxy/ratelimit does when Redis fails, and the default.
-	FailClosed
+	AnswerUnavailable StoreFailAnswer = iota
+	// AnswerOK answers OK, with each limited descriptor's current_limit and
+	// no remaining count.
+	AnswerOK
 )
 
-// String returns "open" or "closed", as package interceptor's FailMode
-// names the same modes.
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return storecall.FailModeOpen
-	case FailClosed:
-		return storecall.FailModeClosed
+// String returns "unavailable" or "ok".
+func (a StoreFailAnswer) String() string {
+	switch a {
+	case AnswerUnavailable:
+		return "unavailable"
+	case AnswerOK:
+		return "ok"
 	}
-	return "failmode(" + strconv.Itoa(int(m)) + ")"
+	return "storefailanswer(" + strconv.Itoa(int(a)) + ")"
 }
 
 // Defaults of WithStoreTimeout and WithBreaker, the same as package
@@ -64,18 +65,21 @@ type Option func(*options)
 
 type options struct {
 	config         *Config
-	failMode       FailMode
+	storeFail      StoreFailAnswer
 	storeCalls     storecall.Config
 	headers        bool
 	headerNames    [3]string
 	shadow         bool
+	quota          bool
+	countOver      bool
+	metadata       bool
+	hits           *hitCounter
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 }
 
 func defaultOptions() options {
 	return options{
-		failMode:    FailClosed,
 		storeCalls:  storecall.Config{Timeout: DefaultStoreTimeout, BreakerFailures: DefaultBreakerFailures, BreakerCoolDown: DefaultBreakerCoolDown},
 		headerNames: [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
 	}
@@ -87,10 +91,10 @@ func WithConfig(c *Config) Option {
 	return func(o *options) { o.config = c }
 }
 
-// WithFailMode sets what the server answers when the store cannot decide:
-// FailClosed (the default) or FailOpen.
-func WithFailMode(m FailMode) Option {
-	return func(o *options) { o.failMode = m }
+// WithStoreFailAnswer sets what the server answers when the store cannot
+// decide: AnswerUnavailable (the default) or AnswerOK.
+func WithStoreFailAnswer(a StoreFailAnswer) Option {
+	return func(o *options) { o.storeFail = a }
 }
 
 // WithStoreTimeout bounds each store call (default DefaultStoreTimeout);
@@ -136,6 +140,43 @@ func WithResponseHeaders(limit, remaining, reset string) Option {
 // tollgate.outcome "shadow_denied".
 func WithShadow() Option {
 	return func(o *options) { o.shadow = true }
+}
+
+// WithQuotaMode puts every limited descriptor in quota mode, as
+// envoyproxy/ratelimit's QUOTA_MODE does (a descriptor's quota_mode: true
+// does it for one): a descriptor over its limit is answered OK with its
+// limit and what remains (nothing), never refuses the request, and is named
+// in the response's dynamic metadata (WithDynamicMetadata).
+func WithQuotaMode() Option {
+	return func(o *options) { o.quota = true }
+}
+
+// WithCountOverLimit counts every descriptor's hits even over its limit,
+// each descriptor on its own, as envoyproxy/ratelimit counts them (its
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, the default), and as a
+// configuration file's count_over_limit does for its domain: answers are
+// then envoyproxy/ratelimit's, request after request. Without it a refused
+// request debits none of its descriptors.
+func WithCountOverLimit() Option {
+	return func(o *options) { o.countOver = true }
+}
+
+// WithDynamicMetadata makes every answer carry dynamic_metadata as
+// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain, the
+// descriptors' entries ("key=value") and hits_addend, quotaModeEnabled and,
+// when a quota-mode descriptor is over its limit, quotaModeViolations (the
+// indexes of those descriptors).
+func WithDynamicMetadata() Option {
+	return func(o *options) { o.metadata = true }
+}
+
+// WithHitCounts calls record after every decided request with each
+// limited descriptor's HitCounts, split as envoyproxy/ratelimit's
+// statistics split hits: a hit is near the limit above ⌊nearRatio·limit⌋
+// (that project's NEAR_LIMIT_RATIO, 0.8 by default). record is called on
+// the request's goroutine: it must be quick and safe for concurrent use.
+func WithHitCounts(nearRatio float32, record func(HitCounts)) Option {
+	return func(o *options) { o.hits = &hitCounter{ratio: nearRatio, record: record} }
 }
 
 // WithTracerProvider sets where spans go (default the global provider).

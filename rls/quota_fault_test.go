@@ -16,15 +16,15 @@ import (
 
 // TestQuotaStoreUnanswering pauses Redis (CLIENT PAUSE) under a quota
 // server whose store deadline is 100ms: a report is still answered within
-// a bounded time; FailClosed sends no assignment (the data plane keeps its
-// own until it expires), FailOpen sends ALLOW_ALL.
+// a bounded time; AnswerUnavailable sends no assignment (the data plane keeps its
+// own until it expires), AnswerOK sends ALLOW_ALL.
 func TestQuotaStoreUnanswering(t *testing.T) {
 	for _, tc := range []struct {
-		mode rls.FailMode
+		mode rls.StoreFailAnswer
 		want func(*rlqspb.RateLimitQuotaResponse) bool
 	}{
-		{rls.FailClosed, func(r *rlqspb.RateLimitQuotaResponse) bool { return len(r.GetBucketAction()) == 0 }},
-		{rls.FailOpen, func(r *rlqspb.RateLimitQuotaResponse) bool {
+		{rls.AnswerUnavailable, func(r *rlqspb.RateLimitQuotaResponse) bool { return len(r.GetBucketAction()) == 0 }},
+		{rls.AnswerOK, func(r *rlqspb.RateLimitQuotaResponse) bool {
 			return len(r.GetBucketAction()) == 1 && r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL
 		}},
 	} {
@@ -34,7 +34,7 @@ func TestQuotaStoreUnanswering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := rls.NewServer(newRedis(t, srv.Client(t)), rls.WithConfig(cfg), rls.WithStoreTimeout(100*time.Millisecond), rls.WithBreaker(0, 0), rls.WithFailMode(tc.mode))
+			s, err := rls.NewServer(newRedis(t, srv.Client(t)), rls.WithConfig(cfg), rls.WithStoreTimeout(100*time.Millisecond), rls.WithBreaker(0, 0), rls.WithStoreFailAnswer(tc.mode))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,21 +22,47 @@ func (c *check) status() *pb.RateLimitResponse_DescriptorStatus {
 	}
 	i := c.shown()
 	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: c.rule.limits[i].current}
-	if c.kind == kindDenied && !c.rule.shadow {
-		st.Code = pb.RateLimitResponse_OVER_LIMIT
-	}
+	over := c.kind == kindDenied
 	if c.decided {
 		d := c.decs[i]
 		st.LimitRemaining = uint32(min(c.remaining(i), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(d.ResetAfter)
+		st.DurationUntilReset = durationpb.New(resetAfter(d, c.reqs[i].Limit))
 		switch {
 		case c.kind == kindEnforced && overLimit(d),
-			c.kind == kindOverdraw && !d.Allowed && !c.rule.shadow,
+			(c.kind == kindOverdraw || c.kind == kindShadow) && !d.Allowed,
 			c.kind == kindPeek && c.outcome == storecall.OutcomeDenied:
-			st.Code = pb.RateLimitResponse_OVER_LIMIT
+			over = true
 		}
 	}
+	switch {
+	case over && !c.soft:
+		st.Code = pb.RateLimitResponse_OVER_LIMIT
+	case over && c.quota:
+		// Quota mode, as envoyproxy/ratelimit answers it: OK, the limit
+		// and what remains, no reset; the metadata names the descriptor.
+		st.DurationUntilReset = nil
+	}
 	return st
+}
+
+// overQuota reports whether the check is in quota mode and over its limit:
+// a violation the dynamic metadata reports.
+func (c *check) overQuota() bool {
+	if !c.quota || c.rule == nil {
+		return false
+	}
+	return c.kind == kindDenied || c.decided && !c.decs[c.shown()].Allowed
+}
+
+// resetAfter is d's ResetAfter as a response reports it: a fixed window's
+// in whole seconds, rounded up, as envoyproxy/ratelimit reports it (its
+// windows start on whole seconds, so the rounding only drops the
+// request's own sub-second offset); other algorithms' exactly.
+func resetAfter(d tollgate.Decision, l tollgate.Limit) time.Duration {
+	if l.Algorithm != tollgate.FixedWindow {
+		return d.ResetAfter
+	}
+	return (d.ResetAfter + time.Second - 1) / time.Second * time.Second
 }
 
 // shown is the index of the limit the check's status describes: the one

@@ -34,7 +34,7 @@ type (
 		ShareThreshold bool             `yaml:"share_threshold"`
 		ValueToMetric  bool             `yaml:"value_to_metric"` // metric naming; tollgate names a descriptor by its path
 		Metadata       yaml.Node        `yaml:"metadata"`        // response metadata, not produced
-		QuotaMode      bool             `yaml:"quota_mode"`      // refused when true: every limit is enforced
+		QuotaMode      bool             `yaml:"quota_mode"`
 		Pos            pos              `yaml:",inline"`
 	}
 	rateLimitYAML struct {

@@ -49,8 +49,8 @@ func NewServer(st tollgate.Store, opts ...Option) (*Server, error) {
 	switch {
 	case argcheck.Nil(st):
 		return nil, errors.New("rls: the store is nil")
-	case o.failMode != FailClosed && o.failMode != FailOpen:
-		return nil, fmt.Errorf("rls: fail mode %s: want FailClosed or FailOpen", o.failMode)
+	case o.storeFail != AnswerUnavailable && o.storeFail != AnswerOK:
+		return nil, fmt.Errorf("rls: store fail answer %s: want AnswerUnavailable or AnswerOK", o.storeFail)
 	}
 	calls, err := storecall.New(st, o.storeCalls)
 	if err != nil {
@@ -121,6 +121,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.R
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
 		}
+		if s.opts.metadata {
+			resp.DynamicMetadata = dynamicMetadata(req, nil)
+		}
 		return resp, storecall.OutcomeAllowed, nil
 	}
 	// Only configured domains name spans: span names stay few.
@@ -131,6 +134,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.R
 	}
 	overall, err := s.decide(ctx, d.name, checks)
 	s.recordChecks(ctx, checks)
+	if s.opts.hits != nil {
+		s.opts.hits.count(checks)
+	}
 	if err != nil {
 		return nil, overall, err
 	}
@@ -142,6 +148,9 @@ func (s *Server) shouldRateLimit(ctx context.Context, span trace.Span, req *pb.R
 	}
 	if s.opts.headers {
 		resp.ResponseHeadersToAdd = s.headers(checks)
+	}
+	if s.opts.metadata {
+		resp.DynamicMetadata = dynamicMetadata(req, checks)
 	}
 	return resp, overall, nil
 }

@@ -218,8 +218,10 @@ func TestStatusFields(t *testing.T) {
 		t.Fatalf("status %v", st)
 	}
 	midnight := fixedNow.Truncate(24 * time.Hour).Add(24 * time.Hour)
-	if got, want := st.DurationUntilReset.AsDuration(), midnight.Sub(fixedNow); got != want {
-		t.Fatalf("duration_until_reset %s, want %s (the day window's end)", got, want)
+	// Whole seconds, rounded up, as envoyproxy/ratelimit reports a window's
+	// reset: the clock is half a second past a second.
+	if got, want := st.DurationUntilReset.AsDuration(), midnight.Sub(fixedNow)+time.Second/2; got != want {
+		t.Fatalf("duration_until_reset %s, want %s (the day window's end, in whole seconds)", got, want)
 	}
 }
 
@@ -298,8 +300,8 @@ func (f *failingStore) AllowAll(ctx context.Context, reqs []tollgate.Request) ([
 	return nil, fmt.Errorf("connection refused")
 }
 
-// TestFailPolicy: FailClosed answers Unavailable so that Envoy's
-// failure_mode_deny decides; FailOpen answers OK. The breaker stops asking
+// TestFailPolicy: AnswerUnavailable answers Unavailable so that Envoy's
+// failure_mode_deny decides; AnswerOK answers OK. The breaker stops asking
 // a store that keeps failing.
 func TestFailPolicy(t *testing.T) {
 	cfg, err := rls.ParseConfig(rls.File{Name: "api.yaml", Data: []byte(limitsYAML)})
@@ -315,7 +317,7 @@ func TestFailPolicy(t *testing.T) {
 	}
 	for range 10 {
 		if _, err := srv.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unavailable {
-			t.Fatalf("FailClosed: %v, want Unavailable", err)
+			t.Fatalf("AnswerUnavailable: %v, want Unavailable", err)
 		}
 	}
 	if got := st.calls.Load(); got != 3 {
@@ -323,13 +325,13 @@ func TestFailPolicy(t *testing.T) {
 	}
 
 	st = &failingStore{Store: newMemory(t)}
-	srv, err = rls.NewServer(st, rls.WithConfig(cfg), rls.WithFailMode(rls.FailOpen))
+	srv, err = rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreFailAnswer(rls.AnswerOK))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := srv.ShouldRateLimit(context.Background(), req)
 	if err != nil || resp.OverallCode != ok || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 100 {
-		t.Fatalf("FailOpen: %v, %v; want OK with the current limit", resp, err)
+		t.Fatalf("AnswerOK: %v, %v; want OK with the current limit", resp, err)
 	}
 }
 
@@ -347,7 +349,7 @@ func TestStoreDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(slowStore{}, rls.WithConfig(cfg), rls.WithStoreTimeout(20*time.Millisecond), rls.WithFailMode(rls.FailOpen))
+	srv, err := rls.NewServer(slowStore{}, rls.WithConfig(cfg), rls.WithStoreTimeout(20*time.Millisecond), rls.WithStoreFailAnswer(rls.AnswerOK))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +358,7 @@ func TestStoreDeadline(t *testing.T) {
 	start := time.Now()
 	resp, err := srv.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x")}})
 	if err != nil || resp.OverallCode != ok {
-		t.Fatalf("hung store with FailOpen: %v, %v", resp, err)
+		t.Fatalf("hung store with AnswerOK: %v, %v", resp, err)
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("took %s: the store deadline did not apply", el)
@@ -369,7 +371,7 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 		"timeout":     {rls.WithStoreTimeout(0)},
 		"breaker":     {rls.WithBreaker(-1, time.Second)},
 		"cool-down":   {rls.WithBreaker(3, 0)},
-		"fail mode":   {rls.WithFailMode(9)},
+		"fail answer": {rls.WithStoreFailAnswer(9)},
 		"header name": {rls.WithResponseHeaders("bad name", "", "")},
 	} {
 		if _, err := rls.NewServer(st, opts...); err == nil {
@@ -443,20 +445,20 @@ func TestRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x")}}
-	for _, mode := range []rls.FailMode{rls.FailClosed, rls.FailOpen} {
-		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithFailMode(mode))
+	for _, mode := range []rls.StoreFailAnswer{rls.AnswerUnavailable, rls.AnswerOK} {
+		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreFailAnswer(mode))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp, err := srv.ShouldRateLimit(context.Background(), req)
 		switch mode {
-		case rls.FailClosed:
+		case rls.AnswerUnavailable:
 			if status.Code(err) != codes.Unavailable {
-				t.Fatalf("FailClosed with Redis down: %v, %v; want Unavailable", resp, err)
+				t.Fatalf("AnswerUnavailable with Redis down: %v, %v; want Unavailable", resp, err)
 			}
-		case rls.FailOpen:
+		case rls.AnswerOK:
 			if err != nil || resp.OverallCode != ok {
-				t.Fatalf("FailOpen with Redis down: %v, %v; want OK", resp, err)
+				t.Fatalf("AnswerOK with Redis down: %v, %v; want OK", resp, err)
 			}
 		}
 	}

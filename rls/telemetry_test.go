@@ -105,11 +105,16 @@ func get(set attribute.Set, k attribute.Key) string {
 	return v.Emit()
 }
 
-// TestFailModeNames: the modes are named as package interceptor names them.
-func TestFailModeNames(t *testing.T) {
-	for m, want := range map[rls.FailMode]string{rls.FailOpen: "open", rls.FailClosed: "closed", 2: "failmode(2)", 9: "failmode(9)"} {
-		if m.String() != want {
-			t.Errorf("FailMode %d is %q, want %q", m, m.String(), want)
+// TestStoreFailAnswerNames: the answers' names, and the zero value is the
+// default (AnswerUnavailable, as envoyproxy/ratelimit answers).
+func TestStoreFailAnswerNames(t *testing.T) {
+	for a, want := range map[rls.StoreFailAnswer]string{rls.AnswerUnavailable: "unavailable", rls.AnswerOK: "ok", 2: "storefailanswer(2)", 9: "storefailanswer(9)"} {
+		if a.String() != want {
+			t.Errorf("StoreFailAnswer %d is %q, want %q", a, a.String(), want)
 		}
+	}
+	var zero rls.StoreFailAnswer
+	if zero != rls.AnswerUnavailable {
+		t.Errorf("the zero StoreFailAnswer is %s, want the default %s", zero, rls.AnswerUnavailable)
 	}
 }

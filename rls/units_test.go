@@ -30,12 +30,12 @@ func TestLongUnits(t *testing.T) {
 	e := newEnv(t, b, []string{unitsYAML})
 	for key, period := range map[string]time.Duration{"weekly": 7 * 24 * time.Hour, "monthly": 30 * 24 * time.Hour} {
 		st := e.must(t, "units", 0, d(key, "x")).Statuses[0]
-		if got, want := st.DurationUntilReset.AsDuration(), period-time.Duration(fixedNow.UnixNano())%period; got != want {
+		if got, want := st.DurationUntilReset.AsDuration(), (period - time.Duration(fixedNow.UnixNano())%period).Round(time.Second); got != want {
 			t.Fatalf("%s window resets in %s, want %s (aligned to the epoch)", key, got, want)
 		}
 	}
 	st := e.must(t, "units", 0, d("calendar_month", "x")).Statuses[0]
-	if got, want := st.DurationUntilReset.AsDuration(), time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC).Sub(fixedNow); got != want {
+	if got, want := st.DurationUntilReset.AsDuration(), time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC).Sub(fixedNow).Round(time.Second); got != want {
 		t.Fatalf("calendar month resets in %s, want %s (1 April)", got, want)
 	}
 	if n := e.admitted(t, 3, "units", 0, d("calendar_month", "y")); n != 2 {

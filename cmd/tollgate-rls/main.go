@@ -8,6 +8,13 @@
 // Usage:
 //
 //	tollgate-rls -config DIR [-addr host:port] [flags]
+//	tollgate-rls            # envoyproxy/ratelimit's environment, as Envoy Gateway runs it
+//
+// Started without -config, every setting comes from envoyproxy/ratelimit's
+// environment variables with that server's defaults (env.go): the
+// configuration from RUNTIME_ROOT or over xDS (CONFIG_TYPE=GRPC_XDS_SOTW,
+// xds.go), /healthcheck on PORT, that server's metric families at
+// PROMETHEUS_ADDR; a flag wins over its variable.
 //
 // The store is in-process memory unless the environment names a Redis:
 // REDIS_URL (one node, a redis:// or rediss:// URL), REDIS_CLUSTER_ADDRS
@@ -25,6 +32,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,9 +44,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
-	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -49,6 +55,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/tollgate/tollgate/internal/serving"
@@ -89,77 +96,9 @@ func main() {
 	}
 }
 
-// config is everything the command is configured with.
-type config struct {
-	dir             string
-	addr            string
-	failMode        rls.FailMode
-	storeTimeout    time.Duration
-	headers         bool
-	headerNames     [3]string
-	shadow          bool
-	shutdownTimeout time.Duration
-	metricsAddr     string
-	tls             serving.TLSFiles
-	redis           serving.Redis
-	quotaReports    int
-	quotaRebalance  time.Duration
-}
-
-func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (config, error) {
-	fs := flag.NewFlagSet("tollgate-rls", flag.ContinueOnError)
-	fs.SetOutput(errOut)
-	var c config
-	var failMode string
-	fs.StringVar(&c.dir, "config", "", "directory of envoyproxy/ratelimit YAML files, one per domain (required)")
-	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "TCP address to listen on")
-	fs.StringVar(&failMode, "fail-mode", rls.FailClosed.String(), "when the store cannot decide: closed, also spelled error (UNAVAILABLE: Envoy's failure_mode_deny decides) or open (answer OK)")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", rls.DefaultStoreTimeout, "how long a request waits for the store before the fail mode applies")
-	fs.BoolVar(&c.headers, "response-headers", false, "add the limit, remaining and reset headers to responses (as LIMIT_RESPONSE_HEADERS_ENABLED)")
-	fs.StringVar(&c.headerNames[0], "limit-header", rls.DefaultLimitHeader, "name of the limit header")
-	fs.StringVar(&c.headerNames[1], "remaining-header", rls.DefaultRemainingHeader, "name of the remaining header")
-	fs.StringVar(&c.headerNames[2], "reset-header", rls.DefaultResetHeader, "name of the reset header")
-	fs.BoolVar(&c.shadow, "shadow-mode", false, "decide and debit as usual but always answer OK (as SHADOW_MODE)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
-	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+serving.MetricsPath+", and the loaded configuration at "+configPath+" (empty: none)")
-	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate to serve TLS with (with -tls-key; reloaded when the file changes)")
-	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key of -tls-cert")
-	fs.StringVar(&c.tls.ClientCA, "tls-client-ca", "", "PEM CA that must have signed every client's certificate (mutual TLS)")
-	fs.IntVar(&c.quotaReports, "quota-assignment-reports", rls.DefaultAssignmentReports, "rate limit quota service: how many report intervals an assignment lives without another report")
-	fs.DurationVar(&c.quotaRebalance, "quota-rebalance", rls.DefaultRebalanceInterval, "rate limit quota service: how often each stream's assignments are computed again between reports (0: only at reports)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls -config DIR [flags]\n\nEnvoy's rate limit service over a tollgate store. %s\nA change to the configuration directory, or SIGHUP, reloads it.\n\n", serving.EnvHelp)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return config{}, err
-	}
-	switch {
-	case fs.NArg() > 0:
-		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case c.dir == "":
-		return config{}, errors.New("-config DIR is required")
-	case c.tls.Enabled() && (c.tls.Cert == "" || c.tls.Key == ""):
-		return config{}, errors.New("-tls-cert and -tls-key go together (and -tls-client-ca needs them)")
-	}
-	switch failMode {
-	case rls.FailClosed.String(), "error":
-		c.failMode = rls.FailClosed
-	case rls.FailOpen.String():
-		c.failMode = rls.FailOpen
-	default:
-		return config{}, fmt.Errorf("-fail-mode %q: want closed (or error) or open", failMode)
-	}
-	var err error
-	if c.redis, err = serving.RedisFromEnv(getenv); err != nil {
-		return config{}, err
-	}
-	return c, nil
-}
-
 // run listens on cfg.addr and serves until ctx is done.
 func run(ctx context.Context, cfg config, logOut io.Writer) error {
-	lis, err := net.Listen("tcp", cfg.addr)
+	lis, err := net.Listen(cmp.Or(cfg.network, "tcp"), cfg.addr)
 	if err != nil {
 		return err
 	}
@@ -170,106 +109,144 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 }
 
 // configPath is where the metrics listener serves the loaded
-// configuration.
-const configPath = "/config"
+// configuration; the HTTP listener serves it at rlconfigPath, where
+// envoyproxy/ratelimit's debug listener does.
+const (
+	configPath   = "/config"
+	rlconfigPath = "/rlconfig"
+)
 
-// serve serves on lis until ctx is done, reloading the configuration
-// directory whenever it changes or hup receives. It closes lis in every
-// case.
-func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal, logOut io.Writer) error {
+// serve serves on lis until ctx is done, with the configuration of the
+// directory (reloaded whenever it changes or hup receives) or of the xDS
+// server. It closes lis in every case.
+func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal, logOut io.Writer) (err error) {
+	defer func() {
+		if err != nil {
+			lis.Close()
+		}
+	}()
 	logger := log.New(logOut, "", log.LstdFlags)
-	conf, err := rls.LoadDir(cfg.dir)
+	for _, n := range cfg.notes {
+		logger.Printf("note: %s", n)
+	}
+	var conf *rls.Config
+	if cfg.xds == nil {
+		if conf, err = rls.LoadDir(cfg.dir); err != nil {
+			return err
+		}
+	}
+	tp, err := cfg.tracing.provider(ctx)
 	if err != nil {
-		lis.Close()
 		return err
+	}
+	if tp != nil {
+		defer tp.Shutdown(context.WithoutCancel(ctx))
 	}
 	st, closeStore, err := cfg.redis.Store(ctx, logger)
 	if err != nil {
-		lis.Close()
 		return err
 	}
 	defer closeStore()
-	opts := []rls.Option{rls.WithConfig(conf), rls.WithFailMode(cfg.failMode), rls.WithStoreTimeout(cfg.storeTimeout)}
-	if cfg.shadow {
-		opts = append(opts, rls.WithShadow())
-	}
 	var srv *rls.Server
-	reloads := noReloads
-	var meters metric.MeterProvider // the metrics listener's; nil: otel's global one
-	if cfg.metricsAddr != "" {
-		dump := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(srv.Config())
-		})
-		provider, stopMetrics, err := serving.ServeMetrics(ctx, cfg.metricsAddr, logger, map[string]http.Handler{configPath: dump})
-		if err != nil {
-			lis.Close()
-			return err
+	opts := []rls.Option{rls.WithStoreFailAnswer(cfg.storeFail), rls.WithStoreTimeout(cfg.storeTimeout)}
+	for on, opt := range map[bool]rls.Option{cfg.shadow: rls.WithShadow(), cfg.quotaMode: rls.WithQuotaMode(), cfg.countOver: rls.WithCountOverLimit(), cfg.metadata: rls.WithDynamicMetadata()} {
+		if on {
+			opts = append(opts, opt)
 		}
-		defer stopMetrics()
-		meters = provider
-		opts = append(opts, rls.WithMeterProvider(provider))
-		if reloads, err = reloadCounter(provider); err != nil {
-			lis.Close()
-			return err
-		}
-	}
-	var serverOpts []grpc.ServerOption
-	if cfg.tls.Enabled() {
-		tc, err := cfg.tls.Config(serving.ReloadReporter(logger, meters, "rls"))
-		if err != nil {
-			lis.Close()
-			return err
-		}
-		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	if cfg.headers {
 		opts = append(opts, rls.WithResponseHeaders(cfg.headerNames[0], cfg.headerNames[1], cfg.headerNames[2]))
 	}
+	if tp != nil {
+		opts = append(opts, rls.WithTracerProvider(tp))
+	}
+	dump := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(srv.Config())
+	})
+	reloads := noReloads
+	var meters metric.MeterProvider // the metrics listener's; nil: otel's global one
+	var ref *refMetrics
+	var serverOpts []grpc.ServerOption
+	if cfg.metricsAddr != "" {
+		ref = newRefMetrics()
+		provider, stopMetrics, err := serving.ServeMetricsWith(ctx, cfg.metricsAddr, logger, serving.MetricsOptions{
+			Path: cfg.metricsPath, Extra: map[string]http.Handler{configPath: dump}, Collectors: ref.collectors(),
+		})
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		meters = provider
+		opts = append(opts, rls.WithMeterProvider(provider), rls.WithHitCounts(cmp.Or(cfg.nearRatio, 0.8), ref.record))
+		if reloads, err = reloadCounter(provider); err != nil {
+			return err
+		}
+		serverOpts = append(serverOpts, grpc.ChainUnaryInterceptor(ref.interceptor))
+	}
+	if cfg.tls.Enabled() {
+		tc, err := cfg.tls.Config(serving.ReloadReporter(logger, meters, "rls"))
+		if err != nil {
+			return err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	if cfg.maxConnAge > 0 {
+		serverOpts = append(serverOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.maxConnAge, MaxConnectionAgeGrace: cfg.maxConnAgeGrace}))
+	}
 	if srv, err = rls.NewServer(st, opts...); err != nil {
-		lis.Close()
 		return err
 	}
-	if err := watch(ctx, cfg.dir, hup, logger); err != nil {
-		lis.Close()
-		return fmt.Errorf("watching %s: %w", cfg.dir, err)
+	loads := &loader{srv: srv, logger: logger, reloads: reloads, ref: ref, ctx: ctx}
+	hs := health.NewServer()
+	health := &healthState{grpc: hs, needConfig: cfg.healthyOnConfig}
+	loads.onLoad = health.configLoaded
+	health.set()
+	if cfg.xds == nil {
+		loads.loaded(conf, cfg.dir)
+		if err := watch(ctx, cfg.dir, hup, logger); err != nil {
+			return fmt.Errorf("watching %s: %w", cfg.dir, err)
+		}
+	} else {
+		xc := &xdsClient{x: cfg.xds, apply: func(c *rls.Config) { loads.loaded(c, "xDS") }, reject: loads.rejected, logger: logger}
+		done := make(chan struct{})
+		go func() { defer close(done); xc.run(ctx) }()
+		defer func() { <-done }()
+		if !cfg.forceStart {
+			// As envoyproxy/ratelimit without FORCE_START_WITHOUT_INITIAL_CONFIG:
+			// nothing listens before the first configuration.
+			logger.Printf("waiting for the first configuration from %s", cfg.xds.url)
+			if !loads.await(ctx) {
+				return nil
+			}
+		}
 	}
-	gs := grpc.NewServer(append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler()))...)
-	pb.RegisterRateLimitServiceServer(gs, srv)
+	if cfg.httpAddr != "" {
+		stopHTTP, err := serveHTTP(ctx, cfg.httpAddr, logger, map[string]http.Handler{healthPath: health, rlconfigPath: dump})
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
+	if tp != nil {
+		// The call's server span, the parent of the decision's.
+		serverOpts = append(serverOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+	}
+	gs := grpc.NewServer(serverOpts...)
+	pb.RegisterRateLimitServiceServer(gs, &gate{srv: srv, loaded: &loads.any})
 	quota, err := rls.NewQuotaServer(srv, rls.WithAssignmentReports(cfg.quotaReports), rls.WithRebalanceInterval(cfg.quotaRebalance))
 	if err != nil {
-		lis.Close()
 		return err
 	}
 	rlqspb.RegisterRateLimitQuotaServiceServer(gs, quota)
-	hs := health.NewServer()
-	hs.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(quotaServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
-
-	if len(conf.Domains()) == 0 {
-		logger.Printf("warning: configuration %s holds no domain (no .yaml file with a domain): every request is answered OK, unlimited", cfg.dir)
-	} else {
-		logger.Printf("configuration %s: domains %s", cfg.dir, strings.Join(conf.Domains(), ", "))
-	}
 	logger.Printf("listening on %s (%s)", lis.Addr(), cfg.tls.Mode())
-	return serving.Serve(ctx, gs, hs, lis, cfg.shutdownTimeout, logger, hup, func() { reload(ctx, srv, cfg.dir, logger, reloads) })
-}
-
-// reload swaps in the configuration directory's files if they are all
-// valid. The old configuration serves until then, and calls in flight
-// finish with the one they began with.
-func reload(ctx context.Context, srv *rls.Server, dir string, logger *log.Logger, reloads metric.Int64Counter) {
-	next, err := rls.LoadDir(dir)
-	if err != nil {
-		reloads.Add(ctx, 1, metric.WithAttributes(telemetry.AttrResult.String("error")))
-		logger.Printf("reload rejected, previous configuration kept: %v", err)
-		return
+	var onHangup func()
+	if cfg.xds == nil {
+		onHangup = func() { loads.reload(cfg.dir) }
 	}
-	srv.SetConfig(next)
-	reloads.Add(ctx, 1, metric.WithAttributes(telemetry.AttrResult.String("ok")))
-	logger.Printf("reloaded %s: domains %s", dir, strings.Join(next.Domains(), ", "))
+	return serving.Serve(ctx, gs, hs, lis, cfg.shutdownTimeout, logger, hup, onHangup)
 }
 
 // noReloads counts nothing: the command serves no metrics.

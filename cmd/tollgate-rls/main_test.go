@@ -222,7 +222,11 @@ func TestParseFlags(t *testing.T) {
 		args []string
 		env  map[string]string
 	}{
-		"no config":         {nil, nil},
+		"bad config type":   {nil, map[string]string{"CONFIG_TYPE": "CONSUL"}},
+		"bad bool":          {nil, map[string]string{"SHADOW_MODE": "maybe"}},
+		"memcache":          {nil, map[string]string{"BACKEND_TYPE": "memcache"}},
+		"tls without cert":  {nil, map[string]string{"GRPC_SERVER_USE_TLS": "true"}},
+		"sentinel one node": {nil, map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster"}},
 		"bad fail mode":     {[]string{"-config", "d", "-fail-mode", "maybe"}, nil},
 		"two stores":        {[]string{"-config", "d"}, map[string]string{envRedisURL: "redis://x", envRedisClusterAddrs: "a:1"}},
 		"sentinel nameless": {[]string{"-config", "d"}, map[string]string{envRedisSentinelAddrs: "a:1"}},
@@ -241,14 +245,14 @@ func TestParseFlags(t *testing.T) {
 // TestFailModeFlag: the default answers Unavailable, and "error" still
 // names it.
 func TestFailModeFlag(t *testing.T) {
-	for args, want := range map[string]rls.FailMode{"": rls.FailClosed, "closed": rls.FailClosed, "error": rls.FailClosed, "open": rls.FailOpen} {
+	for args, want := range map[string]rls.StoreFailAnswer{"": rls.AnswerUnavailable, "closed": rls.AnswerUnavailable, "error": rls.AnswerUnavailable, "open": rls.AnswerOK} {
 		argv := []string{"-config", "d"}
 		if args != "" {
 			argv = append(argv, "-fail-mode", args)
 		}
 		c, err := parseFlags(argv, func(string) string { return "" }, io.Discard)
-		if err != nil || c.failMode != want {
-			t.Errorf("-fail-mode %q: %v, %v; want %v", args, c.failMode, err, want)
+		if err != nil || c.storeFail != want {
+			t.Errorf("-fail-mode %q: %v, %v; want %v", args, c.storeFail, err, want)
 		}
 	}
 }

@@ -45,15 +45,29 @@ func NewCA(t testing.TB, name string) *CA {
 // client's) and its key, in PEM.
 func (p *CA) Issue(serial int64, client bool) (certPEM, keyPEM []byte) {
 	p.t.Helper()
+	usage := x509.ExtKeyUsageServerAuth
+	if client {
+		usage = x509.ExtKeyUsageClientAuth
+	}
+	return p.issue(serial, nil, usage)
+}
+
+// IssueBoth returns a certificate of serial that serves and identifies a
+// client alike, for 127.0.0.1 and the DNS names, as one Kubernetes secret
+// serves both sides of a mutual-TLS link; and its key, in PEM.
+func (p *CA) IssueBoth(serial int64, dnsNames ...string) (certPEM, keyPEM []byte) {
+	p.t.Helper()
+	return p.issue(serial, dnsNames, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (p *CA) issue(serial int64, dnsNames []string, usage ...x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	p.t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "tollgate test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dnsNames, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: usage,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.Cert, &key.PublicKey, p.key)
 	if err != nil {

@@ -4,7 +4,9 @@
 package serving
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -53,6 +55,39 @@ type Redis struct {
 	ClusterAddrs   []string // seeds of a Cluster
 	SentinelAddrs  []string // Sentinels watching SentinelMaster
 	SentinelMaster string
+	// Addr names one node by address instead of URL: host:port, or a Unix
+	// socket's path when Network is "unix".
+	Addr, Network string
+	// Username and Password authenticate every node (AUTH);
+	// SentinelPassword the Sentinels. Set, they win over the URL's.
+	Username, Password, SentinelPassword string
+	// TLS, when not nil, is the TLS configuration of every connection.
+	TLS *tls.Config
+	// PoolSize bounds each node's connection pool (0: go-redis's default).
+	PoolSize int
+	// DialTimeout bounds connecting (0: go-redis's default).
+	DialTimeout time.Duration
+	// KeyPrefix is prepended to every key the store writes
+	// (store.WithPrefix).
+	KeyPrefix string
+}
+
+// Describe names r's Redis for logs and errors, without credentials.
+func (r Redis) Describe() string {
+	switch {
+	case r.URL != "":
+		if opt, err := redis.ParseURL(r.URL); err == nil {
+			return opt.Addr
+		}
+		return EnvRedisURL
+	case r.Addr != "":
+		return r.Addr
+	case len(r.ClusterAddrs) > 0:
+		return strings.Join(r.ClusterAddrs, ",")
+	case len(r.SentinelAddrs) > 0:
+		return r.SentinelMaster + " at " + strings.Join(r.SentinelAddrs, ",")
+	}
+	return "in-process memory"
 }
 
 // RedisFromEnv reads the variables above through getenv. Naming more than
@@ -104,17 +139,26 @@ func (r Redis) Store(ctx context.Context, logger *log.Logger) (tollgate.Store, f
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", EnvRedisURL, err)
 		}
-		opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+		r.single(opt)
 		client = redis.NewClient(opt)
 		logger.Printf("store: Redis at %s (%s)", opt.Addr, EnvRedisURL)
+	case r.Addr != "":
+		opt := &redis.Options{Network: r.Network, Addr: r.Addr}
+		r.single(opt)
+		client = redis.NewClient(opt)
+		logger.Printf("store: Redis at %s (%s)", r.Addr, cmp.Or(r.Network, "tcp"))
 	case len(r.ClusterAddrs) > 0:
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.ClusterAddrs, ContextTimeoutEnabled: true, MaxRetries: -1})
-		logger.Printf("store: Redis Cluster seeded by %s (%s)", strings.Join(r.ClusterAddrs, ","), EnvRedisClusterAddrs)
+		client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: r.ClusterAddrs, ContextTimeoutEnabled: true, MaxRetries: -1,
+			Username: r.Username, Password: r.Password, TLSConfig: r.TLS, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
+		})
+		logger.Printf("store: Redis Cluster seeded by %s", strings.Join(r.ClusterAddrs, ","))
 	case len(r.SentinelAddrs) > 0:
 		client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs, ContextTimeoutEnabled: true, MaxRetries: -1,
+			Username: r.Username, Password: r.Password, SentinelPassword: r.SentinelPassword, TLSConfig: r.TLS, PoolSize: r.PoolSize, DialTimeout: r.DialTimeout,
 		})
-		logger.Printf("store: Redis primary %q from Sentinels %s (%s)", r.SentinelMaster, strings.Join(r.SentinelAddrs, ","), EnvRedisSentinelAddrs)
+		logger.Printf("store: Redis primary %q from Sentinels %s", r.SentinelMaster, strings.Join(r.SentinelAddrs, ","))
 	default:
 		logger.Printf("store: in-process memory (set %s, %s or %s for Redis)", EnvRedisURL, EnvRedisClusterAddrs, EnvRedisSentinelAddrs)
 		st, err := store.NewMemory()
@@ -125,7 +169,11 @@ func (r Redis) Store(ctx context.Context, logger *log.Logger) (tollgate.Store, f
 	}
 	// The store before any command: it chains its hooks into the client's
 	// options, read as connections open.
-	st, err := store.NewRedis(client)
+	var opts []store.RedisOption
+	if r.KeyPrefix != "" {
+		opts = append(opts, store.WithPrefix(r.KeyPrefix))
+	}
+	st, err := store.NewRedis(client, opts...)
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err
@@ -147,6 +195,27 @@ func (r Redis) Store(ctx context.Context, logger *log.Logger) (tollgate.Store, f
 	}, nil
 }
 
+// single applies r's settings to one node's options: the limiter's own
+// client (see Store).
+func (r Redis) single(opt *redis.Options) {
+	opt.ContextTimeoutEnabled, opt.MaxRetries = true, -1
+	if r.Username != "" {
+		opt.Username = r.Username
+	}
+	if r.Password != "" {
+		opt.Password = r.Password
+	}
+	if r.TLS != nil {
+		opt.TLSConfig = r.TLS
+	}
+	if r.PoolSize > 0 {
+		opt.PoolSize = r.PoolSize
+	}
+	if r.DialTimeout > 0 {
+		opt.DialTimeout = r.DialTimeout
+	}
+}
+
 // MetricsPath is the HTTP path ServeMetrics serves on.
 const MetricsPath = "/metrics"
 
@@ -155,13 +224,35 @@ const MetricsPath = "/metrics"
 // and the extra handlers at their paths, until stop is called; stop waits
 // for the server to finish.
 func ServeMetrics(ctx context.Context, addr string, logger *log.Logger, extra map[string]http.Handler) (provider metric.MeterProvider, stop func(), err error) {
+	return ServeMetricsWith(ctx, addr, logger, MetricsOptions{Extra: extra})
+}
+
+// MetricsOptions are ServeMetricsWith's settings.
+type MetricsOptions struct {
+	// Path is where the metrics are served (empty: MetricsPath).
+	Path string
+	// Extra handlers are served at their paths.
+	Extra map[string]http.Handler
+	// Collectors are served beside the provider's metrics, in the same
+	// exposition: metric families under names of their own.
+	Collectors []prometheus.Collector
+}
+
+// ServeMetricsWith is ServeMetrics with o's path, handlers and collectors.
+func ServeMetricsWith(ctx context.Context, addr string, logger *log.Logger, o MetricsOptions) (provider metric.MeterProvider, stop func(), err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-metrics-addr: %w", err)
+		return nil, nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	// A registry of its own: only the limiter's metrics, not the Go
 	// runtime's that the default registry carries.
 	reg := prometheus.NewRegistry()
+	for _, c := range o.Collectors {
+		if err := reg.Register(c); err != nil {
+			lis.Close()
+			return nil, nil, err
+		}
+	}
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		lis.Close()
@@ -169,9 +260,10 @@ func ServeMetrics(ctx context.Context, addr string, logger *log.Logger, extra ma
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	mux := http.NewServeMux()
-	mux.Handle(MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	for path, h := range extra {
-		mux.Handle(path, h)
+	path := cmp.Or(o.Path, MetricsPath)
+	mux.Handle(path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for p, h := range o.Extra {
+		mux.Handle(p, h)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
@@ -181,7 +273,7 @@ func ServeMetrics(ctx context.Context, addr string, logger *log.Logger, extra ma
 			logger.Printf("metrics: %v", err)
 		}
 	}()
-	logger.Printf("metrics on http://%s%s", lis.Addr(), MetricsPath)
+	logger.Printf("metrics on http://%s%s", lis.Addr(), path)
 	return mp, func() {
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()

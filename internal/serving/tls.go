@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,9 @@ import (
 type TLSFiles struct {
 	Cert, Key string
 	ClientCA  string
+	// ClientSAN, when set with ClientCA, must be one of the client
+	// certificate's subject alternative names (DNS, URI, IP or email).
+	ClientSAN string
 }
 
 // Enabled reports whether f names a certificate.
@@ -87,10 +91,32 @@ func (f TLSFiles) Config(reloaded func(error)) (*tls.Config, error) {
 			c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
 			if pool != nil {
 				c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+				if san := f.ClientSAN; san != "" {
+					c.VerifyConnection = func(cs tls.ConnectionState) error { return checkSAN(cs, san) }
+				}
 			}
 			return c, nil
 		},
 	}, nil
+}
+
+// checkSAN refuses a client whose certificate does not name san.
+func checkSAN(cs tls.ConnectionState, san string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("TLS: no client certificate")
+	}
+	cert := cs.PeerCertificates[0]
+	names := slices.Concat(cert.DNSNames, cert.EmailAddresses)
+	for _, u := range cert.URIs {
+		names = append(names, u.String())
+	}
+	for _, ip := range cert.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if !slices.Contains(names, san) {
+		return fmt.Errorf("TLS: the client certificate does not name %q", san)
+	}
+	return nil
 }
 
 // tlsFiles holds the last good contents of a TLSFiles and when its files

@@ -110,3 +110,58 @@ func TestTLSRotationIsLoggedAndCounted(t *testing.T) {
 		}
 	})
 }
+
+// With ClientSAN, a client whose certificate the CA signed but which does
+// not name the SAN is refused during the handshake; one that names it is
+// served.
+func TestClientSAN(t *testing.T) {
+	dir := t.TempDir()
+	ca := grpctest.NewCA(t, "SAN CA")
+	cert, key := ca.Issue(1, false)
+	files := TLSFiles{Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key"), ClientCA: filepath.Join(dir, "ca.crt"), ClientSAN: "envoy-gateway"}
+	for name, data := range map[string][]byte{files.Cert: cert, files.Key: key, files.ClientCA: ca.PEM} {
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf, err := files.Config(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			_, _ = c.Write([]byte("x"))
+			c.Close()
+		}
+	}()
+	dial := func(client []tls.Certificate) error {
+		c, err := tls.Dial("tcp", lis.Addr().String(), &tls.Config{RootCAs: ca.Pool(), Certificates: client, NextProtos: []string{"h2"}})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Read(make([]byte, 1)) // TLS 1.3: the client learns of a refusal on its first read
+		return err
+	}
+	named, namedKey := ca.IssueBoth(2, "envoy-gateway")
+	pair, err := tls.X509KeyPair(named, namedKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dial([]tls.Certificate{pair}); err != nil {
+		t.Fatalf("a client naming the SAN: %v", err)
+	}
+	if err := dial(ca.ClientCert(3)); err == nil {
+		t.Fatal("a client not naming the SAN was served")
+	}
+}

@@ -21,6 +21,7 @@
 //	go run ./cmd/load -sections lease,markers   # the local tier and request-id markers only, under a minute
 //	go run ./cmd/load -sections cluster -callers 64   # a 3-primary Cluster: default and tagged layouts beside redis_rate
 //	go run ./cmd/load -sections settle -callers 64    # settled calls and in-flight seats beside one decision and redis_rate
+//	go run ./cmd/load -sections rls -callers 64 -reps 6   # tollgate-rls beside envoyproxy/ratelimit, both as Envoy Gateway runs them
 package main
 
 import (
@@ -55,7 +56,7 @@ func main() {
 		cfg        config
 		redisURL   = flag.String("redis", "", "Redis URL on this machine (redis://127.0.0.1:6379/0); default: start a redis-server")
 		quick      = flag.Bool("quick", false, "a ~30s run: -d 250ms -reps 1")
-		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: journal, with a replica of its own and then on a Cluster with replicas, journalstall, with a replica frozen for -stall, settle, and http and connect, the front doors over loopback)")
+		sections   = flag.String("sections", "store,grpc,memory,markers,lease,cluster", "comma-separated sections to run (cluster starts a 3-primary Cluster of its own; not run by default: journal, with a replica of its own and then on a Cluster with replicas, journalstall, with a replica frozen for -stall, settle, http and connect, the front doors over loopback, and rls, Envoy's rate limit service as Envoy Gateway runs it beside envoyproxy/ratelimit)")
 		cpuprofile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		callers    = flag.String("callers", "1,16,64", "comma-separated numbers of concurrent callers")
 	)
@@ -218,6 +219,13 @@ func run(cfg config, redisURL, cpuprofile string) error {
 		rows = append(rows, r...)
 		notes = append(notes, n...)
 	}
+	if cfg.sections["rls"] {
+		n, err := m.rlsSection(ctx)
+		if err != nil {
+			return err
+		}
+		notes = append(notes, n...)
+	}
 	if cfg.sections["journalstall"] {
 		n, err := m.journalStallSection(ctx)
 		if err != nil {
@@ -227,8 +235,10 @@ func run(cfg config, redisURL, cpuprofile string) error {
 	}
 	fmt.Printf("tollgate vs redis_rate: %s on loopback, %d CPUs (GOMAXPROCS %d), %s, -d %s -reps %d, %d identities; took %s\n\n",
 		version, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), cfg.d, cfg.reps, cfg.identities, time.Since(start).Round(time.Second))
-	if err := writeTable(os.Stdout, rows, cfg.markdown); err != nil {
-		return err
+	if len(rows) > 0 {
+		if err := writeTable(os.Stdout, rows, cfg.markdown); err != nil {
+			return err
+		}
 	}
 	if len(notes) > 0 {
 		fmt.Println()
