@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
@@ -182,7 +185,7 @@ func TestPerTenantQuotasAcrossReplicas(t *testing.T) {
 				if err != nil {
 					t.Fatalf("tenant b call %d: %v", i+1, err)
 				}
-				if got, want := one(t, trailer, interceptor.TrailerRemaining), strconv.Itoa(49-i); got != want {
+				if got, want := one(t, trailer, fields.LegacyRemaining), strconv.Itoa(49-i); got != want {
 					t.Fatalf("tenant b call %d: remaining %s, want %s", i+1, got, want)
 				}
 			}
@@ -220,10 +223,10 @@ func TestRichDenialSeenByClient(t *testing.T) {
 	if d := retry.GetRetryDelay().AsDuration(); d <= 0 || d > 6*time.Second {
 		t.Errorf("RetryInfo delay %s, want (0, 6s]", d)
 	}
-	if one(t, trailer, interceptor.TrailerRetryAfter) != "6" && one(t, trailer, interceptor.TrailerRetryAfter) != "5" {
+	if one(t, trailer, fields.RetryAfter) != "6" && one(t, trailer, fields.RetryAfter) != "5" {
 		t.Errorf("retry-after %v", trailer)
 	}
-	if one(t, trailer, interceptor.TrailerLimit) != "2" || one(t, trailer, interceptor.TrailerRemaining) != "0" {
+	if one(t, trailer, fields.LegacyLimit) != "2" || one(t, trailer, fields.LegacyRemaining) != "0" {
 		t.Errorf("trailers %v", trailer)
 	}
 	var b strings.Builder
@@ -231,7 +234,7 @@ func TestRichDenialSeenByClient(t *testing.T) {
 	for _, d := range s.Details() {
 		fmt.Fprintf(&b, "details: %T %s\n", d, protojson.Format(d.(proto.Message)))
 	}
-	for _, k := range []string{interceptor.TrailerPushback, interceptor.TrailerRetryAfter, interceptor.TrailerLimit, interceptor.TrailerRemaining, interceptor.TrailerReset} {
+	for _, k := range []string{fields.Pushback, fields.RetryAfter, fields.LegacyLimit, fields.LegacyRemaining, fields.LegacyReset} {
 		fmt.Fprintf(&b, "trailer %s: %s\n", k, one(t, trailer, k))
 	}
 	t.Logf("what the client saw:\n%s", b.String())
@@ -280,13 +283,13 @@ func TestRetriedCallsAreDebitedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("call %d: %v", i+1, err)
 		}
-		if got, want := one(t, trailer, interceptor.TrailerRemaining), strconv.Itoa(4-i); got != want {
+		if got, want := one(t, trailer, fields.LegacyRemaining), strconv.Itoa(4-i); got != want {
 			t.Fatalf("call %d: remaining %s, want %s: a retried call was debited twice", i+1, got, want)
 		}
-		if one(t, trailer, interceptor.TrailerReplayed) != "1" {
+		if one(t, trailer, fields.Replayed) != "1" {
 			t.Errorf("call %d: the retry was not replayed: %v", i+1, trailer)
 		}
-		if len(header.Get(interceptor.TrailerRemaining)) != 0 {
+		if len(header.Get(fields.LegacyRemaining)) != 0 {
 			t.Errorf("rate-limit metadata in headers: %v", header)
 		}
 	}
@@ -334,7 +337,7 @@ func TestStreamLimits(t *testing.T) {
 	shape := tollgate.Limit{Rate: 10, Period: time.Second, Burst: 1} // one message every 100ms
 	rules := []interceptor.Rule{
 		{Name: "chat " + redistest.KeyPrefix(t), Methods: []string{echo.ChatMethod}, Key: keyfunc.Metadata(tenantHeader),
-			Limits: interceptor.Fixed(tollgate.PerHour(2)), PerMessage: interceptor.Police(police)},
+			Limits: interceptor.Fixed(tollgate.PerHour(2)), PerMessage: engine.MessageLimit{Limit: police}},
 		{Name: "count " + redistest.KeyPrefix(t), Methods: []string{echo.CountMethod}, Key: keyfunc.Metadata(tenantHeader),
 			Limits: interceptor.Fixed(tollgate.PerHour(1))},
 	}
@@ -353,7 +356,7 @@ func TestStreamLimits(t *testing.T) {
 	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("end of count: %v", err)
 	}
-	if one(t, s.Trailer(), interceptor.TrailerRemaining) != "0" {
+	if one(t, s.Trailer(), fields.LegacyRemaining) != "0" {
 		t.Errorf("count trailers %v", s.Trailer())
 	}
 	s, err = c.Count(tenant("a"), 3)
@@ -372,12 +375,12 @@ func TestStreamLimits(t *testing.T) {
 		t.Fatalf("%d messages echoed, want 3", n)
 	}
 	st := wantCode(t, err, codes.ResourceExhausted, `rate limit "chat `)
-	if len(st.Details()) != 2 || one(t, chatStream.Trailer(), interceptor.TrailerLimit) != "3" {
+	if len(st.Details()) != 2 || one(t, chatStream.Trailer(), fields.LegacyLimit) != "3" {
 		t.Errorf("police denial: details %v trailers %v", st.Details(), chatStream.Trailer())
 	}
 
 	// Shape: a second server whose Chat rule shapes.
-	rules[0].Name, rules[0].PerMessage = "shaped "+redistest.KeyPrefix(t), interceptor.Shape(shape, 0)
+	rules[0].Name, rules[0].PerMessage = "shaped "+redistest.KeyPrefix(t), engine.MessageLimit{Limit: shape, Shape: true}
 	c = serve(t, limiter(t, redisStore(t), interceptor.WithRules(rules[0])), &echo.Server{}, nil)
 	chatStream, err = c.Chat(tenant("a"))
 	if err != nil {
@@ -445,7 +448,7 @@ func TestDecisionSpansAreChildrenOfTheServerSpan(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	r := rule(t, tollgate.PerHour(1))
-	c := serve(t, limiter(t, redisStore(t), interceptor.WithRules(r), interceptor.WithTracerProvider(tp)), &echo.Server{},
+	c := serve(t, limiter(t, redisStore(t), interceptor.WithRules(r), func(c *engine.Config) { c.TracerProvider = tp }), &echo.Server{},
 		[]grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp)))})
 	for range 2 {
 		_, _, _ = say(tenant("a"), c)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/fakeclock"
@@ -116,7 +117,7 @@ func TestInFlightAcrossReplicas(t *testing.T) {
 }
 
 // inFlightQuota returns what Peek says of rule's in-flight limit for tenant.
-func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string) interceptor.Quota {
+func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string) engine.Quota {
 	t.Helper()
 	qs, err := l.Peek(context.Background(), rule, interceptor.Caller{Value: tenantName})
 	if err != nil {
@@ -128,7 +129,7 @@ func inFlightQuota(t *testing.T, l *interceptor.Limiter, rule, tenantName string
 		}
 	}
 	t.Fatalf("Peek(%q) = %+v: no in-flight quota", rule, qs)
-	return interceptor.Quota{}
+	return engine.Quota{}
 }
 
 // A replica whose handlers never return, stopped with its calls still
@@ -323,7 +324,7 @@ func TestInFlightRetryInfoFromTheFleet(t *testing.T) {
 			clock.Advance(200 * time.Millisecond)
 			return nil
 		}}
-		la := limiter(t, st, interceptor.WithRules(r), interceptor.WithClock(clock.Now))
+		la := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.Clock = clock.Now })
 		a := serve(t, la, srv, nil)
 		b := serve(t, limiter(t, st, interceptor.WithRules(r)), srv, nil)
 		for i := range 20 {

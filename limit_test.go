@@ -92,3 +92,36 @@ func TestLimitString(t *testing.T) {
 		}
 	}
 }
+
+// Calendar.Length is a calendar unit's length at a time, in UTC: the one
+// every package reads (the RateLimit-Policy window, a region's check, an
+// RLQS bucket's fill interval).
+func TestCalendarLength(t *testing.T) {
+	day := 24 * time.Hour
+	at := func(s string) time.Time {
+		tm, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	for _, c := range []struct {
+		cal  tollgate.Calendar
+		at   string
+		want time.Duration
+	}{
+		{tollgate.NoCalendar, "2026-03-02T10:00:00Z", 0},
+		{tollgate.Day, "2026-03-02T10:00:00Z", day},
+		{tollgate.Week, "2026-03-02T10:00:00Z", 7 * day},
+		{tollgate.Month, "2026-02-14T00:00:00Z", 28 * day},
+		{tollgate.Month, "2024-02-14T00:00:00Z", 29 * day},
+		{tollgate.Month, "2026-04-30T23:59:59Z", 30 * day},
+		{tollgate.Month, "2026-12-31T23:00:00-05:00", 31 * day}, // January 1 in UTC
+		{tollgate.Year, "2026-06-01T00:00:00Z", 365 * day},
+		{tollgate.Year, "2024-06-01T00:00:00Z", 366 * day},
+	} {
+		if got := c.cal.Length(at(c.at)); got != c.want {
+			t.Errorf("%v at %s: %s, want %s", c.cal, c.at, got, c.want)
+		}
+	}
+}

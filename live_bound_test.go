@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/fakeclock"
@@ -54,7 +55,7 @@ func TestOverrideAppliesToAnIdleReplica(t *testing.T) {
 		r := rule(t, tollgate.Limit{Algorithm: tollgate.FixedWindow, Rate: 100, Period: tollgate.MaxPeriod})
 		a := limiter(t, st, interceptor.WithRules(r))
 		clock := fakeclock.New(time.Now()) // B's: how old its view of the overrides is
-		b := limiter(t, st, interceptor.WithRules(r), interceptor.WithClock(clock.Now))
+		b := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.Clock = clock.Now })
 		c := serve(t, b, &echo.Server{}, nil)
 		ctx := context.Background()
 		who := interceptor.Caller{Value: "x"}
@@ -115,7 +116,7 @@ func TestOverrideWatchAppliesWithin100ms(t *testing.T) {
 	onEveryDeployment(t, func(t *testing.T, st tollgate.Store) {
 		r := rule(t, tollgate.PerHour(100))
 		a := limiter(t, st, interceptor.WithRules(r))
-		b := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(time.Hour))
+		b := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = time.Hour })
 		c := serve(t, b, &echo.Server{}, nil)
 		ctx := context.Background()
 		blocked := func(name string) error {
@@ -170,7 +171,7 @@ func TestOverrideWithoutAnnouncementWithinRefresh(t *testing.T) {
 		hidden := unwatched{st.(tollgate.OverrideStore)}
 		a := limiter(t, hidden, interceptor.WithRules(r))
 		clock := fakeclock.New(time.Now())
-		b := limiter(t, hidden, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh), interceptor.WithClock(clock.Now))
+		b := limiter(t, hidden, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }, func(c *engine.Config) { c.Clock = clock.Now })
 		c := serve(t, b, &echo.Server{}, nil)
 		for range 3 {
 			if _, _, err := say(tenant("z"), c); err != nil {
@@ -202,7 +203,9 @@ func (f *failingVersion) OverridesVersion(ctx context.Context) (int64, error) {
 
 // A call whose overrides are older than the refresh delay (on the
 // Limiter's clock, which the test moves) and cannot be checked is decided
-// by its rule's fail policy, not on the old overrides.
+// by its rule's fail policy, not on the old overrides. (The store's watch
+// is hidden: a store that decides in process and announces every change
+// keeps the view fresh at any age.)
 func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 	const refresh = 50 * time.Millisecond
 	for _, tc := range []struct {
@@ -214,8 +217,8 @@ func TestOverrideUncheckableDecidedByFailPolicy(t *testing.T) {
 			r := rule(t, tollgate.PerHour(1))
 			r.FailMode = tc.mode
 			clock := fakeclock.New(time.Now())
-			l := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh), interceptor.WithStoreTimeout(50*time.Millisecond),
-				interceptor.WithClock(clock.Now))
+			l := limiter(t, unwatched{st}, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }, interceptor.WithStoreTimeout(50*time.Millisecond),
+				func(c *engine.Config) { c.Clock = clock.Now })
 			c := serve(t, l, &echo.Server{}, nil)
 			if _, _, err := say(tenant("w"), c); err != nil {
 				t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"slices"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
@@ -96,8 +97,8 @@ func TestOverridesAcrossReplicas(t *testing.T) {
 		}
 		const refresh = 200 * time.Millisecond
 		r := rule(t, window(2))
-		admin := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh))
-		other := limiter(t, st, interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh))
+		admin := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh })
+		other := limiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh })
 		c := serve(t, other, &echo.Server{}, nil)
 		ctx := context.Background()
 		for range 2 {

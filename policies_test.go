@@ -16,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
@@ -99,7 +102,7 @@ func untilAndAfter(n int64, d time.Duration) func(admitted int64) bool {
 
 // peekOne returns what Peek reports for the only limit of rule whose Period
 // is period.
-func peekOne(t *testing.T, l *interceptor.Limiter, rule string, who interceptor.Caller, period time.Duration) interceptor.Quota {
+func peekOne(t *testing.T, l *interceptor.Limiter, rule string, who interceptor.Caller, period time.Duration) engine.Quota {
 	t.Helper()
 	qs, err := l.Peek(context.Background(), rule, who)
 	if err != nil {
@@ -111,7 +114,7 @@ func peekOne(t *testing.T, l *interceptor.Limiter, rule string, who interceptor.
 		}
 	}
 	t.Fatalf("Peek(%q) = %v: no limit of period %s", rule, qs, period)
-	return interceptor.Quota{}
+	return engine.Quota{}
 }
 
 // A per-tenant rule (50 an hour) and a global rule (30 an hour) on one
@@ -233,7 +236,7 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 			return nil
 		})
 		trailer, _, err := say(tenant("a"), c)
-		if got := one(t, trailer, interceptor.TrailerLimit); got != "20" {
+		if got := one(t, trailer, fields.LegacyLimit); got != "20" {
 			t.Errorf("x-ratelimit-limit = %s, want 20: the trailers describe the denying limit", got)
 		}
 		denied := wantCode(t, err, codes.ResourceExhausted, "exceeded")
@@ -328,7 +331,7 @@ func TestShadowPeekAndReset(t *testing.T) {
 		wantCode(t, err, codes.ResourceExhausted, enforcing.Name)
 
 		_, err = l.Peek(context.Background(), "no such rule", who)
-		if st, _ := status.FromError(err); st.Code() != codes.NotFound || !strings.Contains(st.Message(), `"no such rule"`) || !errors.Is(err, interceptor.ErrUnknownRule) {
+		if st, _ := status.FromError(err); st.Code() != codes.NotFound || !strings.Contains(st.Message(), `"no such rule"`) || !errors.Is(err, engine.ErrUnknownRule) {
 			t.Errorf("Peek of an unknown rule: %v, want NotFound naming it, wrapping ErrUnknownRule", err)
 		}
 	})

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
@@ -79,7 +82,7 @@ func debitedBefore(t *testing.T, c *echo.Client, tenantName string, quota int) i
 	if err != nil {
 		t.Fatal(err)
 	}
-	remaining, _ := strconv.Atoi(one(t, next, interceptor.TrailerRemaining))
+	remaining, _ := strconv.Atoi(one(t, next, fields.LegacyRemaining))
 	return quota - 1 - remaining
 }
 
@@ -131,7 +134,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 		if runs != 1 || debits != 1 {
 			t.Fatalf("the script ran %d times and debited %d for one call, want once", runs, debits)
 		}
-		if len(trailer.Get(interceptor.TrailerRemaining)) != 0 {
+		if len(trailer.Get(fields.LegacyRemaining)) != 0 {
 			t.Errorf("a fail-open admission carries rate-limit trailers %v: no store decided", trailer)
 		}
 	})
@@ -141,7 +144,7 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 		r := rule(t, tollgate.PerHour(quota))
 		r.FailMode = interceptor.FailClosed
 		l := limiter(t, st, interceptor.WithRules(r),
-			interceptor.WithStoreTimeout(250*time.Millisecond), interceptor.WithBreaker(0, 0))
+			interceptor.WithStoreTimeout(250*time.Millisecond), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 })
 		var attempts atomic.Int64
 		countAttempts := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			attempts.Add(1)
@@ -159,14 +162,14 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 		}
 		debits := debitedBefore(t, c, "a", quota)
 		t.Logf("Redis asleep 900ms, store deadline 250ms: %d gRPC attempts, %d script runs, the call ended replayed=%q, the tenant was debited %d",
-			attempts.Load(), copies, trailer.Get(interceptor.TrailerReplayed), debits)
+			attempts.Load(), copies, trailer.Get(fields.Replayed), debits)
 		if attempts.Load() < 3 {
 			t.Fatalf("%d attempts: the retries did not meet the stall, the test proves nothing", attempts.Load())
 		}
 		if debits != 1 {
 			t.Fatalf("one logical call was debited %d times over %d attempts and %d script runs", debits, attempts.Load(), copies)
 		}
-		if one(t, trailer, interceptor.TrailerReplayed) != "1" {
+		if one(t, trailer, fields.Replayed) != "1" {
 			t.Errorf("the call's last attempt was not a replay of its admission: %v", trailer)
 		}
 	})
@@ -196,7 +199,7 @@ func wantOwnQuotas(t *testing.T, c *echo.Client, header string, identities []str
 	for remaining := quota - 1; remaining >= 0; remaining-- {
 		for _, id := range identities {
 			trailer, err := callWith(c, metadata.Pairs(header, id))
-			if err != nil || one(t, trailer, interceptor.TrailerRemaining) != strconv.Itoa(remaining) {
+			if err != nil || one(t, trailer, fields.LegacyRemaining) != strconv.Itoa(remaining) {
 				t.Fatalf("identity %.40q: %v %v, want admitted with %d remaining: it shares a bucket with another", id, trailer, err, remaining)
 			}
 		}
@@ -267,7 +270,7 @@ func TestReliabilityHostileMetadata(t *testing.T) {
 	}
 	for want := 1; want >= 0; want-- {
 		trailer, err := callWith(c, dup)
-		if err != nil || one(t, trailer, interceptor.TrailerRemaining) != strconv.Itoa(want) {
+		if err != nil || one(t, trailer, fields.LegacyRemaining) != strconv.Itoa(want) {
 			t.Fatalf("1000 x-tenant values: %v %v, want admitted with %d remaining", trailer, err, want)
 		}
 	}
@@ -275,7 +278,7 @@ func TestReliabilityHostileMetadata(t *testing.T) {
 	wantCode(t, err, codes.ResourceExhausted, "exceeded")
 	for _, other := range []string{"dup-1", "dup-999"} {
 		trailer, err := callWith(c, metadata.Pairs(tenantHeader, other))
-		if err != nil || one(t, trailer, interceptor.TrailerRemaining) != "1" {
+		if err != nil || one(t, trailer, fields.LegacyRemaining) != "1" {
 			t.Fatalf("tenant %s after another client repeated it as a later value: %v %v, want its own full quota", other, trailer, err)
 		}
 	}
@@ -371,20 +374,20 @@ func TestReliabilityRequestIDsAcrossTenants(t *testing.T) {
 	withID := func(tenant, id string) (metadata.MD, error) {
 		return callWith(c, metadata.Pairs(tenantHeader, tenant, idempotency.DefaultHeader, id))
 	}
-	remaining := func(md metadata.MD) string { return one(t, md, interceptor.TrailerRemaining) }
+	remaining := func(md metadata.MD) string { return one(t, md, fields.LegacyRemaining) }
 
 	// Tenant a is admitted with the id; tenant b sending the same id is
 	// debited in its own bucket, not replayed from a's admission.
 	ta, err := withID("a", "shared-id")
-	if err != nil || remaining(ta) != "4" || len(ta.Get(interceptor.TrailerReplayed)) != 0 {
+	if err != nil || remaining(ta) != "4" || len(ta.Get(fields.Replayed)) != 0 {
 		t.Fatalf("tenant a: %v %v", ta, err)
 	}
 	tb, err := withID("b", "shared-id")
-	if err != nil || remaining(tb) != "4" || len(tb.Get(interceptor.TrailerReplayed)) != 0 {
+	if err != nil || remaining(tb) != "4" || len(tb.Get(fields.Replayed)) != 0 {
 		t.Fatalf("tenant b with a's request id: %v %v, want debited in its own bucket, not replayed", tb, err)
 	}
 	ta, err = withID("a", "shared-id")
-	if err != nil || remaining(ta) != "4" || one(t, ta, interceptor.TrailerReplayed) != "1" {
+	if err != nil || remaining(ta) != "4" || one(t, ta, fields.Replayed) != "1" {
 		t.Fatalf("tenant a's retry: %v %v, want a replay with 4 remaining", ta, err)
 	}
 
@@ -396,7 +399,7 @@ func TestReliabilityRequestIDsAcrossTenants(t *testing.T) {
 		switch status.Code(err) {
 		case codes.OK:
 			allowed++
-			if len(md.Get(interceptor.TrailerReplayed)) == 1 {
+			if len(md.Get(fields.Replayed)) == 1 {
 				replayed++
 			}
 		case codes.ResourceExhausted:

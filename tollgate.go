@@ -1,12 +1,14 @@
-// Package tollgate is the vocabulary of a distributed rate limiter for gRPC
-// servers: a Limit says how much is admitted, a Request asks for a decision,
-// a Store makes it and answers with a Decision.
+// Package tollgate is the vocabulary of a distributed rate limiter for
+// servers of many replicas (gRPC, Connect, net/http): a Limit says how much
+// is admitted, a Request asks for a decision, a Store makes it and answers
+// with a Decision.
 //
 // Two stores implement Store: store.Redis, which makes every decision with
 // one short Lua script on Redis (single node, Cluster or Sentinel) so that
 // many replicas share one quota, and store.Memory, an in-process store with
-// the same answers. Package interceptor turns a Store into gRPC server
-// interceptors.
+// the same answers. Package engine decides calls by rules over a Store,
+// for three doors: package interceptor (gRPC), package httplimit
+// (net/http) and the connectlimit module (connect-go).
 //
 // Time is always the store's: the Redis store reads the Redis server clock
 // inside the script, never the caller's clock. Quantities are integers:
@@ -138,6 +140,27 @@ func (c Calendar) String() string {
 	return fmt.Sprintf("calendar(%d)", uint8(c))
 }
 
+// Length returns the length of the window of c that holds t, in UTC: 24h
+// for a Day, 7 days for a Week, 28 to 31 days for a Month and 365 or 366
+// for a Year; 0 for NoCalendar. It is the one place every package reads a
+// calendar unit's length from.
+func (c Calendar) Length(t time.Time) time.Duration {
+	y, m, _ := t.UTC().Date()
+	switch c {
+	case Day:
+		return 24 * time.Hour
+	case Week:
+		return 7 * 24 * time.Hour
+	case Month:
+		start := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+		return start.AddDate(0, 1, 0).Sub(start)
+	case Year:
+		start := time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC)
+		return start.AddDate(1, 0, 0).Sub(start)
+	}
+	return 0
+}
+
 // Daily returns a FixedWindow Limit of n events per UTC calendar day.
 func Daily(n int64) Limit { return Limit{Algorithm: FixedWindow, Rate: n, Calendar: Day} }
 
@@ -248,7 +271,7 @@ const MaxRequestIDLen = 128
 type Request struct {
 	// Key is the identity of the bucket, any bytes up to MaxKeyLen; the store
 	// makes it safe for Redis. Requests with the same Key and Algorithm share
-	// state, so give each rule its own key space (the interceptor prefixes
+	// state, so give each rule its own key space (the engine prefixes
 	// keys with the rule name).
 	Key string
 	// Limit is the limit enforced for this Key.

@@ -1,5 +1,5 @@
 // Package admin serves tollgate.admin.v1 (admin/v1/admin.proto) over an
-// interceptor.Limiter: support staff read a caller's remaining quota under
+// engine.Limiter (an interceptor.Limiter's is its Limiter field): support staff read a caller's remaining quota under
 // a rule (GetQuota), give it back (ResetQuota), list the rules (ListRules)
 // and change a caller's limits or block it on every replica at once
 // (SetOverride, Block, DeleteOverride, ListOverrides), with any gRPC
@@ -32,14 +32,15 @@ import (
 
 	"github.com/tollgate/tollgate"
 	adminv1 "github.com/tollgate/tollgate/admin/v1"
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/check"
+	"github.com/tollgate/tollgate/internal/grpcstatus"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // Register registers the admin service of l on s. A nil s or l is an
 // error.
-func Register(s grpc.ServiceRegistrar, l *interceptor.Limiter) error {
+func Register(s grpc.ServiceRegistrar, l *engine.Limiter) error {
 	if check.Nil(s) {
 		return errors.New("admin: the server to register on is nil")
 	}
@@ -53,7 +54,7 @@ func Register(s grpc.ServiceRegistrar, l *interceptor.Limiter) error {
 
 // NewServer returns the admin service of l, for servers that register it
 // themselves. A nil l is an error.
-func NewServer(l *interceptor.Limiter) (adminv1.AdminServer, error) {
+func NewServer(l *engine.Limiter) (adminv1.AdminServer, error) {
 	if l == nil {
 		return nil, errors.New("admin: the Limiter is nil")
 	}
@@ -62,7 +63,7 @@ func NewServer(l *interceptor.Limiter) (adminv1.AdminServer, error) {
 
 type server struct {
 	adminv1.UnimplementedAdminServer
-	l *interceptor.Limiter
+	l *engine.Limiter
 }
 
 // GetQuota returns the state of every limit of the rule for the caller.
@@ -73,7 +74,7 @@ func (s *server) GetQuota(ctx context.Context, req *adminv1.GetQuotaRequest) (*a
 	}
 	qs, err := s.l.Peek(ctx, req.GetRule(), who)
 	if err != nil {
-		return nil, err
+		return nil, grpcstatus.Of(err)
 	}
 	resp := &adminv1.GetQuotaResponse{}
 	for _, q := range qs {
@@ -114,7 +115,7 @@ func (s *server) ResetQuota(ctx context.Context, req *adminv1.ResetQuotaRequest)
 		return nil, err
 	}
 	if err := s.l.Reset(ctx, req.GetRule(), who); err != nil {
-		return nil, err
+		return nil, grpcstatus.Of(err)
 	}
 	return &adminv1.ResetQuotaResponse{}, nil
 }
@@ -138,8 +139,8 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 		if len(out.Limits) > 0 || out.DynamicLimits {
 			out.Cost = max(r.Cost, 1)
 		}
-		if l, ok := r.PerMessage.Limit(); ok {
-			out.PerMessage = l.String()
+		if r.PerMessage.Limit != (tollgate.Limit{}) {
+			out.PerMessage = r.PerMessage.Limit.String()
 		}
 		resp.Rules = append(resp.Rules, out)
 	}
@@ -159,7 +160,7 @@ func (s *server) SetOverride(ctx context.Context, req *adminv1.SetOverrideReques
 		}
 	}
 	if err := s.l.SetOverride(ctx, req.GetRule(), who, limits, req.GetTtl().AsDuration()); err != nil {
-		return nil, err
+		return nil, grpcstatus.Of(err)
 	}
 	return &adminv1.SetOverrideResponse{}, nil
 }
@@ -171,7 +172,7 @@ func (s *server) Block(ctx context.Context, req *adminv1.BlockRequest) (*adminv1
 		return nil, err
 	}
 	if err := s.l.Block(ctx, req.GetRule(), who, req.GetTtl().AsDuration()); err != nil {
-		return nil, err
+		return nil, grpcstatus.Of(err)
 	}
 	return &adminv1.BlockResponse{}, nil
 }
@@ -183,7 +184,7 @@ func (s *server) DeleteOverride(ctx context.Context, req *adminv1.DeleteOverride
 		return nil, err
 	}
 	if err := s.l.DeleteOverride(ctx, req.GetRule(), who); err != nil {
-		return nil, err
+		return nil, grpcstatus.Of(err)
 	}
 	return &adminv1.DeleteOverrideResponse{}, nil
 }
@@ -192,7 +193,7 @@ func (s *server) DeleteOverride(ctx context.Context, req *adminv1.DeleteOverride
 func (s *server) ListOverrides(ctx context.Context, req *adminv1.ListOverridesRequest) (*adminv1.ListOverridesResponse, error) {
 	os, err := s.l.Overrides(ctx, req.GetRule())
 	if err != nil {
-		return nil, err
+		return nil, grpcstatus.Of(err)
 	}
 	resp := &adminv1.ListOverridesResponse{}
 	for _, o := range os {
@@ -277,20 +278,20 @@ func limitProto(l tollgate.Limit) *adminv1.Limit {
 }
 
 // caller translates the request's caller.
-func caller(c *adminv1.Caller) (interceptor.Caller, error) {
+func caller(c *adminv1.Caller) (engine.Caller, error) {
 	switch id := c.GetIdentity().(type) {
 	case *adminv1.Caller_Value:
-		return interceptor.Caller{Value: id.Value}, nil
+		return engine.Caller{Value: id.Value}, nil
 	case *adminv1.Caller_Join:
-		return interceptor.Caller{Value: keyfunc.JoinValues(id.Join.GetValues()...)}, nil
+		return engine.Caller{Value: keyfunc.JoinValues(id.Join.GetValues()...)}, nil
 	case *adminv1.Caller_FirstOf:
-		return interceptor.Caller{Value: keyfunc.FirstOfValue(int(id.FirstOf.GetIndex()), id.FirstOf.GetValue())}, nil
+		return engine.Caller{Value: keyfunc.FirstOfValue(int(id.FirstOf.GetIndex()), id.FirstOf.GetValue())}, nil
 	case *adminv1.Caller_Metadata:
-		return interceptor.Caller{Metadata: metadata.New(id.Metadata.GetEntries()), Method: c.GetMethod()}, nil
+		return engine.Caller{Metadata: metadata.New(id.Metadata.GetEntries()), Method: c.GetMethod()}, nil
 	case *adminv1.Caller_Anonymous:
 		if id.Anonymous {
-			return interceptor.Caller{Anonymous: true}, nil
+			return engine.Caller{Anonymous: true}, nil
 		}
 	}
-	return interceptor.Caller{}, status.Error(codes.InvalidArgument, "caller: set one of value, join, first_of, metadata or anonymous")
+	return engine.Caller{}, status.Error(codes.InvalidArgument, "caller: set one of value, join, first_of, metadata or anonymous")
 }

@@ -55,7 +55,7 @@ func TestAdmin(t *testing.T) {
 			perUser := interceptor.Rule{
 				Name:         "per-user " + prefix,
 				Key:          keyfunc.Metadata("x-user"),
-				OnMissingKey: interceptor.ShareMissing,
+				ShareMissing: true,
 				Limits:       interceptor.Fixed(tollgate.PerHour(2)),
 				Shadow:       true,
 			}
@@ -247,7 +247,7 @@ func TestAdminOverrides(t *testing.T) {
 // mustRegister registers l's admin service on s.
 func mustRegister(t *testing.T, s *grpc.Server, l *interceptor.Limiter) {
 	t.Helper()
-	if err := admin.Register(s, l); err != nil {
+	if err := admin.Register(s, l.Limiter); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -266,7 +266,7 @@ func TestNilLimiterIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close(context.Background()) })
-	if err := admin.Register((*grpc.Server)(nil), l); err == nil {
+	if err := admin.Register((*grpc.Server)(nil), l.Limiter); err == nil {
 		t.Error("Register(typed nil server, l): no error")
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/admin"
 	adminv1 "github.com/tollgate/tollgate/admin/v1"
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -29,11 +29,11 @@ func ExampleNewServer() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
+	lim, err := engine.New(st, engine.Config{Rules: []engine.Rule{{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),
-		Limits: interceptor.Fixed(tollgate.PerSecond(10), tollgate.Daily(1000)),
-	}))
+		Limits: engine.Fixed(tollgate.PerSecond(10), tollgate.Daily(1000)),
+	}}})
 	if err != nil {
 		panic(err)
 	}
@@ -59,12 +59,12 @@ func ExampleNewServer() {
 		panic(err)
 	}
 	_, err = srv.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: "no-such-rule", Caller: acme})
-	fmt.Println(status.Code(err), err)
+	fmt.Println(status.Code(err), status.Convert(err).Message())
 	// Output:
 	// per-tenant [token_bucket 10/1s burst 10 daily 1000] open
 	// token_bucket 10/1s burst 10 available 10
 	// daily 1000 available 1000
-	// NotFound interceptor: no rate limit rule is named "no-such-rule"
+	// NotFound engine: no rate limit rule is named "no-such-rule"
 }
 
 // An operator's program calls the admin service of a running server with
@@ -76,11 +76,11 @@ func ExampleRegister() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lim, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
+	lim, err := engine.New(st, engine.Config{Rules: []engine.Rule{{
 		Name:   "per-tenant",
 		Key:    keyfunc.Metadata("x-tenant"),
-		Limits: interceptor.Fixed(tollgate.PerSecond(10)),
-	}))
+		Limits: engine.Fixed(tollgate.PerSecond(10)),
+	}}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/connectlimit"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -120,10 +120,10 @@ func tollgateHTTP(st tollgate.Store, release func()) (func(http.Handler) http.Ha
 }
 
 // tenantLimiter is a Limiter on st with one rule: HTTPLimit per tenant.
-func tenantLimiter(st tollgate.Store) (*interceptor.Limiter, error) {
-	return interceptor.New(st, interceptor.WithRules(interceptor.Rule{
-		Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limits: interceptor.Fixed(HTTPLimit),
-	}))
+func tenantLimiter(st tollgate.Store) (*engine.Limiter, error) {
+	return engine.New(st, engine.Config{Rules: []engine.Rule{{
+		Name: "per-tenant", Key: keyfunc.Metadata(TenantHeader), Limits: engine.Fixed(HTTPLimit),
+	}}})
 }
 
 // SayHandler is the handler the HTTP measurements limit: GET /say

@@ -1,18 +1,20 @@
-// Package connectlimit puts a tollgate interceptor.Limiter in front of
-// connect-go (connectrpc.com/connect) handlers: the same rules, key
-// functions, overrides, request ids, seats, settlements, fail modes,
-// shadow rules and telemetry as the gRPC interceptors, on the same store,
-// whichever protocol a client speaks (Connect, gRPC or gRPC-Web).
+// Package connectlimit is the connect-go (connectrpc.com/connect) door of
+// a tollgate engine.Limiter: the same rules, key functions, overrides,
+// request ids, seats, settlements, fail modes, shadow rules and telemetry
+// as the gRPC and HTTP doors, on the same store, whichever protocol a
+// client speaks (Connect, gRPC or gRPC-Web).
 //
 // A call is its procedure ("/pkg.Service/Method", what a gRPC interceptor
 // sees as the full method), so one rule covers a service served by grpc-go
-// and by connect-go. Key functions read the request headers as gRPC
-// metadata and the client address as the peer. A refused call fails with
-// the code and the details the gRPC interceptors send (for a denial,
+// and by connect-go. Key functions read the request headers as the gRPC
+// door's metadata (a "-bin" header's base64 value decoded, as grpc-go
+// decodes it) and the client address as the peer. A refused call fails
+// with the code and the details the gRPC door sends (for a denial,
 // connect.CodeResourceExhausted with errdetails.RetryInfo and
-// errdetails.QuotaFailure, and retry-after and the x-ratelimit-* keys in
-// the error's metadata), so a Connect, a gRPC and a gRPC-Web client of the
-// same handler all read one answer.
+// errdetails.QuotaFailure), and its metadata carries the same rate-limit
+// keys (ratelimit-policy, ratelimit, retry-after and the legacy
+// x-ratelimit-*), so a Connect, a gRPC and a gRPC-Web client of the same
+// handler all read one answer.
 //
 // It is a module of its own, so that the core module does not depend on
 // connect-go.
@@ -28,7 +30,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/grpcstatus"
+	"github.com/tollgate/tollgate/keyfunc"
 )
 
 // New returns the connect.Interceptor that limits the calls of the
@@ -37,24 +41,32 @@ import (
 // received. Clients' calls pass through it unchanged.
 //
 // An admitted call's handler runs with a context carrying its report for
-// interceptor.ReportCost; once it returns (or panics) the call is ended:
-// its seats released and its rules settled, Rule.Settle seeing the
-// response message and the handler's error as a gRPC status of the same
-// code.
-func New(l *interceptor.Limiter) (connect.Interceptor, error) {
+// engine.ReportCost; once it returns (or panics) the call is ended: its
+// seats released and its rules settled, Rule.Settle seeing the response
+// message and the handler's error as a gRPC status of the same code.
+func New(l *engine.Limiter) (connect.Interceptor, error) {
 	if l == nil {
 		return nil, errors.New("connectlimit: the Limiter is nil")
 	}
 	return &limiter{l: l}, nil
 }
 
-type limiter struct{ l *interceptor.Limiter }
+type limiter struct{ l *engine.Limiter }
 
-// begin decides a call of spec with header from peer.
-func (i *limiter) begin(ctx context.Context, spec connect.Spec, header http.Header, peer connect.Peer, req any) *interceptor.Verdict {
-	ctx = interceptor.IncomingContext(ctx, header, peer.Addr)
-	stream := spec.StreamType != connect.StreamTypeUnary
-	return i.l.Begin(ctx, interceptor.Call{Method: spec.Procedure, Request: req, Stream: stream})
+// errPanicked is the error a call whose handler panicked is settled with.
+var errPanicked = status.Error(codes.Internal, "connectlimit: the handler panicked")
+
+// call presents a call of spec with header from peer to the engine. It is
+// inlined where Begin is called, so that neither the call nor the Verdict
+// is copied on the way: a handler's goroutine starts with a small stack.
+func call(spec connect.Spec, header http.Header, peer connect.Peer, req any) engine.Call {
+	return engine.Call{
+		Method:  spec.Procedure,
+		Header:  keyfunc.HTTPHeader(header),
+		Peer:    peer.Addr,
+		Request: req,
+		Stream:  spec.StreamType != connect.StreamTypeUnary,
+	}
 }
 
 // WrapUnary limits a handler's unary calls.
@@ -63,16 +75,16 @@ func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		v := i.begin(ctx, req.Spec(), req.Header(), req.Peer(), req.Any())
-		if err := v.Err(); err != nil {
-			return nil, refusal(err, v.Trailer())
+		v := i.l.Begin(ctx, call(req.Spec(), req.Header(), req.Peer(), req.Any()))
+		if err := grpcstatus.Refusal(&v); err != nil {
+			return nil, refusal(err, i.trailer(&v))
 		}
-		defer v.EndPanicked()
+		defer v.End(nil, errPanicked)
 		resp, err := next(v.Context(), req)
 		var msg any
 		if resp != nil {
 			msg = resp.Any()
-			setAll(resp.Trailer(), v.Trailer())
+			setAll(resp.Trailer(), i.trailer(&v))
 		}
 		v.End(msg, asStatus(err))
 		return resp, err
@@ -88,22 +100,28 @@ func (i *limiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 // stream opens, then one per message received under PerMessage rules.
 func (i *limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		v := i.begin(ctx, conn.Spec(), conn.RequestHeader(), conn.Peer(), nil)
-		if err := v.Err(); err != nil {
-			return refusal(err, v.Trailer())
+		v := i.l.Begin(ctx, call(conn.Spec(), conn.RequestHeader(), conn.Peer(), nil))
+		if err := grpcstatus.Refusal(&v); err != nil {
+			return refusal(err, i.trailer(&v))
 		}
-		defer v.EndPanicked()
-		err := next(v.Context(), &limitedConn{StreamingHandlerConn: conn, v: v, ctx: v.Context()})
-		setAll(conn.ResponseTrailer(), v.Trailer())
+		defer v.End(nil, errPanicked)
+		err := next(v.Context(), &limitedConn{StreamingHandlerConn: conn, v: &v, ctx: ctx})
+		setAll(conn.ResponseTrailer(), i.trailer(&v))
 		v.End(nil, asStatus(err))
 		return err
 	}
 }
 
+// trailer is the rate-limit metadata of the call v decided, as the gRPC
+// door sends it.
+func (i *limiter) trailer(v *engine.Verdict) metadata.MD {
+	return grpcstatus.Trailer(v, i.l.AdmittedTrailers())
+}
+
 // limitedConn decides every message it receives.
 type limitedConn struct {
 	connect.StreamingHandlerConn
-	v   *interceptor.Verdict
+	v   *engine.Verdict
 	ctx context.Context
 }
 
@@ -113,15 +131,15 @@ func (c *limitedConn) Receive(m any) error {
 	if err := c.StreamingHandlerConn.Receive(m); err != nil {
 		return err
 	}
-	if err := c.v.Received(c.ctx); err != nil {
-		return refusal(err, nil)
+	if c.v.Received(c.ctx) != nil {
+		return refusal(grpcstatus.Refusal(c.v), nil)
 	}
 	return nil
 }
 
-// refusal is the connect error of a call the Limiter refused with err, a
-// gRPC status: the same code (connect's codes are gRPC's), message and
-// details, and md in its metadata.
+// refusal is the connect error of a call refused with err, the gRPC status
+// the gRPC door would answer: the same code (connect's codes are gRPC's),
+// message and details, and md in its metadata.
 func refusal(err error, md metadata.MD) *connect.Error {
 	st := status.Convert(err)
 	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/connectlimit"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
@@ -58,7 +61,7 @@ func newLimiter(t *testing.T, st tollgate.Store, rules ...interceptor.Rule) *int
 // URL and a client for it. say, when not nil, answers Say.
 func serveConnect(t *testing.T, l *interceptor.Limiter, say func(context.Context, *msg) (*msg, error)) (string, *http.Client) {
 	t.Helper()
-	limit, err := connectlimit.New(l)
+	limit, err := connectlimit.New(l.Limiter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +169,7 @@ func TestDenialIsOneAnswerInEveryProtocol(t *testing.T) {
 			if _, ok := got[0].(*errdetails.RetryInfo); !ok {
 				t.Errorf("first detail %T, want RetryInfo", got[0])
 			}
-			for _, k := range []string{interceptor.TrailerRetryAfter, interceptor.TrailerRemaining, interceptor.TrailerLimit} {
+			for _, k := range []string{fields.RetryAfter, fields.LegacyRemaining, fields.LegacyLimit} {
 				if v := ce.Meta().Get(k); v == "" || v != trailer.Get(k)[0] {
 					t.Errorf("metadata %s = %q, want %q as grpc-go's trailer", k, v, trailer.Get(k))
 				}
@@ -179,7 +182,7 @@ func TestDenialIsOneAnswerInEveryProtocol(t *testing.T) {
 // passes the PerMessage limit, Police failing the receive.
 func TestStreamMessagesLimited(t *testing.T) {
 	rule := perTenant(tollgate.PerHour(10))
-	rule.PerMessage = interceptor.Police(tollgate.PerHour(2))
+	rule.PerMessage = engine.MessageLimit{Limit: tollgate.PerHour(2)}
 	l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), rule)
 	url, c := serveConnect(t, l, nil)
 	for name, opts := range protocols {
@@ -249,7 +252,7 @@ func TestSettleSeesTheHandlersCode(t *testing.T) {
 func TestPanicFreesTheSeat(t *testing.T) {
 	rule := interceptor.Rule{Name: "one", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 1}
 	l := newLimiter(t, storefixture.Memory(t), rule)
-	limit, err := connectlimit.New(l)
+	limit, err := connectlimit.New(l.Limiter)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/connectlimit"
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
 )
@@ -23,12 +23,12 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := interceptor.New(st, interceptor.WithRules(interceptor.Rule{
+	limiter, err := engine.New(st, engine.Config{Rules: []engine.Rule{{
 		Name:    "per-tenant",
 		Methods: []string{"/tollgate.example.Echo/Say"},
 		Key:     keyfunc.Metadata("x-tenant"),
-		Limits:  interceptor.Fixed(tollgate.PerMinute(2)),
-	}))
+		Limits:  engine.Fixed(tollgate.PerMinute(2)),
+	}}})
 	if err != nil {
 		log.Fatal(err)
 	}

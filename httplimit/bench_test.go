@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/storefixture"
 	"github.com/tollgate/tollgate/keyfunc"
 )
@@ -18,9 +18,9 @@ import (
 // the Memory store, without the network: what the middleware adds to a
 // handler, over 10,000 tenants.
 func BenchmarkMiddleware(b *testing.B) {
-	l, err := interceptor.New(storefixture.Memory(b), interceptor.WithRules(interceptor.Rule{
-		Name: "per-tenant", Key: keyfunc.Metadata("x-tenant"), Limits: interceptor.Fixed(tollgate.Limit{Rate: 1e9, Period: time.Second}),
-	}))
+	l, err := engine.New(storefixture.Memory(b), engine.Config{Rules: []engine.Rule{{
+		Name: "per-tenant", Key: keyfunc.Metadata("x-tenant"), Limits: engine.Fixed(tollgate.Limit{Rate: 1e9, Period: time.Second}),
+	}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,11 +16,10 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/storefixture"
 	"github.com/tollgate/tollgate/keyfunc"
@@ -38,7 +37,7 @@ func frozen() time.Time { return now }
 
 // server serves mux behind l's middleware over loopback and returns its
 // URL.
-func server(t *testing.T, l *interceptor.Limiter, mux http.Handler, opts ...httplimit.Option) string {
+func server(t *testing.T, l *engine.Limiter, mux http.Handler, opts ...httplimit.Option) string {
 	t.Helper()
 	mw, err := httplimit.New(l, opts...)
 	if err != nil {
@@ -49,9 +48,9 @@ func server(t *testing.T, l *interceptor.Limiter, mux http.Handler, opts ...http
 	return srv.URL
 }
 
-func newLimiter(t *testing.T, st tollgate.Store, rules ...interceptor.Rule) *interceptor.Limiter {
+func newLimiter(t *testing.T, st tollgate.Store, rules ...engine.Rule) *engine.Limiter {
 	t.Helper()
-	l, err := interceptor.New(st, interceptor.WithRules(rules...))
+	l, err := engine.New(st, engine.Config{Rules: rules})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,15 +96,15 @@ func send(t *testing.T, method, url string, kv ...string) (*http.Response, strin
 	return resp, string(body)
 }
 
-func tenantRule(limits ...tollgate.Limit) interceptor.Rule {
-	return interceptor.Rule{Name: "per-tenant", Key: keyfunc.Metadata("x-tenant"), Limits: interceptor.Fixed(limits...)}
+func tenantRule(limits ...tollgate.Limit) engine.Rule {
+	return engine.Rule{Name: "per-tenant", Key: keyfunc.Metadata("x-tenant"), Limits: engine.Fixed(limits...)}
 }
 
 // fields parses the RateLimit-Policy and RateLimit fields of h by name.
 func fields(t *testing.T, h http.Header) (policy, state map[string]sfItem) {
 	t.Helper()
 	policy, state = map[string]sfItem{}, map[string]sfItem{}
-	for field, into := range map[string]map[string]sfItem{httplimit.FieldPolicy: policy, httplimit.FieldRateLimit: state} {
+	for field, into := range map[string]map[string]sfItem{"RateLimit-Policy": policy, "RateLimit": state} {
 		if n := len(h.Values(field)); n != 1 {
 			t.Fatalf("%d %s fields, want 1", n, field)
 		}
@@ -150,9 +149,9 @@ func TestFieldsSayTheStoresDecision(t *testing.T) {
 			if algo == tollgate.TokenBucket || algo == tollgate.GCRA {
 				perHour.Burst = 5 // a capacity apart from the rate: w is its refill, 15m
 			}
-			rules := []interceptor.Rule{
+			rules := []engine.Rule{
 				tenantRule(perSecond, perHour),
-				{Name: "global", Key: keyfunc.Constant("all"), Limits: interceptor.Fixed(tollgate.Limit{Algorithm: algo, Rate: 100, Period: time.Minute})},
+				{Name: "global", Key: keyfunc.Constant("all"), Limits: engine.Fixed(tollgate.Limit{Algorithm: algo, Rate: 100, Period: time.Minute})},
 				{Name: "exports", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 3},
 			}
 			l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), rules...)
@@ -164,7 +163,7 @@ func TestFieldsSayTheStoresDecision(t *testing.T) {
 				}
 				resp, body := send(t, "GET", url+"/items/7", "x-tenant", "acme")
 				if i == 2 {
-					t.Logf("%s: %s\n%s: %s", httplimit.FieldPolicy, resp.Header.Get(httplimit.FieldPolicy), httplimit.FieldRateLimit, resp.Header.Get(httplimit.FieldRateLimit))
+					t.Logf("%s: %s\n%s: %s", "RateLimit-Policy", resp.Header.Get("RateLimit-Policy"), "RateLimit", resp.Header.Get("RateLimit"))
 				}
 				if resp.StatusCode != http.StatusOK || body != "item 7" {
 					t.Fatalf("request %d: %s %q", i+1, resp.Status, body)
@@ -231,12 +230,12 @@ func TestDenial(t *testing.T) {
 }
 
 // available is what tenant has left under per-tenant.
-func available(t *testing.T, l *interceptor.Limiter, tenant string) int64 {
+func available(t *testing.T, l *engine.Limiter, tenant string) int64 {
 	t.Helper()
 	if err := l.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	qs, err := l.Peek(context.Background(), "per-tenant", interceptor.Caller{Value: tenant})
+	qs, err := l.Peek(context.Background(), "per-tenant", engine.Caller{Value: tenant})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,14 +244,14 @@ func available(t *testing.T, l *interceptor.Limiter, tenant string) int64 {
 
 // Bad input gets its documented answer and debits nothing it should not:
 // an identity over keyfunc.MaxValueLen and a missing one under
-// RejectMissing are 400; ShareMissing puts the caller in the anonymous
+// without ShareMissing are 400; ShareMissing puts the caller in the anonymous
 // bucket; a malformed request id is 400; a body the settle function cannot
 // read leaves the reservation as it is.
 func TestBadInput(t *testing.T) {
 	st := storefixture.Memory(t, store.WithClock(frozen))
-	shared := interceptor.Rule{Name: "anonymous", Methods: []string{"GET /shared"}, Key: keyfunc.Metadata("x-tenant"), OnMissingKey: interceptor.ShareMissing,
-		Limits: interceptor.Fixed(tollgate.PerHour(5))}
-	priced := interceptor.Rule{Name: "tokens", Methods: []string{"POST /complete"}, Key: keyfunc.Metadata("x-tenant"), Limits: interceptor.Fixed(tollgate.PerHour(1000)),
+	shared := engine.Rule{Name: "anonymous", Methods: []string{"GET /shared"}, Key: keyfunc.Metadata("x-tenant"), ShareMissing: true,
+		Limits: engine.Fixed(tollgate.PerHour(5))}
+	priced := engine.Rule{Name: "tokens", Methods: []string{"POST /complete"}, Key: keyfunc.Metadata("x-tenant"), Limits: engine.Fixed(tollgate.PerHour(1000)),
 		Cost: 100, Settle: httplimit.SettleBody(func(b []byte) (int64, error) {
 			var v struct{ Tokens int64 }
 			err := json.Unmarshal(b, &v)
@@ -299,7 +298,7 @@ func TestBadInput(t *testing.T) {
 		if err := l.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		qs, err := l.Peek(context.Background(), "tokens", interceptor.Caller{Value: tenant})
+		qs, err := l.Peek(context.Background(), "tokens", engine.Caller{Value: tenant})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,9 +343,8 @@ func TestRequestIDReplay(t *testing.T) {
 	}
 }
 
-// Settle reads what the handler wrote: its bytes, its status (or the gRPC
-// code of the same meaning), or the cost it reported with
-// interceptor.ReportCost.
+// Settle reads what the handler wrote: its bytes, its status, or the cost
+// it reported with engine.ReportCost.
 func TestSettleFromWhatWasWritten(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
@@ -360,15 +358,13 @@ func TestSettleFromWhatWasWritten(t *testing.T) {
 	})
 	mux.HandleFunc("GET /report/{n}", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.ParseInt(r.PathValue("n"), 10, 64)
-		interceptor.ReportCost(r.Context(), n)
+		engine.ReportCost(r.Context(), n)
 	})
 	key := keyfunc.Metadata("x-tenant")
-	rules := []interceptor.Rule{
-		{Name: "bytes", Methods: []string{"GET /bytes/{n}"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(1000)), Cost: 10, Settle: httplimit.SettleBytes},
-		{Name: "logins", Methods: []string{"POST /login"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), Settle: httplimit.SettleStatus(http.StatusUnauthorized)},
-		// The same, from the gRPC code a 401 is to Settle.
-		{Name: "failures", Methods: []string{"POST /login"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), Settle: interceptor.SettleFailures(codes.Unauthenticated)},
-		{Name: "reported", Methods: []string{"GET /report/{n}"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(1000)), Cost: 10, Settle: interceptor.SettleReported},
+	rules := []engine.Rule{
+		{Name: "bytes", Methods: []string{"GET /bytes/{n}"}, Key: key, Limits: engine.Fixed(tollgate.PerHour(1000)), Cost: 10, Settle: httplimit.SettleBytes},
+		{Name: "logins", Methods: []string{"POST /login"}, Key: key, Limits: engine.Fixed(tollgate.PerHour(5)), Settle: httplimit.SettleStatus(http.StatusUnauthorized)},
+		{Name: "reported", Methods: []string{"GET /report/{n}"}, Key: key, Limits: engine.Fixed(tollgate.PerHour(1000)), Cost: 10, Settle: engine.SettleReported},
 	}
 	l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), rules...)
 	url := server(t, l, mux)
@@ -379,8 +375,8 @@ func TestSettleFromWhatWasWritten(t *testing.T) {
 	if err := l.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for rule, want := range map[string]int64{"bytes": 700, "logins": 4, "failures": 4, "reported": 958} {
-		qs, err := l.Peek(context.Background(), rule, interceptor.Caller{Value: "a"})
+	for rule, want := range map[string]int64{"bytes": 700, "logins": 4, "reported": 958} {
+		qs, err := l.Peek(context.Background(), rule, engine.Caller{Value: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -394,7 +390,7 @@ func TestSettleFromWhatWasWritten(t *testing.T) {
 // request of the tenant is refused while the first streams, and admitted
 // once it has ended.
 func TestSeatHeldWhileStreaming(t *testing.T) {
-	rule := interceptor.Rule{Name: "streams", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 1}
+	rule := engine.Rule{Name: "streams", Key: keyfunc.Metadata("x-tenant"), MaxInFlight: 1}
 	l := newLimiter(t, storefixture.Memory(t), rule)
 	release := make(chan struct{})
 	var streaming atomic.Bool
@@ -439,10 +435,10 @@ func TestSeatHeldWhileStreaming(t *testing.T) {
 // values; another route is not limited by it.
 func TestRoutes(t *testing.T) {
 	var seen atomic.Value
-	rule := interceptor.Rule{Name: "per-route", Methods: []string{"GET /items/{id}"}, Key: func(ctx context.Context, method string) (string, error) {
-		seen.Store(method)
-		return keyfunc.Method()(ctx, method)
-	}, Limits: interceptor.Fixed(tollgate.PerHour(2))}
+	rule := engine.Rule{Name: "per-route", Methods: []string{"GET /items/{id}"}, Key: func(ctx context.Context, call keyfunc.Call) (string, error) {
+		seen.Store(call.Method)
+		return keyfunc.Method()(ctx, call)
+	}, Limits: engine.Fixed(tollgate.PerHour(2))}
 	l := newLimiter(t, storefixture.Memory(t, store.WithClock(frozen)), rule)
 	mux := itemsMux()
 	mux.HandleFunc("/other", func(w http.ResponseWriter, r *http.Request) {})
@@ -457,8 +453,8 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("keyfunc.Method saw %q, want the route", got)
 	}
 	for range 3 {
-		if resp, _ := send(t, "GET", url+"/other"); resp.StatusCode != 200 || resp.Header.Get(httplimit.FieldRateLimit) != "" {
-			t.Errorf("/other: %s with RateLimit %q, want 200 unlimited", resp.Status, resp.Header.Get(httplimit.FieldRateLimit))
+		if resp, _ := send(t, "GET", url+"/other"); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
+			t.Errorf("/other: %s with RateLimit %q, want 200 unlimited", resp.Status, resp.Header.Get("RateLimit"))
 		}
 	}
 
@@ -472,7 +468,7 @@ func TestRoutes(t *testing.T) {
 	} {
 		r := httptest.NewRequest(c.method, "/", nil)
 		r.Pattern = c.pattern
-		if got := httplimit.Route(r, nil); got != c.want {
+		if got, _ := httplimit.Route(r, nil); got != c.want {
 			t.Errorf("Route(%s, %q) = %q, want %q", c.method, c.pattern, got, c.want)
 		}
 	}
@@ -485,7 +481,7 @@ func TestWithoutRateLimitFields(t *testing.T) {
 	url := server(t, l, itemsMux(), httplimit.WithoutRateLimitFields())
 	for i := range 2 {
 		resp, _ := send(t, "GET", url+"/items/1", "x-tenant", "a")
-		if resp.Header.Get(httplimit.FieldPolicy) != "" || resp.Header.Get(httplimit.FieldRateLimit) != "" {
+		if resp.Header.Get("RateLimit-Policy") != "" || resp.Header.Get("RateLimit") != "" {
 			t.Errorf("request %d carries the fields: %v", i+1, resp.Header)
 		}
 		if i == 1 && resp.Header.Get("Retry-After") != "60" {
@@ -522,10 +518,7 @@ func TestFailModesShadowAndTelemetry(t *testing.T) {
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	down := downStore{storefixture.Memory(t)}
 	key := keyfunc.Metadata("x-tenant")
-	l, err := interceptor.New(down, interceptor.WithMeterProvider(mp), interceptor.WithBreaker(0, 0), interceptor.WithRules(
-		interceptor.Rule{Name: "closed", Methods: []string{"GET /closed"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5)), FailMode: interceptor.FailClosed},
-		interceptor.Rule{Name: "open", Methods: []string{"GET /open"}, Key: key, Limits: interceptor.Fixed(tollgate.PerHour(5))},
-	))
+	l, err := engine.New(down, engine.Config{MeterProvider: mp, BreakerFailures: -1, BreakerCoolDown: 0, Rules: []engine.Rule{{Name: "closed", Methods: []string{"GET /closed"}, Key: key, Limits: engine.Fixed(tollgate.PerHour(5)), FailMode: engine.FailClosed}, {Name: "open", Methods: []string{"GET /open"}, Key: key, Limits: engine.Fixed(tollgate.PerHour(5))}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,8 +530,8 @@ func TestFailModesShadowAndTelemetry(t *testing.T) {
 	if resp, body := send(t, "GET", url+"/closed", "x-tenant", "a"); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "rate limiter unavailable") {
 		t.Errorf("FailClosed: %s %q, want 503", resp.Status, body)
 	}
-	if resp, _ := send(t, "GET", url+"/open", "x-tenant", "a"); resp.StatusCode != http.StatusOK || resp.Header.Get(httplimit.FieldRateLimit) != "" {
-		t.Errorf("FailOpen: %s, RateLimit %q; want 200 without fields", resp.Status, resp.Header.Get(httplimit.FieldRateLimit))
+	if resp, _ := send(t, "GET", url+"/open", "x-tenant", "a"); resp.StatusCode != http.StatusOK || resp.Header.Get("RateLimit") != "" {
+		t.Errorf("FailOpen: %s, RateLimit %q; want 200 without fields", resp.Status, resp.Header.Get("RateLimit"))
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

@@ -1,88 +1,78 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/fields"
 )
 
-// ProblemQuotaExceeded is the problem type of a denial, from the IETF
+// problemQuotaExceeded is the problem type of a denial, from the IETF
 // httpapi draft's registrations of problem types.
-const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+const problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 // Problem is the body of a refused request, application/problem+json (RFC
-// 9457). A denial has Type ProblemQuotaExceeded and names the rules that
-// denied it in ViolatedPolicies; any other refusal is "about:blank" with
-// the title of its status.
+// 9457). A denial has the type
+// "https://iana.org/assignments/http-problem-types#quota-exceeded" and
+// names the limits that denied it in ViolatedPolicies; any other refusal
+// is "about:blank" with the title of its status.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
-	// Detail is the refusal's message, as a gRPC client reads it.
+	// Detail is the refusal's message, as every door says it.
 	Detail string `json:"detail"`
-	// ViolatedPolicies names the denying policies as the RateLimit fields
+	// ViolatedPolicies names the denying limits as the RateLimit fields
 	// name them.
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
-// Status returns the HTTP status of a refusal with the gRPC code c:
-// ResourceExhausted 429, InvalidArgument 400, PermissionDenied 403,
-// Unavailable (FailClosed) 503, Canceled 499, DeadlineExceeded 504, and,
-// for a status a key function returned, the rest of the mapping Connect
-// uses (statuses); anything else 500.
-func Status(c codes.Code) int {
-	for _, m := range statuses {
-		if m.code == c {
-			return m.status
-		}
+// statusOf is the HTTP status of each kind of refusal.
+var statusOf = [...]int{
+	engine.Denied:      http.StatusTooManyRequests,
+	engine.Blocked:     http.StatusForbidden,
+	engine.Invalid:     http.StatusBadRequest,
+	engine.Unavailable: http.StatusServiceUnavailable,
+	engine.Fault:       http.StatusInternalServerError,
+	engine.Canceled:    statusClientClosed,
+}
+
+// statusClientClosed is the status of a request whose client went away
+// (nginx's 499 Client Closed Request).
+const statusClientClosed = 499
+
+// refuse answers a request v refused: 429 Too Many Requests for a denial,
+// with Retry-After, 403 for a blocked caller, 400 for a request the rules
+// cannot decide, 503 when the store cannot decide and a rule fails closed,
+// 500 for a rule's own failure, 499 (504 past its deadline) for a client
+// gone; and a problem details body.
+func refuse(w http.ResponseWriter, v *engine.Verdict) {
+	err := v.Err()
+	kind := v.Kind()
+	code := http.StatusInternalServerError
+	if int(kind) < len(statusOf) && statusOf[kind] != 0 {
+		code = statusOf[kind]
 	}
-	return http.StatusInternalServerError
-}
-
-// statuses pairs gRPC codes and HTTP statuses of the same meaning: Status
-// reads it one way, code (the error a Rule.Settle sees) the other, each
-// taking the first row that matches.
-var statuses = []struct {
-	code   codes.Code
-	status int
-}{
-	{codes.ResourceExhausted, http.StatusTooManyRequests},
-	{codes.InvalidArgument, http.StatusBadRequest},
-	{codes.FailedPrecondition, http.StatusBadRequest},
-	{codes.OutOfRange, http.StatusBadRequest},
-	{codes.Unauthenticated, http.StatusUnauthorized},
-	{codes.PermissionDenied, http.StatusForbidden},
-	{codes.NotFound, http.StatusNotFound},
-	{codes.AlreadyExists, http.StatusConflict},
-	{codes.Aborted, http.StatusConflict},
-	{codes.Canceled, 499}, // client closed request
-	{codes.Unimplemented, http.StatusNotImplemented},
-	{codes.Unavailable, http.StatusServiceUnavailable},
-	{codes.Unavailable, http.StatusBadGateway},
-	{codes.DeadlineExceeded, http.StatusGatewayTimeout},
-	{codes.Internal, http.StatusInternalServerError},
-}
-
-// refuse answers a request v refused with err.
-func refuse(w http.ResponseWriter, v *interceptor.Verdict, err error) {
-	st := status.Convert(err)
-	code := Status(st.Code())
-	p := Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Detail: st.Message()}
-	if code == 499 {
+	if kind == engine.Canceled && errors.Is(err, context.DeadlineExceeded) {
+		code = http.StatusGatewayTimeout
+	}
+	p := Problem{Type: "about:blank", Title: http.StatusText(code), Status: code, Detail: err.Error()}
+	if code == statusClientClosed {
 		p.Title = "Client Closed Request"
 	}
 	h := w.Header()
-	if st.Code() == codes.ResourceExhausted {
-		p.Type, p.Title = ProblemQuotaExceeded, "Request cannot be satisfied as assigned quota has been exceeded"
-		p.ViolatedPolicies = violated(v.Limits())
-		h.Set("Retry-After", strconv.FormatInt(seconds(retryDelay(st)), 10))
+	if kind == engine.Denied {
+		p.Type, p.Title = problemQuotaExceeded, "Request cannot be satisfied as assigned quota has been exceeded"
+		for _, ld := range v.Limits() {
+			if ld.Denied {
+				p.ViolatedPolicies = append(p.ViolatedPolicies, ld.Policy)
+			}
+		}
+		h.Set("Retry-After", strconv.FormatInt(fields.Seconds(v.RetryAfter()), 10))
 	}
 	body, _ := json.Marshal(p) // strings and ints only: never fails
 	h.Set("Content-Type", "application/problem+json")
@@ -91,24 +81,19 @@ func refuse(w http.ResponseWriter, v *interceptor.Verdict, err error) {
 	_, _ = w.Write(body)
 }
 
-// retryDelay is the wait of a denial's RetryInfo: the longest of its
-// denying limits', after which every one of them admits the request.
-func retryDelay(st *status.Status) time.Duration {
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			return ri.GetRetryDelay().AsDuration()
-		}
+// setFields sets the RateLimit-Policy and RateLimit fields of limits on h,
+// under their canonical keys with one slice.
+func setFields(h http.Header, limits []engine.LimitDecision) {
+	if len(limits) == 0 {
+		return
 	}
-	return 0
+	policy, state := fields.Values(limits)
+	vals := []string{policy, state}
+	h[canonicalPolicy], h[canonicalState] = vals[0:1:1], vals[1:2:2]
 }
 
-// violated names the denying limits as the RateLimit fields do.
-func violated(limits []interceptor.LimitDecision) []string {
-	var out []string
-	for i, ld := range limits {
-		if ld.Denied {
-			out = append(out, policyName(limits, i))
-		}
-	}
-	return out
-}
+// The fields' keys as http.Header keeps them.
+var (
+	canonicalPolicy = http.CanonicalHeaderKey(fields.Policy)
+	canonicalState  = http.CanonicalHeaderKey(fields.State)
+)

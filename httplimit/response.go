@@ -6,19 +6,14 @@ import (
 	"net"
 	"net/http"
 	"slices"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"strconv"
 )
 
 // Response is what the handler wrote, as a Rule.Settle receives it (its
-// resp argument, a *Response) for a request through the middleware. Settle's err is
-// nil for a status below 400; otherwise it is a gRPC status whose code
-// says the same as the HTTP status (401 codes.Unauthenticated, 404
-// codes.NotFound, 429 codes.ResourceExhausted, 500 codes.Internal, 503
-// codes.Unavailable, …), so that interceptor.SettleFailures counts the
-// same failures over HTTP as over gRPC. A handler that panicked is settled
-// with codes.Internal and no Response.
+// resp argument, a *Response) for a request through the middleware.
+// Settle's err is nil for a status below 400, and otherwise an error naming
+// the status ("HTTP 404 Not Found"); SettleStatus counts statuses. A
+// handler that panicked is settled with an error and no Response.
 type Response struct {
 	// Status is the status code written; 200 when the handler wrote a body
 	// without one, 0 when it wrote nothing.
@@ -133,19 +128,12 @@ func (w *recorder) err() error {
 	if w.resp.Status < 400 {
 		return nil
 	}
-	return status.Error(code(w.resp.Status), http.StatusText(w.resp.Status))
+	return statusError(w.resp.Status)
 }
 
-// code is the gRPC code of an HTTP error status: Status in reverse; an
-// unlisted 4xx is FailedPrecondition, an unlisted 5xx Internal.
-func code(s int) codes.Code {
-	for _, m := range statuses {
-		if m.status == s {
-			return m.code
-		}
-	}
-	if s < 500 {
-		return codes.FailedPrecondition
-	}
-	return codes.Internal
+// statusError is the error of a response whose status is 400 or above.
+type statusError int
+
+func (e statusError) Error() string {
+	return "HTTP " + strconv.Itoa(int(e)) + " " + http.StatusText(int(e))
 }

@@ -3,10 +3,16 @@
 //
 // On the client, UnaryClientInterceptor and StreamClientInterceptor stamp a
 // fresh id on each logical call that has none, in the metadata key
-// DefaultHeader. On the server, the limiter reads it with FromIncoming and
+// DefaultHeader. On the server, the engine reads it from the call's
+// metadata or headers on every door (engine.Config.RequestIDHeader) and
 // passes it to the store as tollgate.Request.RequestID: once a call with an
 // id is admitted, later attempts with the same id are admitted again without
 // a debit (a bounded number of times, for a bounded period; see the store).
+// An id that is not a valid tollgate.Request.RequestID (at most
+// tollgate.MaxRequestIDLen bytes of printable ASCII without spaces), or a
+// header sent several times with different values, refuses the call as
+// invalid: a proxy that appends its own id must not silently decide which
+// attempts share a debit.
 //
 // # Interceptor order
 //
@@ -37,8 +43,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/tollgate/tollgate/internal/check"
@@ -50,42 +54,6 @@ import (
 
 // DefaultHeader is the metadata key that carries the request id.
 const DefaultHeader = "x-request-id"
-
-// ErrMalformed is wrapped by the error FromIncoming returns for an id that
-// is too long or has bytes other than printable ASCII.
-var ErrMalformed = errors.New("idempotency: malformed request id")
-
-// FromIncoming returns the request id the client sent in the incoming
-// metadata under header (DefaultHeader when header is ""), or "" when there
-// is none (absent, or an empty value).
-//
-// The id must be a valid tollgate.Request.RequestID: at most
-// tollgate.MaxRequestIDLen bytes of printable ASCII without spaces. A client
-// may send the header several times only with one value: differing values
-// are malformed rather than resolved by picking one, since a proxy that
-// appends its own id would otherwise silently decide which attempts share a
-// debit. Every error wraps ErrMalformed (and tollgate.ErrInvalidRequest when
-// the id itself breaks the rule); a server answers it with
-// codes.InvalidArgument.
-func FromIncoming(ctx context.Context, header string) (string, error) {
-	if header == "" {
-		header = DefaultHeader
-	}
-	vals := metadata.ValueFromIncomingContext(ctx, header)
-	if len(vals) == 0 {
-		return "", nil
-	}
-	id := vals[0]
-	for _, v := range vals[1:] {
-		if v != id {
-			return "", fmt.Errorf("%w: metadata %q has %d different values", ErrMalformed, header, len(vals))
-		}
-	}
-	if err := check.RequestID(id); err != nil {
-		return "", fmt.Errorf("%w: metadata %q: %w", ErrMalformed, header, err)
-	}
-	return id, nil
-}
 
 // NewID returns a new random request id: 128 bits from crypto/rand, in 32
 // lower-case hexadecimal digits. It is the default generator of the client

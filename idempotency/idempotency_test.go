@@ -2,7 +2,6 @@ package idempotency_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -26,56 +25,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func TestFromIncoming(t *testing.T) {
-	long := strings.Repeat("a", tollgate.MaxRequestIDLen)
-	for _, tc := range []struct {
-		name   string
-		md     metadata.MD
-		header string
-		want   string
-		bad    bool
-	}{
-		{name: "absent", md: metadata.MD{}, want: ""},
-		{name: "other key", md: metadata.Pairs("x-other", "abc"), want: ""},
-		{name: "default header", md: metadata.Pairs("x-request-id", "abc-123"), want: "abc-123"},
-		{name: "explicit default", md: metadata.Pairs("x-request-id", "abc"), header: idempotency.DefaultHeader, want: "abc"},
-		{name: "custom header, any case", md: metadata.Pairs("idempotency-key", "k1"), header: "Idempotency-Key", want: "k1"},
-		{name: "empty value", md: metadata.Pairs("x-request-id", ""), want: ""},
-		{name: "longest", md: metadata.Pairs("x-request-id", long), want: long},
-		{name: "repeated, equal", md: metadata.Pairs("x-request-id", "a", "x-request-id", "a"), want: "a"},
-		{name: "repeated, different", md: metadata.Pairs("x-request-id", "a", "x-request-id", "b"), bad: true},
-		{name: "repeated, one empty", md: metadata.Pairs("x-request-id", "a", "x-request-id", ""), bad: true},
-		{name: "too long", md: metadata.Pairs("x-request-id", long+"a"), bad: true},
-		{name: "space", md: metadata.Pairs("x-request-id", "a b"), bad: true},
-		{name: "control byte", md: metadata.Pairs("x-request-id", "a\x00"), bad: true},
-		{name: "DEL", md: metadata.Pairs("x-request-id", "a\x7f"), bad: true},
-		{name: "non-ASCII", md: metadata.Pairs("x-request-id", "ré"), bad: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := metadata.NewIncomingContext(context.Background(), tc.md)
-			id, err := idempotency.FromIncoming(ctx, tc.header)
-			if tc.bad {
-				if !errors.Is(err, idempotency.ErrMalformed) || id != "" {
-					t.Fatalf("got (%q, %v), want ErrMalformed", id, err)
-				}
-				return
-			}
-			if err != nil || id != tc.want {
-				t.Fatalf("got (%q, %v), want (%q, nil)", id, err, tc.want)
-			}
-		})
-	}
-	// Outside a gRPC call there is no metadata at all.
-	if id, err := idempotency.FromIncoming(context.Background(), ""); id != "" || err != nil {
-		t.Fatalf("no metadata: (%q, %v)", id, err)
-	}
-	// Errors about the id itself also say which rule it broke.
-	_, err := idempotency.FromIncoming(metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-request-id", "a b")), "")
-	if !errors.Is(err, tollgate.ErrInvalidRequest) || !strings.Contains(err.Error(), "0x20") {
-		t.Fatalf("space in id: %v, want the validation error", err)
-	}
-}
 
 func TestNewID(t *testing.T) {
 	seen := map[string]bool{}

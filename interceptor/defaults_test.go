@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
@@ -23,13 +25,13 @@ func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: exact waits
 	c := serve(t, newLimiter(t, newMemory(t, store.WithClock(func() time.Time { return now })), interceptor.WithRules(perTenant())))
 	ctx := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, "call-1")
-	for i, want := range []metadata.MD{{}, {interceptor.TrailerReplayed: {"1"}}} {
+	for i, want := range []metadata.MD{{}, {fields.Replayed: {"1"}}} {
 		trailer, header, err := say(ctx, c, "hi")
 		if err != nil {
 			t.Fatal(err)
 		}
 		noRateLimitHeaders(t, header)
-		if len(trailer) != len(want) || len(want) > 0 && one(t, trailer, interceptor.TrailerReplayed) != "1" {
+		if len(trailer) != len(want) || len(want) > 0 && one(t, trailer, fields.Replayed) != "1" {
 			t.Fatalf("call %d: trailer %v, want %v", i+1, trailer, want)
 		}
 	}
@@ -42,8 +44,8 @@ func TestAdmittedTrailersOffByDefault(t *testing.T) {
 	trailer, _, err := say(ctx, c, "hi")
 	wantCode(t, err, codes.ResourceExhausted, "per-tenant")
 	want := map[string]string{
-		interceptor.TrailerLimit: "3", interceptor.TrailerRemaining: "0", interceptor.TrailerReset: "3600",
-		interceptor.TrailerRetryAfter: "1200", interceptor.TrailerPushback: "1200000",
+		fields.LegacyLimit: "3", fields.LegacyRemaining: "0", fields.LegacyReset: "3600",
+		fields.RetryAfter: "1200", fields.Pushback: "1200000",
 	}
 	for k, v := range want {
 		if got := one(t, trailer, k); got != v {

@@ -1,13 +1,6 @@
-// Package interceptor turns a tollgate.Store into gRPC server interceptors.
-//
-// A Limiter holds a list of Rules. For every call it finds every rule whose
-// Methods match the call's full method name (less those another matching
-// rule replaces, Rule.Replaces), asks each rule's key function who is
-// calling, and asks the store to decide all their limits at once, all or
-// nothing: one Store.Allow for a single limit, one Store.AllowAll for more.
-// A call denied by any limit debits none. Shadow rules (Rule.Shadow,
-// WithShadow) are decided and debited but never deny. Calls that no rule
-// matches are never limited.
+// Package interceptor is the gRPC door of a tollgate engine.Limiter: its
+// unary and stream server interceptors ask the engine about every call and
+// answer a refusal the gRPC way.
 //
 // A denied call fails with codes.ResourceExhausted, a message naming the
 // rule and the wait, the details errdetails.RetryInfo and
@@ -20,22 +13,8 @@
 // call, and grpc-go only retries (and honours pushback for) calls whose
 // response is trailers-only.
 //
-// When the store fails or exceeds its deadline (WithStoreTimeout), each
-// rule's FailMode decides: admit, refuse with codes.Unavailable, or decide
-// in process under a per-replica cap (on the store WithLocalStore gives).
-// Across the rules of one call, a fail-closed refusal wins over fail-local
-// decisions, which win over fail-open admissions. A circuit breaker
-// (WithBreaker) stops waiting on a store that keeps failing.
-//
-// Limiter.Peek and Limiter.Reset read and restore a caller's quota under a
-// rule; Limiter.SetOverride and Limiter.Block change one caller's limits on
-// every replica sharing the store, within a round trip when the store
-// announces changes and never later than WithOverrideRefresh; package admin
-// serves them as a gRPC service. Limiter.Close stops the watch of the
-// store's overrides.
-//
-// Every decision is one child span named "ratelimit <rule>" and one count
-// in the tollgate.decisions metric; see WithTracerProvider and
-// WithMeterProvider. Package telemetry names every span attribute and
-// metric.
+// The rules, key functions, overrides, request ids, seats, settlements,
+// fail modes, shadow rules and telemetry are the engine's (package engine),
+// the same behind every door: New builds a Limiter as engine.New does, and
+// its engine serves package httplimit and the connectlimit module too.
 package interceptor

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
@@ -32,7 +34,7 @@ import (
 // parent of every decision span), recovery, and the limiter behind a
 // selector that leaves health checks alone. Both rules apply to the Orders
 // service's calls, all or nothing; other calls meet only per-peer.
-func ExampleNew() {
+func ExampleFor() {
 	// ContextTimeoutEnabled lets the limiter's store deadline reach the
 	// socket: without it go-redis waits for its own ReadTimeout.
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
@@ -44,30 +46,31 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := interceptor.New(st,
-		interceptor.WithRules(
-			interceptor.Rule{
+	eng, err := engine.New(st, engine.Config{ // the decision core every door asks
+		Rules: []engine.Rule{
+			{
 				Name:     "per-tenant",
 				Methods:  []string{"/shop.Orders/*"},
 				Key:      keyfunc.Metadata("x-tenant"),
-				Limits:   interceptor.Fixed(tollgate.PerSecond(100)),
-				FailMode: interceptor.FailLocal, // each replica caps itself while Redis is down
+				Limits:   engine.Fixed(tollgate.PerSecond(100)),
+				FailMode: engine.FailLocal, // each replica caps itself while Redis is down
 			},
-			interceptor.Rule{
+			{
 				Name:         "per-peer",
 				Key:          keyfunc.Peer(),
-				OnMissingKey: interceptor.ShareMissing,
-				Limits:       interceptor.Fixed(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 600, Period: time.Minute, Burst: 50}),
-				FailMode:     interceptor.FailOpen,
+				ShareMissing: true,
+				Limits:       engine.Fixed(tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 600, Period: time.Minute, Burst: 50}),
+				FailMode:     engine.FailOpen,
 			},
-		),
-		interceptor.WithLocalStore(local),
-		interceptor.WithReplicas(40),                      // FailLocal: 100/s across 40 replicas is 3/s each
-		interceptor.WithStoreTimeout(50*time.Millisecond), // the default
-	)
+		},
+		LocalStore:   local,
+		Replicas:     40,                    // FailLocal: 100/s across 40 replicas is 3/s each
+		StoreTimeout: 50 * time.Millisecond, // the default
+	})
 	if err != nil {
 		log.Fatal(err) // every configuration mistake is reported here, naming the rule
 	}
+	limiter := interceptor.For(eng) // the gRPC door; httplimit.New(eng) and connectlimit.New(eng) are the others
 	notHealth := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 		return c.Service != healthpb.Health_ServiceDesc.ServiceName
 	})
@@ -82,7 +85,33 @@ func ExampleNew() {
 			selector.StreamServerInterceptor(limiter.StreamServerInterceptor(), notHealth),
 		),
 	)
+	defer limiter.Close(context.Background()) // stops the watch of live overrides
+
 	_ = srv // register services, then srv.Serve(listener)
+}
+
+// A gRPC-only server can build its Limiter here: the options set the
+// fields of engine.Config, and any func(*engine.Config) is one.
+func ExampleNew() {
+	st, err := store.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := interceptor.New(st,
+		interceptor.WithRules(interceptor.Rule{
+			Name:   "per-tenant",
+			Key:    keyfunc.Metadata("x-tenant"),
+			Limits: interceptor.Fixed(tollgate.PerSecond(100)),
+		}),
+		interceptor.WithStoreTimeout(50*time.Millisecond),
+		func(c *engine.Config) { c.Logger = slog.Default() },
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer limiter.Close(context.Background())
+	fmt.Println(len(limiter.Rules()), "rule")
+	// Output: 1 rule
 }
 
 // Two limits on one tenant, and a rule on trial in shadow: a call is

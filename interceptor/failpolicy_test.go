@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/redis/go-redis/v9"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/telemetry"
@@ -59,7 +62,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 	}{
 		{interceptor.FailOpen, "fail_open"},
 		{interceptor.FailClosed, "fail_closed"},
-		{interceptor.FailLocal, "fail_local"},
+		{engine.FailLocal, "fail_local"},
 	} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			tp, sr := tracer(t)
@@ -68,9 +71,9 @@ func TestFailModesWithRedisDown(t *testing.T) {
 			r.FailMode = tc.mode
 			r.Limits = interceptor.Fixed(tollgate.PerHour(4))
 			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(r), interceptor.WithAdmittedTrailers(),
-				interceptor.WithReplicas(2), interceptor.WithLocalStore(newMemory(t)), // FailLocal: 4 an hour across 2 replicas is 2 here
-				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0),
-				interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
+				func(c *engine.Config) { c.Replicas = 2 }, func(c *engine.Config) { c.LocalStore = newMemory(t) }, // FailLocal: 4 an hour across 2 replicas is 2 here
+				interceptor.WithStoreTimeout(deadStoreTimeout), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 },
+				func(c *engine.Config) { c.TracerProvider = tp }, func(c *engine.Config) { c.MeterProvider = m.provider })
 			c := serve(t, l)
 			ctx := tenant(context.Background(), "a")
 			var admitted int
@@ -85,14 +88,14 @@ func TestFailModesWithRedisDown(t *testing.T) {
 					if err != nil {
 						t.Fatalf("FailOpen refused: %v", err)
 					}
-					if len(trailer.Get(interceptor.TrailerRemaining)) != 0 {
+					if len(trailer.Get(fields.LegacyRemaining)) != 0 {
 						t.Errorf("FailOpen sent rate-limit trailers with no decision: %v", trailer)
 					}
 				case interceptor.FailClosed:
 					wantCode(t, err, codes.Unavailable, `rate limit "per-tenant": rate limiter unavailable`)
-				case interceptor.FailLocal:
+				case engine.FailLocal:
 					if err == nil {
-						if one(t, trailer, interceptor.TrailerLimit) != "2" {
+						if one(t, trailer, fields.LegacyLimit) != "2" {
 							t.Errorf("local limit trailer %v, want 2", trailer)
 						}
 					} else {
@@ -103,7 +106,7 @@ func TestFailModesWithRedisDown(t *testing.T) {
 					admitted++
 				}
 			}
-			want := map[interceptor.FailMode]int{interceptor.FailOpen: 3, interceptor.FailClosed: 0, interceptor.FailLocal: 2}[tc.mode]
+			want := map[interceptor.FailMode]int{interceptor.FailOpen: 3, interceptor.FailClosed: 0, engine.FailLocal: 2}[tc.mode]
 			if admitted != want {
 				t.Errorf("admitted %d of 3, want %d", admitted, want)
 			}
@@ -143,8 +146,8 @@ func TestHungRedisAndBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, st, interceptor.WithRules(r),
-		interceptor.WithStoreTimeout(storeTimeout), interceptor.WithBreaker(3, coolDown),
-		interceptor.WithMeterProvider(m.provider))
+		interceptor.WithStoreTimeout(storeTimeout), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = 3, coolDown },
+		func(c *engine.Config) { c.MeterProvider = m.provider })
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "a")
 	if _, _, err := say(ctx, c, "hi"); err != nil {
@@ -218,7 +221,7 @@ func TestStoreInvalidRequestIsInternal(t *testing.T) {
 	st := &invalidStore{}
 	r := perTenant()
 	r.FailMode = interceptor.FailOpen
-	c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithBreaker(1, time.Hour)))
+	c := serve(t, newLimiter(t, st, interceptor.WithRules(r), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = 1, time.Hour }))
 	for range 5 {
 		_, _, err := say(tenant(context.Background(), "a"), c, "hi")
 		wantCode(t, err, codes.Internal, "the limiter is misconfigured")

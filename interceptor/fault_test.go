@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
@@ -166,7 +169,7 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 	local := tollgate.PerHour(faultLocalCap)
 	var targets []*faultTarget
 	var clients []func(ctx context.Context) rpcRecord
-	for _, mode := range []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocalAt(local)} {
+	for _, mode := range []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, engine.FailLocalAt(local)} {
 		st := &observedStore{Store: newRedis(t, redisClient(t, srv.Addr()))}
 		// Load the script and open a connection before the clock matters.
 		if _, err := st.Allow(context.Background(), tollgate.Request{Key: "warm-up", Limit: tollgate.PerHour(1)}); err != nil {
@@ -174,9 +177,9 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 		}
 		r := perTenant()
 		r.Limits, r.FailMode = interceptor.Fixed(tollgate.PerHour(faultStoreCap)), mode
-		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(), interceptor.WithLocalStore(newMemory(t)),
+		c := serve(t, newLimiter(t, st, interceptor.WithRules(r), interceptor.WithAdmittedTrailers(), func(c *engine.Config) { c.LocalStore = newMemory(t) },
 			interceptor.WithStoreTimeout(faultStoreTimeout),
-			interceptor.WithBreaker(faultBreakerTrips, faultCoolDown)))
+			func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = faultBreakerTrips, faultCoolDown }))
 		ft := &faultTarget{mode: mode, store: st}
 		targets = append(targets, ft)
 		clients = append(clients, func(ctx context.Context) rpcRecord {
@@ -186,7 +189,7 @@ func faultsUnderLoad(t *testing.T, srv *redistest.Server) {
 			if err != nil {
 				rec.msg = status.Convert(err).Message()
 			}
-			lim := trailer.Get(interceptor.TrailerLimit)
+			lim := trailer.Get(fields.LegacyLimit)
 			rec.byStore = err == nil && len(lim) == 1 && lim[0] == fmt.Sprint(faultStoreCap)
 			ft.record(rec)
 			return rec

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/enginetest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/telemetry"
 )
@@ -154,11 +155,11 @@ func TestSeatReleaseFailed(t *testing.T) {
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
 	}
-	u.clk.WaitTimer(t, start.Add(interceptor.FirstRetry)) // the first release failed
-	u.clk.Advance(interceptor.SettleRetryFor)
-	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+2*interceptor.FirstRetry))
+	u.clk.WaitTimer(t, start.Add(enginetest.FirstRetry)) // the first release failed
+	u.clk.Advance(enginetest.SettleRetryFor)
+	u.clk.WaitTimer(t, start.Add(enginetest.SettleRetryFor+2*enginetest.FirstRetry))
 	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1})
-	u.clk.Advance(2 * interceptor.FirstRetry)
+	u.clk.Advance(2 * enginetest.FirstRetry)
 	u.flush(t)
 	closeLimiter(t, u.l)
 	wantCounts(t, "seats", seats(), map[string]int64{"acquired": 1, "release_failed": 1})

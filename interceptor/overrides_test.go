@@ -8,8 +8,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/enginetest"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -21,12 +24,12 @@ type unwatched struct{ tollgate.OverrideStore }
 // replicas returns two Limiters of perTenant (10 calls an hour) on one
 // Memory store and one clock: watched sees the store's announcements,
 // polled only refreshes its view every refresh.
-func replicas(t *testing.T, refresh time.Duration) (clk *interceptor.FakeClock, watched, polled *interceptor.Limiter) {
-	clk = interceptor.NewFakeClock(start)
+func replicas(t *testing.T, refresh time.Duration) (clk *fakeclock.Clock, watched, polled *interceptor.Limiter) {
+	clk = fakeclock.New(start)
 	m := newMemory(t, store.WithClock(clk.Now))
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.PerHour(10))
-	opts := []interceptor.Option{interceptor.WithFakeClock(clk), interceptor.WithRules(r), interceptor.WithOverrideRefresh(refresh)}
+	opts := []interceptor.Option{enginetest.Clock(clk), interceptor.WithRules(r), func(c *engine.Config) { c.OverrideRefresh = refresh }}
 	return clk, newLimiter(t, m, opts...), newLimiter(t, unwatched{m}, opts...)
 }
 

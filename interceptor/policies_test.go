@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/fakeclock"
@@ -36,7 +39,7 @@ func TestMultiLimitDenialAndTrailers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := one(t, trailer, interceptor.TrailerLimit); got != "1" {
+	if got := one(t, trailer, fields.LegacyLimit); got != "1" {
 		t.Errorf("admitted: x-ratelimit-limit = %s, want 1 (the minute's, 0 left against the hour's 1)", got)
 	}
 
@@ -50,7 +53,7 @@ func TestMultiLimitDenialAndTrailers(t *testing.T) {
 	if d := retry.GetRetryDelay().AsDuration(); d != time.Minute {
 		t.Errorf("RetryInfo = %s, want 1m", d)
 	}
-	if got := one(t, trailer, interceptor.TrailerLimit); got != "1" {
+	if got := one(t, trailer, fields.LegacyLimit); got != "1" {
 		t.Errorf("denied: x-ratelimit-limit = %s, want 1", got)
 	}
 
@@ -69,10 +72,10 @@ func TestMultiLimitDenialAndTrailers(t *testing.T) {
 	if d, want := retry.GetRetryDelay().AsDuration(), 29*time.Minute; d != want {
 		t.Errorf("RetryInfo = %s, want %s (the hour's, the longest)", d, want)
 	}
-	if got := one(t, trailer, interceptor.TrailerLimit); got != "2" {
+	if got := one(t, trailer, fields.LegacyLimit); got != "2" {
 		t.Errorf("denied by both: x-ratelimit-limit = %s, want 2 (the hour's)", got)
 	}
-	if got := one(t, trailer, interceptor.TrailerRetryAfter); got != "1740" {
+	if got := one(t, trailer, fields.RetryAfter); got != "1740" {
 		t.Errorf("retry-after = %s, want 1740", got)
 	}
 }
@@ -87,14 +90,14 @@ func TestShadowRules(t *testing.T) {
 	trial := perTenant()
 	trial.Name, trial.Limits, trial.Shadow = "trial", interceptor.Fixed(tollgate.PerHour(1)), true
 	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(enforcing, trial), interceptor.WithAdmittedTrailers(),
-		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider)))
+		func(c *engine.Config) { c.TracerProvider = tp }, func(c *engine.Config) { c.MeterProvider = m.provider }))
 	ctx := tenant(context.Background(), "a")
 	for i := range 3 {
 		trailer, _, err := say(ctx, c, "hi")
 		if err != nil {
 			t.Fatalf("call %d: %v", i+1, err)
 		}
-		if got := one(t, trailer, interceptor.TrailerLimit); got != "3" {
+		if got := one(t, trailer, fields.LegacyLimit); got != "3" {
 			t.Errorf("call %d: x-ratelimit-limit %s, want the enforcing rule's 3", i+1, got)
 		}
 	}
@@ -131,14 +134,15 @@ func TestShadowRules(t *testing.T) {
 	}
 }
 
-// WithShadow puts every rule in shadow: nothing is refused, and the
-// decisions are still made all or nothing.
-func TestWithShadow(t *testing.T) {
+// Every rule in shadow: nothing is refused, and the decisions are still
+// made all or nothing.
+func TestEveryRuleInShadow(t *testing.T) {
 	m := newMeter(t)
-	global := perTenant()
+	tenantRule, global := perTenant(), perTenant()
 	global.Name, global.Key, global.Limits = "global", keyfunc.Method(), interceptor.Fixed(tollgate.PerHour(2))
+	tenantRule.Shadow, global.Shadow = true, true
 	st := newMemory(t)
-	l := newLimiter(t, st, interceptor.WithRules(perTenant(), global), interceptor.WithShadow(), interceptor.WithMeterProvider(m.provider))
+	l := newLimiter(t, st, interceptor.WithRules(tenantRule, global), func(c *engine.Config) { c.MeterProvider = m.provider })
 	c := serve(t, l)
 	for i := range 5 {
 		if _, _, err := say(tenant(context.Background(), "a"), c, "hi"); err != nil {
@@ -174,8 +178,8 @@ func TestFailModesAcrossRules(t *testing.T) {
 		admitted int
 		refusal  string
 	}{
-		{[]interceptor.FailMode{interceptor.FailOpen, interceptor.FailLocal}, 2, `rate limit "local" exceeded`},
-		{[]interceptor.FailMode{interceptor.FailLocal, interceptor.FailClosed, interceptor.FailOpen}, 0, `rate limit "closed": rate limiter unavailable`},
+		{[]interceptor.FailMode{interceptor.FailOpen, engine.FailLocal}, 2, `rate limit "local" exceeded`},
+		{[]interceptor.FailMode{engine.FailLocal, interceptor.FailClosed, interceptor.FailOpen}, 0, `rate limit "closed": rate limiter unavailable`},
 		{[]interceptor.FailMode{interceptor.FailOpen, interceptor.FailOpen}, 3, ""},
 	} {
 		t.Run(fmt.Sprint(tc.modes), func(t *testing.T) {
@@ -183,8 +187,8 @@ func TestFailModesAcrossRules(t *testing.T) {
 			if tc.modes[0] == tc.modes[1] {
 				rs[1].Name = "open2"
 			}
-			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(rs...), interceptor.WithLocalStore(newMemory(t)),
-				interceptor.WithStoreTimeout(deadStoreTimeout), interceptor.WithBreaker(0, 0))
+			l := newLimiter(t, newRedis(t, redisClient(t, closedPort(t))), interceptor.WithRules(rs...), func(c *engine.Config) { c.LocalStore = newMemory(t) },
+				interceptor.WithStoreTimeout(deadStoreTimeout), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 })
 			c := serve(t, l)
 			admitted := 0
 			for range 3 {
@@ -275,7 +279,7 @@ func TestReplayTTLAndKeys(t *testing.T) {
 // together; a bad answer fails the call with Internal.
 func TestPerCallerLimits(t *testing.T) {
 	r := perTenant()
-	r.Limits = interceptor.PerCaller(func(_ context.Context, tenant string) ([]tollgate.Limit, error) {
+	r.Limits = engine.PerCaller(func(_ context.Context, tenant string) ([]tollgate.Limit, error) {
 		switch tenant {
 		case "gold":
 			return []tollgate.Limit{tollgate.PerHour(3)}, nil
@@ -313,8 +317,8 @@ func TestPerCallerLimits(t *testing.T) {
 // either rule refuses debits neither.
 func TestStreamMessagesUnderTwoRules(t *testing.T) {
 	one, two := tollgate.PerHour(3), tollgate.PerHour(5)
-	a := chatRule(interceptor.Police(one))
-	b := chatRule(interceptor.Police(two))
+	a := chatRule(engine.MessageLimit{Limit: one})
+	b := chatRule(engine.MessageLimit{Limit: two})
 	b.Name = "chat2"
 	l := newLimiter(t, newMemory(t), interceptor.WithRules(a, b))
 	c := serve(t, l)
@@ -348,7 +352,7 @@ func TestTwoRulesDeny(t *testing.T) {
 	roomy.Name, roomy.Limits = "roomy", interceptor.Fixed(tollgate.PerHour(100))
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a still clock: the waits below are exact
 	mem := newMemory(t, store.WithClock(func() time.Time { return now }))
-	l := newLimiter(t, mem, interceptor.WithRules(a, b, roomy), interceptor.WithMeterProvider(m.provider))
+	l := newLimiter(t, mem, interceptor.WithRules(a, b, roomy), func(c *engine.Config) { c.MeterProvider = m.provider })
 	c := serve(t, l)
 	ctx := tenant(context.Background(), "x")
 	if _, _, err := say(ctx, c, "hi"); err != nil {
@@ -359,7 +363,7 @@ func TestTwoRulesDeny(t *testing.T) {
 	if _, quota := grpctest.DenialDetails(st); len(quota.GetViolations()) != 2 {
 		t.Errorf("QuotaFailure = %v, want a violation of a and of b", quota)
 	}
-	if got := one(t, trailer, interceptor.TrailerRetryAfter); got != "3600" {
+	if got := one(t, trailer, fields.RetryAfter); got != "3600" {
 		t.Errorf("retry-after = %s, want rule a's 3600", got)
 	}
 	qs, err := l.Peek(context.Background(), "roomy", interceptor.Caller{Value: "x"})
@@ -386,7 +390,7 @@ func TestRequestIDReplayUnderSeveralRules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("attempt %d: %v", i+1, err)
 		}
-		if i > 0 && one(t, trailer, interceptor.TrailerReplayed) != "1" {
+		if i > 0 && one(t, trailer, fields.Replayed) != "1" {
 			t.Errorf("attempt %d: not replayed: %v", i+1, trailer)
 		}
 	}

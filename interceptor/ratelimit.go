@@ -5,8 +5,9 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/grpcstatus"
 )
 
 // MiddlewareLimiter adapts l to go-grpc-middleware's ratelimit.Limiter, for
@@ -21,7 +22,9 @@ import (
 // so clients lose the RetryInfo and QuotaFailure details, and a FailClosed
 // refusal arrives as ResourceExhausted rather than Unavailable. Rule.Cost
 // applies (ratelimit gives no request message to a CostFunc) and PerMessage
-// limits do not. Prefer UnaryServerInterceptor and StreamServerInterceptor.
+// limits do not; it never sees a call end, so a rule's Settle keeps its
+// reservation and a rule with InFlight refuses every call. Prefer
+// UnaryServerInterceptor and StreamServerInterceptor.
 func (l *Limiter) MiddlewareLimiter() ratelimit.Limiter { return middlewareLimiter{l} }
 
 type middlewareLimiter struct{ l *Limiter }
@@ -30,22 +33,9 @@ type middlewareLimiter struct{ l *Limiter }
 // grpc.Method. It returns nil when the call may proceed.
 func (m middlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	set := m.l.book.Load().matcher.match(method)
-	if set == nil {
-		return nil
-	}
-	// ratelimit.Limiter does not see the end of the call: a rule's Settle
-	// does not run, and its reservation stands; a seat could never be
-	// released, so a rule with InFlight refuses the call.
-	res, after := m.l.decide(ctx, &set.calls, Call{Method: method}, nil)
-	if after != nil && after.seats != nil {
-		for _, h := range after.seats {
-			h.end()
-		}
-		return status.Errorf(codes.FailedPrecondition, "rate limit %q bounds calls in flight, and go-grpc-middleware's ratelimit interceptor cannot see a call end: use Limiter.UnaryServerInterceptor", after.seats[0].p.rule.Name)
-	}
-	if md := res.trailer(m.l.admittedTrailers); md != nil {
+	v := m.l.Begin(ctx, engine.Call{Method: method, Header: header(ctx), Peer: peerOf(ctx), NoEnd: true})
+	if md := grpcstatus.Trailer(&v, m.l.AdmittedTrailers()); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	return res.err
+	return grpcstatus.Refusal(&v)
 }

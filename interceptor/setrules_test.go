@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/keyfunc"
@@ -52,7 +53,7 @@ func TestSetRules(t *testing.T) {
 	}
 	badKey := perTenant()
 	badKey.Key = keyfunc.Metadata("X Tenant")
-	const wantErr = `interceptor: rule "per-tenant": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key (0-9 a-z - _ .)`
+	const wantErr = `engine: rule "per-tenant": Key: keyfunc.Metadata: "X Tenant" is not a valid gRPC metadata key (0-9 a-z - _ .)`
 	if err := u.l.SetRules(badKey); err == nil || err.Error() != wantErr {
 		t.Fatalf("SetRules with a bad header: %v, want %q", err, wantErr)
 	}
@@ -63,7 +64,7 @@ func TestSetRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := u.l.Peek(context.Background(), "per-tenant", interceptor.Caller{Value: "a"})
-	if !errors.Is(err, interceptor.ErrUnknownRule) || status.Code(err) != codes.NotFound {
+	if !errors.Is(err, engine.ErrUnknownRule) || status.Code(err) != codes.NotFound {
 		t.Fatalf("Peek of the old name: %v, want ErrUnknownRule and NotFound", err)
 	}
 	if got := u.available(t, "per-tenant-v2", "a"); got != 3 {
@@ -82,8 +83,8 @@ func TestRulesIsADeepCopy(t *testing.T) {
 	r.Methods = []string{echo.SayMethod, echo.CountMethod}
 	fixed := []tollgate.Limit{tollgate.PerHour(3), tollgate.PerMinute(3)}
 	r.Limits = interceptor.Fixed(fixed...)
-	r.FailMode = interceptor.FailLocalAt(local)
-	u := newUnit(t, interceptor.WithRules(r), interceptor.WithLocalStore(newMemory(t)))
+	r.FailMode = engine.FailLocalAt(local)
+	u := newUnit(t, interceptor.WithRules(r), func(c *engine.Config) { c.LocalStore = newMemory(t) })
 	r.Methods[0], fixed[0] = "/x.Y/Z", tollgate.PerHour(1000)
 
 	got := u.l.Rules()

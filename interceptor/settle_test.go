@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/enginetest"
 	"github.com/tollgate/tollgate/telemetry"
 )
 
@@ -27,7 +28,7 @@ func TestSettleRetriedThenApplied(t *testing.T) {
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
 	}
-	first := interceptor.FirstRetry
+	first := enginetest.FirstRetry
 	u.clk.WaitTimer(t, start.Add(first))
 	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 1})
 	if got := u.available(t, "per-tenant", "a"); got != 2 {
@@ -64,13 +65,13 @@ func TestSettleDroppedAfterRetryFor(t *testing.T) {
 	if err := u.call("a", echo.SayMethod, ok); err != nil {
 		t.Fatal(err)
 	}
-	u.clk.WaitTimer(t, start.Add(interceptor.FirstRetry))
+	u.clk.WaitTimer(t, start.Add(enginetest.FirstRetry))
 	// At the deadline it is retried, not dropped; the wait doubled.
-	u.clk.Advance(interceptor.SettleRetryFor)
-	u.clk.WaitTimer(t, start.Add(interceptor.SettleRetryFor+2*interceptor.FirstRetry))
+	u.clk.Advance(enginetest.SettleRetryFor)
+	u.clk.WaitTimer(t, start.Add(enginetest.SettleRetryFor+2*enginetest.FirstRetry))
 	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 2})
 	// The attempt past it fails: dropped.
-	u.clk.Advance(2 * interceptor.FirstRetry)
+	u.clk.Advance(2 * enginetest.FirstRetry)
 	u.flush(t)
 	closeLimiter(t, u.l) // the drop is recorded once the sender's goroutine ended
 	wantCounts(t, "settles", u.m.counts(t, telemetry.MetricSettles, telemetry.AttrSettleOutcome), map[string]int64{"retried": 3, "dropped": 1})

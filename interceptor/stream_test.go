@@ -8,14 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/enginetest"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
@@ -24,7 +29,7 @@ import (
 
 // chatRule limits Chat streams to 2 opens an hour per tenant and every
 // message sent on them by perMessage.
-func chatRule(perMessage interceptor.MessageLimit) interceptor.Rule {
+func chatRule(perMessage engine.MessageLimit) interceptor.Rule {
 	return interceptor.Rule{
 		Name:       "chat",
 		Methods:    []string{echo.ChatMethod},
@@ -35,7 +40,7 @@ func chatRule(perMessage interceptor.MessageLimit) interceptor.Rule {
 }
 
 func TestStreamOpenIsLimited(t *testing.T) {
-	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(interceptor.MessageLimit{})), interceptor.WithAdmittedTrailers()))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(engine.MessageLimit{})), interceptor.WithAdmittedTrailers()))
 	ctx := tenant(context.Background(), "a")
 	for i := range 2 {
 		s, err := c.Chat(ctx)
@@ -52,7 +57,7 @@ func TestStreamOpenIsLimited(t *testing.T) {
 		if _, err := s.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("stream %d ended with %v, want io.EOF", i+1, err)
 		}
-		if got, want := one(t, s.Trailer(), interceptor.TrailerRemaining), strconv.Itoa(1-i); got != want {
+		if got, want := one(t, s.Trailer(), fields.LegacyRemaining), strconv.Itoa(1-i); got != want {
 			t.Errorf("stream %d: remaining %s, want %s", i+1, got, want)
 		}
 		header, _ := s.Header()
@@ -67,14 +72,14 @@ func TestStreamOpenIsLimited(t *testing.T) {
 	if len(st.Details()) != 2 {
 		t.Errorf("details = %v, want RetryInfo and QuotaFailure", st.Details())
 	}
-	if one(t, s.Trailer(), interceptor.TrailerRetryAfter) == "" {
+	if one(t, s.Trailer(), fields.RetryAfter) == "" {
 		t.Error("no retry-after trailer")
 	}
 }
 
 func TestStreamPerMessagePolice(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 3}
-	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(interceptor.Police(per)))))
+	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(chatRule(engine.MessageLimit{Limit: per}))))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +91,7 @@ func TestStreamPerMessagePolice(t *testing.T) {
 	wantCode(t, err, codes.ResourceExhausted, `rate limit "chat" exceeded`)
 	// The trailers describe the last decision, once each.
 	tr := s.Trailer()
-	if one(t, tr, interceptor.TrailerLimit) != "3" || one(t, tr, interceptor.TrailerRemaining) != "0" || one(t, tr, interceptor.TrailerRetryAfter) == "" {
+	if one(t, tr, fields.LegacyLimit) != "3" || one(t, tr, fields.LegacyRemaining) != "0" || one(t, tr, fields.RetryAfter) == "" {
 		t.Errorf("trailers %v, want the per-message denial", tr)
 	}
 	// Messages have their own bucket: the stream opens left the other one
@@ -112,9 +117,9 @@ func TestStreamPerMessageShape(t *testing.T) {
 	// One message every 200ms: the client sends faster, so the limiter
 	// holds messages back instead of failing the stream.
 	per := tollgate.Limit{Rate: 5, Period: time.Second, Burst: 1}
-	clk := interceptor.NewFakeClock(start)
-	l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
-		interceptor.WithRules(chatRule(interceptor.Shape(per, 0))))
+	clk := fakeclock.New(start)
+	l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = m.provider },
+		interceptor.WithRules(chatRule(engine.MessageLimit{Limit: per, Shape: true})))
 	c := serve(t, l)
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -167,7 +172,7 @@ func serveObserved(t *testing.T, l *interceptor.Limiter) (*echo.Client, <-chan e
 // A wait longer than Shape's maxWait fails at once, as Police would.
 func TestStreamShapeBound(t *testing.T) {
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	r := chatRule(interceptor.Shape(per, 10*time.Millisecond))
+	r := chatRule(engine.MessageLimit{Limit: per, Shape: true, MaxWait: 10 * time.Millisecond})
 	c, ended := serveObserved(t, newLimiter(t, newMemory(t), interceptor.WithRules(r)))
 	s, err := c.Chat(tenant(context.Background(), "a"))
 	if err != nil {
@@ -185,9 +190,9 @@ func TestStreamShapeBound(t *testing.T) {
 func TestStreamShapeHonoursCancellation(t *testing.T) {
 	m := newMeter(t)
 	per := tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1}
-	r := chatRule(interceptor.Shape(per, 2*time.Hour))
-	clk := interceptor.NewFakeClock(start)
-	c, ended := serveObserved(t, newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider), interceptor.WithRules(r)))
+	r := chatRule(engine.MessageLimit{Limit: per, Shape: true, MaxWait: 2 * time.Hour})
+	clk := fakeclock.New(start)
+	c, ended := serveObserved(t, newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = m.provider }, interceptor.WithRules(r)))
 	ctx, cancel := context.WithCancel(tenant(context.Background(), "a"))
 	defer cancel()
 	s, err := c.Chat(ctx)
@@ -243,9 +248,9 @@ func TestStreamWaitsForASeat(t *testing.T) {
 		_ = a.CloseSend()
 	})
 	t.Run("waits", func(t *testing.T) {
-		clk := interceptor.NewFakeClock(start)
+		clk := fakeclock.New(start)
 		m := newMeter(t)
-		l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(m.provider),
+		l := newLimiter(t, newMemory(t, store.WithClock(clk.Now)), enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = m.provider },
 			interceptor.WithRules(inFlight(5*time.Second)))
 		c := serve(t, l)
 		a, err := c.Chat(tenant(context.Background(), "a"))

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/telemetry"
 )
@@ -45,7 +46,7 @@ func TestSpansAndMetrics(t *testing.T) {
 	r := perTenant()
 	r.Limits = interceptor.Fixed(tollgate.Limit{Rate: 1, Period: time.Hour, Burst: 1})
 	l := newLimiter(t, newMemory(t), interceptor.WithRules(r),
-		interceptor.WithTracerProvider(tp), interceptor.WithMeterProvider(m.provider))
+		func(c *engine.Config) { c.TracerProvider = tp }, func(c *engine.Config) { c.MeterProvider = m.provider })
 	c := serve(t, l, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
 	ctx := tenant(context.Background(), "a")
 	if _, _, err := say(ctx, c, "hi"); err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
@@ -68,17 +71,17 @@ func TestPerTenantQuotaAndRichDenial(t *testing.T) {
 			t.Fatalf("call %d of tenant a: %v", i+1, err)
 		}
 		noRateLimitHeaders(t, header)
-		if got, want := one(t, trailer, interceptor.TrailerRemaining), strconv.Itoa(2-i); got != want {
+		if got, want := one(t, trailer, fields.LegacyRemaining), strconv.Itoa(2-i); got != want {
 			t.Errorf("call %d: remaining = %s, want %s", i+1, got, want)
 		}
-		if got := one(t, trailer, interceptor.TrailerLimit); got != "3" {
+		if got := one(t, trailer, fields.LegacyLimit); got != "3" {
 			t.Errorf("call %d: limit = %s, want 3", i+1, got)
 		}
 		// 3 an hour: each unit takes 20 minutes to come back.
-		if got, want := one(t, trailer, interceptor.TrailerReset), strconv.Itoa((i+1)*1200); got != want {
+		if got, want := one(t, trailer, fields.LegacyReset), strconv.Itoa((i+1)*1200); got != want {
 			t.Errorf("call %d: reset = %s, want %s", i+1, got, want)
 		}
-		if v := trailer.Get(interceptor.TrailerRetryAfter); len(v) != 0 {
+		if v := trailer.Get(fields.RetryAfter); len(v) != 0 {
 			t.Errorf("admitted call has retry-after %q", v)
 		}
 	}
@@ -102,14 +105,14 @@ func TestPerTenantQuotaAndRichDenial(t *testing.T) {
 	if strings.Contains(st.Message()+quota.String(), `"a"`) {
 		t.Errorf("the denial names the caller's identity: %s %v", st.Message(), quota)
 	}
-	ms, _ := strconv.ParseInt(one(t, trailer, interceptor.TrailerPushback), 10, 64)
+	ms, _ := strconv.ParseInt(one(t, trailer, fields.Pushback), 10, 64)
 	if want := (delay + time.Millisecond - 1).Milliseconds(); ms != want {
 		t.Errorf("pushback = %dms, want RetryInfo rounded up to %dms", ms, want)
 	}
-	if got, want := one(t, trailer, interceptor.TrailerRetryAfter), "1200"; got != want {
+	if got, want := one(t, trailer, fields.RetryAfter), "1200"; got != want {
 		t.Errorf("retry-after = %s, want %s", got, want)
 	}
-	if got := one(t, trailer, interceptor.TrailerRemaining); got != "0" {
+	if got := one(t, trailer, fields.LegacyRemaining); got != "0" {
 		t.Errorf("remaining after denial = %s, want 0", got)
 	}
 
@@ -139,7 +142,7 @@ func TestUnmatchedMethodsAreNotLimited(t *testing.T) {
 		if _, err := s.Recv(); err == nil {
 			t.Fatal("want io.EOF")
 		}
-		if len(trailer.Get(interceptor.TrailerRemaining)) != 0 {
+		if len(trailer.Get(fields.LegacyRemaining)) != 0 {
 			t.Fatalf("unmatched method got rate-limit trailers: %v", trailer)
 		}
 	}
@@ -148,7 +151,7 @@ func TestUnmatchedMethodsAreNotLimited(t *testing.T) {
 func TestMissingKey(t *testing.T) {
 	reject := perTenant()
 	share := perTenant()
-	share.Name, share.Methods, share.OnMissingKey = "shared", []string{echo.CountMethod}, interceptor.ShareMissing
+	share.Name, share.Methods, share.ShareMissing = "shared", []string{echo.CountMethod}, true
 	share.Limits = interceptor.Fixed(tollgate.PerHour(2))
 	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(reject, share)))
 	ctx := context.Background()
@@ -192,9 +195,9 @@ func TestKeyFuncErrors(t *testing.T) {
 	denied := status.Error(codes.PermissionDenied, "no such tenant")
 	rules := []interceptor.Rule{
 		{Name: "status", Methods: []string{echo.SayMethod}, Limits: interceptor.Fixed(tollgate.PerHour(1)),
-			Key: func(context.Context, string) (string, error) { return "", denied }},
+			Key: func(context.Context, keyfunc.Call) (string, error) { return "", denied }},
 		{Name: "plain", Methods: []string{echo.CountMethod}, Limits: interceptor.Fixed(tollgate.PerHour(1)),
-			Key: func(context.Context, string) (string, error) { return "", context.Canceled }},
+			Key: func(context.Context, keyfunc.Call) (string, error) { return "", context.Canceled }},
 	}
 	c := serve(t, newLimiter(t, newMemory(t), interceptor.WithRules(rules...)))
 	_, _, err := say(context.Background(), c, "hi")
@@ -213,23 +216,23 @@ func TestRequestIDReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := one(t, trailer, interceptor.TrailerRemaining); got != "2" {
+	if got := one(t, trailer, fields.LegacyRemaining); got != "2" {
 		t.Fatalf("remaining = %s, want 2", got)
 	}
 	trailer, _, err = say(ctx, c, "hi")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := one(t, trailer, interceptor.TrailerRemaining); got != "2" {
+	if got := one(t, trailer, fields.LegacyRemaining); got != "2" {
 		t.Errorf("remaining after a replay = %s, want 2: a retry must not be debited", got)
 	}
-	if got := one(t, trailer, interceptor.TrailerReplayed); got != "1" {
+	if got := one(t, trailer, fields.Replayed); got != "1" {
 		t.Errorf("replayed = %q, want 1", got)
 	}
 
 	bad := metadata.AppendToOutgoingContext(tenant(context.Background(), "a"), idempotency.DefaultHeader, strings.Repeat("x", tollgate.MaxRequestIDLen+1))
 	_, _, err = say(bad, c, "hi")
-	wantCode(t, err, codes.InvalidArgument, `rate limit "per-tenant": idempotency: malformed request id: metadata "x-request-id"`)
+	wantCode(t, err, codes.InvalidArgument, `rate limit "per-tenant": malformed request id: header "x-request-id"`)
 }
 
 func TestCostFunc(t *testing.T) {
@@ -251,11 +254,11 @@ func TestCostFunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := one(t, trailer, interceptor.TrailerRemaining); got != "6" {
+	if got := one(t, trailer, fields.LegacyRemaining); got != "6" {
 		t.Errorf("remaining after a cost of 4 = %s, want 6", got)
 	}
 	// An empty message costs 0, which means 1.
-	if trailer, _, err = say(ctx, c, ""); err != nil || one(t, trailer, interceptor.TrailerRemaining) != "5" {
+	if trailer, _, err = say(ctx, c, ""); err != nil || one(t, trailer, fields.LegacyRemaining) != "5" {
 		t.Errorf("cost 0: err %v, trailer %v; want remaining 5", err, trailer)
 	}
 	_, _, err = say(ctx, c, "eleven char")
@@ -276,7 +279,7 @@ func TestCostFunc(t *testing.T) {
 // TestPerCallerLimit: one limit chosen per caller.
 func TestPerCallerLimit(t *testing.T) {
 	r := perTenant()
-	r.Limits = interceptor.PerCaller(func(_ context.Context, key string) ([]tollgate.Limit, error) {
+	r.Limits = engine.PerCaller(func(_ context.Context, key string) ([]tollgate.Limit, error) {
 		switch key {
 		case "gold":
 			return []tollgate.Limit{tollgate.PerHour(5)}, nil
@@ -301,7 +304,7 @@ func TestPerCallerLimit(t *testing.T) {
 			if name == "gold" {
 				want = "5"
 			}
-			if got := one(t, trailer, interceptor.TrailerLimit); got != want {
+			if got := one(t, trailer, fields.LegacyLimit); got != want {
 				t.Errorf("%s: limit trailer %s, want %s", name, got, want)
 			}
 			n++
@@ -366,7 +369,7 @@ func TestMiddlewareLimiterAdapter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := one(t, trailer, interceptor.TrailerRemaining), strconv.Itoa(2-i); got != want {
+		if got, want := one(t, trailer, fields.LegacyRemaining), strconv.Itoa(2-i); got != want {
 			t.Errorf("remaining = %s, want %s", got, want)
 		}
 	}
@@ -375,7 +378,7 @@ func TestMiddlewareLimiterAdapter(t *testing.T) {
 	if len(st.Details()) != 0 {
 		t.Errorf("the ratelimit middleware now keeps details (%v): update the adapter's doc", st.Details())
 	}
-	if one(t, trailer, interceptor.TrailerPushback) == "" {
+	if one(t, trailer, fields.Pushback) == "" {
 		t.Error("no pushback trailer through the adapter")
 	}
 	_, _, err = say(context.Background(), c, "hi")

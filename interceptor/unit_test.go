@@ -13,7 +13,10 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/enginetest"
+	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -86,7 +89,7 @@ func (s *faultyStore) ReleaseSeat(ctx context.Context, sl tollgate.Seat) error {
 // unit is a Limiter under test on a fake clock.
 type unit struct {
 	l   *interceptor.Limiter
-	clk *interceptor.FakeClock
+	clk *fakeclock.Clock
 	st  *faultyStore
 	m   *meter
 }
@@ -98,9 +101,9 @@ var start = time.Unix(1_760_000_000, 0)
 // the breaker off (the injected failures would open it).
 func newUnit(t *testing.T, opts ...interceptor.Option) *unit {
 	t.Helper()
-	clk := interceptor.NewFakeClock(start)
+	clk := fakeclock.New(start)
 	u := &unit{clk: clk, st: &faultyStore{Memory: newMemory(t, store.WithClock(clk.Now))}, m: newMeter(t)}
-	opts = append([]interceptor.Option{interceptor.WithFakeClock(clk), interceptor.WithMeterProvider(u.m.provider), interceptor.WithBreaker(0, 0)}, opts...)
+	opts = append([]interceptor.Option{enginetest.Clock(clk), func(c *engine.Config) { c.MeterProvider = u.m.provider }, func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 }}, opts...)
 	u.l = newLimiter(t, u.st, opts...)
 	return u
 }

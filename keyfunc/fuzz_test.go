@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
@@ -18,8 +16,9 @@ import (
 // with a nil error.
 func FuzzMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second string) {
-		ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"x-key": {first, second}})
-		v, err := keyfunc.Metadata("x-key")(ctx, "/s/m")
+		md := map[string][]string{"x-key": {first, second}}
+		call := keyfunc.Call{Method: "/s/m", Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })}
+		v, err := keyfunc.Metadata("x-key")(context.Background(), call)
 		switch {
 		case first == "":
 			if !errors.Is(err, keyfunc.ErrMissing) || v != "" {
@@ -63,9 +62,9 @@ func FuzzJoin(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a, b, c string) {
 		fs := make([]keyfunc.Func, 0, 3)
 		for _, s := range []string{a, b, c} {
-			fs = append(fs, func(context.Context, string) (string, error) { return s, nil })
+			fs = append(fs, func(context.Context, keyfunc.Call) (string, error) { return s, nil })
 		}
-		v, err := keyfunc.Join(fs...)(context.Background(), "/s/m")
+		v, err := keyfunc.Join(fs...)(context.Background(), keyfunc.Call{Method: "/s/m"})
 		if a == "" || b == "" || c == "" {
 			if err == nil || v != "" {
 				t.Fatalf("a part is empty: (%q, %v), want an error", v, err)
@@ -92,7 +91,7 @@ func FuzzJoin(f *testing.F) {
 		// must give a different value.
 		if len(b) > 1 {
 			g := keyfunc.Join(keyfunc.Constant(a+b[:1]), keyfunc.Constant(b[1:]), keyfunc.Constant(c))
-			w, err := g(context.Background(), "/s/m")
+			w, err := g(context.Background(), keyfunc.Call{Method: "/s/m"})
 			if err == nil && w == v {
 				t.Fatalf("(%q,%q,%q) and a shifted tuple both give %q", a, b, c, v)
 			}

@@ -1,8 +1,10 @@
-// Package keyfunc extracts the identity a rate limit applies to from a gRPC
-// call: a metadata header, the method, the peer, or an identity an
-// authentication interceptor put in the context. Functions combine: Join
-// limits a pair (tenant and method, say) and FirstOf falls back from one
-// source to the next.
+// Package keyfunc extracts the identity a rate limit applies to from a
+// call, whichever door it came through (gRPC, Connect, net/http): a header
+// or metadata key, the method or route, the peer, or an identity an
+// authentication layer put in the context. Every door presents its calls
+// the same way (Call), so a key function gives one tenant one identity on
+// all of them. Functions combine: Join limits a pair (tenant and method,
+// say) and FirstOf falls back from one source to the next.
 //
 // # Missing values
 //
@@ -12,8 +14,8 @@
 // ErrMissing, so that no call slips past a limit under a shared empty
 // identity, and the limiter decides explicitly what a call without one gets.
 // A value that is present but unusable (longer than MaxValueLen) is an error
-// wrapping ErrInvalid, which is the client's fault (codes.InvalidArgument)
-// and, unlike ErrMissing, is never skipped by FirstOf. Any other error means
+// wrapping ErrInvalid, which is the client's fault (gRPC InvalidArgument,
+// HTTP 400) and, unlike ErrMissing, is never skipped by FirstOf. Any other error means
 // the server is misconfigured. Checked applies the same policy to a Func
 // written elsewhere.
 //
@@ -26,7 +28,7 @@
 // carry, an empty Constant, Join or FirstOf with no Func or a nil one)
 // does not panic: it returns a Func that fails every call with an error
 // saying what was wrong, and Validate reports that error without a call.
-// interceptor.New and SetRules call Validate on every rule's Key, so the
+// engine.New and SetRules call Validate on every rule's Key, so the
 // mistake is refused when the rules are built, naming the rule. A
 // constructor written elsewhere does the same with Misconfigured.
 package keyfunc
@@ -37,19 +39,16 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/textproto"
 	"reflect"
 	"strconv"
 	"strings"
-
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/realip"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 )
 
-// Func returns the identity to limit for a call to fullMethod
-// ("/pkg.Service/Method"). It returns an error wrapping ErrMissing when the
-// call does not carry the value it reads.
-type Func func(ctx context.Context, fullMethod string) (string, error)
+// Func returns the identity to limit for call, made under ctx. It returns
+// an error wrapping ErrMissing when the call does not carry the value it
+// reads.
+type Func func(ctx context.Context, call Call) (string, error)
 
 // ErrMissing is wrapped by the error a Func returns when the value it reads
 // is absent from the call.
@@ -58,7 +57,7 @@ var ErrMissing = errors.New("keyfunc: value missing")
 // ErrInvalid is wrapped by the error a Func returns when the value is
 // present but cannot be used as an identity, for example because it is
 // longer than MaxValueLen. It is the caller's fault, so a server answers it
-// with codes.InvalidArgument.
+// with gRPC's InvalidArgument or HTTP's 400.
 var ErrInvalid = errors.New("keyfunc: invalid value")
 
 // MaxValueLen is the longest value, in bytes, a Func of this package
@@ -78,7 +77,7 @@ const MaxValueLen = 4 << 10
 //
 //go:noinline
 func Misconfigured(err error) Func {
-	return func(context.Context, string) (string, error) { return "", err }
+	return func(context.Context, Call) (string, error) { return "", err }
 }
 
 // misconfiguredCode is the code every Func of Misconfigured runs.
@@ -93,7 +92,7 @@ func Validate(f Func) error {
 		return errors.New("keyfunc: the Func is nil")
 	}
 	if reflect.ValueOf(f).Pointer() == misconfiguredCode {
-		_, err := f(context.Background(), "")
+		_, err := f(context.Background(), Call{})
 		return err
 	}
 	return nil
@@ -109,8 +108,8 @@ func Checked(f Func) Func {
 	if err := Validate(f); err != nil {
 		return misconfigured("Checked", err)
 	}
-	return func(ctx context.Context, fullMethod string) (string, error) {
-		v, err := f(ctx, fullMethod)
+	return func(ctx context.Context, call Call) (string, error) {
+		v, err := f(ctx, call)
 		if err != nil {
 			return "", err
 		}
@@ -138,12 +137,13 @@ func check(v, what string) (string, error) {
 	return v, nil
 }
 
-// Metadata returns a Func that reads the incoming metadata key header (case
-// insensitive, as gRPC metadata keys are). When the call carries the key
-// several times, the first value counts and the others are ignored, so a
-// client cannot choose between identities by repeating the header; an empty
-// first value is missing. The value is used as received: for a "-bin"
-// header, the decoded bytes.
+// Metadata returns a Func that reads the header or metadata key header,
+// in any case (an HTTP header and a gRPC metadata key name one thing).
+// When the call carries the key several times, the first value counts and
+// the others are ignored, so a client cannot choose between identities by
+// repeating the header; an empty first value is missing. For a "-bin" key
+// the value is the bytes the client sent, on every door (see Header); a
+// value that is not base64 is invalid (ErrInvalid).
 //
 // A header that is not a valid gRPC metadata key (empty, or with characters
 // other than 0-9 a-z - _ .) gives a misconfigured Func (Validate): a
@@ -153,9 +153,13 @@ func Metadata(header string) Func {
 	if !validHeader(key) {
 		return misconfigured("Metadata", fmt.Sprintf("%q is not a valid gRPC metadata key (0-9 a-z - _ .)", header))
 	}
+	canonical := textproto.CanonicalMIMEHeaderKey(key)
 	what := "metadata " + strconv.Quote(key)
-	return func(ctx context.Context, _ string) (string, error) {
-		vals := metadata.ValueFromIncomingContext(ctx, key)
+	return func(_ context.Context, call Call) (string, error) {
+		vals, err := call.Header.values(key, canonical)
+		if err != nil {
+			return "", err
+		}
 		if len(vals) == 0 {
 			return "", fmt.Errorf("%w: %s is absent", ErrMissing, what)
 		}
@@ -176,31 +180,32 @@ func validHeader(key string) bool {
 	return true
 }
 
-// Method returns a Func whose value is the full method name of the call,
-// "/pkg.Service/Method". Joined with a client identity it gives every method
-// its own quota per client.
+// Method returns a Func whose value is the call's Method: its full method
+// name ("/pkg.Service/Method") or its HTTP route ("GET /items/{id}").
+// Joined with a client identity it gives every method its own quota per
+// client.
 func Method() Func {
-	return func(_ context.Context, fullMethod string) (string, error) {
-		return check(fullMethod, "method")
+	return func(_ context.Context, call Call) (string, error) {
+		return check(call.Method, "method")
 	}
 }
 
 // Peer returns a Func whose value is the address of the connection's remote
-// end without its port, so that one client host has one identity however
-// many connections it opens. IPv4 addresses mapped into IPv6
-// ("::ffff:192.0.2.1") are unmapped to the IPv4 form, so one client is one
-// identity whichever socket family it reached. An address without a port
-// (a Unix socket path, an in-memory listener) is used whole.
+// end (Call.Peer) without its port, so that one client host has one
+// identity however many connections it opens. IPv4 addresses mapped into
+// IPv6 ("::ffff:192.0.2.1") are unmapped to the IPv4 form, so one client is
+// one identity whichever socket family it reached. An address without a
+// port (a Unix socket path, an in-memory listener) is used whole.
 //
-// Behind a proxy or load balancer every call has the proxy's address: use
-// RealIP with go-grpc-middleware's realip interceptor instead.
+// Behind a proxy or load balancer every call has the proxy's address: for
+// gRPC, use interceptor.RealIP with go-grpc-middleware's realip
+// interceptor instead.
 func Peer() Func {
-	return func(ctx context.Context, _ string) (string, error) {
-		p, ok := peer.FromContext(ctx)
-		if !ok || p.Addr == nil {
+	return func(_ context.Context, call Call) (string, error) {
+		addr := call.Peer
+		if addr == "" {
 			return "", fmt.Errorf("%w: the call has no peer", ErrMissing)
 		}
-		addr := p.Addr.String()
 		if host, _, err := net.SplitHostPort(addr); err == nil {
 			addr = host
 		}
@@ -211,23 +216,6 @@ func Peer() Func {
 	}
 }
 
-// RealIP returns a Func whose value is the client IP address found by
-// go-grpc-middleware's realip interceptor
-// (github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/realip),
-// which must be chained before the limiter. That interceptor trusts
-// X-Forwarded-For and similar headers only from the proxies it is told to
-// trust, so a client cannot pick its own address. The value is missing when
-// the interceptor did not run or found no address.
-func RealIP() Func {
-	return func(ctx context.Context, _ string) (string, error) {
-		ip, ok := realip.FromContext(ctx)
-		if !ok || !ip.IsValid() {
-			return "", fmt.Errorf("%w: no real IP in the context (is the realip interceptor chained before the limiter?)", ErrMissing)
-		}
-		return check(ip.Unmap().String(), "real IP")
-	}
-}
-
 // Constant returns a Func whose value is always s: every call shares one
 // bucket, a global quota (for example on an expensive method). An s that
 // is empty or longer than MaxValueLen gives a misconfigured Func (Validate).
@@ -235,7 +223,7 @@ func Constant(s string) Func {
 	if len(s) == 0 || len(s) > MaxValueLen {
 		return misconfigured("Constant", fmt.Sprintf("the value is %d bytes: want 1 to %d", len(s), MaxValueLen))
 	}
-	return func(context.Context, string) (string, error) { return s, nil }
+	return func(context.Context, Call) (string, error) { return s, nil }
 }
 
 // identityKey is the context key under which WithIdentity stores an identity.
@@ -244,10 +232,10 @@ type identityKey struct{}
 // WithIdentity returns a copy of ctx that carries id, the authenticated
 // identity of the caller, for Identity to read.
 //
-// An authentication interceptor calls it once it has verified the caller's
-// credentials, and passes the new context on; it must be chained before the
-// limiter (grpc.ChainUnaryInterceptor(auth, limiter)). In a unary
-// interceptor:
+// An authentication layer calls it once it has verified the caller's
+// credentials, and passes the new context on; it must run before the
+// limiter (grpc.ChainUnaryInterceptor(auth, limiter), or an HTTP middleware
+// wrapping httplimit's). In a unary interceptor:
 //
 //	ctx = keyfunc.WithIdentity(ctx, claims.Subject)
 //	return handler(ctx, req)
@@ -281,7 +269,7 @@ func Context(key any) Func {
 		return misconfigured("Context", "the key is nil")
 	}
 	what := fmt.Sprintf("context value %T", key)
-	return func(ctx context.Context, _ string) (string, error) {
+	return func(ctx context.Context, _ Call) (string, error) {
 		switch v := ctx.Value(key).(type) {
 		case nil:
 			return "", fmt.Errorf("%w: no %s", ErrMissing, what)
@@ -310,10 +298,10 @@ func Join(fs ...Func) Func {
 	if bad != nil {
 		return bad
 	}
-	return func(ctx context.Context, fullMethod string) (string, error) {
+	return func(ctx context.Context, call Call) (string, error) {
 		var b strings.Builder
 		for i, f := range fs {
-			v, err := f(ctx, fullMethod)
+			v, err := f(ctx, call)
 			if err != nil {
 				return "", fmt.Errorf("keyfunc: join part %d: %w", i, err)
 			}
@@ -335,7 +323,7 @@ func appendPart(b *strings.Builder, v string) {
 
 // JoinValues returns the value Join gives when its Funcs return values, in
 // order: what an operator passes to identify a caller of a rule keyed by
-// Join (interceptor.Limiter's Peek and Reset) without encoding it by hand.
+// Join (engine.Limiter's Peek and Reset) without encoding it by hand.
 func JoinValues(values ...string) string {
 	var b strings.Builder
 	for _, v := range values {
@@ -368,10 +356,10 @@ func FirstOf(fs ...Func) Func {
 	if bad != nil {
 		return bad
 	}
-	return func(ctx context.Context, fullMethod string) (string, error) {
+	return func(ctx context.Context, call Call) (string, error) {
 		var missing []error
 		for i, f := range fs {
-			v, err := f(ctx, fullMethod)
+			v, err := f(ctx, call)
 			if err == nil {
 				return check(FirstOfValue(i, v), "value")
 			}

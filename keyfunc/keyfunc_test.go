@@ -2,24 +2,17 @@ package keyfunc_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
+	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/realip"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
@@ -27,14 +20,30 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const method = "/pkg.Svc/Do"
 
-func incoming(kv ...string) context.Context {
-	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+// incoming is a call of method carrying the metadata kv, as the gRPC door
+// presents one.
+func incoming(kv ...string) keyfunc.Call {
+	md := map[string][]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		md[kv[i]] = append(md[kv[i]], kv[i+1])
+	}
+	return keyfunc.Call{Method: method, Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })}
 }
 
-// want checks that f yields value v (wantErr nil) or an error wrapping wantErr.
-func want(t *testing.T, ctx context.Context, f keyfunc.Func, v string, wantErr error) {
+// bare is a call of method with nothing else.
+var bare = keyfunc.Call{Method: method}
+
+// want checks that f yields value v (wantErr nil) or an error wrapping
+// wantErr for call.
+func want(t *testing.T, call keyfunc.Call, f keyfunc.Func, v string, wantErr error) {
 	t.Helper()
-	got, err := f(ctx, method)
+	wantCtx(t, context.Background(), call, f, v, wantErr)
+}
+
+// wantCtx is want for a call made under ctx.
+func wantCtx(t *testing.T, ctx context.Context, call keyfunc.Call, f keyfunc.Func, v string, wantErr error) {
+	t.Helper()
+	got, err := f(ctx, call)
 	if wantErr != nil {
 		if !errors.Is(err, wantErr) {
 			t.Fatalf("got (%q, %v), want an error wrapping %v", got, err, wantErr)
@@ -56,15 +65,43 @@ func TestMetadata(t *testing.T) {
 	want(t, incoming("x-tenant", "acme", "x-tenant", "other"), f, "acme", nil)
 	want(t, incoming("x-tenant", "", "x-tenant", "other"), f, "", keyfunc.ErrMissing)
 	want(t, incoming("x-other", "acme"), f, "", keyfunc.ErrMissing)
-	want(t, context.Background(), f, "", keyfunc.ErrMissing)
+	want(t, bare, f, "", keyfunc.ErrMissing)
 	want(t, incoming("x-tenant", ""), f, "", keyfunc.ErrMissing)
 	want(t, incoming("x-tenant", strings.Repeat("a", keyfunc.MaxValueLen)), f, strings.Repeat("a", keyfunc.MaxValueLen), nil)
 	want(t, incoming("x-tenant", strings.Repeat("a", keyfunc.MaxValueLen+1)), f, "", keyfunc.ErrInvalid)
-	if _, err := f(incoming("x-tenant", strings.Repeat("a", keyfunc.MaxValueLen+1)), method); errors.Is(err, keyfunc.ErrMissing) {
+	if _, err := f(context.Background(), incoming("x-tenant", strings.Repeat("a", keyfunc.MaxValueLen+1))); errors.Is(err, keyfunc.ErrMissing) {
 		t.Fatalf("an oversized value must not count as missing: %v", err)
 	}
 	// Binary-safe: any bytes are an identity.
 	want(t, incoming("x-tenant-bin", "\x00{}\xff"), keyfunc.Metadata("x-tenant-bin"), "\x00{}\xff", nil)
+}
+
+// Over HTTP (and Connect) the same header reads the same, whatever its
+// case, and a "-bin" value arrives as base64, padded or not, which is
+// decoded to the bytes gRPC delivers: one identity on every door.
+func TestMetadataOverHTTP(t *testing.T) {
+	over := func(kv ...string) keyfunc.Call {
+		h := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Add(kv[i], kv[i+1])
+		}
+		return keyfunc.Call{Method: "GET /items/{id}", Header: keyfunc.HTTPHeader(h)}
+	}
+	f := keyfunc.Metadata("X-Tenant")
+	want(t, over("x-tenant", "acme"), f, "acme", nil)
+	want(t, over("X-TENANT", "acme", "x-tenant", "other"), f, "acme", nil)
+	want(t, over("x-other", "acme"), f, "", keyfunc.ErrMissing)
+	bin := keyfunc.Metadata("x-tenant-bin")
+	raw := "\x00{}\xff"
+	want(t, over("X-Tenant-Bin", base64.StdEncoding.EncodeToString([]byte(raw))), bin, raw, nil)
+	want(t, over("X-Tenant-Bin", base64.RawStdEncoding.EncodeToString([]byte(raw+"x"))), bin, raw+"x", nil)
+	want(t, over("X-Tenant-Bin", "not base64!"), bin, "", keyfunc.ErrInvalid)
+	if vs, err := keyfunc.HTTPHeader(http.Header{"X-Tenant-Bin": {"YWNtZQ"}}).Values("x-tenant-bin"); err != nil || len(vs) != 1 || vs[0] != "acme" {
+		t.Errorf("Values = %q, %v; want [acme]", vs, err)
+	}
+	if vs, err := (keyfunc.Header{}).Values("x-tenant"); vs != nil || err != nil {
+		t.Errorf("the zero Header has %q, %v", vs, err)
+	}
 }
 
 func TestMetadataRejectsBadHeader(t *testing.T) {
@@ -86,26 +123,24 @@ func wantMisconfigured(t *testing.T, what string, f keyfunc.Func, msg string) {
 		t.Errorf("Validate(%s) = %v, want an error containing %q", what, err, msg)
 		return
 	}
-	v, callErr := f(incoming("x-tenant", "acme"), method)
+	v, callErr := f(context.Background(), incoming("x-tenant", "acme"))
 	if v != "" || callErr == nil || callErr.Error() != err.Error() || errors.Is(callErr, keyfunc.ErrMissing) || errors.Is(callErr, keyfunc.ErrInvalid) {
 		t.Errorf("%s called: %q, %v; want \"\" and Validate's error, wrapping neither ErrMissing nor ErrInvalid", what, v, callErr)
 	}
 }
 
 func TestMethod(t *testing.T) {
-	want(t, context.Background(), keyfunc.Method(), method, nil)
-	if _, err := keyfunc.Method()(context.Background(), ""); !errors.Is(err, keyfunc.ErrMissing) {
+	want(t, bare, keyfunc.Method(), method, nil)
+	want(t, keyfunc.Call{Method: "GET /items/{id}"}, keyfunc.Method(), "GET /items/{id}", nil)
+	if _, err := keyfunc.Method()(context.Background(), keyfunc.Call{}); !errors.Is(err, keyfunc.ErrMissing) {
 		t.Fatalf("empty method: %v, want ErrMissing", err)
 	}
 }
 
-type fakeAddr string
-
-func (a fakeAddr) Network() string { return "fake" }
-func (a fakeAddr) String() string  { return string(a) }
-
-func withPeer(addr net.Addr) context.Context {
-	return peer.NewContext(context.Background(), &peer.Peer{Addr: addr})
+// withPeer is call with the peer addr.
+func withPeer(call keyfunc.Call, addr string) keyfunc.Call {
+	call.Peer = addr
+	return call
 }
 
 func TestPeer(t *testing.T) {
@@ -117,16 +152,14 @@ func TestPeer(t *testing.T) {
 		"bufconn":                 "bufconn",
 		"/run/app.sock":           "/run/app.sock",
 	} {
-		want(t, withPeer(fakeAddr(addr)), f, v, nil)
+		want(t, withPeer(bare, addr), f, v, nil)
 	}
-	want(t, withPeer(&net.TCPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 1}), f, "198.51.100.7", nil)
-	want(t, withPeer(fakeAddr("")), f, "", keyfunc.ErrMissing)
-	want(t, withPeer(nil), f, "", keyfunc.ErrMissing)
-	want(t, context.Background(), f, "", keyfunc.ErrMissing)
+	want(t, withPeer(bare, (&net.TCPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 1}).String()), f, "198.51.100.7", nil)
+	want(t, bare, f, "", keyfunc.ErrMissing)
 }
 
 func TestConstant(t *testing.T) {
-	want(t, context.Background(), keyfunc.Constant("global"), "global", nil)
+	want(t, bare, keyfunc.Constant("global"), "global", nil)
 	for _, s := range []string{"", strings.Repeat("x", keyfunc.MaxValueLen+1)} {
 		wantMisconfigured(t, fmt.Sprintf("Constant(%.10q…)", s), keyfunc.Constant(s), "keyfunc.Constant: the value is")
 	}
@@ -140,17 +173,17 @@ type ctxKey struct{}
 
 func TestIdentityAndContext(t *testing.T) {
 	f := keyfunc.Identity()
-	want(t, keyfunc.WithIdentity(context.Background(), "user-42"), f, "user-42", nil)
-	want(t, keyfunc.WithIdentity(context.Background(), ""), f, "", keyfunc.ErrMissing)
-	want(t, context.Background(), f, "", keyfunc.ErrMissing)
+	wantCtx(t, keyfunc.WithIdentity(context.Background(), "user-42"), bare, f, "user-42", nil)
+	wantCtx(t, keyfunc.WithIdentity(context.Background(), ""), bare, f, "", keyfunc.ErrMissing)
+	want(t, bare, f, "", keyfunc.ErrMissing)
 	// A value under another key is not an identity.
-	want(t, context.WithValue(context.Background(), ctxKey{}, "user-42"), f, "", keyfunc.ErrMissing)
+	wantCtx(t, context.WithValue(context.Background(), ctxKey{}, "user-42"), bare, f, "", keyfunc.ErrMissing)
 
 	g := keyfunc.Context(ctxKey{})
-	want(t, context.WithValue(context.Background(), ctxKey{}, "svc-a"), g, "svc-a", nil)
-	want(t, context.WithValue(context.Background(), ctxKey{}, stringer{"svc-b"}), g, "svc-b", nil)
-	want(t, context.Background(), g, "", keyfunc.ErrMissing)
-	_, err := g(context.WithValue(context.Background(), ctxKey{}, 42), method)
+	wantCtx(t, context.WithValue(context.Background(), ctxKey{}, "svc-a"), bare, g, "svc-a", nil)
+	wantCtx(t, context.WithValue(context.Background(), ctxKey{}, stringer{"svc-b"}), bare, g, "svc-b", nil)
+	want(t, bare, g, "", keyfunc.ErrMissing)
+	_, err := g(context.WithValue(context.Background(), ctxKey{}, 42), bare)
 	if err == nil || errors.Is(err, keyfunc.ErrMissing) || errors.Is(err, keyfunc.ErrInvalid) {
 		t.Fatalf("a value of the wrong type must be a configuration error, got %v", err)
 	}
@@ -159,8 +192,8 @@ func TestIdentityAndContext(t *testing.T) {
 func TestJoin(t *testing.T) {
 	a, b := keyfunc.Metadata("a"), keyfunc.Metadata("b")
 	f := keyfunc.Join(a, b)
-	v1, err1 := f(incoming("a", "x|y", "b", "z"), method)
-	v2, err2 := f(incoming("a", "x", "b", "y|z"), method)
+	v1, err1 := f(context.Background(), incoming("a", "x|y", "b", "z"))
+	v2, err2 := f(context.Background(), incoming("a", "x", "b", "y|z"))
 	if err1 != nil || err2 != nil || v1 == v2 {
 		t.Fatalf("(x|y, z) → (%q, %v); (x, y|z) → (%q, %v): want two distinct values", v1, err1, v2, err2)
 	}
@@ -175,40 +208,36 @@ func TestJoin(t *testing.T) {
 
 func TestFirstOf(t *testing.T) {
 	f := keyfunc.FirstOf(keyfunc.Metadata("x-tenant"), keyfunc.Peer())
-	ctx := peer.NewContext(incoming("x-tenant", "acme"), &peer.Peer{Addr: fakeAddr("192.0.2.1:1")})
-	want(t, ctx, f, "0:acme", nil)
-	ctx = withPeer(fakeAddr("192.0.2.1:1"))
-	want(t, ctx, f, "1:192.0.2.1", nil)
+	want(t, withPeer(incoming("x-tenant", "acme"), "192.0.2.1:1"), f, "0:acme", nil)
+	want(t, withPeer(bare, "192.0.2.1:1"), f, "1:192.0.2.1", nil)
 	// A header that imitates the peer's address does not share its bucket.
-	ctx = peer.NewContext(incoming("x-tenant", "192.0.2.1"), &peer.Peer{Addr: fakeAddr("203.0.113.9:1")})
-	want(t, ctx, f, "0:192.0.2.1", nil)
+	want(t, withPeer(incoming("x-tenant", "192.0.2.1"), "203.0.113.9:1"), f, "0:192.0.2.1", nil)
 	// An oversized header is an error, not a reason to fall back.
-	ctx = peer.NewContext(incoming("x-tenant", strings.Repeat("a", keyfunc.MaxValueLen+1)), &peer.Peer{Addr: fakeAddr("192.0.2.1:1")})
-	want(t, ctx, f, "", keyfunc.ErrInvalid)
+	want(t, withPeer(incoming("x-tenant", strings.Repeat("a", keyfunc.MaxValueLen+1)), "192.0.2.1:1"), f, "", keyfunc.ErrInvalid)
 	// All missing.
-	_, err := f(context.Background(), method)
+	_, err := f(context.Background(), bare)
 	if !errors.Is(err, keyfunc.ErrMissing) || !strings.Contains(err.Error(), "x-tenant") || !strings.Contains(err.Error(), "peer") {
 		t.Fatalf("all missing: %v, want ErrMissing naming both sources", err)
 	}
 	// A configuration error stops the search too.
 	g := keyfunc.FirstOf(keyfunc.Context(ctxKey{}), keyfunc.Constant("c"))
-	if _, err := g(context.WithValue(context.Background(), ctxKey{}, 3.5), method); err == nil || errors.Is(err, keyfunc.ErrMissing) {
+	if _, err := g(context.WithValue(context.Background(), ctxKey{}, 3.5), bare); err == nil || errors.Is(err, keyfunc.ErrMissing) {
 		t.Fatalf("wrong-typed context value: %v, want a configuration error", err)
 	}
 }
 
 func TestCheckedEnforcesPolicyOnForeignFuncs(t *testing.T) {
-	empty := keyfunc.Func(func(context.Context, string) (string, error) { return "", nil })
-	huge := keyfunc.Func(func(context.Context, string) (string, error) {
+	empty := keyfunc.Func(func(context.Context, keyfunc.Call) (string, error) { return "", nil })
+	huge := keyfunc.Func(func(context.Context, keyfunc.Call) (string, error) {
 		return strings.Repeat("x", keyfunc.MaxValueLen+1), nil
 	})
 	boom := errors.New("boom")
-	failing := keyfunc.Func(func(context.Context, string) (string, error) { return "ignored", boom })
-	want(t, context.Background(), keyfunc.Checked(empty), "", keyfunc.ErrMissing)
-	want(t, context.Background(), keyfunc.Checked(huge), "", keyfunc.ErrInvalid)
-	want(t, context.Background(), keyfunc.Checked(failing), "", boom)
-	want(t, context.Background(), keyfunc.FirstOf(empty, keyfunc.Constant("g")), "1:g", nil)
-	want(t, context.Background(), keyfunc.Join(keyfunc.Constant("g"), empty), "", keyfunc.ErrMissing)
+	failing := keyfunc.Func(func(context.Context, keyfunc.Call) (string, error) { return "ignored", boom })
+	want(t, bare, keyfunc.Checked(empty), "", keyfunc.ErrMissing)
+	want(t, bare, keyfunc.Checked(huge), "", keyfunc.ErrInvalid)
+	want(t, bare, keyfunc.Checked(failing), "", boom)
+	want(t, bare, keyfunc.FirstOf(empty, keyfunc.Constant("g")), "1:g", nil)
+	want(t, bare, keyfunc.Join(keyfunc.Constant("g"), empty), "", keyfunc.ErrMissing)
 }
 
 func TestConstructorsRejectNil(t *testing.T) {
@@ -234,87 +263,10 @@ func TestConstructorsRejectNil(t *testing.T) {
 	}
 	// A Func written elsewhere is never called by Validate.
 	called := false
-	mine := keyfunc.Func(func(context.Context, string) (string, error) { called = true; return "", errors.New("no") })
+	mine := keyfunc.Func(func(context.Context, keyfunc.Call) (string, error) { called = true; return "", errors.New("no") })
 	for _, f := range []keyfunc.Func{mine, keyfunc.Join(mine), keyfunc.FirstOf(keyfunc.Method(), mine), keyfunc.Checked(mine)} {
 		if err := keyfunc.Validate(f); err != nil || called {
 			t.Errorf("Validate of a good Func = %v (called %v), want nil without a call", err, called)
 		}
-	}
-}
-
-// TestOverRealGRPC runs the key functions inside a server interceptor of a
-// real gRPC server on a loopback TCP port, so that metadata and peer come
-// from the transport rather than from hand-built contexts.
-func TestOverRealGRPC(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenantAndMethod := keyfunc.Join(keyfunc.Metadata("x-tenant"), keyfunc.Method())
-	fallback := keyfunc.FirstOf(keyfunc.Identity(), keyfunc.Metadata("x-tenant"), keyfunc.Peer())
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	record := func(ctx context.Context, fullMethod string) {
-		var row []string
-		for _, f := range []keyfunc.Func{tenantAndMethod, fallback, keyfunc.Peer(), keyfunc.RealIP()} {
-			v, err := f(ctx, fullMethod)
-			if err != nil {
-				v = "error"
-			}
-			row = append(row, v)
-		}
-		mu.Lock()
-		seen = append(seen, strings.Join(row, " "))
-		mu.Unlock()
-	}
-	trusted := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		realip.UnaryServerInterceptor(trusted, []string{realip.XRealIp}),
-		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			// An authentication interceptor would verify a token here.
-			if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) > 0 {
-				ctx = keyfunc.WithIdentity(ctx, "user:"+md.Get("authorization")[0])
-			}
-			record(ctx, info.FullMethod)
-			return h(ctx, req)
-		},
-	))
-	echo.Register(s, &echo.Server{})
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(lis) }()
-	defer func() {
-		s.Stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	c := echo.NewClient(cc)
-
-	calls := []context.Context{
-		metadata.AppendToOutgoingContext(t.Context(), "x-tenant", "acme", "x-tenant", "evil", "x-real-ip", "203.0.113.7"),
-		metadata.AppendToOutgoingContext(t.Context(), "authorization", "alice", "x-tenant", "acme"),
-		t.Context(),
-	}
-	for _, ctx := range calls {
-		if _, err := c.Say(ctx, wrapperspb.String("hi")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wantRows := []string{
-		"4:acme" + strconv.Itoa(len(echo.SayMethod)) + ":" + echo.SayMethod + " 1:acme 127.0.0.1 203.0.113.7",
-		"4:acme" + strconv.Itoa(len(echo.SayMethod)) + ":" + echo.SayMethod + " 0:user:alice 127.0.0.1 127.0.0.1",
-		"error 2:127.0.0.1 127.0.0.1 127.0.0.1",
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(seen, "\n") != strings.Join(wantRows, "\n") {
-		t.Fatalf("server saw\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(wantRows, "\n"))
 	}
 }

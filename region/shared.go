@@ -82,17 +82,10 @@ func (sh *shared) local(share int64) (l tollgate.Limit, ok bool) {
 	return tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: share, Period: sh.limit.Period, Burst: b}, b >= 1
 }
 
-// windowLength is a window's length; a calendar unit's shortest.
+// windowLength is a window's length: a calendar unit's now.
 func windowLength(l tollgate.Limit) time.Duration {
-	switch l.Calendar {
-	case tollgate.Day:
-		return 24 * time.Hour
-	case tollgate.Week:
-		return 7 * 24 * time.Hour
-	case tollgate.Month:
-		return 28 * 24 * time.Hour
-	case tollgate.Year:
-		return 365 * 24 * time.Hour
+	if l.Calendar != tollgate.NoCalendar {
+		return l.Calendar.Length(time.Now())
 	}
 	return l.Period
 }

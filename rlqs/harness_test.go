@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
@@ -96,7 +97,7 @@ func perTenant(fail interceptor.FailMode) interceptor.Rule {
 // its client.
 func replica(t testing.TB, st tollgate.Store, rules ...interceptor.Rule) *echo.Client {
 	t.Helper()
-	lim, err := interceptor.New(st, interceptor.WithRules(rules...), interceptor.WithStoreTimeout(5*time.Second), interceptor.WithBreaker(0, 0))
+	lim, err := interceptor.New(st, interceptor.WithRules(rules...), interceptor.WithStoreTimeout(5*time.Second), func(c *engine.Config) { c.BreakerFailures, c.BreakerCoolDown = -1, 0 })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,18 +123,10 @@ func (st *quotaStream) assign(ctx context.Context, b *streamBucket) *rlqspb.Rate
 	return tokenBucket(b.id, granted, capacity, period, ttl)
 }
 
-// limitPeriod is l's period, a calendar window's being its usual length.
+// limitPeriod is l's period, a calendar window's being its length now.
 func limitPeriod(l tollgate.Limit) time.Duration {
-	const day = 24 * time.Hour
-	switch l.Calendar {
-	case tollgate.Day:
-		return day
-	case tollgate.Week:
-		return 7 * day
-	case tollgate.Month:
-		return 30 * day
-	case tollgate.Year:
-		return 365 * day
+	if l.Calendar != tollgate.NoCalendar {
+		return l.Calendar.Length(time.Now())
 	}
 	return l.Period
 }

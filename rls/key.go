@@ -80,10 +80,10 @@ func Descriptor(entries ...EntryFunc) keyfunc.Func {
 		}
 	}
 	entries = slices.Clone(entries)
-	return func(ctx context.Context, fullMethod string) (string, error) {
+	return func(ctx context.Context, call keyfunc.Call) (string, error) {
 		var b strings.Builder
 		for i, e := range entries {
-			v, err := e.Value(ctx, fullMethod)
+			v, err := e.Value(ctx, call)
 			if err != nil {
 				return "", err
 			}

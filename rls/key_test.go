@@ -60,12 +60,13 @@ func FuzzStoreKey(f *testing.F) {
 // TestDescriptorMatchesStoreKey: the interceptor's key function writes what
 // the server writes after the separator.
 func TestDescriptorMatchesStoreKey(t *testing.T) {
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant", "a=b&c", "x-plan", "gold%"))
+	md := metadata.Pairs("x-tenant", "a=b&c", "x-plan", "gold%")
+	call := keyfunc.Call{Method: "/svc/M", Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })}
 	f := rls.Descriptor(
 		rls.EntryFunc{Key: "tenant", Value: keyfunc.Metadata("x-tenant")},
 		rls.EntryFunc{Key: "plan", Value: keyfunc.Metadata("x-plan")},
 	)
-	got, err := f(ctx, "/svc/M")
+	got, err := f(context.Background(), call)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestDescriptorMatchesStoreKey(t *testing.T) {
 	if got != want || got != "tenant=a%3Db%26c&plan=gold%25" {
 		t.Fatalf("Descriptor gives %q, StoreKey %q", got, want)
 	}
-	if _, err := f(metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-plan", "p")), "/svc/M"); err == nil {
+	if _, err := f(context.Background(), keyfunc.Call{Method: "/svc/M", Header: keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return metadata.Pairs("x-plan", "p")[k] })}); err == nil {
 		t.Fatal("a missing entry gave no error")
 	}
 }
@@ -94,7 +95,7 @@ func TestDescriptorMisconfigured(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate = %v, want an error containing %q", err, tc.want)
 		}
-		if _, callErr := tc.f(context.Background(), "/svc/M"); callErr == nil || callErr.Error() != err.Error() {
+		if _, callErr := tc.f(context.Background(), keyfunc.Call{Method: "/svc/M"}); callErr == nil || callErr.Error() != err.Error() {
 			t.Errorf("a call = %v, want Validate's error", callErr)
 		}
 	}

@@ -1,20 +1,20 @@
 // Package telemetry names every span attribute and metric tollgate emits,
 // in one place, for dashboards, alerts and tests that read them.
 //
-// Package interceptor starts one span per decision, named "ratelimit
-// <rule>", and package rls one per request; both record into
+// Package engine starts one span per decision, named "ratelimit <rule>",
+// whichever door the call came through, and package rls one per request; both record into
 // MetricDecisions and MetricStoreDuration with the same attributes, so one
 // dashboard shows the edge and the services. The other metrics belong to
 // one feature each and say so.
 //
 // Metric instruments are created on meters named after the package that
-// records them ("github.com/tollgate/tollgate/interceptor", ".../rls",
+// records them ("github.com/tollgate/tollgate/engine", ".../rls",
 // ".../store"); tracers likewise.
 package telemetry
 
 import "go.opentelemetry.io/otel/attribute"
 
-// Metrics of decisions, package interceptor's and package rls's.
+// Metrics of decisions, package engine's and package rls's.
 const (
 	// MetricDecisions counts decisions ({decision}), with the attributes
 	// AttrRule, AttrScope, AttrOutcome and AttrAllowed.
@@ -26,7 +26,7 @@ const (
 	MetricStoreDuration = "tollgate.store.duration"
 )
 
-// Metrics of settlements (interceptor.Rule.Settle).
+// Metrics of settlements (engine.Rule.Settle).
 const (
 	// MetricSettles counts settlements ({settlement}), with the attributes
 	// AttrRule and AttrSettleOutcome.
@@ -36,17 +36,18 @@ const (
 	MetricSettledUnits = "tollgate.settled.units"
 )
 
-// Metrics of in-flight seats (interceptor.Rule.InFlight). Before v1
+// Metrics of in-flight seats (engine.Rule.InFlight). Before v1
 // they were tollgate.slots, tollgate.slot.hold and tollgate.slot.wait.
 const (
 	// MetricSeats counts in-flight seat events ({event}), with the
 	// attributes AttrRule and AttrSeatOutcome.
 	MetricSeats = "tollgate.seats"
 	// MetricSeatHold is a histogram of how long calls held their seats, in
-	// seconds, with the attribute AttrRule.
+	// seconds (buckets from 1ms to 10 minutes), with the attribute AttrRule.
 	MetricSeatHold = "tollgate.seat.hold"
-	// MetricSeatWait is a histogram of how long stream openings of Shape
-	// rules waited for a seat, in seconds, with the attribute AttrRule.
+	// MetricSeatWait is a histogram of how long stream openings waited for
+	// a seat (InFlight.StreamWait), in seconds (the same buckets), with the
+	// attribute AttrRule.
 	MetricSeatWait = "tollgate.seat.wait"
 )
 
@@ -107,11 +108,11 @@ const (
 // Attributes of decisions, on spans and on MetricDecisions and
 // MetricStoreDuration.
 const (
-	// AttrRule is the rule's name (interceptor.Rule.Name); in package rls,
+	// AttrRule is the rule's name (engine.Rule.Name); in package rls,
 	// the descriptor's configuration path, "domain.key_value.key".
 	AttrRule = attribute.Key("tollgate.rule")
 	// AttrScope is "call" (a unary call or a stream's opening) or "message"
-	// (one stream message, interceptor.Rule.PerMessage).
+	// (one stream message, engine.Rule.PerMessage).
 	AttrScope = attribute.Key("tollgate.scope")
 	// AttrAlgorithm is the limit's tollgate.Algorithm.String(): the limit
 	// decided, or the most restrictive one of several (spans only).
@@ -146,7 +147,7 @@ const (
 	// failed or passed its deadline (MetricStoreDuration only).
 	AttrStoreResult = attribute.Key("tollgate.store.result")
 	// AttrShadow is true on the spans of shadow decisions
-	// (interceptor.Rule.Shadow, interceptor.WithShadow, rls's shadow mode).
+	// (engine.Rule.Shadow, rls's shadow mode).
 	AttrShadow = attribute.Key("tollgate.shadow")
 )
 

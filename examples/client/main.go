@@ -42,6 +42,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -54,7 +56,6 @@ import (
 
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/idempotency"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/cmdmain"
 )
 
@@ -333,7 +334,7 @@ func call(ctx context.Context, client *echo.Client, cfg config, tenant string) o
 		err = countAll(ctx, client, 3, &trailer)
 	}
 	o := outcome{tenant: tenant, latency: time.Since(start), err: err}
-	o.replayed = slices.Contains(trailer.Get(interceptor.TrailerReplayed), "1")
+	o.replayed = slices.Contains(trailer.Get(fields.Replayed), "1")
 	for _, d := range status.Convert(err).Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
 			o.retryAfter = ri.GetRetryDelay().AsDuration()

@@ -73,7 +73,7 @@ func TestLinesFormat(t *testing.T) {
 		"pkg github.com/tollgate/tollgate, type Limit struct, Rate int64",
 		"pkg github.com/tollgate/tollgate, type Store interface, Allow(context.Context, Request) (Decision, error)",
 		"pkg github.com/tollgate/tollgate, const TokenBucket Algorithm",
-		"pkg github.com/tollgate/tollgate/keyfunc, type Func func(context.Context, string) (string, error)",
+		"pkg github.com/tollgate/tollgate/keyfunc, type Func func(context.Context, Call) (string, error)",
 	} {
 		found := false
 		for _, l := range lines {

@@ -54,6 +54,9 @@ type API struct {
 	// documentation gives resolves when it is one of them.
 	files   map[string]bool
 	ignored map[string]bool // Ignore
+	// aliases maps "package.Name" of a type alias to the "package.Name"
+	// of the type it names, when that is another package's type.
+	aliases map[string]string
 }
 
 // Load parses the Go files of the repository rooted at root (its module and
@@ -69,6 +72,7 @@ func Load(root string) (*API, error) {
 		declared: map[string]bool{},
 		files:    map[string]bool{},
 		ignored:  map[string]bool{},
+		aliases:  map[string]string{},
 	}
 	_, files, err := gosrc.ParseWithTests(root)
 	for _, f := range files {
@@ -153,6 +157,11 @@ func (a *API) add(pkgName string, f *ast.File, public bool) {
 					}
 				case *ast.TypeSpec:
 					name(spec.Name.Name)
+					if sel, ok := spec.Type.(*ast.SelectorExpr); ok && spec.Assign.IsValid() && public {
+						if pkg, ok := sel.X.(*ast.Ident); ok {
+							a.aliases[pkgName+"."+spec.Name.Name] = pkg.Name + "." + sel.Sel.Name
+						}
+					}
 					if a.byType[spec.Name.Name] == nil {
 						a.byType[spec.Name.Name] = map[string]bool{}
 					}
@@ -229,6 +238,25 @@ func (a *API) hasMember(typ, member string, seen map[string]bool) bool {
 	return false
 }
 
+// hasExported reports whether the exported type pkgType ("package.Type")
+// has member, itself, through the type it is an alias of, or through a
+// type it embeds; true when pkgType is not a type with members.
+func (a *API) hasExported(pkgType, member string) bool {
+	for range 8 { // an alias of an alias, but never a loop
+		target, ok := a.aliases[pkgType]
+		if !ok {
+			break
+		}
+		pkgType = target
+	}
+	ms := a.members[pkgType]
+	if ms == nil || ms[member] {
+		return true
+	}
+	_, typ, _ := strings.Cut(pkgType, ".")
+	return a.hasMember(typ, member, map[string]bool{})
+}
+
 // A Problem is one reference in the documentation that does not resolve.
 type Problem struct {
 	File string // as given to Check
@@ -296,7 +324,7 @@ func (a *API) check(path string, spans bool) ([]Problem, error) {
 			switch {
 			case !names[name]:
 				report(r, "no such exported name in package "+pkg)
-			case member != "" && a.members[r] != nil && !a.members[r][member]:
+			case member != "" && !a.hasExported(r, member):
 				report(r+"."+member, "no such field or method")
 			}
 		}

@@ -63,7 +63,7 @@ func TestCheckFindsWhatIsWrong(t *testing.T) {
 		"Not ours: `redis.NewClient`, `tollgate.example.Echo`, `github.com/tollgate/tollgate.Nothing`, `tollgate.store.duration`.\n" +
 		"[here](missing.md) and [there](https://example.com/x.md) and [self](page.md#top)\n" +
 		"`store/admit_redis.go` `decodeAdmit`, `readAdmit`, `Redis.AllowAllWithSeat` and `Redis.allowAllWithSeat`, `Limiter.decide`.\n" +
-		"`store/nowhere.go` `lua/gcra.lua` `gcra.lua` `EVALSHA` `interceptor/rule.go` `compileRule` `compileRules` `INVALID_ARGUMENT`.\n" +
+		"`store/nowhere.go` `lua/gcra.lua` `gcra.lua` `EVALSHA` `engine/rule.go` `compileRule` `compileRules` `INVALID_ARGUMENT`.\n" +
 		"`store.decodeAdmit` and `store.readAdmit`, `check.prepareSeat`, `TestDocs` and `TestDocz`, `dictFind`.\n" +
 		"```\n`readAdmit` in a fenced block\n```\n"
 	if err := os.WriteFile(page, []byte(text), 0o644); err != nil {

@@ -99,7 +99,7 @@ const (
 // caller gone first and a call the breaker kept are not.
 func (r Result) Measured() bool { return r == Decided || r == Failed }
 
-// Call is one store call, from Policy.Begin to End.
+// Call is one store call, from Policy.Open to End.
 type Call struct {
 	// Ctx is the context to call the store with: the caller's, under the
 	// store's deadline.
@@ -114,10 +114,10 @@ type Call struct {
 	probe   bool
 }
 
-// Begin starts a store call under ctx. It returns false when the breaker
+// Open starts a store call under ctx. It returns false when the breaker
 // keeps the call from the store: then the store is not called, End is not
 // either, and the fail mode applies with the cause ErrBreakerOpen.
-func (p *Policy) Begin(ctx context.Context) (Call, bool) {
+func (p *Policy) Open(ctx context.Context) (Call, bool) {
 	ok, probe := p.breaker.Allow()
 	if !ok {
 		return Call{}, false
@@ -164,11 +164,11 @@ func classify(caller context.Context, err error) Result {
 	return Failed
 }
 
-// Do makes call one store call: Begin, call(c.Ctx), End. When the breaker
+// Do makes call one store call: Open, call(c.Ctx), End. When the breaker
 // keeps the call from the store, call is not run and Do returns Unasked and
 // ErrBreakerOpen.
 func (p *Policy) Do(ctx context.Context, call func(context.Context) error) (Result, time.Duration, error) {
-	c, ok := p.Begin(ctx)
+	c, ok := p.Open(ctx)
 	if !ok {
 		return Unasked, 0, ErrBreakerOpen
 	}

@@ -93,9 +93,9 @@ func TestDeadline(t *testing.T) {
 		"lease over Memory":    mustLease(t, newMemory(t)),
 		"lease over a network": mustLease(t, nopStore{}),
 	} {
-		c, ok := newPolicy(t, st, defaultConfig).Begin(ctx)
+		c, ok := newPolicy(t, st, defaultConfig).Open(ctx)
 		if !ok {
-			t.Fatalf("%s: Begin refused", name)
+			t.Fatalf("%s: Open refused", name)
 		}
 		if inProcess := c.Ctx == ctx; inProcess != !strings.Contains(name, "network") {
 			t.Errorf("%s: the call's context is the caller's: %v", name, inProcess)
@@ -135,8 +135,8 @@ func TestBreaker(t *testing.T) {
 	if r := do(context.Background(), nil); r != Unasked || calls != 8 {
 		t.Fatalf("after two failures: %d with %d calls, want Unasked with 8", r, calls)
 	}
-	if _, ok := p.Begin(context.Background()); ok {
-		t.Fatal("Begin let a call through an open breaker")
+	if _, ok := p.Open(context.Background()); ok {
+		t.Fatal("Open let a call through an open breaker")
 	}
 }
 
@@ -162,14 +162,14 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// TestBeginEndAllocateNothing: for store.Memory, whose calls get no
+// TestOpenEndAllocateNothing: for store.Memory, whose calls get no
 // deadline, a store call under the policy costs no allocation, so that the
 // interceptors' admitted call does not pay for it (BenchmarkUnaryAdmit).
-func TestBeginEndAllocateNothing(t *testing.T) {
+func TestOpenEndAllocateNothing(t *testing.T) {
 	p := newPolicy(t, newMemory(t), defaultConfig)
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() {
-		c, ok := p.Begin(ctx)
+		c, ok := p.Open(ctx)
 		if ok {
 			c.End(nil)
 		}
@@ -178,13 +178,13 @@ func TestBeginEndAllocateNothing(t *testing.T) {
 	}
 }
 
-func BenchmarkBeginEnd(b *testing.B) {
+func BenchmarkOpenEnd(b *testing.B) {
 	for _, st := range []tollgate.Store{newMemory(b), nopStore{}} {
 		p, _ := New(st, defaultConfig)
 		b.Run(fmt.Sprintf("%T", st), func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {
-				c, _ := p.Begin(ctx)
+				c, _ := p.Open(ctx)
 				c.End(nil)
 			}
 		})

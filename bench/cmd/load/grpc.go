@@ -45,6 +45,7 @@ func grpcServers() []server {
 			return []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(l)}, func() { _ = c.Close() }, nil
 		}},
 		redisServer("tollgate interceptor"),
+		memoryServer("tollgate interceptor, Memory store"),
 	}
 }
 
@@ -86,13 +87,12 @@ func memoryServer(name string, opts ...interceptor.Option) server {
 	}}
 }
 
-// grpcVariants are the rows -variants adds: the Memory store, and both
-// stores with the x-ratelimit-* trailers on admitted calls.
+// grpcVariants are the rows -variants adds: both stores with the
+// rate-limit trailers on admitted calls.
 func grpcVariants() []server {
 	return []server{
 		redisServer("tollgate interceptor, admitted trailers", interceptor.WithAdmittedTrailers()),
-		memoryServer("tollgate interceptor on the Memory store"),
-		memoryServer("tollgate interceptor on the Memory store, admitted trailers", interceptor.WithAdmittedTrailers()),
+		memoryServer("tollgate interceptor, Memory store, admitted trailers", interceptor.WithAdmittedTrailers()),
 	}
 }
 

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/admin"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/serving"
 	"github.com/tollgate/tollgate/keyfunc"
 )
@@ -30,7 +30,7 @@ const EnvAdminToken = "TOLLGATE_ADMIN_TOKEN"
 // to this server's next call, and to every other replica's within its
 // watch's round trip.
 // A rotation of its TLS files is logged and counted in mp.
-func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger, mp metric.MeterProvider) (stop func(), err error) {
+func serveAdmin(lim *engine.Limiter, cfg Config, logger *log.Logger, mp metric.MeterProvider) (stop func(), err error) {
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(requireToken(cfg.AdminToken))}
 	if cfg.AdminTLS.Enabled() {
 		tc, err := cfg.AdminTLS.Config(serving.ReloadReporter(logger, mp, "admin"))
@@ -54,12 +54,12 @@ func serveAdmin(lim *interceptor.Limiter, cfg Config, logger *log.Logger, mp met
 
 // tenantRule is the server's only rule, for its Limiter and the admin
 // service's.
-func tenantRule(cfg Config) interceptor.Rule {
-	return interceptor.Rule{
+func tenantRule(cfg Config) engine.Rule {
+	return engine.Rule{
 		Name:     RuleName,
 		Methods:  []string{echo.AllMethods, HTTPRoute},
 		Key:      keyfunc.Metadata(cfg.TenantHeader),
-		Limits:   interceptor.Fixed(cfg.Limit),
+		Limits:   engine.Fixed(cfg.Limit),
 		FailMode: cfg.FailMode,
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/serving"
@@ -82,7 +83,7 @@ type Config struct {
 	// it is refused with codes.InvalidArgument.
 	TenantHeader string
 	// FailMode says what the rule does when the store cannot decide.
-	FailMode interceptor.FailMode
+	FailMode engine.FailMode
 	// RedisURL, when set, selects a single-node Redis store.
 	RedisURL string
 	// RedisClusterAddrs, when set, selects a Redis Cluster store.
@@ -124,7 +125,7 @@ type Config struct {
 
 var algorithms = []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA, tollgate.SlidingWindow, tollgate.FixedWindow}
 
-var failModes = []interceptor.FailMode{interceptor.FailOpen, interceptor.FailClosed, interceptor.FailLocal}
+var failModes = []engine.FailMode{engine.FailOpen, engine.FailClosed, engine.FailLocal}
 
 // ParseFlags reads the configuration from command-line arguments (without
 // the program name) and from the environment through getenv. Usage and
@@ -144,8 +145,8 @@ func ParseFlags(args []string, getenv func(string) string, errOut io.Writer) (Co
 	fs.Int64Var(&cfg.Limit.Burst, "burst", 0, "most calls a tenant can make at once (token_bucket, gcra); 0 means -rate")
 	fs.StringVar(&algorithm, "algorithm", tollgate.TokenBucket.String(), "token_bucket, gcra, sliding_window or fixed_window")
 	fs.StringVar(&cfg.TenantHeader, "tenant-header", "x-tenant", "metadata key that names the tenant")
-	fs.StringVar(&failMode, "fail-mode", interceptor.FailOpen.String(), "when the store cannot decide: open (admit), closed (refuse with UNAVAILABLE) or local (per-replica cap)")
-	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", interceptor.DefaultStoreTimeout, "how long a decision waits for the store before the fail mode applies")
+	fs.StringVar(&failMode, "fail-mode", engine.FailOpen.String(), "when the store cannot decide: open (admit), closed (refuse with UNAVAILABLE) or local (per-replica cap)")
+	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 50*time.Millisecond, "how long a decision waits for the store before the fail mode applies")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
 	fs.Float64Var(&cfg.Flaky, "flaky", 0, "fraction of first attempts the handler fails with UNAVAILABLE after admission (demonstrates replayed retries)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", "TCP address to serve Prometheus metrics on, at "+MetricsPath+" (empty: none)")
@@ -263,7 +264,7 @@ func ServeListeners(ctx context.Context, cfg Config, lis, httpLis net.Listener, 
 	}
 	defer closeStore()
 
-	var limiterOpts []interceptor.Option
+	var limiterOpts []func(*engine.Config)
 	var provider metric.MeterProvider // nil: otel's global one
 	if cfg.MetricsAddr != "" {
 		mp, stopMetrics, err := serving.ServeMetrics(ctx, cfg.MetricsAddr, logger, nil)
@@ -272,7 +273,7 @@ func ServeListeners(ctx context.Context, cfg Config, lis, httpLis net.Listener, 
 		}
 		defer stopMetrics()
 		provider = mp
-		limiterOpts = append(limiterOpts, interceptor.WithMeterProvider(provider))
+		limiterOpts = append(limiterOpts, func(c *engine.Config) { c.MeterProvider = provider })
 	}
 
 	lim, err := NewLimiter(st, cfg, limiterOpts...)
@@ -336,7 +337,7 @@ func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, timeout 
 // server reports SERVING for the whole server and for the echo service.
 // Options in opts are added to the limiter's own. Its Limiter is never
 // closed: on a Redis store, use NewLimiter and NewServerFor, and close it.
-func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc.Server, *health.Server, error) {
+func NewServer(st tollgate.Store, cfg Config, opts ...func(*engine.Config)) (*grpc.Server, *health.Server, error) {
 	lim, err := NewLimiter(st, cfg, opts...)
 	if err != nil {
 		return nil, nil, err
@@ -345,24 +346,28 @@ func NewServer(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*grpc
 	return srv, hs, nil
 }
 
-// NewLimiter returns the server's Limiter on st, with the options in opts
-// added to its own (under -fail-mode local, a Memory store to decide in
-// while st cannot). Close it when the server stops.
-func NewLimiter(st tollgate.Store, cfg Config, opts ...interceptor.Option) (*interceptor.Limiter, error) {
-	own := []interceptor.Option{interceptor.WithRules(tenantRule(cfg)),
-		interceptor.WithStoreTimeout(cfg.StoreTimeout), interceptor.WithAdmittedTrailers()}
-	if cfg.FailMode == interceptor.FailLocal {
+// NewLimiter returns the server's engine on st, which every door of the
+// server asks (gRPC, Connect, HTTP), configured by cfg and then by opts
+// (under -fail-mode local, with a Memory store to decide in while st
+// cannot). Close it when the server stops.
+func NewLimiter(st tollgate.Store, cfg Config, opts ...func(*engine.Config)) (*engine.Limiter, error) {
+	c := engine.Config{Rules: []engine.Rule{tenantRule(cfg)}, StoreTimeout: cfg.StoreTimeout, AdmittedTrailers: true}
+	if cfg.FailMode == engine.FailLocal {
 		local, err := store.NewMemory()
 		if err != nil {
 			return nil, err
 		}
-		own = append(own, interceptor.WithLocalStore(local))
+		c.LocalStore = local
 	}
-	return interceptor.New(st, append(own, opts...)...)
+	for _, o := range opts {
+		o(&c)
+	}
+	return engine.New(st, c)
 }
 
-// NewServerFor is NewServer around a Limiter of NewLimiter.
-func NewServerFor(lim *interceptor.Limiter, cfg Config) (*grpc.Server, *health.Server) {
+// NewServerFor is NewServer around an engine of NewLimiter: its gRPC door.
+func NewServerFor(eng *engine.Limiter, cfg Config) (*grpc.Server, *health.Server) {
+	lim := interceptor.For(eng)
 	limited := selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
 		return c.Service != healthpb.Health_ServiceDesc.ServiceName
 	})

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/fields"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,10 +25,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/examples/server/exampleserver"
 	"github.com/tollgate/tollgate/examples/server/exampleserver/exampleservertest"
-	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
@@ -68,14 +70,14 @@ func TestParseFlags(t *testing.T) {
 	cfg := parse(t, noEnv)
 	want := tollgate.Limit{Algorithm: tollgate.TokenBucket, Rate: 10, Period: time.Second}
 	if cfg.Addr != "127.0.0.1:50051" || cfg.Limit != want || cfg.TenantHeader != "x-tenant" ||
-		cfg.FailMode != interceptor.FailOpen || cfg.RedisURL != "" || cfg.RedisClusterAddrs != nil {
+		cfg.FailMode != engine.FailOpen || cfg.RedisURL != "" || cfg.RedisClusterAddrs != nil {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	cfg = parse(t, func(k string) string {
 		return map[string]string{exampleserver.EnvRedisClusterAddrs: " 10.0.0.1:7000, 10.0.0.2:7000 ,"}[k]
 	}, "-algorithm", "gcra", "-rate", "5", "-period", "1m", "-burst", "2", "-fail-mode", "local", "-tenant-header", "x-org")
 	want = tollgate.Limit{Algorithm: tollgate.GCRA, Rate: 5, Period: time.Minute, Burst: 2}
-	if cfg.Limit != want || cfg.FailMode != interceptor.FailLocal || cfg.TenantHeader != "x-org" ||
+	if cfg.Limit != want || cfg.FailMode != engine.FailLocal || cfg.TenantHeader != "x-org" ||
 		strings.Join(cfg.RedisClusterAddrs, "|") != "10.0.0.1:7000|10.0.0.2:7000" {
 		t.Fatalf("parsed: %+v", cfg)
 	}
@@ -125,7 +127,7 @@ func TestMemoryStore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("tenant %s call %d: %v", tenant, i, err)
 			}
-			if got, want := tr.Get(interceptor.TrailerRemaining), fmt.Sprint(2-i); len(got) != 1 || got[0] != want {
+			if got, want := tr.Get(fields.LegacyRemaining), fmt.Sprint(2-i); len(got) != 1 || got[0] != want {
 				t.Fatalf("tenant %s call %d: remaining %q, want %s", tenant, i, got, want)
 			}
 		}
@@ -173,7 +175,7 @@ func TestMemoryStore(t *testing.T) {
 			t.Fatalf("Count message %d: %v", i, err)
 		}
 	}
-	if got := stream.Trailer().Get(interceptor.TrailerRemaining); len(got) != 1 || got[0] != "2" {
+	if got := stream.Trailer().Get(fields.LegacyRemaining); len(got) != 1 || got[0] != "2" {
 		t.Fatalf("Count trailer remaining %q, want 2", got)
 	}
 

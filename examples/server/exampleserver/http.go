@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/connectlimit"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/httplimit"
-	"github.com/tollgate/tollgate/interceptor"
 )
 
 // HTTPRoute is the plain HTTP route of the echo service: a GET answers
@@ -29,7 +29,7 @@ type msg = wrapperspb.StringValue
 // over connect-go (the Connect, gRPC and gRPC-Web protocols, at the gRPC
 // method paths) and HTTPRoute, behind lim, so that a tenant has one quota
 // across the gRPC listener, Connect and HTTP.
-func NewHTTPHandler(lim *interceptor.Limiter) (http.Handler, error) {
+func NewHTTPHandler(lim *engine.Limiter) (http.Handler, error) {
 	limit, err := connectlimit.New(lim)
 	if err != nil {
 		return nil, err
