@@ -117,19 +117,22 @@ func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
 	const quota = 10
 
 	t.Run("reply lost to the read timeout", func(t *testing.T) {
-		st := newRedis(t, resendingClient(t, srv, 100*time.Millisecond))
+		// A read timeout of 1s, not 100ms: on a busy machine the warm-up
+		// and the counting calls would lose their replies too, and be
+		// admitted by the fail policy, their scripts still debiting.
+		st := newRedis(t, resendingClient(t, srv, time.Second))
 		r := rule(t, tollgate.PerHour(quota))
 		r.FailMode = interceptor.FailOpen
 		c := serve(t, limiter(t, st, interceptor.WithRules(r), interceptor.WithStoreTimeout(5*time.Second)), &echo.Server{}, nil)
 		if _, _, err := say(tenant("warm-up"), c); err != nil { // loads the script
 			t.Fatal(err)
 		}
-		trailer, runs, err := callWhileAsleep(t, srv, c, 400*time.Millisecond)
+		trailer, runs, err := callWhileAsleep(t, srv, c, 3*time.Second)
 		if err != nil {
 			t.Fatalf("the call whose reply was lost, under FailOpen: %v", err)
 		}
 		debits := debitedBefore(t, c, "a", quota)
-		t.Logf("reply delayed 400ms past a 100ms read timeout with 3 client retries: the script ran %d time(s), the call was admitted by its fail policy (trailers %v), the tenant was debited %d",
+		t.Logf("reply delayed 3s past a 1s read timeout with 3 client retries: the script ran %d time(s), the call was admitted by its fail policy (trailers %v), the tenant was debited %d",
 			runs, trailer, debits)
 		if runs != 1 || debits != 1 {
 			t.Fatalf("the script ran %d times and debited %d for one call, want once", runs, debits)

@@ -192,10 +192,11 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 
 	ends := srv.Pause(t, 3*time.Second) // room for a busy machine: the calls answer and Close gives up within it
 	paused := time.Now()
-	for _, d := range append(finish(), finish2()...) {
-		if d > 300*time.Millisecond {
-			t.Errorf("a response took %s after its handler returned: held by its settlement", d)
-		}
+	// Every response came while Redis was still paused: none waited for its
+	// settlement (the pause, not a timed bound, is the proof).
+	took := append(finish(), finish2()...)
+	if time.Now().After(ends) {
+		t.Fatalf("the responses came after the pause ended (%v after their handlers returned): held by their settlements, or a machine too busy for a 3s pause", took)
 	}
 	answered := time.Since(paused)
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -206,10 +207,8 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 		t.Errorf("Close during the pause: %v, want the 20 settlements owed named", err)
 	}
 	// Close gives up at its ctx's end, after the pass in progress, which
-	// ends within the store deadline (250ms).
-	if took := time.Since(closing); took > 300*time.Millisecond+250*time.Millisecond+500*time.Millisecond {
-		t.Errorf("Close with a 300ms ctx returned after %s", took)
-	}
+	// ends within the store deadline (250ms): well before the pause ends,
+	// which it would otherwise wait for.
 	if time.Now().After(ends) {
 		t.Fatalf("the pause ended before the test looked (the calls answered %s into it, Close took %s): it proves nothing",
 			answered, time.Since(closing))
@@ -226,7 +225,7 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 
 // A client on go-redis's default options (no ContextTimeoutEnabled), a
 // store deadline of 50ms, a fail-closed rule with an in-flight bound, Redis
-// paused 2s: the call is refused UNAVAILABLE within 100ms of the deadline.
+// paused 3s: the call is refused UNAVAILABLE while Redis is still paused.
 func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(srv.Options())
@@ -240,7 +239,7 @@ func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
 	if _, _, err := say(tenant("a"), c); err != nil {
 		t.Fatal(err) // loads the scripts
 	}
-	srv.Pause(t, 2*time.Second)
+	ends := srv.Pause(t, 3*time.Second)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -250,8 +249,10 @@ func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
 			if status.Code(err) != codes.Unavailable {
 				t.Errorf("call on a paused Redis: %v, want UNAVAILABLE", err)
 			}
-			if took > deadline+100*time.Millisecond {
-				t.Errorf("refused after %s, want within 100ms of the %s store deadline", took, deadline)
+			// Answered while Redis was still paused: by the store deadline,
+			// not by Redis (a timed bound would flake on a busy machine).
+			if time.Now().After(ends) {
+				t.Errorf("refused after %s, once the pause had ended: the %s store deadline did not bound the call", took, deadline)
 			}
 		})
 	}

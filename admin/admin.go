@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tollgate/tollgate"
 	adminv1 "github.com/tollgate/tollgate/admin/v1"
@@ -103,6 +104,7 @@ func (s *server) GetQuota(ctx context.Context, req *adminv1.GetQuotaRequest) (*a
 			ResetAfter: durationpb.New(q.Decision.ResetAfter),
 			Override:   q.Override,
 			ExpiresIn:  expiresIn(q.Expires),
+			Full:       q.Available >= q.Limit.Capacity(),
 		})
 	}
 	return resp, nil
@@ -120,6 +122,23 @@ func (s *server) ResetQuota(ctx context.Context, req *adminv1.ResetQuotaRequest)
 	return &adminv1.ResetQuotaResponse{}, nil
 }
 
+// TopRefused names the callers the rule refused most over a recent window.
+func (s *server) TopRefused(ctx context.Context, req *adminv1.TopRefusedRequest) (*adminv1.TopRefusedResponse, error) {
+	top, err := s.l.TopRefused(ctx, req.GetRule(), int(req.GetLimit()), req.GetLocal())
+	if err != nil {
+		return nil, grpcstatus.Of(err)
+	}
+	resp := &adminv1.TopRefusedResponse{
+		Start: timestamppb.New(top.Start), End: timestamppb.New(top.End),
+		Shadow: top.Shadow, Hashed: top.Hashed, Replicas: int32(top.Replicas),
+		Total: top.Total, Floor: top.Floor,
+	}
+	for _, e := range top.Top {
+		resp.Top = append(resp.Top, &adminv1.RefusedCaller{Id: e.ID, Count: e.Count, Min: e.Min, Max: e.Max})
+	}
+	return resp, nil
+}
+
 // ListRules describes the Limiter's rules.
 func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1.ListRulesResponse, error) {
 	resp := &adminv1.ListRulesResponse{}
@@ -132,6 +151,7 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 			Shadow:        r.Shadow,
 			Replaces:      r.Replaces,
 			MaxInFlight:   r.InFlight.Max,
+			Settled:       r.Settle != nil,
 		}
 		for _, l := range r.Limits.List() {
 			out.Limits = append(out.Limits, l.String())

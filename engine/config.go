@@ -95,6 +95,9 @@ type Config struct {
 	// debited again says so either way. Package httplimit sends its fields
 	// on every response whatever this says (httplimit.WithoutRateLimitFields).
 	AdmittedTrailers bool
+	// Refused configures the counting of the identities the rules refuse,
+	// for Limiter.TopRefused; its zero value counts them.
+	Refused RefusedConfig
 
 	// timers replaces the real clock's timers (internal/enginehooks).
 	timers func(d time.Duration, f func()) timer

@@ -43,6 +43,8 @@ type check struct {
 	seat *seatCheck
 	// local: the check was decided on FailLocal's store.
 	local bool
+	// who is the key function's value: the identity (refused.go).
+	who string
 	// store is the store call the check was decided in (or the override
 	// check it made), for the store latency metric.
 	store storeCall
@@ -175,6 +177,7 @@ func (l *Limiter) decideChecks(ctx context.Context, checks []*check, n int, call
 	for _, c := range shadows {
 		c.res.shadowed(refused)
 	}
+	l.observeRefused(checks)
 	l.tel.recordAll(checks)
 }
 

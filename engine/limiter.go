@@ -49,6 +49,10 @@ type Limiter struct {
 	log      *slog.Logger
 	// clk is the time of the Limiter's own decisions (Config.Clock).
 	clk clock
+	// refused counts the identities refused (refused.go); health follows
+	// whether the store answers (health.go).
+	refused refusedBook
+	health  health
 }
 
 // New returns a Limiter that asks st for decisions, configured by c (its
@@ -95,6 +99,12 @@ func New(st tollgate.Store, c Config) (*Limiter, error) {
 		return nil, fmt.Errorf("engine: creating metrics: %w", err)
 	}
 	if l.seatTel, err = newSeatTelemetry(meterOf(s.MeterProvider)); err != nil {
+		return nil, fmt.Errorf("engine: creating metrics: %w", err)
+	}
+	if err := l.refused.init(s.Refused); err != nil {
+		return nil, err
+	}
+	if err := l.health.init(s.Logger, meterOf(s.MeterProvider)); err != nil {
 		return nil, fmt.Errorf("engine: creating metrics: %w", err)
 	}
 	book, err := l.compile(s.Rules)

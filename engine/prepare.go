@@ -26,6 +26,7 @@ func (l *Limiter) prepare(c *check, call *Call, id requestID) {
 	if !ok {
 		return
 	}
+	c.who = value
 	var requestID string
 	if p.priced {
 		if id.err != nil {

@@ -80,6 +80,9 @@ func (l *Limiter) run(ctx context.Context, checks []*check) {
 	}
 	switch r {
 	case storecall.Decided:
+		if l.health.down.Load() {
+			l.health.answered(l.clk.now())
+		}
 		if !judge(checks) {
 			l.releaseAll(ctx, checks)
 		}
@@ -198,6 +201,7 @@ func setReplayTTL(checks []*check, ttl time.Duration) {
 // nothing, on the local store under their local caps, and fail-open rules
 // admit.
 func (l *Limiter) failSet(ctx context.Context, checks []*check, cause error) {
+	l.health.failed(l.clk.now(), checks, cause)
 	closed := false
 	var local []*check
 	for _, c := range checks {

@@ -49,7 +49,7 @@ func TestQuotaStoreUnanswering(t *testing.T) {
 			if p.strategy.GetTokenBucket() == nil {
 				t.Fatalf("before the pause: %v, want a token bucket", p.strategy)
 			}
-			srv.Pause(t, time.Second)
+			ends := srv.Pause(t, 3*time.Second)
 			clock.Advance(time.Second)
 			start := time.Now()
 			if err := p.stream.Send(&rlqspb.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(p.bucket.GetBucket(), 5, 0, time.Second)}}); err != nil {
@@ -59,8 +59,10 @@ func TestQuotaStoreUnanswering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if took := time.Since(start); took > 800*time.Millisecond {
-				t.Errorf("the report was answered after %s, with the store's deadline at 100ms", took)
+			// Answered while Redis was still paused: by the store's 100ms
+			// deadline, not by Redis (no timed bound: a busy machine).
+			if time.Now().After(ends) {
+				t.Errorf("the report was answered after %s, once the pause had ended, with the store's deadline at 100ms", time.Since(start))
 			}
 			if !tc.want(resp) {
 				t.Errorf("%s with Redis paused: %v", tc.mode, resp)

@@ -37,6 +37,7 @@ type Memory struct {
 	overrides memOverrides  // overrides_memory.go
 	watchers  memWatchers   // overrides_watch.go
 	shares    memShares     // share_memory.go
+	refused   memRefused    // memory_refused.go
 }
 
 const (

@@ -81,9 +81,12 @@ func TestRedisWatchOverrides(t *testing.T) {
 				if err := a.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(1 + i)}}, 0); err != nil {
 					t.Fatal(err)
 				}
-				d := heard.await(t, 2+i, time.Second)
-				if d > 100*time.Millisecond {
-					t.Errorf("change %d announced after %s, want within 100ms", i, d)
+				// The bound is the feature: sooner than the 1s refresh that
+				// would find the change without it, with room for a busy
+				// machine (a round trip takes well under 1ms when idle).
+				d := heard.await(t, 2+i, 2*time.Second)
+				if d > 500*time.Millisecond {
+					t.Errorf("change %d announced after %s, want well within the 1s refresh", i, d)
 				}
 				took = append(took, d)
 			}
@@ -146,7 +149,7 @@ func TestRedisOverridesBoundedByDeadline(t *testing.T) {
 	if err := st.SetOverride(ctx, "g", tollgate.Override{Key: "k", Limits: []tollgate.Limit{tollgate.PerHour(1)}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	srv.Pause(t, 3*time.Second)
+	ends := srv.Pause(t, 3*time.Second)
 	const deadline = 50 * time.Millisecond
 	for name, call := range map[string]func(context.Context) error{
 		"version":   func(ctx context.Context) error { _, err := st.OverridesVersion(ctx); return err },
@@ -160,8 +163,10 @@ func TestRedisOverridesBoundedByDeadline(t *testing.T) {
 		start := time.Now()
 		err := call(ctx)
 		cancel()
-		if elapsed := time.Since(start); elapsed > deadline+100*time.Millisecond {
-			t.Errorf("%s took %s on a hung Redis, deadline %s", name, elapsed, deadline)
+		// Returned while Redis was still paused: at its deadline, not when
+		// Redis answered (no timed bound: a busy machine).
+		if elapsed := time.Since(start); time.Now().After(ends) {
+			t.Errorf("%s took %s on a hung Redis, past the pause: deadline %s", name, elapsed, deadline)
 		}
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s on a hung Redis: %v, want the deadline", name, err)

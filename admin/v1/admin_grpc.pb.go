@@ -30,6 +30,7 @@ const (
 	Admin_DeleteOverride_FullMethodName = "/tollgate.admin.v1.Admin/DeleteOverride"
 	Admin_ListOverrides_FullMethodName  = "/tollgate.admin.v1.Admin/ListOverrides"
 	Admin_Block_FullMethodName          = "/tollgate.admin.v1.Admin/Block"
+	Admin_TopRefused_FullMethodName     = "/tollgate.admin.v1.Admin/TopRefused"
 )
 
 // AdminClient is the client API for Admin service.
@@ -60,6 +61,12 @@ type AdminClient interface {
 	// on every replica that shares the store, optionally for a while; it
 	// replaces any override of the caller. Errors are SetOverride's.
 	Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*BlockResponse, error)
+	// TopRefused names the callers a rule refused most over a recent window
+	// (the last one to two minutes by default), with bounds of their counts,
+	// merged from every replica that shares the store unless local is set.
+	// An unknown rule is NOT_FOUND; a limit out of range INVALID_ARGUMENT;
+	// a Limiter that does not count refusals FAILED_PRECONDITION.
+	TopRefused(ctx context.Context, in *TopRefusedRequest, opts ...grpc.CallOption) (*TopRefusedResponse, error)
 }
 
 type adminClient struct {
@@ -140,6 +147,16 @@ func (c *adminClient) Block(ctx context.Context, in *BlockRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *adminClient) TopRefused(ctx context.Context, in *TopRefusedRequest, opts ...grpc.CallOption) (*TopRefusedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TopRefusedResponse)
+	err := c.cc.Invoke(ctx, Admin_TopRefused_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -168,6 +185,12 @@ type AdminServer interface {
 	// on every replica that shares the store, optionally for a while; it
 	// replaces any override of the caller. Errors are SetOverride's.
 	Block(context.Context, *BlockRequest) (*BlockResponse, error)
+	// TopRefused names the callers a rule refused most over a recent window
+	// (the last one to two minutes by default), with bounds of their counts,
+	// merged from every replica that shares the store unless local is set.
+	// An unknown rule is NOT_FOUND; a limit out of range INVALID_ARGUMENT;
+	// a Limiter that does not count refusals FAILED_PRECONDITION.
+	TopRefused(context.Context, *TopRefusedRequest) (*TopRefusedResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -198,6 +221,9 @@ func (UnimplementedAdminServer) ListOverrides(context.Context, *ListOverridesReq
 }
 func (UnimplementedAdminServer) Block(context.Context, *BlockRequest) (*BlockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Block not implemented")
+}
+func (UnimplementedAdminServer) TopRefused(context.Context, *TopRefusedRequest) (*TopRefusedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TopRefused not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -346,6 +372,24 @@ func _Admin_Block_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_TopRefused_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TopRefusedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).TopRefused(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_TopRefused_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).TopRefused(ctx, req.(*TopRefusedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -380,6 +424,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Block",
 			Handler:    _Admin_Block_Handler,
+		},
+		{
+			MethodName: "TopRefused",
+			Handler:    _Admin_TopRefused_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

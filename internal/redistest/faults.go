@@ -166,6 +166,7 @@ func readReply(conn net.Conn) error {
 // pings for that long.
 func NewClusterTimeout(t testing.TB, replicas int, nodeTimeout time.Duration) *Cluster {
 	t.Helper()
+	skipShort(t, "a Cluster")
 	c, err := startCluster(replicas, nodeTimeout)
 	if err != nil {
 		t.Fatalf("redistest: cluster: %v", err)

@@ -229,6 +229,7 @@ const SentinelMaster = "tollgate"
 // is stopped when the test ends.
 func Sentinel(t testing.TB, primary *Server) *Server {
 	t.Helper()
+	skipShort(t, "a Sentinel")
 	host, port, err := net.SplitHostPort(primary.Addr())
 	if err != nil {
 		t.Fatalf("redistest: sentinel for %q: %v", primary.Addr(), err)
@@ -249,6 +250,7 @@ func Sentinel(t testing.TB, primary *Server) *Server {
 // stopped when the test ends.
 func Replica(t testing.TB, primary *Server) *Server {
 	t.Helper()
+	skipShort(t, "a replica (failover)")
 	host, port, err := net.SplitHostPort(primary.Addr())
 	if err != nil {
 		t.Fatalf("redistest: replica of %q: %v", primary.Addr(), err)
@@ -298,6 +300,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 // REDIS_CLUSTER_ADDRS when set, otherwise one started on first use.
 func SharedCluster(t testing.TB) *Cluster {
 	t.Helper()
+	skipShort(t, "a Cluster")
 	shared.cluster.once.Do(func() {
 		if v := os.Getenv("REDIS_CLUSTER_ADDRS"); v != "" {
 			var addrs []string
@@ -329,6 +332,7 @@ func SharedCluster(t testing.TB) *Cluster {
 // so that a killed primary is replaced within seconds.
 func NewCluster(t testing.TB, replicas int) *Cluster {
 	t.Helper()
+	skipShort(t, "a Cluster")
 	return NewClusterTimeout(t, replicas, FailoverNodeTimeout)
 }
 
@@ -387,5 +391,15 @@ func stopShared() {
 	shared.mu.Unlock()
 	for _, s := range started {
 		s.destroy()
+	}
+}
+
+// skipShort skips t under go test -short, which runs the fast core on
+// single nodes: what names the part that needs more (a Cluster, a Sentinel,
+// a replica to fail over to), which the full command runs.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: needs %s; the full test command runs it", what)
 	}
 }

@@ -107,9 +107,17 @@ func TestDocsGrpcurlCommands(t *testing.T) {
 		"Admin/ListOverrides":    regexp.MustCompile(`"blocked": true`),
 		"Admin/ListRules":        regexp.MustCompile(`"name": "per-tenant"`),
 		"Admin/GetQuota":         regexp.MustCompile(`"available"`),
+		"Admin/TopRefused":       regexp.MustCompile(`"id": "mallory"`),
 		"tollgate.example.Echo/": regexp.MustCompile(`\S`),
 	}
 	for _, c := range cmds {
+		if strings.Contains(c.Text, "Admin/TopRefused") {
+			// Someone to name: calls past the 10 a second of the rule.
+			md := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "mallory")
+			for range 15 {
+				_, _ = client.Say(md, wrapperspb.String("hi"))
+			}
+		}
 		sh := exec.Command("sh", "-c", c.Text)
 		sh.Dir = root // -import-path admin/v1 is relative to the repository's root
 		sh.Env = append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"),
