@@ -91,9 +91,10 @@ func (o *overrides) init(st tollgate.Store, clk clock, calls *storecall.Policy, 
 	o.clk, o.calls, o.refresh, o.timeout, o.rules = clk, calls, refresh, timeout, rules
 	o.epoch = clk.now()
 	if w, ok := st.(tollgate.OverrideWatcher); ok {
-		o.stopWatch = w.WatchOverrides(o.changed)
+		// announced is set before the watch starts: its goroutine reads it.
 		ip, ok := st.(tollgate.InProcess)
 		o.announced = ok && ip.DecidesInProcess()
+		o.stopWatch = w.WatchOverrides(o.changed)
 	}
 }
 
