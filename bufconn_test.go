@@ -211,7 +211,7 @@ func TestRichDenialSeenByClient(t *testing.T) {
 	trailer, header, err := say(ctx, c)
 	s := wantCode(t, err, codes.ResourceExhausted, `rate limit "per-tenant" exceeded: retry after `)
 	for k := range header {
-		if strings.HasPrefix(k, "x-ratelimit") || k == "retry-after" || k == "grpc-retry-pushback-ms" {
+		if strings.HasPrefix(k, "x-ratelimit") || strings.HasPrefix(k, "ratelimit") || k == "retry-after" || k == "grpc-retry-pushback-ms" {
 			t.Fatalf("rate-limit metadata in headers: %v", header)
 		}
 	}
@@ -234,7 +234,7 @@ func TestRichDenialSeenByClient(t *testing.T) {
 	for _, d := range s.Details() {
 		fmt.Fprintf(&b, "details: %T %s\n", d, protojson.Format(d.(proto.Message)))
 	}
-	for _, k := range []string{fields.Pushback, fields.RetryAfter, fields.LegacyLimit, fields.LegacyRemaining, fields.LegacyReset} {
+	for _, k := range []string{fields.Pushback, fields.RetryAfter, fields.PolicyKey, fields.StateKey, fields.LegacyLimit, fields.LegacyRemaining, fields.LegacyReset} {
 		fmt.Fprintf(&b, "trailer %s: %s\n", k, one(t, trailer, k))
 	}
 	t.Logf("what the client saw:\n%s", b.String())

@@ -53,13 +53,7 @@ func HTTPMiddlewares() []HTTPMiddleware {
 		{Name: "no limiter", Reference: true, Wrap: func(*redis.Options, string) (func(http.Handler) http.Handler, func(), error) {
 			return func(h http.Handler) http.Handler { return h }, func() {}, nil
 		}},
-		{Name: "tollgate httplimit, Memory store", Wrap: func(*redis.Options, string) (func(http.Handler) http.Handler, func(), error) {
-			st, err := store.NewMemory()
-			if err != nil {
-				return nil, nil, err
-			}
-			return tollgateHTTP(st, func() {})
-		}},
+		TollgateMemoryHTTP("tollgate httplimit, Memory store", false),
 		TollgateRedisHTTP("tollgate httplimit, Redis store"),
 		{Name: "go-limiter httplimit, memory store", Wrap: func(*redis.Options, string) (func(http.Handler) http.Handler, func(), error) {
 			st, err := memorystore.New(&memorystore.Config{Tokens: uint64(HTTPLimit.Rate), Interval: HTTPLimit.Period})
@@ -103,15 +97,36 @@ func TollgateRedisHTTP(name string, storeOpts ...store.RedisOption) HTTPMiddlewa
 	}}
 }
 
-// tollgateHTTP is httplimit's middleware over a Limiter on st limiting
-// per tenant.
-func tollgateHTTP(st tollgate.Store, release func()) (func(http.Handler) http.Handler, func(), error) {
+// TollgateMemoryHTTP is httplimit's middleware, with opts, over a Limiter
+// on the Memory store. onRoute puts it on SayHandler's one route
+// (mux.Handle("GET /say", limit(handler))) instead of around the mux.
+func TollgateMemoryHTTP(name string, onRoute bool, opts ...httplimit.Option) HTTPMiddleware {
+	return HTTPMiddleware{Name: name, Wrap: func(*redis.Options, string) (func(http.Handler) http.Handler, func(), error) {
+		st, err := store.NewMemory()
+		if err != nil {
+			return nil, nil, err
+		}
+		mw, release, err := tollgateHTTP(st, func() {}, opts...)
+		if err != nil || !onRoute {
+			return mw, release, err
+		}
+		return func(http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("GET /say", mw(http.HandlerFunc(say)))
+			return mux
+		}, release, nil
+	}}
+}
+
+// tollgateHTTP is httplimit's middleware, with opts, over a Limiter on st
+// limiting per tenant.
+func tollgateHTTP(st tollgate.Store, release func(), opts ...httplimit.Option) (func(http.Handler) http.Handler, func(), error) {
 	lim, err := tenantLimiter(st)
 	if err != nil {
 		release()
 		return nil, nil, err
 	}
-	mw, err := httplimit.New(lim)
+	mw, err := httplimit.New(lim, opts...)
 	if err != nil {
 		release()
 		return nil, nil, err
@@ -130,9 +145,12 @@ func tenantLimiter(st tollgate.Store) (*engine.Limiter, error) {
 // answers "hi".
 func SayHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /say", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hi") })
+	mux.HandleFunc("GET /say", say)
 	return mux
 }
+
+// say answers "hi".
+func say(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hi") }
 
 // ConnectSay is Echo's Say over connect-go: behind connectlimit on a
 // Limiter on the Memory store when limited. release stops the Limiter.

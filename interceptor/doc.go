@@ -5,10 +5,13 @@
 // A denied call fails with codes.ResourceExhausted, a message naming the
 // rule and the wait, the details errdetails.RetryInfo and
 // errdetails.QuotaFailure, and the trailers grpc-retry-pushback-ms,
-// retry-after, x-ratelimit-limit, x-ratelimit-remaining and
-// x-ratelimit-reset. An admitted call carries the x-ratelimit-* trailers
-// only with WithAdmittedTrailers (a replay says so with
-// x-ratelimit-replayed either way).
+// retry-after, ratelimit-policy and ratelimit (every deciding limit, with
+// the names and values httplimit gives the RateLimit-Policy and RateLimit
+// fields) and the legacy x-ratelimit-limit, x-ratelimit-remaining and
+// x-ratelimit-reset (the most restrictive limit, as Envoy's rate limit
+// filter names it). An admitted call carries the rate-limit trailers only
+// with WithAdmittedTrailers (a replay says so with x-ratelimit-replayed
+// either way).
 // Everything goes in trailers, never in headers: a header frame commits the
 // call, and grpc-go only retries (and honours pushback for) calls whose
 // response is trailers-only.

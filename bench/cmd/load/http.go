@@ -14,16 +14,21 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/bench"
+	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/store"
 )
 
 // httpCallers is the concurrency of the HTTP and Connect cells.
 const httpCallers = 32
 
-// httpVariants are the rows -variants adds: the Redis store with one
-// round trip in flight instead of DefaultMaxPipelines, and unbatched.
+// httpVariants are the rows -variants adds: the Memory store without the
+// RateLimit fields, and with the middleware on the route instead of around
+// the mux; the Redis store with one round trip in flight instead of
+// DefaultMaxPipelines, and unbatched.
 func httpVariants() []bench.HTTPMiddleware {
 	return []bench.HTTPMiddleware{
+		bench.TollgateMemoryHTTP("tollgate httplimit, Memory store, no RateLimit fields", false, httplimit.WithoutRateLimitFields()),
+		bench.TollgateMemoryHTTP("tollgate httplimit, Memory store, on the route", true),
 		bench.TollgateRedisHTTP("tollgate httplimit, Redis store, one pipeline", store.WithBatching(store.DefaultBatchSize, 1)),
 		bench.TollgateRedisHTTP("tollgate httplimit, Redis store, unbatched", store.WithBatching(0, 0)),
 	}
