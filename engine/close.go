@@ -18,6 +18,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	// The watch of the store's overrides ends first (within the store
 	// deadline); then renewals stop and the end-of-call work is drained.
 	l.ov.stop()
+	l.admission.close()
 	l.renewals.close()
 	return l.sender.close(l, ctx)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate"
 	argcheck "github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/storecall"
+	"github.com/tollgate/tollgate/overload"
 )
 
 // Config configures a Limiter. Its zero value is the default of every
@@ -95,6 +96,12 @@ type Config struct {
 	// debited again says so either way. Package httplimit sends its fields
 	// on every response whatever this says (httplimit.WithoutRateLimitFields).
 	AdmittedTrailers bool
+	// Overload, when set, protects the server itself: every call through
+	// every door first takes a seat under an adaptive concurrency limit,
+	// waiting in a room ordered by criticality and tenant, or is shed
+	// (Kind Shed) before its rules are asked. nil means none.
+	// docs/overload.md.
+	Overload *overload.Options
 
 	// timers replaces the real clock's timers (internal/enginehooks).
 	timers func(d time.Duration, f func()) timer
