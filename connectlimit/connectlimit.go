@@ -33,12 +33,15 @@ import (
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/internal/grpcstatus"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/overload"
 )
 
 // New returns the connect.Interceptor that limits the calls of the
 // handlers it is given to (connect.WithInterceptors) with l's rules: unary
 // calls, and streams, whose messages PerMessage rules limit as they are
-// received. Clients' calls pass through it unchanged.
+// received. Clients' calls (connect.WithInterceptors on a client) carry
+// the criticality of their context in overload.Header, so that overload
+// control sheds them downstream as the call that made them.
 //
 // An admitted call's handler runs with a context carrying its report for
 // engine.ReportCost; once it returns (or panics) the call is ended: its
@@ -73,6 +76,7 @@ func call(spec connect.Spec, header http.Header, peer connect.Peer, req any) eng
 func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if req.Spec().IsClient {
+			sendCriticality(ctx, req.Header())
 			return next(ctx, req)
 		}
 		v := i.l.Begin(ctx, call(req.Spec(), req.Header(), req.Peer(), req.Any()))
@@ -91,9 +95,23 @@ func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 }
 
-// WrapStreamingClient leaves clients' streams as they are.
+// WrapStreamingClient sends the criticality of a client stream's context.
 func (i *limiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		sendCriticality(ctx, conn.RequestHeader())
+		return conn
+	}
+}
+
+// sendCriticality sets overload.Header on a client call's header to the
+// criticality its context carries (overload.WithCriticality; a handler's
+// context carries its own call's), unless the header names one already:
+// a call is shed downstream as the call that made it.
+func sendCriticality(ctx context.Context, h http.Header) {
+	if c, ok := overload.CriticalityFrom(ctx); ok && h.Get(overload.Header) == "" {
+		h.Set(overload.Header, c.String())
+	}
 }
 
 // WrapStreamingHandler limits a handler's streams: one decision when the

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/internal/shed"
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
@@ -79,8 +80,9 @@ type Verdict struct {
 	ctx    context.Context
 	stream *messages // a stream's with PerMessage rules; nil without
 	after  *afterCall
-	limits limitList // of the latest decision with a limit to report
-	err    error     // the latest refusal (a *refusal); nil admits
+	seat   *shed.Seat // overload control's (Config.Overload); nil without
+	limits limitList  // of the latest decision with a limit to report
+	err    error      // the latest refusal (a *refusal); nil admits
 }
 
 // messages is what a stream's messages are decided by: the PerMessage
@@ -118,11 +120,20 @@ func (ll *limitList) list() []LimitDecision {
 // here, before the rules are matched.
 func (l *Limiter) Begin(ctx context.Context, call Call) (v Verdict) {
 	v.l, v.ctx = l, ctx
+	if l.admission != nil {
+		if !l.admission.admit(&v, &call) {
+			return v
+		}
+		ctx = v.ctx
+	}
 	set := l.book.Load().matcher.match(call.Method)
 	if set == nil {
 		return v
 	}
 	v.after, v.err = l.decide(ctx, &set.calls, &call, &v.limits)
+	if v.err != nil && v.seat != nil {
+		v.seat.Done()
+	}
 	if call.Stream && len(set.messages.plans) > 0 {
 		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer}}
 	}
@@ -196,6 +207,9 @@ func (v *Verdict) Settles() bool { return v.after != nil && v.after.settles != n
 // released, without the response waiting for the store. A call ends once:
 // later calls of End do nothing, and End on a refused call does nothing.
 func (v *Verdict) End(resp any, err error) {
+	if v.seat != nil {
+		v.seat.Done()
+	}
 	v.l.end(v.ctx, v.after, resp, err)
 }
 
@@ -203,5 +217,8 @@ func (v *Verdict) End(resp any, err error) {
 // rules' Settle see errPanicked. After End, it does nothing, so a door
 // defers it before running the handler.
 func (v *Verdict) EndPanicked() {
+	if v.seat != nil {
+		v.seat.Done()
+	}
 	v.l.end(v.ctx, v.after, nil, errPanicked)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate/tollgate"
 	argcheck "github.com/tollgate/tollgate/internal/check"
 	"github.com/tollgate/tollgate/internal/storecall"
+	"github.com/tollgate/tollgate/overload"
 )
 
 // Config configures a Limiter. Its zero value is the default of every
@@ -98,6 +99,12 @@ type Config struct {
 	// Refused configures the counting of the identities the rules refuse,
 	// for Limiter.TopRefused; its zero value counts them.
 	Refused RefusedConfig
+	// Overload, when set, protects the server itself: every call through
+	// every door first takes a seat under an adaptive concurrency limit,
+	// waiting in a room ordered by criticality and tenant, or is shed
+	// (Kind Shed) before its rules are asked. nil means none.
+	// docs/overload.md.
+	Overload *overload.Options
 
 	// timers replaces the real clock's timers (internal/enginehooks).
 	timers func(d time.Duration, f func()) timer

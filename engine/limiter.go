@@ -53,6 +53,8 @@ type Limiter struct {
 	// whether the store answers (health.go).
 	refused refusedBook
 	health  health
+	// admission is overload control (Config.Overload); nil without.
+	admission *admission
 }
 
 // New returns a Limiter that asks st for decisions, configured by c (its
@@ -107,6 +109,9 @@ func New(st tollgate.Store, c Config) (*Limiter, error) {
 	if err := l.health.init(s.Logger, meterOf(s.MeterProvider)); err != nil {
 		return nil, fmt.Errorf("engine: creating metrics: %w", err)
 	}
+	if l.admission, err = newAdmission(s.Overload, meterOf(s.MeterProvider)); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	book, err := l.compile(s.Rules)
 	if err != nil {
 		return nil, err
@@ -131,8 +136,8 @@ type rulebook struct {
 // compile validates rules and compiles them into a rulebook: every error
 // names the rule.
 func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
-	if len(rules) == 0 {
-		return nil, errors.New("engine: no rules: give at least one (Config.Rules)")
+	if len(rules) == 0 && l.admission == nil { // overload control alone is a use
+		return nil, errors.New("engine: no rules: give at least one (Config.Rules) or Config.Overload")
 	}
 	b := &rulebook{byName: make(map[string]*rule, len(rules))}
 	for i, r := range rules {

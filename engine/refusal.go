@@ -35,9 +35,13 @@ const (
 	// Canceled: the caller went away (its context ended) before the
 	// decision was made. Err wraps the context's error.
 	Canceled
+	// Shed: overload control (Config.Overload) shed the call to protect
+	// the server; the caller may retry after Verdict.RetryAfter, jittered.
+	// Err wraps an *overload.Refusal. gRPC Unavailable, HTTP 503.
+	Shed
 )
 
-var kindNames = [...]string{Denied: "denied", Blocked: "blocked", Invalid: "invalid", Unavailable: "unavailable", Fault: "fault", Canceled: "canceled"}
+var kindNames = [...]string{Denied: "denied", Blocked: "blocked", Invalid: "invalid", Unavailable: "unavailable", Fault: "fault", Canceled: "canceled", Shed: "shed"}
 
 // String returns the kind's lower-case name: "denied", "blocked", ….
 func (k Kind) String() string {

@@ -91,6 +91,9 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer v.EndPanicked()
 	if !v.Settles() {
+		if ctx := v.Context(); ctx != r.Context() {
+			r = r.WithContext(ctx) // the call's criticality, under overload control
+		}
 		m.next.ServeHTTP(w, r)
 		v.End(nil, nil)
 		return

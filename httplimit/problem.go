@@ -39,6 +39,7 @@ var statusOf = [...]int{
 	engine.Unavailable: http.StatusServiceUnavailable,
 	engine.Fault:       http.StatusInternalServerError,
 	engine.Canceled:    statusClientClosed,
+	engine.Shed:        http.StatusServiceUnavailable,
 }
 
 // statusClientClosed is the status of a request whose client went away
@@ -47,7 +48,8 @@ const statusClientClosed = 499
 
 // refuse answers a request v refused: 429 Too Many Requests for a denial,
 // with Retry-After, 403 for a blocked caller, 400 for a request the rules
-// cannot decide, 503 when the store cannot decide and a rule fails closed,
+// cannot decide, 503 when the store cannot decide and a rule fails closed
+// or when overload control shed the request (with Retry-After),
 // 500 for a rule's own failure, 499 (504 past its deadline) for a client
 // gone; and a problem details body.
 func refuse(w http.ResponseWriter, v *engine.Verdict) {
@@ -72,6 +74,9 @@ func refuse(w http.ResponseWriter, v *engine.Verdict) {
 				p.ViolatedPolicies = append(p.ViolatedPolicies, ld.Policy)
 			}
 		}
+		h.Set("Retry-After", strconv.FormatInt(fields.Seconds(v.RetryAfter()), 10))
+	}
+	if kind == engine.Shed {
 		h.Set("Retry-After", strconv.FormatInt(fields.Seconds(v.RetryAfter()), 10))
 	}
 	body, _ := json.Marshal(p) // strings and ints only: never fails

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/overload"
 )
 
 // Limiter is the gRPC door of an engine.Limiter: the engine's methods
@@ -18,7 +19,7 @@ type Limiter struct {
 }
 
 // Option changes the engine.Config New builds its engine from: WithRules,
-// WithStoreTimeout and WithAdmittedTrailers, or any function setting a
+// WithStoreTimeout, WithAdmittedTrailers and WithOverload, or any function setting a
 // field (func(c *engine.Config) { c.Replicas = 4 }).
 type Option func(*engine.Config)
 
@@ -54,6 +55,14 @@ func WithStoreTimeout(d time.Duration) Option {
 // carry the rate-limit trailers too, not only refused ones.
 func WithAdmittedTrailers() Option {
 	return func(c *engine.Config) { c.AdmittedTrailers = true }
+}
+
+// WithOverload sets engine.Config.Overload: every call, through every door
+// of the engine, first takes a seat under an adaptive concurrency limit or
+// is shed (codes.Unavailable with RetryInfo and grpc-retry-pushback-ms).
+// docs/overload.md.
+func WithOverload(o overload.Options) Option {
+	return func(c *engine.Config) { c.Overload = &o }
 }
 
 // The engine's names that v1 code of this package is written with: each

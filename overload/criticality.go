@@ -3,8 +3,10 @@ package overload
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Criticality says how much a call matters when the server must shed
@@ -19,33 +21,26 @@ const (
 	// SheddablePlus calls are shed before any Critical call: work a user
 	// will not wait for but that should not be lost for long.
 	SheddablePlus
-	// Critical is the default: a call a user is waiting for.
+	// Critical is the criticality of a call that carries none: a call a
+	// user is waiting for.
 	Critical
 	// CriticalPlus calls are shed last: the calls without which the
 	// service is down (login, checkout, health of the fleet).
 	CriticalPlus
 )
 
-// Levels is the number of criticalities.
-const Levels = int(CriticalPlus) + 1
-
-// DefaultCriticality is the criticality of a call that carries none.
-const DefaultCriticality = Critical
+// levels is the number of criticalities.
+const levels = int(CriticalPlus) + 1
 
 // Header is the metadata key (gRPC) and header (HTTP) that carries a call's
 // criticality by name: CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE.
 const Header = "x-tollgate-criticality"
 
-// FailsafeHeader is failsafe-go's priority header (0 very low … 4 very
-// high), read when Header is absent so that callers already tagged for
-// failsafe-go keep their order.
-const FailsafeHeader = "x-failsafe-priority"
-
-var names = [Levels]string{"SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL", "CRITICAL_PLUS"}
+var names = [levels]string{"SHEDDABLE", "SHEDDABLE_PLUS", "CRITICAL", "CRITICAL_PLUS"}
 
 // String returns the criticality's name as Header carries it.
 func (c Criticality) String() string {
-	if int(c) < Levels {
+	if int(c) < levels {
 		return names[c]
 	}
 	return "Criticality(" + strconv.Itoa(int(c)) + ")"
@@ -63,37 +58,13 @@ func ParseCriticality(s string) (Criticality, error) {
 	return 0, fmt.Errorf("overload: criticality %q: want one of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE", s)
 }
 
-// FromFailsafe maps failsafe-go's priorities (0 VeryLow … 4 VeryHigh) onto
-// criticalities: VeryHigh is CriticalPlus, High and Medium are Critical,
-// Low is SheddablePlus, VeryLow is Sheddable.
-func FromFailsafe(s string) (Criticality, error) {
-	p, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || p < 0 || p > 4 {
-		return 0, fmt.Errorf("overload: %s %q: want 0 to 4", FailsafeHeader, s)
-	}
-	return [5]Criticality{Sheddable, SheddablePlus, Critical, Critical, CriticalPlus}[p], nil
-}
-
-// FromHeaders reads a call's criticality through get, which returns a
-// header's first value or "": Header first, then FailsafeHeader. A call
-// with neither gets DefaultCriticality; a value that does not parse gets
-// DefaultCriticality and the error, for the door to log or refuse.
-func FromHeaders(get func(key string) string) (Criticality, error) {
-	if v := get(Header); v != "" {
-		c, err := ParseCriticality(v)
-		if err != nil {
-			return DefaultCriticality, err
-		}
-		return c, nil
-	}
-	if v := get(FailsafeHeader); v != "" {
-		c, err := FromFailsafe(v)
-		if err != nil {
-			return DefaultCriticality, err
-		}
-		return c, nil
-	}
-	return DefaultCriticality, nil
+// RetryAfter is the wait to suggest to a refused call of criticality c:
+// base for CriticalPlus, one base more for each level below, times a
+// uniform factor in [0.5, 1.5) so that the calls refused together do not
+// come back together.
+func (c Criticality) RetryAfter(base time.Duration) time.Duration {
+	d := float64(base) * float64(levels-int(min(c, CriticalPlus)))
+	return time.Duration(d * (0.5 + rand.Float64()))
 }
 
 type criticalityKey struct{}

@@ -3,10 +3,11 @@ package overload
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 func TestCriticalityNamesRoundTrip(t *testing.T) {
-	for c := range Criticality(Levels) {
+	for c := range Criticality(levels) {
 		got, err := ParseCriticality(c.String())
 		if err != nil || got != c {
 			t.Errorf("ParseCriticality(%q) = %v, %v", c.String(), got, err)
@@ -25,26 +26,22 @@ func TestCriticalityNamesRoundTrip(t *testing.T) {
 	}
 }
 
-// TestBadHeaderNeverRaisesCriticality: a value that does not parse counts
-// as the default, never higher, and says why.
-func TestBadHeaderNeverRaisesCriticality(t *testing.T) {
-	for _, h := range []map[string]string{
-		{Header: "ULTRA"},
-		{FailsafeHeader: "7"},
-		{FailsafeHeader: "high"},
-	} {
-		c, err := FromHeaders(func(k string) string { return h[k] })
-		if err == nil || c != DefaultCriticality {
-			t.Errorf("FromHeaders(%v) = %v, %v; want the default and an error", h, c, err)
+// TestRetryAfterSpreadByCriticality: hints are jittered within ±50% of
+// base × (Levels − criticality).
+func TestRetryAfterSpreadByCriticality(t *testing.T) {
+	base := 100 * time.Millisecond
+	for c := range Criticality(levels) {
+		mid := base * time.Duration(levels-int(c))
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := c.RetryAfter(base)
+			if d < mid/2 || d >= mid*3/2 {
+				t.Fatalf("RetryAfter(%v) = %s, want in [%s, %s)", c, d, mid/2, mid*3/2)
+			}
+			seen[d] = true
 		}
-	}
-	c, err := FromHeaders(func(k string) string { return map[string]string{Header: "SHEDDABLE", FailsafeHeader: "4"}[k] })
-	if err != nil || c != Sheddable {
-		t.Errorf("with both headers: %v, %v; want Header's Sheddable", c, err)
-	}
-	for p, want := range []Criticality{Sheddable, SheddablePlus, Critical, Critical, CriticalPlus} {
-		if c, err := FromFailsafe(string(rune('0' + p))); err != nil || c != want {
-			t.Errorf("FromFailsafe(%d) = %v, %v; want %v", p, c, err, want)
+		if len(seen) < 100 {
+			t.Fatalf("RetryAfter(%v): %d distinct values in 200, want them spread", c, len(seen))
 		}
 	}
 }

@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// Throttled is the Reason of a call a client's Throttle refused itself.
-const Throttled Reason = QueueTimeout + 1
-
 // ThrottleOptions configure a Throttle. The zero value is the default.
 type ThrottleOptions struct {
 	// K is how many calls a client may send per call accepted (default 2,
@@ -37,8 +34,8 @@ type Throttle struct {
 	retry time.Duration
 	mu    sync.Mutex
 	at    int64 // index of the current slice: now / slice
-	calls [Levels][10]float64
-	acc   [Levels][10]float64
+	calls [levels][10]float64
+	acc   [levels][10]float64
 }
 
 // NewThrottle returns a Throttle, or an error naming the first bad option.
@@ -79,7 +76,7 @@ func (t *Throttle) Allow(c Criticality) error {
 	}
 	if p := (calls - t.k*acc) / (calls + 1); p > 0 && rand.Float64() < p {
 		t.calls[c][t.at%10]++
-		return &Refusal{Reason: Throttled, Criticality: c, RetryAfter: retryAfter(t.retry, c)}
+		return &Refusal{Criticality: c, RetryAfter: c.RetryAfter(t.retry)}
 	}
 	return nil
 }
@@ -101,7 +98,7 @@ func (t *Throttle) Record(c Criticality, accepted bool) {
 func (t *Throttle) advance(now time.Time) {
 	at := now.UnixNano() / int64(t.slice)
 	for i := t.at + 1; i <= at && i <= t.at+10; i++ {
-		for c := range Levels {
+		for c := range levels {
 			t.calls[c][i%10], t.acc[c][i%10] = 0, 0
 		}
 	}

@@ -121,6 +121,37 @@ const (
 	MetricRegionReports = "tollgate.region.reports"
 )
 
+// Metrics of overload control (engine.Config.Overload), package engine's.
+const (
+	// MetricOverloadLimit is a gauge of the adaptive concurrency limit
+	// ({call}; 1 while the latency alone is probed).
+	MetricOverloadLimit = "tollgate.overload.limit"
+	// MetricOverloadInFlight is a gauge of the calls holding a seat under
+	// the limit ({call}).
+	MetricOverloadInFlight = "tollgate.overload.in_flight"
+	// MetricOverloadQueued is a gauge of the calls waiting for a seat
+	// ({call}).
+	MetricOverloadQueued = "tollgate.overload.queued"
+	// MetricOverloadShed counts the calls shed ({call}), with the
+	// attributes AttrCriticality, AttrOverloadReason and AttrTenantShare.
+	MetricOverloadShed = "tollgate.overload.shed"
+)
+
+// Attributes of overload control's metrics.
+const (
+	// AttrCriticality is a call's criticality as overload.Header carries
+	// it: "CRITICAL_PLUS", "CRITICAL", "SHEDDABLE_PLUS" or "SHEDDABLE".
+	AttrCriticality = attribute.Key("tollgate.criticality")
+	// AttrOverloadReason is why a call was shed: "queue_full" (no place in
+	// the waiting room), "evicted" (a call that goes before it took its
+	// place) or "queue_timeout" (it waited its longest without a seat).
+	AttrOverloadReason = attribute.Key("tollgate.overload.reason")
+	// AttrTenantShare is "within" when the call's tenant was within its
+	// fair share of the server, "over" when past it: tenants are
+	// unbounded, the class is not.
+	AttrTenantShare = attribute.Key("tollgate.tenant.share")
+)
+
 // Attributes of decisions, on spans and on MetricDecisions and
 // MetricStoreDuration.
 const (

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -30,6 +31,7 @@ var codeOf = [...]codes.Code{
 	engine.Unavailable: codes.Unavailable,
 	engine.Fault:       codes.Internal,
 	engine.Canceled:    codes.Canceled,
+	engine.Shed:        codes.Unavailable,
 }
 
 // Refusal returns the status of the call v refused: the code of its kind
@@ -48,6 +50,8 @@ func Refusal(v *engine.Verdict) error {
 	switch kind {
 	case engine.Denied:
 		return denial(err.Error(), v.RetryAfter(), v.Limits())
+	case engine.Shed:
+		return shed(err, v.RetryAfter())
 	case engine.Fault:
 		var carrier interface{ GRPCStatus() *status.Status }
 		if errors.As(errors.Unwrap(err), &carrier) {
@@ -106,6 +110,16 @@ func denial(msg string, wait time.Duration, limits []engine.LimitDecision) error
 	return detailed.Err()
 }
 
+// shed is the Unavailable status of a call overload control shed (the
+// server, not the caller, is short), with errdetails.RetryInfo.
+func shed(err error, wait time.Duration) error {
+	st := status.New(codes.Unavailable, err.Error())
+	if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); derr == nil {
+		st = d
+	}
+	return statusError{st: st, err: err}
+}
+
 // roundUp rounds a non-negative d up to a multiple of unit.
 func roundUp(d, unit time.Duration) time.Duration {
 	if d <= 0 {
@@ -120,6 +134,15 @@ func roundUp(d, unit time.Duration) time.Duration {
 func Trailer(v *engine.Verdict, all bool) metadata.MD {
 	limits := v.Limits()
 	if len(limits) == 0 {
+		if v.Err() != nil && v.Kind() == engine.Shed {
+			// A shed call waits its hint: grpc-go's retry policy reads
+			// the pushback.
+			wait := v.RetryAfter()
+			return metadata.MD{
+				fields.RetryAfter: {strconv.FormatInt(fields.Seconds(wait), 10)},
+				fields.Pushback:   {strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10)},
+			}
+		}
 		return nil
 	}
 	err := v.Err()

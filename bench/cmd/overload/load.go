@@ -24,12 +24,12 @@ import (
 
 	"github.com/tollgate/tollgate/bench"
 	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/overload"
-	"github.com/tollgate/tollgate/overload/overloadgrpc"
 )
 
 const (
-	levels   = overload.Levels
+	levels   = int(overload.CriticalPlus) + 1
 	tenants  = 10
 	deadline = time.Second
 )
@@ -158,7 +158,7 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 			if err != nil {
 				return nil, err
 			}
-			dial = append(dial, grpc.WithUnaryInterceptor(overloadgrpc.UnaryClientInterceptor(overloadgrpc.WithThrottle(t))))
+			dial = append(dial, grpc.WithUnaryInterceptor(interceptor.UnaryClientInterceptor(t)))
 		}
 		cc, err := grpc.NewClient(srv.addr, dial...)
 		if err != nil {
@@ -178,7 +178,7 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 	var mds [tenants][levels]metadata.MD
 	for t := range tenants {
 		for k := range overload.Criticality(levels) {
-			mds[t][k] = metadata.Pairs(bench.TenantHeader, tenantName(t), overload.Header, k.String(), overload.FailsafeHeader, failsafePriority(k))
+			mds[t][k] = metadata.Pairs(bench.TenantHeader, tenantName(t), overload.Header, k.String(), "x-failsafe-priority", failsafePriority(k))
 		}
 	}
 	var mu sync.Mutex

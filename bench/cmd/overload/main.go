@@ -1,6 +1,6 @@
 // Command overload measures overload control on a gRPC server whose
-// capacity is one CPU core: tollgate's (package overload through
-// overloadgrpc), failsafe-go's adaptive limiter and prioritizer, and no
+// capacity is one CPU core: tollgate's (engine.Config.Overload through
+// the gRPC door), failsafe-go's adaptive limiter and prioritizer, and no
 // protection, in one run, as medians of alternating repetitions.
 //
 // The server is a separate process pinned to one CPU (-server-procs Ps on it);
@@ -12,7 +12,7 @@
 // A fresh server process runs each cell.
 //
 //	go run ./cmd/overload                                   # sweep 0.5×–12×, a 12× Sheddable spike, one tenant at 10× its share
-//	go run ./cmd/overload -sections refusal                 # server CPU per call accepted, refused in an interceptor, in the tap handle
+//	go run ./cmd/overload -sections refusal                 # server CPU per call accepted, and refused in an interceptor
 //	go run ./cmd/overload -json out.json -plot served.png   # the figures for docs/overload.md
 package main
 
@@ -42,7 +42,7 @@ func main() {
 	serveCfg := flag.String("serve", "", "run as the server process (internal)")
 	sections := flag.String("sections", "sweep,spike,tenant", "comma-separated: sweep, spike, tenant, refusal")
 	loads := flag.String("loads", "0.5,1,2,4,8,12", "offered loads of the sweep, in capacities")
-	subjects := flag.String("subjects", subjectNone+","+subjectFailsafe+","+subjectTollgate+","+subjectThrottle, "subjects, comma-separated (also "+subjectNoTap+")")
+	subjects := flag.String("subjects", subjectNone+","+subjectFailsafe+","+subjectTollgate+","+subjectThrottle, "subjects, comma-separated")
 	shares := flag.String("shares", "0.1,0.2,0.3,0.4", "shares of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE in the mix")
 	reps := flag.Int("reps", 3, "repetitions; the tables show medians and the spread")
 	workD := flag.Duration("work", time.Millisecond, "CPU per call")
@@ -183,7 +183,7 @@ func (m *measurer) runSections(r *report, sections, loads string, subjects []str
 	if want["refusal"] {
 		// Every call refused or answered without work, at 5× capacity.
 		ss := []stream{{rate: 5 * m.capacity, class: 2, tenant: 0}}
-		points = append(points, point{"refusal", 5, ss, []string{subjectAcceptNoop, subjectRefuseIcpt, subjectRefuseTap}})
+		points = append(points, point{"refusal", 5, ss, []string{subjectAcceptNoop, subjectRefuseIcpt}})
 	}
 	for rep := range reps {
 		for _, p := range points {

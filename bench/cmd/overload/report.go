@@ -245,7 +245,7 @@ func (r *report) printServers(w io.Writer) {
 		switch {
 		case c.Server.Tollgate != nil:
 			st := c.Server.Tollgate
-			fmt.Fprintf(w, "- %s %.1f× %s: limit %.1f, alone %s, throughput %.0f/s, admitted %v, shed %v, by reason %v\n", c.Scenario, c.X, c.Subject, st.Limit, st.Alone, st.Throughput, st.Admitted, st.Shed, st.ShedBy)
+			fmt.Fprintf(w, "- %s %.1f× %s: limit %.1f, shed %v\n", c.Scenario, c.X, c.Subject, st.Limit, st.Shed)
 		case c.Server.Failsafe != nil:
 			fmt.Fprintf(w, "- %s %.1f× %s: limit %d, inflight %d, queued %d\n", c.Scenario, c.X, c.Subject, c.Server.Failsafe.Limit, c.Server.Failsafe.Inflight, c.Server.Failsafe.Queued)
 		}

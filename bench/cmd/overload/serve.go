@@ -18,30 +18,80 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/tollgate/tollgate/bench"
+	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/overload"
-	"github.com/tollgate/tollgate/overload/overloadgrpc"
+	"github.com/tollgate/tollgate/store"
+	"github.com/tollgate/tollgate/telemetry"
 )
+
+// tollgateStats is what tollgate's server reports of its overload control,
+// read from its metrics.
+type tollgateStats struct {
+	Limit float64
+	Shed  map[string]int64 // by criticality
+}
+
+// tollgateServer is the gRPC door of an engine with overload control o and
+// no rules, and how to read its metrics at the end.
+func tollgateServer(o overload.Options) ([]grpc.ServerOption, func() serverStats, error) {
+	reader := sdkmetric.NewManualReader()
+	mem, err := store.NewMemory()
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := interceptor.New(mem, interceptor.WithOverload(o), func(c *engine.Config) {
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}
+	return opts, func() serverStats {
+		st := tollgateStats{Shed: map[string]int64{}}
+		var rm metricdata.ResourceMetrics
+		_ = reader.Collect(context.Background(), &rm)
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Gauge[float64]:
+					if m.Name == telemetry.MetricOverloadLimit && len(d.DataPoints) > 0 {
+						st.Limit = d.DataPoints[0].Value
+					}
+				case metricdata.Sum[int64]:
+					if m.Name == telemetry.MetricOverloadShed {
+						for _, p := range d.DataPoints {
+							c, _ := p.Attributes.Value(telemetry.AttrCriticality)
+							st.Shed[c.AsString()] += p.Value
+						}
+					}
+				}
+			}
+		}
+		return serverStats{Tollgate: &st}
+	}, nil
+}
 
 // The subjects: the same server with no protection, with failsafe-go's
 // adaptive limiter and prioritizer, and with tollgate's overload control;
-// and, for the cost of a refusal, servers that refuse every call in the
-// tap handle or in an interceptor, and one that answers without work.
+// and, for the cost of a refusal, a server that refuses every call in an
+// interceptor, and one that answers without work.
 const (
 	subjectNone       = "none"
 	subjectFailsafe   = "failsafe-go"
 	subjectTollgate   = "tollgate"
-	subjectNoTap      = "tollgate-interceptor" // tollgate without the early refusal
-	subjectThrottle   = "tollgate+throttle"    // tollgate, and clients that throttle themselves
-	subjectRefuseTap  = "refuse-tap"
+	subjectThrottle   = "tollgate+throttle" // tollgate, and clients that throttle themselves
 	subjectRefuseIcpt = "refuse-interceptor"
 	subjectAcceptNoop = "accept-noop"
 )
@@ -68,7 +118,7 @@ type serverConfig struct {
 // serverStats is what a server process reports when it is stopped.
 type serverStats struct {
 	CPU      time.Duration                          // user+system CPU of the whole process
-	Tollgate *overload.Stats                        `json:",omitempty"`
+	Tollgate *tollgateStats                         `json:",omitempty"`
 	Failsafe *struct{ Limit, Inflight, Queued int } `json:",omitempty"`
 	// Server-side p50 and p99 of the CRITICAL_PLUS calls served, in ms:
 	// in the server (from the first interceptor) and in the handler.
@@ -149,7 +199,7 @@ func serve(cfgJSON string) error {
 	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(tm.interceptor)}, opts...)...)
 	w := work{steps: cfg.Steps, spin: cfg.Spin}
 	before := tm.handler(w.call)
-	if cfg.Subject == subjectAcceptNoop || cfg.Subject == subjectRefuseTap || cfg.Subject == subjectRefuseIcpt {
+	if cfg.Subject == subjectAcceptNoop || cfg.Subject == subjectRefuseIcpt {
 		before = nil
 	}
 	echo.Register(srv, &echo.Server{Before: before})
@@ -185,17 +235,8 @@ func protection(subject string) ([]grpc.ServerOption, func() serverStats, error)
 	switch subject {
 	case subjectNone, subjectAcceptNoop:
 		return nil, none, nil
-	case subjectTollgate, subjectNoTap:
-		l, err := overload.New(overload.Options{})
-		if err != nil {
-			return nil, nil, err
-		}
-		s := overloadgrpc.NewServer(l, overloadgrpc.TenantHeader(bench.TenantHeader))
-		opts := s.Options()
-		if subject == subjectNoTap {
-			opts = []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.UnaryServerInterceptor())}
-		}
-		return opts, func() serverStats { st := l.Stats(); return serverStats{Tollgate: &st} }, nil
+	case subjectTollgate:
+		return tollgateServer(overload.Options{Tenant: keyfunc.Metadata(bench.TenantHeader)})
 	case subjectFailsafe:
 		// Library defaults. Its gRPC interceptor runs the limiter with the
 		// executor's context, where no call's priority is, so the priority
@@ -212,9 +253,6 @@ func protection(subject string) ([]grpc.ServerOption, func() serverStats, error)
 		return opts, func() serverStats {
 			return serverStats{Failsafe: &struct{ Limit, Inflight, Queued int }{limiter.Limit(), limiter.Inflight(), limiter.Queued()}}
 		}, nil
-	case subjectRefuseTap:
-		refused := status.New(codes.Unavailable, "overload: shed").Err()
-		return []grpc.ServerOption{grpc.InTapHandle(func(ctx context.Context, _ *tap.Info) (context.Context, error) { return ctx, refused })}, none, nil
 	case subjectRefuseIcpt:
 		refused := status.New(codes.Unavailable, "overload: shed").Err()
 		return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {

@@ -1,7 +1,8 @@
-package overload
+package shed
 
 import (
 	"context"
+	"github.com/tollgate/tollgate/overload"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,7 @@ type Limiter struct {
 
 // New returns a Limiter, or an error naming the first bad option.
 func New(o Options) (*Limiter, error) {
-	o, err := o.withDefaults()
+	o, err := settle(o)
 	if err != nil {
 		return nil, err
 	}
@@ -276,12 +277,13 @@ func (l *Limiter) shedWaiter(w *waiter, r Reason, now time.Time) {
 func (l *Limiter) refuse(c Criticality, tag int64, r Reason) error {
 	c = min(c, CriticalPlus)
 	l.shedBy[r]++
-	if !l.tenants.within(tag) {
+	over := !l.tenants.within(tag)
+	if over {
 		l.shed[c].OverShare++
 	} else {
 		l.shed[c].WithinShare++
 	}
-	return &Refusal{Reason: r, Criticality: c, RetryAfter: retryAfter(l.o.RetryAfter, c)}
+	return &Refusal{Refusal: overload.Refusal{Criticality: c, RetryAfter: c.RetryAfter(l.o.RetryAfter)}, Reason: r, OverShare: over}
 }
 
 // standing reports whether the queue of criticality c or more has stood

@@ -1,4 +1,4 @@
-package overload
+package shed
 
 // tenants orders the calls of tenants by start-time fair queueing (Goyal,
 // Vin and Cheng, 1996), one unit of work per call. A call entering the

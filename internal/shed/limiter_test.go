@@ -1,4 +1,4 @@
-package overload
+package shed
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tollgate/tollgate/overload"
 )
 
 // fixed returns a Limiter whose limit stays n, with room for queue calls.
@@ -91,8 +93,8 @@ func TestFullRoomShedsLowestFirst(t *testing.T) {
 		out := make(chan result, 4)
 		waitFor(t, l, t.Context(), Call{Criticality: Sheddable}, out)
 		waitFor(t, l, t.Context(), Call{Criticality: Critical}, out)
-		if err := l.Check(Call{Criticality: Sheddable}); !errors.Is(err, ErrShed) {
-			t.Fatalf("Check(Sheddable) on a full room = %v, want ErrShed", err)
+		if err := l.Check(Call{Criticality: Sheddable}); !errors.Is(err, overload.ErrShed) {
+			t.Fatalf("Check(Sheddable) on a full room = %v, want overload.ErrShed", err)
 		}
 		if err := l.Check(Call{Criticality: SheddablePlus}); err != nil {
 			t.Fatalf("Check(SheddablePlus) = %v, want nil: it goes before a waiting Sheddable", err)
@@ -173,7 +175,7 @@ func TestTenantServedLeastGoesFirst(t *testing.T) {
 		waitFor(t, l, t.Context(), Call{Tenant: "light"}, out)
 		waitFor(t, l, t.Context(), Call{Tenant: "light2"}, out) // room full: evicts the oldest heavy waiter
 		r := <-out
-		if r.call.Tenant != "heavy" || !errors.Is(r.err, ErrShed) {
+		if r.call.Tenant != "heavy" || !errors.Is(r.err, overload.ErrShed) {
 			t.Fatalf("got %+v, want a heavy waiter evicted", r)
 		}
 		seat.Done()
@@ -290,26 +292,6 @@ func TestWaitBoundedByMaxWaitAndContext(t *testing.T) {
 	})
 }
 
-// TestRetryAfterSpreadByCriticality: hints are jittered within ±50% of
-// base × (Levels − criticality).
-func TestRetryAfterSpreadByCriticality(t *testing.T) {
-	base := 100 * time.Millisecond
-	for c := range Criticality(Levels) {
-		mid := base * time.Duration(Levels-int(c))
-		seen := map[time.Duration]bool{}
-		for range 200 {
-			d := retryAfter(base, c)
-			if d < mid/2 || d >= mid*3/2 {
-				t.Fatalf("retryAfter(%v) = %s, want in [%s, %s)", c, d, mid/2, mid*3/2)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 100 {
-			t.Fatalf("retryAfter(%v): %d distinct values in 200, want them spread", c, len(seen))
-		}
-	}
-}
-
 // TestManyCallersExactCounts: many goroutines through a limit of 3 and a
 // small room: never more than 3 run at once (4 with the CriticalPlus
 // seat), and every call is admitted,
@@ -330,7 +312,7 @@ func TestManyCallersExactCounts(t *testing.T) {
 			s, err := l.Acquire(context.Background(), Call{Criticality: Criticality(i % Levels), Tenant: string(rune('a' + i%7))})
 			mu.Lock()
 			if err != nil {
-				if !errors.Is(err, ErrShed) {
+				if !errors.Is(err, overload.ErrShed) {
 					t.Errorf("Acquire: %v", err)
 				}
 				shed++

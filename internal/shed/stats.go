@@ -1,4 +1,4 @@
-package overload
+package shed
 
 import "time"
 
@@ -25,7 +25,7 @@ type Stats struct {
 	Shed [Levels]ShedCount
 	// ShedBy counts the calls refused by Reason, and ShedByCheck those
 	// refused by Check, before the door spent anything on them.
-	ShedBy      [Throttled]uint64
+	ShedBy      [reasons]uint64
 	ShedByCheck uint64
 }
 

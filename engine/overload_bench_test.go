@@ -1,0 +1,42 @@
+package engine_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/internal/storefixture"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/overload"
+)
+
+// BenchmarkBeginOverload is BenchmarkBegin with overload control
+// (Config.Overload, its tenant the rule's): what the admission step adds
+// to an admitted call, a seat taken and given back, below capacity.
+func BenchmarkBeginOverload(b *testing.B) {
+	l, err := engine.New(storefixture.Memory(b), engine.Config{
+		Rules: []engine.Rule{{
+			Name: "per-tenant", Key: keyfunc.Metadata("x-tenant"), Limits: engine.Fixed(tollgate.PerSecond(1_000_000_000)),
+		}},
+		Overload: &overload.Options{Tenant: keyfunc.Metadata("x-tenant")},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	headers := make([]keyfunc.Header, 10_000)
+	for i := range headers {
+		headers[i] = keyfunc.HTTPHeader(http.Header{"X-Tenant": {"tenant-" + strconv.Itoa(i)}})
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		v := l.Begin(ctx, engine.Call{Method: "GET /say", Header: headers[i%len(headers)], Peer: "192.0.2.1:5000"})
+		if v.Err() != nil {
+			b.Fatal(v.Err())
+		}
+		v.End(nil, nil)
+	}
+}
