@@ -223,7 +223,8 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 		}
 		if t.Name() == "TestTwoLimitsOnOneIdentity/cluster" {
 			// Both states, while the per-second bucket is not yet full
-			// again (a full bucket is no key).
+			// again (a full bucket is no key: on a slow machine it may
+			// be full already, and only the hourly state is left).
 			sameSlot(t, r.Name, 2)
 		}
 		// Once the per-second bucket is full again, a call the hourly
@@ -256,8 +257,8 @@ func TestTwoLimitsOnOneIdentity(t *testing.T) {
 	})
 }
 
-// sameSlot fails the test unless the Cluster holds exactly n keys whose
-// names contain unique, all on one slot: one script call decides them.
+// sameSlot fails the test unless the Cluster holds 1 to n keys whose names
+// contain unique, all on one slot: one script call decides them.
 func sameSlot(t *testing.T, unique string, n int) {
 	t.Helper()
 	c := redis.NewClusterClient(redistest.SharedCluster(t).Options())
@@ -283,8 +284,11 @@ func sameSlot(t *testing.T, unique string, n int) {
 		}
 		slots[slot] = true
 	}
-	if len(keys) != n || len(slots) != 1 {
-		t.Fatalf("keys %q on %d slots, want %d keys on one slot", keys, len(slots), n)
+	if len(keys) == 0 || len(keys) > n || len(slots) != 1 {
+		t.Fatalf("keys %q on %d slots, want 1 to %d keys on one slot", keys, len(slots), n)
+	}
+	if len(keys) < n {
+		t.Logf("keys %q: %d of %d states left (the others full again, so no key)", keys, len(keys), n)
 	}
 }
 
