@@ -38,11 +38,26 @@ const (
 // unbeknown to it.
 type ledgerOp func(ctx context.Context, st *Redis, id string) (units, unknown int64, err error)
 
+// mayHaveRun returns the units a call that failed with err may have
+// debited: none when Redis refused it before running it (CLUSTERDOWN,
+// checked before a command runs; the store sends a call again only when
+// it was not run), else units. A call that failed at its deadline may have
+// run: its caller leaves when the deadline passes, and a call written by
+// then runs (a pipeline carrying several callers' calls goes on to the
+// latest of their deadlines), debited once, by Redis, while its caller
+// counts it as failed.
+func mayHaveRun(err error, units int64) int64 {
+	if redis.HasErrorPrefix(err, "CLUSTERDOWN") {
+		return 0
+	}
+	return units
+}
+
 // decideOne is an Allow of one unit.
 func decideOne(ctx context.Context, st *Redis, id string) (int64, int64, error) {
 	d, err := st.Allow(ctx, tollgate.Request{Key: id, Limit: ledgerLimit})
 	if err != nil {
-		return 0, 1, err
+		return 0, mayHaveRun(err, 1), err
 	}
 	if d.Allowed {
 		return 1, 0, nil
@@ -579,7 +594,8 @@ func clusterLedger(t *testing.T) (cl *redistest.Cluster, st *Redis, victim, repl
 // replica run again and waits for the Cluster to promote it. What the
 // replica had not received is restored on it before it decides: nothing
 // forgotten, nothing counted twice but what failed calls may have debited;
-// the identities of the other primaries are exact to the unit.
+// the identities of the other primaries are exact to the unit (see
+// clusterFigures).
 func TestFailoverClusterLagging(t *testing.T) {
 	cl, st, victim, replica, ownerOf := clusterLedger(t)
 	l := startLedger(st, 300, decideOne)
@@ -605,8 +621,8 @@ func TestFailoverClusterLagging(t *testing.T) {
 
 // TestFailoverClusterInSync kills (SIGKILL) one primary of a 3-primary
 // Cluster whose replicas are in sync, under 32 callers on 300 identities
-// nearly used up: the identities of the surviving primaries end exactly at
-// their quota (admitted + left); those of the killed one lose nothing and
+// nearly used up: the identities of the surviving primaries are exact to
+// the unit (see clusterFigures); those of the killed one lose nothing and
 // count nothing twice but what failed calls may have debited.
 func TestFailoverClusterInSync(t *testing.T) {
 	cl, st, victim, replica, ownerOf := clusterLedger(t)
@@ -638,7 +654,9 @@ func (l *ledger) on(addr string, ownerOf func(string) string) map[int]bool {
 
 // clusterFigures reports and checks a Cluster failover's ledger: the
 // killed primary's identities as every failover's; the other primaries'
-// exact, with no error.
+// exact to the unit: nothing forgotten, and nothing counted twice but
+// what calls that failed at their deadline may have debited (none
+// usually; see mayHaveRun).
 func clusterFigures(t *testing.T, l *ledger, st *Redis, victim map[int]bool, killed, promoted, served time.Time) {
 	t.Helper()
 	var onVictim, others []int
@@ -666,11 +684,16 @@ func clusterFigures(t *testing.T, l *ledger, st *Redis, victim map[int]bool, kil
 	}
 	fv.usedUp(t, len(onVictim))
 	fv.check(t)
-	// Exact to the unit: a call on them that failed did so without running
-	// (CLUSTERDOWN while a slot range has no primary, a deadline in the
-	// queue), as the count shows.
-	if fo.forgotten != 0 || fo.twice != 0 {
-		t.Errorf("the other primaries' identities: %d forgotten, %d counted twice; want both 0", fo.forgotten, fo.twice)
+	// Exact to the unit: nothing forgotten, and nothing counted that was
+	// not admitted but what calls that failed may have debited. A call on
+	// them that failed with CLUSTERDOWN (while a slot range has no primary)
+	// did not run; one that failed at its deadline did not if it was still
+	// in its batcher's queue, and may have if it was in flight (a machine
+	// under load can hold a pipeline past a caller's deadline): those are
+	// the only units allowed.
+	if fo.forgotten != 0 || fo.twice > fo.unknown {
+		t.Errorf("the other primaries' identities: %d forgotten, %d counted twice; want 0, and at most the %d units failed calls may have debited",
+			fo.forgotten, fo.twice, fo.unknown)
 	}
 }
 
@@ -680,13 +703,13 @@ func settleThree(ctx context.Context, st *Redis, id string) (int64, int64, error
 	req := tollgate.Request{Key: id, Limit: ledgerLimit}
 	d, err := st.Allow(ctx, req)
 	if err != nil {
-		return 0, 1, err
+		return 0, mayHaveRun(err, 1), err
 	}
 	if !d.Allowed {
 		return 0, 0, nil
 	}
 	if _, err := st.Settle(ctx, req, d.Admission(), 3); err != nil {
-		return 1, 2, err
+		return 1, mayHaveRun(err, 2), err
 	}
 	return 3, 0, nil
 }
@@ -694,7 +717,7 @@ func settleThree(ctx context.Context, st *Redis, id string) (int64, int64, error
 // overdrawOne debits one unit whether or not it fits.
 func overdrawOne(ctx context.Context, st *Redis, id string) (int64, int64, error) {
 	if _, err := st.Allow(ctx, tollgate.Request{Key: id, Limit: ledgerLimit, Overdraw: true}); err != nil {
-		return 0, 1, err
+		return 0, mayHaveRun(err, 1), err
 	}
 	return 1, 0, nil
 }

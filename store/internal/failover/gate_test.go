@@ -197,6 +197,73 @@ func TestGateWaitsWithinTheCallsDeadline(t *testing.T) {
 	}
 }
 
+// TestGateWaitCountsEveryVerification makes verifications slow: Wait,
+// asked while one runs, returns its context's error when that ends first
+// and nil once the verification ended; Wait racing the first calls of
+// fresh gates (the race detector watches) returns only once none runs.
+func TestGateWaitCountsEveryVerification(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	info := func(ctx context.Context) (ReplInfo, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+		return ReplInfo{Master: true, ReplID: replA}, nil
+	}
+	newGate := func() *Gate {
+		return NewGate(GateConfig{Node: "n", Journal: NewJournal(time.Minute, DefaultMaxBytes), Restorer: &fakeRestorer{},
+			Info: info, Stamped: func([]any) (int, bool) { return 0, true }, Exactness: Always})
+	}
+	g := newGate()
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait with no verification: %v", err)
+	}
+	entered := make(chan error, 1)
+	go func() {
+		p, err := g.Enter(context.Background())
+		p.Leave()
+		entered <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := g.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait during a verification that does not end: %v, want its deadline", err)
+	}
+	close(release)
+	if err := g.Wait(context.Background()); err != nil {
+		t.Fatalf("Wait once released: %v", err)
+	}
+	if err := <-entered; err != nil {
+		t.Fatalf("the call that waited for the verification: %v", err)
+	}
+	for range 20 {
+		g := newGate()
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				p, err := g.Enter(context.Background())
+				if err == nil {
+					p.Leave()
+				}
+			})
+		}
+		wg.Go(func() { _ = g.Wait(context.Background()) })
+		wg.Wait()
+		if err := g.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		g.runMu.Lock()
+		runs := g.runs
+		g.runMu.Unlock()
+		if runs != 0 {
+			t.Fatalf("%d verifications counted after every call and Wait returned, want 0", runs)
+		}
+	}
+}
+
 // TestGateWithoutInfo answers NOPERM to INFO: the gate is blind, stamps
 // nothing, says so once, and lets every connection through.
 func TestGateWithoutInfo(t *testing.T) {
