@@ -46,8 +46,10 @@ type Config struct {
 	// denials and not cancelled calls) open the circuit breaker for
 	// BreakerCoolDown, during which every rule goes straight to its
 	// FailMode without waiting on the store; then one call probes the
-	// store, and its success closes the breaker. 0 means 5 failures and 1s;
-	// a negative BreakerFailures turns the breaker off.
+	// store, and its success closes the breaker. Failures are consecutive
+	// in time: calls that fail together on one stall of the store count
+	// once. 0 means 5 failures and 1s; a negative BreakerFailures turns the
+	// breaker off.
 	BreakerFailures int
 	BreakerCoolDown time.Duration
 	// Replicas is how many replicas share the store: FailLocal rules (not

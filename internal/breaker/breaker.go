@@ -2,6 +2,14 @@
 // storecall) in front of a store: after consecutive failures it stops calls
 // from waiting on the store until a cool-down has passed, then lets one call
 // probe it.
+//
+// Failures are consecutive in time, not in number: a call's failure counts
+// only when no failure was counted since the call was let through. Calls
+// that were waiting on the store together when it stalled once (a slow
+// moment, the first calls of a cold connection pool) fail together, and
+// count as one failure, however many there were: with 64 calls in flight,
+// one stall of the store deadline would otherwise open the breaker, and a
+// FailOpen rule would then admit every call of the cool-down unasked.
 package breaker
 
 import (
@@ -36,6 +44,10 @@ type Breaker struct {
 	// failing is true while failures > 0, so that a success in the closed
 	// state, the common case, takes no lock.
 	failing atomic.Bool
+	// counted is how many failures were ever counted: a call's Ticket
+	// holds it as of Allow, and its failure counts only if it is unchanged
+	// (written under mu).
+	counted atomic.Uint64
 
 	mu       sync.Mutex
 	failures int
@@ -48,25 +60,36 @@ func New(threshold int, coolDown time.Duration) *Breaker {
 	return &Breaker{threshold: threshold, coolDown: coolDown, now: time.Now}
 }
 
-// Allow reports whether this call may ask the store, and whether it is the
-// one probe of a breaker that was open. A call that gets ok must report its
-// outcome with Done.
-func (b *Breaker) Allow() (ok, probe bool) {
-	if b.threshold <= 0 || breakerState(b.state.Load()) == closed {
-		return true, false
+// Ticket is one call that Allow let through, for its Done.
+type Ticket struct {
+	// Probe: the call is the one probe of a breaker that was open.
+	Probe bool
+	// counted is Breaker.counted when the call was let through.
+	counted uint64
+}
+
+// Allow reports whether this call may ask the store, and gives it its
+// Ticket, which says whether it is the one probe of a breaker that was open.
+// A call that gets ok must report its outcome with Done.
+func (b *Breaker) Allow() (t Ticket, ok bool) {
+	if b.threshold <= 0 {
+		return Ticket{}, true
+	}
+	if breakerState(b.state.Load()) == closed {
+		return Ticket{counted: b.counted.Load()}, true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch breakerState(b.state.Load()) {
 	case closed:
-		return true, false
+		return Ticket{counted: b.counted.Load()}, true
 	case open:
 		if b.now().Sub(b.openedAt) >= b.coolDown {
 			b.state.Store(uint32(probing))
-			return true, true
+			return Ticket{Probe: true, counted: b.counted.Load()}, true
 		}
 	}
-	return false, false
+	return Ticket{}, false
 }
 
 // Result is what a store call told the breaker.
@@ -81,14 +104,14 @@ const (
 	NoNews
 )
 
-// Done records the outcome of a call that Allow let through.
-func (b *Breaker) Done(probe bool, res Result) {
-	if b.threshold <= 0 || (res == OK && !probe && !b.failing.Load()) {
+// Done records the outcome of a call that Allow let through with t.
+func (b *Breaker) Done(t Ticket, res Result) {
+	if b.threshold <= 0 || (res == OK && !t.Probe && !b.failing.Load()) {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if probe {
+	if t.Probe {
 		switch res {
 		case OK:
 			b.close()
@@ -109,6 +132,11 @@ func (b *Breaker) Done(probe bool, res Result) {
 	case OK:
 		b.close()
 	case Failed:
+		if t.counted != b.counted.Load() {
+			// A failure was counted since this call began: the same stall.
+			return
+		}
+		b.counted.Add(1)
 		b.failures++
 		b.failing.Store(true)
 		if b.failures >= b.threshold {

@@ -111,18 +111,18 @@ type Call struct {
 	caller  context.Context
 	cancel  context.CancelFunc
 	breaker *breaker.Breaker
-	probe   bool
+	ticket  breaker.Ticket
 }
 
 // Open starts a store call under ctx. It returns false when the breaker
 // keeps the call from the store: then the store is not called, End is not
 // either, and the fail mode applies with the cause ErrBreakerOpen.
 func (p *Policy) Open(ctx context.Context) (Call, bool) {
-	ok, probe := p.breaker.Allow()
+	ticket, ok := p.breaker.Allow()
 	if !ok {
 		return Call{}, false
 	}
-	c := Call{Ctx: ctx, Start: time.Now(), caller: ctx, breaker: p.breaker, probe: probe}
+	c := Call{Ctx: ctx, Start: time.Now(), caller: ctx, breaker: p.breaker, ticket: ticket}
 	if p.deadline {
 		c.Ctx, c.cancel = context.WithDeadline(ctx, c.Start.Add(p.timeout))
 	}
@@ -140,11 +140,11 @@ func (c *Call) End(err error) (Result, time.Duration) {
 	r := classify(c.caller, err)
 	switch r {
 	case Decided:
-		c.breaker.Done(c.probe, breaker.OK)
+		c.breaker.Done(c.ticket, breaker.OK)
 	case Failed:
-		c.breaker.Done(c.probe, breaker.Failed)
+		c.breaker.Done(c.ticket, breaker.Failed)
 	default:
-		c.breaker.Done(c.probe, breaker.NoNews)
+		c.breaker.Done(c.ticket, breaker.NoNews)
 	}
 	return r, elapsed
 }
