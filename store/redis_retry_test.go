@@ -121,10 +121,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	asleep := func(run func()) (runs int64) {
 		t.Helper()
 		before := evalshas()
-		var woke []<-chan error
-		for _, srv := range tc.servers {
-			woke = append(woke, srv.Sleep(t, 400*time.Millisecond))
-		}
+		woke := redistest.SleepAll(t, tc.servers, 400*time.Millisecond)
 		run()
 		for _, w := range woke {
 			if err := <-w; err != nil {

@@ -43,39 +43,62 @@ func (s *Server) Pause(t testing.TB, d time.Duration) time.Time {
 // client's read timeout while the command still takes effect.
 func (s *Server) Sleep(t testing.TB, d time.Duration) <-chan error {
 	t.Helper()
-	if err := ping(s.addr, time.Second); err != nil {
-		t.Fatalf("redistest: %s does not answer before DEBUG SLEEP: %v", s.addr, err)
-	}
-	conn, err := net.DialTimeout("tcp", s.addr, time.Second)
-	if err != nil {
-		t.Fatalf("redistest: DEBUG SLEEP on %s: %v", s.addr, err)
-	}
-	_ = conn.SetDeadline(time.Now().Add(d + 10*time.Second))
+	return SleepAll(t, []*Server{s}, d)[0]
+}
+
+// SleepAll is Sleep on every server at once: DEBUG SLEEP goes to each
+// before any is awaited, so that their sleeps overlap from the start
+// (one after another, the first could wake before the last fell asleep on
+// a busy machine). It returns once every one has stopped answering, with
+// a channel per server as Sleep's.
+func SleepAll(t testing.TB, servers []*Server, d time.Duration) []<-chan error {
+	t.Helper()
 	secs := strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
-	if err := send(conn, "DEBUG", "SLEEP", secs); err != nil {
-		conn.Close()
-		t.Fatalf("redistest: DEBUG SLEEP on %s: %v", s.addr, err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer conn.Close()
-		done <- readReply(conn)
-	}()
-	// Asleep once two PINGs in a row, each sent after DEBUG SLEEP, go
-	// unanswered: a busy machine can delay one answer, hardly two.
-	silent := 0
-	asleep := func() bool {
-		if ping(s.addr, 30*time.Millisecond) == nil {
-			silent = 0
-			return false
+	var conns []net.Conn
+	for _, s := range servers {
+		if err := ping(s.addr, time.Second); err != nil {
+			t.Fatalf("redistest: %s does not answer before DEBUG SLEEP: %v", s.addr, err)
 		}
-		silent++
-		return silent == 2
+		conn, err := net.DialTimeout("tcp", s.addr, time.Second)
+		if err != nil {
+			t.Fatalf("redistest: DEBUG SLEEP on %s: %v", s.addr, err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(d + 10*time.Second))
+		conns = append(conns, conn)
 	}
-	if !Await(5*time.Second, asleep) {
-		t.Fatalf("redistest: %s still answers after DEBUG SLEEP %s", s.addr, secs)
+	dones := make([]<-chan error, len(servers))
+	for i, s := range servers {
+		conn := conns[i]
+		if err := send(conn, "DEBUG", "SLEEP", secs); err != nil {
+			for _, c := range conns[i:] {
+				c.Close()
+			}
+			t.Fatalf("redistest: DEBUG SLEEP on %s: %v", s.addr, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			defer conn.Close()
+			done <- readReply(conn)
+		}()
+		dones[i] = done
 	}
-	return done
+	for _, s := range servers {
+		// Asleep once two PINGs in a row, each sent after DEBUG SLEEP, go
+		// unanswered: a busy machine can delay one answer, hardly two.
+		silent := 0
+		asleep := func() bool {
+			if ping(s.addr, 30*time.Millisecond) == nil {
+				silent = 0
+				return false
+			}
+			silent++
+			return silent == 2
+		}
+		if !Await(5*time.Second, asleep) {
+			t.Fatalf("redistest: %s still answers after DEBUG SLEEP %s", s.addr, secs)
+		}
+	}
+	return dones
 }
 
 // AwaitAnswer waits until s answers PING on a new connection, polling at
