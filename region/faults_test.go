@@ -78,9 +78,19 @@ func forgetRun(t *testing.T, g *redisRig, before func(), after time.Duration, fa
 	g.check(start, end)
 }
 
+// skipFaultsShort skips a home's failure under go test -short, which runs
+// the fast core: each takes 8 s or more; the full test command runs them.
+func skipFaultsShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a failing home takes 8 s or more; the full test command runs it")
+	}
+}
+
 // TestHomeRestartedEmpty restarts the home's redis-server (SHUTDOWN
 // NOSAVE, no persistence: it comes back empty) inside every lease.
 func TestHomeRestartedEmpty(t *testing.T) {
+	skipFaultsShort(t) // before the rig starts
 	g := newRedisRig(t, 2, rigConfig)
 	o := g.home.Options()
 	o.MaxRetries = -1 // the connection ends with the server: no retry
@@ -95,6 +105,7 @@ func TestHomeRestartedEmpty(t *testing.T) {
 // TestHomeKilled kills the home (SIGKILL, as a crash) and starts it again
 // 300 ms later, empty, inside every lease.
 func TestHomeKilled(t *testing.T) {
+	skipFaultsShort(t) // before the rig starts
 	g := newRedisRig(t, 2, rigConfig)
 	forgetRun(t, g, nil, 100*time.Millisecond, func() {
 		g.home.Stop(t)
@@ -105,6 +116,7 @@ func TestHomeKilled(t *testing.T) {
 
 // TestHomeFlushed flushes the home (FLUSHALL) inside every lease.
 func TestHomeFlushed(t *testing.T) {
+	skipFaultsShort(t) // before the rig starts
 	g := newRedisRig(t, 2, rigConfig)
 	c := g.homeClient(t)
 	forgetRun(t, g, nil, 100*time.Millisecond, func() {
@@ -121,6 +133,7 @@ func TestHomeFlushed(t *testing.T) {
 // (the regions' links turn to it, as an address that fails over). The link
 // of r2, which took the larger share the replica lacks, is slow after.
 func TestHomeFailedOver(t *testing.T) {
+	skipFaultsShort(t) // before the rig starts
 	g := newRedisRig(t, 2, rigConfig)
 	repl := newProxy(t, g.home.Addr())
 	host, port, _ := strings.Cut(repl.Addr(), ":")
@@ -151,6 +164,7 @@ func TestHomeFailedOver(t *testing.T) {
 // the other regions report before it does. One process a region: a
 // region's other processes would keep its count at the home up.
 func TestLateReports(t *testing.T) {
+	skipFaultsShort(t) // before the rig starts
 	g := newRedisRig(t, 1, rigConfig)
 	quiet := make(chan struct{})
 	start := time.Now()
