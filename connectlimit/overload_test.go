@@ -211,24 +211,37 @@ func TestShedCallIsRefusedAlikeOnEveryDoor(t *testing.T) {
 			t.Errorf("%s: retry-after %q, want 1 (seconds, rounded up)", name, a.retryAfter)
 		}
 	}
-	if shed := shedCount(t, reader); shed != int64(calls) {
-		t.Fatalf("%s = %d, want %d", telemetry.MetricOverloadShed, shed, calls)
+	// Every call was a SHEDDABLE one that waited its millisecond.
+	shed := shedCount(t, reader)
+	if n := shed["SHEDDABLE queue_timeout within"] + shed["SHEDDABLE queue_timeout over"]; n != int64(calls) || n != sumOf(shed) {
+		t.Fatalf("%s = %v, want %d SHEDDABLE queue_timeout", telemetry.MetricOverloadShed, shed, calls)
 	}
 }
 
-// shedCount is the sum of the shed counter.
-func shedCount(t *testing.T, reader *sdkmetric.ManualReader) int64 {
+func sumOf(m map[string]int64) (n int64) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// shedCount is the shed counter by criticality, reason and tenant share,
+// space-separated.
+func shedCount(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var n int64
+	n := map[string]int64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricOverloadShed {
 				for _, p := range s.DataPoints {
-					n += p.Value
+					c, _ := p.Attributes.Value(telemetry.AttrCriticality)
+					r, _ := p.Attributes.Value(telemetry.AttrOverloadReason)
+					sh, _ := p.Attributes.Value(telemetry.AttrTenantShare)
+					n[c.Emit()+" "+r.Emit()+" "+sh.Emit()] += p.Value
 				}
 			}
 		}

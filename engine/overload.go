@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate/internal/shed"
@@ -25,6 +26,11 @@ type admission struct {
 	tenant keyfunc.Func
 	shed   metric.Int64Counter
 	reg    metric.Registration
+	// shedAttrs are the shed counter's attributes, by criticality, reason
+	// and tenant share (over or not), built once: building a set per
+	// refusal sorts it, and grows the small stack of the handler's
+	// goroutine, on the path that must stay cheapest under overload.
+	shedAttrs [shed.Levels][shed.QueueTimeout + 1][2]metric.AddOption
 }
 
 // newAdmission returns the admission step o configures, or nil for none.
@@ -37,6 +43,16 @@ func newAdmission(o *overload.Options, meter metric.Meter) (*admission, error) {
 		return nil, err
 	}
 	a := &admission{l: l, tenant: o.Tenant}
+	for c := range a.shedAttrs {
+		for r := range a.shedAttrs[c] {
+			for over, share := range [2]string{"within", "over"} {
+				a.shedAttrs[c][r][over] = metric.WithAttributeSet(attribute.NewSet(
+					telemetry.AttrCriticality.String(shed.Criticality(c).String()),
+					telemetry.AttrOverloadReason.String(strings.ReplaceAll(shed.Reason(r).String(), " ", "_")),
+					telemetry.AttrTenantShare.String(share)))
+			}
+		}
+	}
 	if a.shed, err = meter.Int64Counter(telemetry.MetricOverloadShed, metric.WithUnit("{call}"),
 		metric.WithDescription("Calls shed by overload control, by criticality, reason and tenant share.")); err != nil {
 		return nil, err
@@ -105,14 +121,11 @@ func (a *admission) refusal(ctx context.Context, err error) *refusal {
 	if !errors.As(err, &r) {
 		return &refusal{kind: Canceled, msg: "overload: the caller went away while waiting for a seat: " + err.Error(), cause: err}
 	}
-	share := "within"
+	over := 0
 	if r.OverShare {
-		share = "over"
+		over = 1
 	}
-	a.shed.Add(ctx, 1, metric.WithAttributes(
-		telemetry.AttrCriticality.String(r.Criticality.String()),
-		telemetry.AttrOverloadReason.String(strings.ReplaceAll(r.Reason.String(), " ", "_")),
-		telemetry.AttrTenantShare.String(share)))
+	a.shed.Add(ctx, 1, a.shedAttrs[min(int(r.Criticality), shed.Levels-1)][min(r.Reason, shed.QueueTimeout)][over])
 	return &refusal{kind: Shed, msg: r.Error(), retryAfter: r.RetryAfter, cause: r}
 }
 

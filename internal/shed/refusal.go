@@ -41,8 +41,11 @@ type Refusal struct {
 	OverShare bool
 }
 
+// Error says what was shed, why, and when to come back. It is built by
+// concatenation, not fmt: every shed call's status carries it, on the path
+// that must stay cheapest under overload.
 func (r *Refusal) Error() string {
-	return fmt.Sprintf("overload: %s call shed (%s); retry after %s", r.Criticality, r.Reason, r.RetryAfter.Round(time.Millisecond))
+	return "overload: " + r.Criticality.String() + " call shed (" + r.Reason.String() + "); retry after " + r.RetryAfter.Round(time.Millisecond).String()
 }
 
 // Unwrap returns the overload.Refusal.

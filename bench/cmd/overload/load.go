@@ -82,13 +82,17 @@ type server struct {
 	rest []byte
 }
 
-func startServer(cfg serverConfig) (*server, error) {
+// startServer starts a server process: exe, or this executable when "".
+func startServer(exe string, cfg serverConfig) (*server, error) {
 	b, _ := json.Marshal(cfg)
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
+	if exe == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		exe = self
 	}
-	cmd := exec.Command(self, "-serve", string(b))
+	cmd := exec.Command(exe, "-serve", string(b))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -145,15 +149,22 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 	if m.profiles != "" {
 		cfg.Profile = fmt.Sprintf("%s/%s-%s-%g.pprof", m.profiles, scenario, subject, x)
 	}
+	exe := ""
+	if strings.HasSuffix(subject, baseSuffix) {
+		if m.base == "" {
+			return nil, fmt.Errorf("subject %s needs -base", subject)
+		}
+		exe = m.base
+	}
 	born := time.Now()
-	srv, err := startServer(cfg)
+	srv, err := startServer(exe, cfg)
 	if err != nil {
 		return nil, err
 	}
 	conns := make([]*echo.Client, tenants)
 	for i := range conns {
 		dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-		if subject == subjectThrottle {
+		if strings.TrimSuffix(subject, baseSuffix) == subjectThrottle {
 			t, err := overload.NewThrottle(overload.ThrottleOptions{})
 			if err != nil {
 				return nil, err
@@ -261,7 +272,7 @@ func (m *measurer) mixOf(x float64) []stream {
 // closedLoop keeps n calls in flight on a fresh server of subject and
 // returns the calls/s completed in window after warmup.
 func (m *measurer) closedLoop(subject string, n int, warmup, window time.Duration) (float64, error) {
-	srv, err := startServer(serverConfig{Subject: subject, CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs})
+	srv, err := startServer("", serverConfig{Subject: subject, CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs})
 	if err != nil {
 		return 0, err
 	}

@@ -12,7 +12,8 @@
 // A fresh server process runs each cell.
 //
 //	go run ./cmd/overload                                   # sweep 0.5×–12×, a 12× Sheddable spike, one tenant at 10× its share
-//	go run ./cmd/overload -sections refusal                 # server CPU per call accepted, and refused in an interceptor
+//	go run ./cmd/overload -sections refusal                 # server CPU per call accepted, refused in an interceptor, shed by tollgate's door
+//	go run ./cmd/overload -base /tmp/overload-old -subjects tollgate,tollgate@base   # old code beside new
 //	go run ./cmd/overload -json out.json -plot served.png   # the figures for docs/overload.md
 package main
 
@@ -36,6 +37,7 @@ type measurer struct {
 	shares               []float64
 	warmup, window       time.Duration
 	profiles             string // a directory for the servers' CPU profiles
+	base                 string // the server executable of the subjects named …@base
 }
 
 func main() {
@@ -56,6 +58,7 @@ func main() {
 	flag.IntVar(&m.serverProcs, "server-procs", 1, "GOMAXPROCS of the server process, all on its one CPU (with 1, a P always busy with handlers polls the network only every 10ms)")
 	replot := flag.String("replot", "", "draw -plot from the cells of an earlier -json file (with its -capacity) and exit")
 	flag.StringVar(&m.profiles, "profiles", "", "write each server's CPU profile into this directory")
+	flag.StringVar(&m.base, "base", "", "this command built at another commit: subjects named X"+baseSuffix+" run their server from it (old code beside new)")
 	flag.Parse()
 	if *serveCfg != "" {
 		if err := serve(*serveCfg); err != nil {
@@ -183,7 +186,11 @@ func (m *measurer) runSections(r *report, sections, loads string, subjects []str
 	if want["refusal"] {
 		// Every call refused or answered without work, at 5× capacity.
 		ss := []stream{{rate: 5 * m.capacity, class: 2, tenant: 0}}
-		points = append(points, point{"refusal", 5, ss, []string{subjectAcceptNoop, subjectRefuseIcpt}})
+		rs := []string{subjectAcceptNoop, subjectRefuseIcpt, subjectRefuseSigs, subjectRefuseDoor}
+		if m.base != "" {
+			rs = append(rs, subjectRefuseDoor+baseSuffix)
+		}
+		points = append(points, point{"refusal", 5, ss, rs})
 	}
 	for rep := range reps {
 		for _, p := range points {

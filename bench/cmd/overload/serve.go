@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,10 +23,12 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"golang.org/x/sys/unix"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/bench"
 	"github.com/tollgate/tollgate/engine"
@@ -93,12 +97,19 @@ const (
 	subjectTollgate   = "tollgate"
 	subjectThrottle   = "tollgate+throttle" // tollgate, and clients that throttle themselves
 	subjectRefuseIcpt = "refuse-interceptor"
+	subjectRefuseDoor = "refuse-tollgate" // tollgate's gRPC door shedding every call
+	subjectRefuseSigs = "refuse-signals"  // an interceptor refusing as tollgate does (RetryInfo, trailers), without deciding
 	subjectAcceptNoop = "accept-noop"
+	// baseSuffix marks a subject whose server is the -base executable: the
+	// same harness built at another commit, so that old code and new run
+	// beside each other, alternating, in one run.
+	baseSuffix = "@base"
 )
 
 // serverOf is the server a subject runs: tollgate+throttle is tollgate's
 // server with clients of its own.
 func serverOf(subject string) string {
+	subject = strings.TrimSuffix(subject, baseSuffix)
 	if subject == subjectThrottle {
 		return subjectTollgate
 	}
@@ -199,8 +210,13 @@ func serve(cfgJSON string) error {
 	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(tm.interceptor)}, opts...)...)
 	w := work{steps: cfg.Steps, spin: cfg.Spin}
 	before := tm.handler(w.call)
-	if cfg.Subject == subjectAcceptNoop || cfg.Subject == subjectRefuseIcpt {
+	switch cfg.Subject {
+	case subjectAcceptNoop, subjectRefuseIcpt, subjectRefuseSigs:
 		before = nil
+	case subjectRefuseDoor:
+		// The one seat is held until its caller gives up: every other
+		// call is shed.
+		before = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 	}
 	echo.Register(srv, &echo.Server{Before: before})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -237,6 +253,20 @@ func protection(subject string) ([]grpc.ServerOption, func() serverStats, error)
 		return nil, none, nil
 	case subjectTollgate:
 		return tollgateServer(overload.Options{Tenant: keyfunc.Metadata(bench.TenantHeader)})
+	case subjectRefuseSigs:
+		// What tollgate's door sends a shed call, built per call as it is:
+		// the wire cost of the signals, apart from the decision's.
+		return []grpc.ServerOption{grpc.ChainUnaryInterceptor(func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+			wait := overload.Critical.RetryAfter(100 * time.Millisecond)
+			_ = grpc.SetTrailer(ctx, metadata.MD{"retry-after": {"1"}, "grpc-retry-pushback-ms": {strconv.FormatInt(wait.Milliseconds(), 10)}})
+			st := status.New(codes.Unavailable, "overload: CRITICAL call shed (queue full); retry after "+wait.Round(time.Millisecond).String())
+			if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
+				st = d
+			}
+			return nil, st.Err()
+		})}, none, nil
+	case subjectRefuseDoor:
+		return tollgateServer(overload.Options{MinLimit: 1, MaxLimit: 1, InitialLimit: 1, MaxQueue: 1, ProbeInterval: -1})
 	case subjectFailsafe:
 		// Library defaults. Its gRPC interceptor runs the limiter with the
 		// executor's context, where no call's priority is, so the priority
