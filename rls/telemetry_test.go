@@ -13,8 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // TestTelemetry: one span per call, one tollgate.decisions count per

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/telemetry"
+	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // LongWindow is the shortest period of a limit whose count a restart of a

@@ -59,8 +59,8 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/tollgate/tollgate/internal/serving"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Environment variables that select a Redis store, as the example server
