@@ -79,7 +79,7 @@ func TestBadConfigIsRefusedAtStart(t *testing.T) {
 	}{
 		{"empty name", func(c *Config) { c.Region = "" }, "a region name is empty"},
 		{"empty name in the list", func(c *Config) { c.Regions = []string{"us", "", "eu"} }, "a region name is empty"},
-		{"too long", func(c *Config) { c.Region = strings.Repeat("x", MaxNameLen+1); c.Regions = append(three, c.Region) }, "more than 64"},
+		{"too long", func(c *Config) { c.Region = strings.Repeat("x", maxNameLen+1); c.Regions = append(three, c.Region) }, "more than 64"},
 		{"bad byte", func(c *Config) { c.Region = "eu west"; c.Regions = append(three, c.Region) }, "byte 0x20"},
 		{"duplicated", func(c *Config) { c.Regions = []string{"us", "eu", "us"} }, `"us" is named twice`},
 		{"not listed", func(c *Config) { c.Regions = []string{"us", "ap"} }, "do not name this region"},

@@ -12,11 +12,11 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
-// DefaultHomePrefix starts every key RedisHome writes.
-const DefaultHomePrefix = "tollgate:region:"
+// defaultHomePrefix starts every key RedisHome writes.
+const defaultHomePrefix = "tollgate:region:"
 
-// DefaultHomeTimeout bounds a Home call whose context has no deadline.
-const DefaultHomeTimeout = 2 * time.Second
+// defaultHomeTimeout bounds a Home call whose context has no deadline.
+const defaultHomeTimeout = 2 * time.Second
 
 // RedisHome is a Home on one Redis (single node, Sentinel or Cluster,
 // through redis.UniversalClient): the share store of package store
@@ -31,14 +31,14 @@ type RedisHome struct {
 var _ Home = (*RedisHome)(nil)
 
 // NewRedisHome returns a Home on rdb whose keys start with prefix
-// (DefaultHomePrefix when empty). It writes nothing. A nil rdb (typed or
+// ("tollgate:region:" when empty). It writes nothing. A nil rdb (typed or
 // not) or a prefix with braces is an error.
 func NewRedisHome(rdb redis.UniversalClient, prefix string) (*RedisHome, error) {
 	if check.Nil(rdb) {
 		return nil, fmt.Errorf("%w: the home's Redis client is nil", ErrInvalidConfig)
 	}
 	if prefix == "" {
-		prefix = DefaultHomePrefix
+		prefix = defaultHomePrefix
 	}
 	// No failover journal: a share is a lease the store never debits again.
 	st, err := store.NewRedis(rdb, store.WithPrefix(prefix), store.WithJournal(0))
@@ -71,10 +71,10 @@ func (h *RedisHome) Look(ctx context.Context, key string, window int64, lease ti
 	return g, nil
 }
 
-// withDefaultTimeout gives ctx DefaultHomeTimeout when it has no deadline.
+// withDefaultTimeout gives ctx defaultHomeTimeout when it has no deadline.
 func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, DefaultHomeTimeout)
+	return context.WithTimeout(ctx, defaultHomeTimeout)
 }

@@ -42,22 +42,22 @@ func (a StoreFailAnswer) String() string {
 // Defaults of WithStoreTimeout and WithBreaker, the same as package
 // interceptor's.
 const (
-	// DefaultStoreTimeout is how long one store call may take before the
+	// defaultStoreTimeout is how long one store call may take before the
 	// fail mode applies (50ms).
-	DefaultStoreTimeout = storecall.DefaultTimeout
-	// DefaultBreakerFailures consecutive store failures open the breaker (5).
-	DefaultBreakerFailures = storecall.DefaultBreakerFailures
-	// DefaultBreakerCoolDown is how long the open breaker keeps calls from
+	defaultStoreTimeout = storecall.DefaultTimeout
+	// defaultBreakerFailures consecutive store failures open the breaker (5).
+	defaultBreakerFailures = storecall.DefaultBreakerFailures
+	// defaultBreakerCoolDown is how long the open breaker keeps calls from
 	// the store before one probes it (1s).
-	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
+	defaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
 )
 
 // Default header names of WithResponseHeaders: the names Envoy's rate limit
 // filter and package interceptor use.
 const (
-	DefaultLimitHeader     = "x-ratelimit-limit"
-	DefaultRemainingHeader = "x-ratelimit-remaining"
-	DefaultResetHeader     = "x-ratelimit-reset"
+	defaultLimitHeader     = "x-ratelimit-limit"
+	defaultRemainingHeader = "x-ratelimit-remaining"
+	defaultResetHeader     = "x-ratelimit-reset"
 )
 
 // Option configures a Server.
@@ -80,8 +80,8 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		storeCalls:  storecall.Config{Timeout: DefaultStoreTimeout, BreakerFailures: DefaultBreakerFailures, BreakerCoolDown: DefaultBreakerCoolDown},
-		headerNames: [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
+		storeCalls:  storecall.Config{Timeout: defaultStoreTimeout, BreakerFailures: defaultBreakerFailures, BreakerCoolDown: defaultBreakerCoolDown},
+		headerNames: [3]string{defaultLimitHeader, defaultRemainingHeader, defaultResetHeader},
 	}
 }
 
@@ -97,7 +97,7 @@ func WithStoreFailAnswer(a StoreFailAnswer) Option {
 	return func(o *options) { o.storeFail = a }
 }
 
-// WithStoreTimeout bounds each store call (default DefaultStoreTimeout);
+// WithStoreTimeout bounds each store call (default 50ms);
 // past it the fail mode applies. store.Memory, which decides in process and
 // never waits, is called under the request's context alone. Envoy's
 // own timeout for the rate limit service is 20ms by default: keep this
@@ -109,8 +109,8 @@ func WithStoreTimeout(d time.Duration) Option {
 // WithBreaker configures the circuit breaker in front of the store, as
 // interceptor.WithBreaker does: after failures consecutive store failures
 // no call waits on the store for coolDown, then one call probes it.
-// failures 0 disables it. The defaults are DefaultBreakerFailures and
-// DefaultBreakerCoolDown.
+// failures 0 disables it. The defaults are 5 failures and
+// 1s.
 func WithBreaker(failures int, coolDown time.Duration) Option {
 	return func(o *options) { o.storeCalls.BreakerFailures, o.storeCalls.BreakerCoolDown = failures, coolDown }
 }
@@ -119,8 +119,8 @@ func WithBreaker(failures int, coolDown time.Duration) Option {
 // with the limit, the remaining count and the seconds until reset of the
 // descriptor closest to its limit (an over-limit one if any), as
 // envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. Empty
-// names keep the defaults (DefaultLimitHeader, DefaultRemainingHeader,
-// DefaultResetHeader); that project's own defaults are RateLimit-Limit,
+// names keep the defaults (x-ratelimit-limit, x-ratelimit-remaining,
+// x-ratelimit-reset); that project's own defaults are RateLimit-Limit,
 // RateLimit-Remaining and RateLimit-Reset.
 func WithResponseHeaders(limit, remaining, reset string) Option {
 	return func(o *options) {

@@ -251,9 +251,9 @@ func requestIDReplays(t *testing.T, st *Redis) {
 			}
 		}
 		// Each admission debits 1 and replays MaxReplays times.
-		if want := capacity * (1 + DefaultMaxReplays); allowed != want || replayed != capacity*DefaultMaxReplays {
+		if want := capacity * (1 + defaultMaxReplays); allowed != want || replayed != capacity*defaultMaxReplays {
 			t.Errorf("%s: 100 calls reusing one id: %d allowed (%d replayed), want %d allowed: %d debits × (1 + %d replays)",
-				alg, allowed, replayed, want, capacity, DefaultMaxReplays)
+				alg, allowed, replayed, want, capacity, defaultMaxReplays)
 		}
 	}
 }
