@@ -33,8 +33,8 @@ func (h refusingHome) Look(context.Context, string, int64, time.Duration) (tollg
 func TestNilPartsAreRefusedAtStart(t *testing.T) {
 	c := Config{Region: "eu", Regions: []string{"eu", "us"}, Limits: []tollgate.Limit{tollgate.PerSecond(600)}}
 	var nilMemory *store.Memory
-	var nilRedisHome *RedisHome
-	var nilMemoryHome *MemoryHome
+	var nilRedisHome *redisHome
+	var nilMemoryHome *memoryHome
 	for name, parts := range map[string]struct {
 		local tollgate.Store
 		home  Home

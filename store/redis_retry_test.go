@@ -80,7 +80,7 @@ type resendCase struct {
 // demonstration) runs several times and debits each time.
 // plainDecide is the decide script as a go-redis Script, whose calls the
 // client re-sends like any command: what the store must never do.
-var plainDecide = redis.NewScript(lua.Source(lua.Decide))
+var plainDecide = redis.NewScript(lua.Decide.Source())
 
 func checkNeverResent(t *testing.T, tc resendCase) {
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	}
 	if st.batchScript { // and the batch script, which carries a batch here
 		for _, srv := range tc.servers {
-			if err := srv.Client(t).ScriptLoad(ctx, lua.Source(lua.Batch)).Err(); err != nil {
+			if err := srv.Client(t).ScriptLoad(ctx, lua.Batch.Source()).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
