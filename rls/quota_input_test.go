@@ -231,7 +231,7 @@ func TestQuotaTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.Options{Config: cfg, MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,11 +41,8 @@ var _ pb.RateLimitServiceServer = (*Server)(nil)
 
 // NewServer returns a Server deciding with st. An invalid option is an
 // error here.
-func NewServer(st tollgate.Store, opts ...Option) (*Server, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+func NewServer(st tollgate.Store, opts Options) (*Server, error) {
+	o := opts.resolve()
 	switch {
 	case argcheck.Nil(st):
 		return nil, errors.New("rls: the store is nil")

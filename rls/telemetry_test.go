@@ -33,7 +33,7 @@ func TestTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.Options{Config: cfg, TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
 	}

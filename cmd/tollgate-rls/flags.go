@@ -95,6 +95,9 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if c.storeTimeout <= 0 { // rls.Options reads 0 as its default
+		return config{}, fmt.Errorf("-store-timeout must be > 0, got %s", c.storeTimeout)
+	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	env, err := readEnv(getenv)
