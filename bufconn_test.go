@@ -37,9 +37,9 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }

@@ -31,7 +31,6 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/store"
 )
 
 // resendingClient returns a client for srv that gives up on a reply after
@@ -411,11 +410,12 @@ func TestReliabilityRequestIDsAcrossTenants(t *testing.T) {
 			t.Fatalf("reused id: %v", err)
 		}
 	}
-	want := quota * (1 + store.DefaultMaxReplays)
+	const maxReplays = 4 // the store's default
+	want := quota * (1 + maxReplays)
 	t.Logf("one request id reused 40 times on a quota of %d: %d admitted (%d replayed), %d denied; bound %d = %d × (1 + %d)",
-		quota, allowed, replayed, denied, want, quota, store.DefaultMaxReplays)
-	if allowed != want || replayed != quota*store.DefaultMaxReplays || denied != 40-want {
+		quota, allowed, replayed, denied, want, quota, maxReplays)
+	if allowed != want || replayed != quota*maxReplays || denied != 40-want {
 		t.Fatalf("%d admitted, %d replayed, %d denied; want %d, %d, %d", allowed, replayed, denied,
-			want, quota*store.DefaultMaxReplays, 40-want)
+			want, quota*maxReplays, 40-want)
 	}
 }

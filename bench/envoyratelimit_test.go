@@ -59,7 +59,7 @@ func TestCountOverLimitAnswersAsEnvoyRatelimit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// The answers are compared, not the time they take: a busy machine
 			// must not turn a slow store call into a fail-open answer.
-			srv, err := rls.NewServer(st, rls.WithConfig(conf), rls.WithStoreTimeout(5*time.Second))
+			srv, err := rls.NewServer(st, rls.Options{Config: conf, StoreTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

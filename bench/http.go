@@ -88,7 +88,7 @@ func HTTPMiddlewares() []HTTPMiddleware {
 func TollgateRedisHTTP(name string, storeOpts ...store.RedisOption) HTTPMiddleware {
 	return HTTPMiddleware{Name: name, Wrap: func(opts *redis.Options, prefix string) (func(http.Handler) http.Handler, func(), error) {
 		c := redis.NewClient(opts)
-		st, err := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix), store.WithDenyCache(store.DefaultDenyCacheSize)}, storeOpts...)...)
+		st, err := store.NewRedis(c, append([]store.RedisOption{store.WithPrefix(prefix), store.WithDenyCache(4096)}, storeOpts...)...)
 		if err != nil {
 			_ = c.Close()
 			return nil, nil, err

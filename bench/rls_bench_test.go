@@ -53,7 +53,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			// this server here (1s), rather than failing a call slowed by a
 			// busy machine after 50ms.
 			srv, err := rls.NewServer(newRedis(b, newClient(b), store.WithPrefix(runPrefix(b.Name()))),
-				rls.WithConfig(cfg), rls.WithStoreTimeout(time.Second))
+				rls.Options{Config: cfg, StoreTimeout: time.Second})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -30,9 +30,9 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/storefixture"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/overload"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Overload control through the three doors of one engine: real clients

@@ -20,9 +20,9 @@ import (
 	"github.com/tollgate/tollgate/internal/enginetest"
 	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/storefixture"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // unplugged is a Memory store that fails every call while down is set, as

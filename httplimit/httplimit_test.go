@@ -22,9 +22,9 @@ import (
 	"github.com/tollgate/tollgate/httplimit"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/internal/storefixture"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/tollgate/tollgate/idempotency"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // By default an admitted call carries no x-ratelimit-* trailers (a replay

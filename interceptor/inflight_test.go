@@ -10,8 +10,8 @@ import (
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/enginetest"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // oneInFlight lets each tenant run one Say at a time, its seat living ttl

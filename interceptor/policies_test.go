@@ -20,9 +20,9 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Two limits on one identity: a denial names every limit that denies, waits

@@ -22,9 +22,9 @@ import (
 	"github.com/tollgate/tollgate/internal/enginetest"
 	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // chatRule limits Chat streams to 2 opens an hour per tenant and every

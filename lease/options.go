@@ -7,17 +7,17 @@ import (
 
 // Defaults used when an option is not given.
 const (
-	// DefaultLifetime is how long a lease may be spent after it was taken.
-	DefaultLifetime = time.Second
-	// DefaultHotDecisions and DefaultHotInterval make an identity hot once
+	// defaultLifetime is how long a lease may be spent after it was taken.
+	defaultLifetime = time.Second
+	// defaultHotDecisions and defaultHotInterval make an identity hot once
 	// it was decided more than 100 times within one second.
-	DefaultHotDecisions = 100
-	DefaultHotInterval  = time.Second
-	// DefaultMaxShare is the largest fraction of a limit's capacity one
+	defaultHotDecisions = 100
+	defaultHotInterval  = time.Second
+	// defaultMaxShare is the largest fraction of a limit's capacity one
 	// lease may hold: 1%.
-	DefaultMaxShare = 0.01
-	// DefaultMaxLeases is how many identities hold a lease at once.
-	DefaultMaxLeases = 1024
+	defaultMaxShare = 0.01
+	// defaultMaxLeases is how many identities hold a lease at once.
+	defaultMaxLeases = 1024
 )
 
 // minLease is the smallest lease worth a round trip: below two units a
@@ -45,25 +45,25 @@ type config struct {
 
 func defaults() config {
 	return config{
-		lifetime:    DefaultLifetime,
-		hotN:        DefaultHotDecisions,
-		hotInterval: DefaultHotInterval,
-		maxShare:    DefaultMaxShare,
-		maxLeases:   DefaultMaxLeases,
+		lifetime:    defaultLifetime,
+		hotN:        defaultHotDecisions,
+		hotInterval: defaultHotInterval,
+		maxShare:    defaultMaxShare,
+		maxLeases:   defaultMaxLeases,
 		clock:       time.Now,
 	}
 }
 
 // WithLifetime sets how long a lease may be spent after it was taken
-// (default DefaultLifetime, at least 1ms and at most one minute). Units of
+// (default 1s, at least 1ms and at most one minute). Units of
 // a lease not spent within it are lost to the identity, and the Remaining
 // of a decision admitted from a lease is at most this old. Leases are sized
 // to last about a quarter of it at the identity's observed rate.
 func WithLifetime(d time.Duration) Option { return func(c *config) { c.lifetime = d } }
 
 // WithHotThreshold makes an identity lease once it was decided more than n
-// times within one interval (default DefaultHotDecisions within
-// DefaultHotInterval); colder identities go straight to the inner store.
+// times within one interval (default 100 within
+// one second); colder identities go straight to the inner store.
 // n = 0 makes every identity lease from its first decision. The interval
 // is between 1ms and one minute.
 func WithHotThreshold(n int64, interval time.Duration) Option {
@@ -71,7 +71,7 @@ func WithHotThreshold(n int64, interval time.Duration) Option {
 }
 
 // WithMaxShare bounds one lease to the fraction f of the limit's capacity
-// (Limit.Capacity; default DefaultMaxShare), 0 < f ≤ 0.5. A replica holds
+// (Limit.Capacity; default 0.01), 0 < f ≤ 0.5. A replica holds
 // at most two leases of an identity (the one being spent and the next), so
 // with r replicas at most 2×r×f of its capacity is held in leases at any
 // time: the most one replica at the limit can be refused while others hold
@@ -80,7 +80,7 @@ func WithHotThreshold(n int64, interval time.Duration) Option {
 func WithMaxShare(f float64) Option { return func(c *config) { c.maxShare = f } }
 
 // WithMaxLeases bounds how many identities hold leases at once (default
-// DefaultMaxLeases). When a new identity turns hot and the table is full,
+// 1024). When a new identity turns hot and the table is full,
 // it takes the place of the identity that asked for a lease longest ago if
 // that was more than a lifetime ago (its leases have expired: nothing is
 // lost); otherwise it is decided on the inner store, as without the tier,

@@ -179,8 +179,8 @@ func sustainedQuota(t *testing.T, tiers []*Store, inners []*counting) {
 	for _, s := range tiers {
 		h += held(s)
 	}
-	maxLease := int64(float64(limit.Capacity()) * DefaultMaxShare)
-	bound := 2 * replicas * maxLease * (1 + int64(elapsed/DefaultLifetime))
+	maxLease := int64(float64(limit.Capacity()) * defaultMaxShare)
+	bound := 2 * replicas * maxLease * (1 + int64(elapsed/defaultLifetime))
 	if admitted.Load() > quota || debited > quota {
 		t.Errorf("admitted %d, debited %d in %s: more than the quota %d", admitted.Load(), debited, elapsed, quota)
 	}

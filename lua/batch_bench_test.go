@@ -58,8 +58,8 @@ func BenchmarkBatchServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
 	ctx := context.Background()
-	decide := redis.NewScript(lua.Source(lua.Decide))
-	scripts := []batchScript{{name: "", script: redis.NewScript(lua.Source(lua.Batch)), profiles: true, lineage: true}}
+	decide := redis.NewScript(lua.Decide.Source())
+	scripts := []batchScript{{name: "", script: redis.NewScript(lua.Batch.Source()), profiles: true, lineage: true}}
 	if dir := os.Getenv("TOLLGATE_BASELINE_LUA"); dir != "" {
 		scripts = append(scripts, baselineBatchScript(b, dir))
 	}

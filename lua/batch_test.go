@@ -389,7 +389,7 @@ func TestBatchWritesNothingWhenMalformed(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
 	prefix := redistest.KeyPrefix(t)
-	batch := redis.NewScript(lua.Source(lua.Batch))
+	batch := redis.NewScript(lua.Batch.Source())
 	tb := []any{int(tollgate.TokenBucket), 10, 1_000_000, 10, 1}
 	gcra := []any{int(tollgate.GCRA), 10, 1_000_000, 10, 1}
 	profiles := append(append([]any{testEra, 2, 0, 0}, tb...), append([]any{4, 60_000}, gcra...)...)
@@ -472,7 +472,7 @@ func TestBatchWriteErrorIsTheDecisionsOwn(t *testing.T) {
 	c := redistest.Single(t).Client(t)
 	ctx := context.Background()
 	prefix := redistest.KeyPrefix(t)
-	batch := redis.NewScript(lua.Source(lua.Batch))
+	batch := redis.NewScript(lua.Batch.Source())
 	poisoned := prefix + "p:tb:r:x"
 	if err := c.Set(ctx, poisoned, "1.5", time.Minute).Err(); err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func BenchmarkScriptServerCost(b *testing.B) {
 	base := os.Getenv("TOLLGATE_BASELINE_LUA")
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			scripts := []costScript{{"current", redis.NewScript(lua.Source(lua.Decide)), []any{testEra, 0}, true}}
+			scripts := []costScript{{"current", redis.NewScript(lua.Decide.Source()), []any{testEra, 0}, true}}
 			if base != "" {
 				scripts = append(scripts, baselineScript(b, base, alg))
 			}

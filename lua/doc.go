@@ -4,7 +4,7 @@
 // how), and generated as Redis runs it into gen/<driver> by
 // go generate ./lua: those files are embedded and sent, so a line number in
 // a Redis error is a line of one of them. It exports their sources and
-// SHA-1 hashes only (Source, Hash), for SCRIPT LOAD or inspection: the store
+// SHA-1 hashes only (Script.Source, Script.Hash), for SCRIPT LOAD or inspection: the store
 // sends them itself, as commands go-redis never re-sends (see store.Redis),
 // because a decision re-sent after a lost reply would be debited twice.
 //

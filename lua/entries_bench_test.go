@@ -32,7 +32,7 @@ func BenchmarkEntriesServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
 	ctx := context.Background()
-	src := lua.Source(lua.Decide)
+	src := lua.Decide.Source()
 	noWrites := "local function nop() end\n" + strings.ReplaceAll(src, "call('SET', ", "nop('SET', ")
 	if noWrites == "local function nop() end\n"+src {
 		b.Fatal("the decide script no longer writes with call('SET', ...")

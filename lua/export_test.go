@@ -28,7 +28,7 @@ func SourceIn(dir string, s Script) (string, error) {
 // usual ones followed by those two. It panics if the script no longer reads
 // the clock and counts its entries where expected.
 func SourceAt() string {
-	return replaceOnce(replaceOnce(Source(Decide),
+	return replaceOnce(replaceOnce(Decide.Source(),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
 		"local entries = (#ARGV - head) / 5", "local entries = (#ARGV - head - 2) / 5")
 }
@@ -36,7 +36,7 @@ func SourceAt() string {
 // BatchSourceAt is SourceAt for the batch script: its ARGV are the usual
 // ones followed by the clock's seconds and microseconds.
 func BatchSourceAt() string {
-	return replaceOnce(replaceOnce(Source(Batch),
+	return replaceOnce(replaceOnce(Batch.Source(),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
 		"local nargv = #ARGV", "local nargv = #ARGV - 2")
 }
@@ -51,7 +51,7 @@ func replaceOnce(src, old, new string) string {
 // SettleSourceAt is SourceAt for the settle script: its ARGV are the usual
 // ones followed by the clock's seconds and microseconds.
 func SettleSourceAt() string {
-	return replaceOnce(replaceOnce(Source(Settle),
+	return replaceOnce(replaceOnce(Settle.Source(),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
 		"local entries = (#ARGV - 3) / 8", "local entries = (#ARGV - 5) / 8")
 }
@@ -59,7 +59,7 @@ func SettleSourceAt() string {
 // RestoreSourceAt is SourceAt for the restore script: its ARGV are the usual
 // ones followed by the clock's seconds and microseconds.
 func RestoreSourceAt() string {
-	return replaceOnce(replaceOnce(Source(Restore),
+	return replaceOnce(replaceOnce(Restore.Source(),
 		"call('TIME')", "{ARGV[#ARGV - 1], ARGV[#ARGV]}"),
 		"local entries = (#ARGV - 2) / 14", "local entries = (#ARGV - 4) / 14")
 }

@@ -41,8 +41,8 @@ func TestGenerated(t *testing.T) {
 		if !bytes.Equal(got, []byte(assembled[s])) {
 			t.Errorf("%s differs from what assembling %s and its parts gives: edit the sources, then run go generate ./lua", name, driver)
 		}
-		if Source(Script(s)) != string(got) {
-			t.Errorf("Source(%s) is not %s: rebuild after go generate ./lua", Script(s), name)
+		if Script(s).Source() != string(got) {
+			t.Errorf("%s.Source() is not %s: rebuild after go generate ./lua", Script(s), name)
 		}
 	}
 	stray, err := filepath.Glob(filepath.Join("gen", "*"))
@@ -131,11 +131,11 @@ func TestGeneratedNoticesAnEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []Script{Decide, Batch, Settle} {
-		if edited[s] == Source(s) {
+		if edited[s] == s.Source() {
 			t.Errorf("the %s script assembled after an edit of token_bucket.lua equals its generated file", s)
 		}
 	}
-	if edited[Reset] != Source(Reset) {
+	if edited[Reset] != Reset.Source() {
 		t.Errorf("the reset script, which judges nothing, changed with token_bucket.lua")
 	}
 }

@@ -85,7 +85,7 @@ func (s Script) String() string {
 
 // Source returns the full text of s as sent with EVAL or SCRIPT LOAD, or ""
 // for an unknown script.
-func Source(s Script) string {
+func (s Script) Source() string {
 	if int(s) >= len(sources) {
 		return ""
 	}
@@ -94,7 +94,7 @@ func Source(s Script) string {
 
 // Hash returns the SHA-1 of s's source in lower-case hex, the name EVALSHA
 // calls it by, or "" for an unknown script.
-func Hash(s Script) string {
+func (s Script) Hash() string {
 	if int(s) >= len(hashes) {
 		return ""
 	}

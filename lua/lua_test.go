@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 
 // decide is the decide script as a go-redis Script, for tests that call it
 // directly.
-var decide = redis.NewScript(lua.Source(lua.Decide))
+var decide = redis.NewScript(lua.Decide.Source())
 
 // testEra is the era the tests stamp their calls with (ARGV[1] of the
 // decide, batch, settle and restore scripts): a call that writes with it
@@ -60,8 +60,8 @@ func TestEveryFileCompilesAlone(t *testing.T) {
 			t.Errorf("%s alone: %v", name, err)
 		}
 	}
-	for s := lua.Script(0); lua.Source(s) != ""; s++ {
-		if err := c.ScriptLoad(ctx, lua.Source(s)).Err(); err != nil {
+	for s := lua.Script(0); s.Source() != ""; s++ {
+		if err := c.ScriptLoad(ctx, s.Source()).Err(); err != nil {
 			t.Errorf("the %s script: %v", s, err)
 		}
 	}

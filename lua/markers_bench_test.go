@@ -99,7 +99,7 @@ func BenchmarkMarkerServerCost(b *testing.B) {
 	srv := redistest.Start(b)
 	c := srv.Client(b)
 	ctx := context.Background()
-	script, batch := redis.NewScript(markerLayoutScript), redis.NewScript(lua.Source(lua.Batch))
+	script, batch := redis.NewScript(markerLayoutScript), redis.NewScript(lua.Batch.Source())
 	for _, s := range []*redis.Script{script, batch} {
 		if err := s.Load(ctx, c).Err(); err != nil {
 			b.Fatal(err)

@@ -12,19 +12,19 @@ import (
 
 // Defaults used when a Config field is zero.
 const (
-	// DefaultRebalance is how often a region reports its demand and renews
+	// defaultRebalance is how often a region reports its demand and renews
 	// its shares.
-	DefaultRebalance = time.Second
-	// DefaultClockSkew bounds how far the Home's clock may gain on a
+	defaultRebalance = time.Second
+	// defaultClockSkew bounds how far the Home's clock may gain on a
 	// region's over one lease, and how far a region's process clock may be
 	// from its own store's.
-	DefaultClockSkew = 200 * time.Millisecond
-	// DefaultMaxKeys is how many identities a region shares at once.
-	DefaultMaxKeys = 10_000
+	defaultClockSkew = 200 * time.Millisecond
+	// defaultMaxKeys is how many identities a region shares at once.
+	defaultMaxKeys = 10_000
 )
 
-// MaxNameLen is the longest region name.
-const MaxNameLen = 64
+// maxNameLen is the longest region name.
+const maxNameLen = 64
 
 // ErrInvalidConfig is wrapped by every error New returns for a Config it
 // cannot run with.
@@ -33,7 +33,7 @@ var ErrInvalidConfig = errors.New("region: invalid configuration")
 // Config configures a Region (New). Region, Regions and Limits are
 // required; every other field's zero value is its default.
 type Config struct {
-	// Region names this region: 1 to MaxNameLen letters, digits, '-', '_'
+	// Region names this region: 1 to 64 letters, digits, '-', '_'
 	// or '.'.
 	Region string
 	// Regions names every region sharing the limits, this one included.
@@ -47,7 +47,7 @@ type Config struct {
 	// shared. Each needs a Rate of at least one unit of floor per region.
 	Limits []tollgate.Limit
 	// Rebalance is how often the region reports its demand and renews its
-	// shares: DefaultRebalance, at least 10ms.
+	// shares: 1s when 0, at least 10ms.
 	Rebalance time.Duration
 	// Lease is how long a share of a rate lasts when it is not renewed: 3
 	// × Rebalance by default, at least Rebalance + ClockSkew. A region cut
@@ -59,7 +59,7 @@ type Config struct {
 	// stops using a lease ClockSkew before the Home ends it. It also bounds
 	// how far this process's clock is from its store's: around a window's
 	// boundary, for ClockSkew either side, the region decides under its
-	// floor. DefaultClockSkew when 0; negative is an error.
+	// floor. 200ms when 0; negative is an error.
 	ClockSkew time.Duration
 	// Floor is the fraction of each rate every region keeps when it holds
 	// no lease (it starts with it, and falls back to it when cut off),
@@ -73,7 +73,7 @@ type Config struct {
 	// default, so that the regions can use 99.9% of a window.
 	WindowFloor float64
 	// MaxKeys bounds how many identities the region shares at once
-	// (DefaultMaxKeys); beyond them, an identity is decided under its floor
+	// (10,000 when 0); beyond them, an identity is decided under its floor
 	// until one leaves.
 	MaxKeys int
 	// MeterProvider is where the region's metrics go (default the global
@@ -114,16 +114,16 @@ func (c Config) check() (settings, error) {
 		return s, configErr("Regions %q do not name this region %q", c.Regions, c.Region)
 	}
 	if s.rebalance == 0 {
-		s.rebalance = DefaultRebalance
+		s.rebalance = defaultRebalance
 	}
 	if s.skew == 0 {
-		s.skew = DefaultClockSkew
+		s.skew = defaultClockSkew
 	}
 	if s.lease == 0 {
 		s.lease = 3 * s.rebalance
 	}
 	if s.maxKeys == 0 {
-		s.maxKeys = DefaultMaxKeys
+		s.maxKeys = defaultMaxKeys
 	}
 	if s.rebalance > 0 {
 		s.samples = min(max(1, int(s.lease/s.rebalance)), maxSamples)
@@ -173,8 +173,8 @@ func checkName(n string) error {
 	switch {
 	case n == "":
 		return errors.New("a region name is empty")
-	case len(n) > MaxNameLen:
-		return fmt.Errorf("a region name is %d bytes, more than %d", len(n), MaxNameLen)
+	case len(n) > maxNameLen:
+		return fmt.Errorf("a region name is %d bytes, more than %d", len(n), maxNameLen)
 	}
 	for i := 0; i < len(n); i++ {
 		c := n[i]

@@ -33,8 +33,8 @@ func (h refusingHome) Look(context.Context, string, int64, time.Duration) (tollg
 func TestNilPartsAreRefusedAtStart(t *testing.T) {
 	c := Config{Region: "eu", Regions: []string{"eu", "us"}, Limits: []tollgate.Limit{tollgate.PerSecond(600)}}
 	var nilMemory *store.Memory
-	var nilRedisHome *RedisHome
-	var nilMemoryHome *MemoryHome
+	var nilRedisHome *redisHome
+	var nilMemoryHome *memoryHome
 	for name, parts := range map[string]struct {
 		local tollgate.Store
 		home  Home
@@ -79,7 +79,7 @@ func TestBadConfigIsRefusedAtStart(t *testing.T) {
 	}{
 		{"empty name", func(c *Config) { c.Region = "" }, "a region name is empty"},
 		{"empty name in the list", func(c *Config) { c.Regions = []string{"us", "", "eu"} }, "a region name is empty"},
-		{"too long", func(c *Config) { c.Region = strings.Repeat("x", MaxNameLen+1); c.Regions = append(three, c.Region) }, "more than 64"},
+		{"too long", func(c *Config) { c.Region = strings.Repeat("x", maxNameLen+1); c.Regions = append(three, c.Region) }, "more than 64"},
 		{"bad byte", func(c *Config) { c.Region = "eu west"; c.Regions = append(three, c.Region) }, "byte 0x20"},
 		{"duplicated", func(c *Config) { c.Regions = []string{"us", "eu", "us"} }, `"us" is named twice`},
 		{"not listed", func(c *Config) { c.Regions = []string{"us", "ap"} }, "do not name this region"},

@@ -20,8 +20,8 @@
 // in the window, which the region keeps until the window ends. The design,
 // the bound and its proof sketch are in docs/multi-region.md.
 //
-// The Home is one Redis (RedisHome; a Sentinel or Cluster client for
+// The Home is one Redis (NewRedisHome; a Sentinel or Cluster client for
 // availability), holding each region's share and demand, updated by one
-// short script per report. MemoryHome is the same in process, for tests
+// short script per report. NewMemoryHome is the same in process, for tests
 // and examples.
 package region

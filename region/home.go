@@ -14,7 +14,7 @@ import (
 // store (package store's Share, one script on Redis) keeping, for each
 // identity and limit, every member's share, lease and demand, and
 // granting a region's members what the other regions' shares in force
-// leave. RedisHome keeps them on one Redis, MemoryHome in process.
+// leave. NewRedisHome keeps them on one Redis, NewMemoryHome in process.
 //
 // A region is a group of members, its processes; every process of a
 // region is granted the region's share, and decides under it on the
@@ -31,21 +31,6 @@ type Home interface {
 	// (Settling, for the lease given).
 	Look(ctx context.Context, key string, window int64, lease time.Duration) (tollgate.ShareGrant, error)
 }
-
-// Holding is what the Home holds of one region for one identity and limit.
-type Holding = tollgate.ShareHolding
-
-// The reasons the Home refuses a report (tollgate.ShareGrant.Refused).
-var (
-	// ErrDisagree: the report's Regions or Floor differ from those the
-	// other regions reported, or more regions report than it says.
-	ErrDisagree = tollgate.ErrShareDisagree
-	// ErrStale: the report is for a window older than one the region, or
-	// another region by more than one window, already reported on.
-	ErrStale = tollgate.ErrShareStale
-	// ErrLate: the Home holds a later report of the same process.
-	ErrLate = tollgate.ErrShareLate
-)
 
 // shareKey is the Home's name of key under l: a hash of the identity (so
 // that no identity can reach another's, and any identity fits) and the

@@ -8,19 +8,19 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
-// MemoryHome is a Home in process, for tests and examples: the regions
+// memoryHome is a Home in process, for tests and examples: the regions
 // sharing it are Regions of one process. It is the Memory store's share
 // (store.Memory.ShareAll), which keeps the same holdings as the Redis
 // script and answers the same, on its own clock.
-type MemoryHome struct {
+type memoryHome struct {
 	shares *store.Memory
 }
 
-var _ Home = (*MemoryHome)(nil)
+var _ Home = (*memoryHome)(nil)
 
 // NewMemoryHome returns an empty Home in process reading the clock now
 // (time.Now when nil).
-func NewMemoryHome(now func() time.Time) *MemoryHome {
+func NewMemoryHome(now func() time.Time) Home {
 	var opts []store.MemoryOption
 	if now != nil {
 		opts = append(opts, store.WithClock(now))
@@ -29,15 +29,15 @@ func NewMemoryHome(now func() time.Time) *MemoryHome {
 	if err != nil { // not reached: WithClock takes any non-nil clock
 		panic(err)
 	}
-	return &MemoryHome{shares: st}
+	return &memoryHome{shares: st}
 }
 
 // Share records and answers each report as the Redis Home's script does.
-func (m *MemoryHome) Share(ctx context.Context, reports []tollgate.Share) ([]tollgate.ShareGrant, error) {
+func (m *memoryHome) Share(ctx context.Context, reports []tollgate.Share) ([]tollgate.ShareGrant, error) {
 	return m.shares.ShareAll(ctx, reports)
 }
 
 // Look returns what the Home holds of key in window, as the script's look.
-func (m *MemoryHome) Look(ctx context.Context, key string, window int64, lease time.Duration) (tollgate.ShareGrant, error) {
+func (m *memoryHome) Look(ctx context.Context, key string, window int64, lease time.Duration) (tollgate.ShareGrant, error) {
 	return m.shares.LookShare(ctx, key, window, lease)
 }

@@ -12,45 +12,45 @@ import (
 	"github.com/tollgate/tollgate/store"
 )
 
-// DefaultHomePrefix starts every key RedisHome writes.
-const DefaultHomePrefix = "tollgate:region:"
+// defaultHomePrefix starts every key NewRedisHome's Home writes.
+const defaultHomePrefix = "tollgate:region:"
 
-// DefaultHomeTimeout bounds a Home call whose context has no deadline.
-const DefaultHomeTimeout = 2 * time.Second
+// defaultHomeTimeout bounds a Home call whose context has no deadline.
+const defaultHomeTimeout = 2 * time.Second
 
-// RedisHome is a Home on one Redis (single node, Sentinel or Cluster,
+// redisHome is a Home on one Redis (single node, Sentinel or Cluster,
 // through redis.UniversalClient): the share store of package store
 // (store.Redis.ShareAll), one hash per identity and limit updated by one
 // short script per report, sent as every script of the store is (EVALSHA,
 // loaded on each new connection, never re-sent after a lost reply). The
 // reports of one Share call go in one pipeline.
-type RedisHome struct {
+type redisHome struct {
 	shares *store.Redis
 }
 
-var _ Home = (*RedisHome)(nil)
+var _ Home = (*redisHome)(nil)
 
 // NewRedisHome returns a Home on rdb whose keys start with prefix
-// (DefaultHomePrefix when empty). It writes nothing. A nil rdb (typed or
+// ("tollgate:region:" when empty). It writes nothing. A nil rdb (typed or
 // not) or a prefix with braces is an error.
-func NewRedisHome(rdb redis.UniversalClient, prefix string) (*RedisHome, error) {
+func NewRedisHome(rdb redis.UniversalClient, prefix string) (Home, error) {
 	if check.Nil(rdb) {
 		return nil, fmt.Errorf("%w: the home's Redis client is nil", ErrInvalidConfig)
 	}
 	if prefix == "" {
-		prefix = DefaultHomePrefix
+		prefix = defaultHomePrefix
 	}
 	// No failover journal: a share is a lease the store never debits again.
 	st, err := store.NewRedis(rdb, store.WithPrefix(prefix), store.WithJournal(0))
 	if err != nil {
 		return nil, fmt.Errorf("%w: the home: %v", ErrInvalidConfig, err)
 	}
-	return &RedisHome{shares: st}, nil
+	return &redisHome{shares: st}, nil
 }
 
 // Share sends every report in one pipeline (the Cluster client splits it
 // by node) and decodes the answers.
-func (h *RedisHome) Share(ctx context.Context, reports []tollgate.Share) ([]tollgate.ShareGrant, error) {
+func (h *redisHome) Share(ctx context.Context, reports []tollgate.Share) ([]tollgate.ShareGrant, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	gs, err := h.shares.ShareAll(ctx, reports)
@@ -61,7 +61,7 @@ func (h *RedisHome) Share(ctx context.Context, reports []tollgate.Share) ([]toll
 }
 
 // Look reads what the Home holds of key in window.
-func (h *RedisHome) Look(ctx context.Context, key string, window int64, lease time.Duration) (tollgate.ShareGrant, error) {
+func (h *redisHome) Look(ctx context.Context, key string, window int64, lease time.Duration) (tollgate.ShareGrant, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	g, err := h.shares.LookShare(ctx, key, window, lease)
@@ -71,10 +71,10 @@ func (h *RedisHome) Look(ctx context.Context, key string, window int64, lease ti
 	return g, nil
 }
 
-// withDefaultTimeout gives ctx DefaultHomeTimeout when it has no deadline.
+// withDefaultTimeout gives ctx defaultHomeTimeout when it has no deadline.
 func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, DefaultHomeTimeout)
+	return context.WithTimeout(ctx, defaultHomeTimeout)
 }

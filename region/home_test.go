@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate/tollgate/internal/redistest"
 )
 
-func redisHome(t *testing.T, c redis.UniversalClient) *RedisHome {
+func newRedisHome(t *testing.T, c redis.UniversalClient) Home {
 	t.Helper()
 	h, err := NewRedisHome(c, redistest.KeyPrefix(t))
 	if err != nil {
@@ -32,7 +32,7 @@ func TestHomeNeverGrantsWhatAnotherHolds(t *testing.T) {
 		advance func(time.Duration)
 	}{
 		"memory": {NewMemoryHome(clock.Now), clock.Advance},
-		"redis":  {redisHome(t, redistest.Single(t).Client(t)), redistest.Elapse}, // Redis's clock
+		"redis":  {newRedisHome(t, redistest.Single(t).Client(t)), redistest.Elapse}, // Redis's clock
 	}
 	limit := normalize(tollgate.PerSecond(600))
 	const lease = 300 * time.Millisecond

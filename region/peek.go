@@ -27,7 +27,7 @@ type Picture struct {
 	// Regions is every region's holding as the Home has it now (this one
 	// included, with its processes); nil when the Home could not be read
 	// (HomeErr).
-	Regions []Holding
+	Regions []tollgate.ShareHolding
 	HomeErr error
 	// Free is what the Home has left to grant: the limit less every
 	// region's share in Window (at least its floor; a region with no

@@ -263,9 +263,9 @@ func waitAll(ctx context.Context, chans []<-chan struct{}, d time.Duration) bool
 // reportResult names a refused report for the metrics.
 func reportResult(err error) string {
 	switch err {
-	case ErrStale:
+	case tollgate.ErrShareStale:
 		return "stale"
-	case ErrLate:
+	case tollgate.ErrShareLate:
 		return "late"
 	}
 	return "disagree"

@@ -113,7 +113,7 @@ func TestCutOffRegion(t *testing.T) {
 		rate := w.rate
 		// Its last renewal was at most an interval before the cut, so its
 		// lease lasts here until at least lease - skew - interval after it.
-		onLease := rate(2, cut, cut.Add(lease-DefaultClockSkew-interval))
+		onLease := rate(2, cut, cut.Add(lease-defaultClockSkew-interval))
 		onFloor := rate(2, cut.Add(lease+interval), restored)
 		others := rate(0, cut.Add(2*lease), restored) + rate(1, cut.Add(2*lease), restored)
 		t.Logf("cut region: %.0f/s on its lease, %.0f/s on its floor; the others %.0f/s once its lease ended", onLease, onFloor, others)

@@ -22,17 +22,17 @@ var ErrNoAssignment = errors.New("rlqs: no valid quota assignment")
 
 // Defaults of the options.
 const (
-	// DefaultReportInterval is how often the Client reports usage.
-	DefaultReportInterval = time.Second
-	// DefaultIdleReports is how many reports in a row a bucket goes
+	// defaultReportInterval is how often the Client reports usage.
+	defaultReportInterval = time.Second
+	// defaultIdleReports is how many reports in a row a bucket goes
 	// without a decision before the Client forgets it.
-	DefaultIdleReports = 30
-	// DefaultMaxBuckets is the most buckets a Client reports: tollgate-rls
-	// ends a stream reporting more than its rls.MaxQuotaBuckets, 1,024.
-	DefaultMaxBuckets = 1024
-	// DefaultFirstAssignmentWait bounds how long a decision waits for its
+	defaultIdleReports = 30
+	// defaultMaxBuckets is the most buckets a Client reports: tollgate-rls
+	// ends a stream reporting more than 1,024.
+	defaultMaxBuckets = 1024
+	// defaultFirstAssignmentWait bounds how long a decision waits for its
 	// bucket's first assignment.
-	DefaultFirstAssignmentWait = 50 * time.Millisecond
+	defaultFirstAssignmentWait = 50 * time.Millisecond
 )
 
 // Option configures a Client.
@@ -48,16 +48,16 @@ type options struct {
 }
 
 // WithReportInterval sets how often usage is reported (default
-// DefaultReportInterval, at least 10ms).
+// 1s, at least 10ms).
 func WithReportInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
 
 // WithFirstAssignmentWait bounds how long a decision on a new bucket
 // waits for its first assignment before the rule's FailMode applies
-// (default DefaultFirstAssignmentWait).
+// (default 50ms).
 func WithFirstAssignmentWait(d time.Duration) Option { return func(o *options) { o.firstWait = d } }
 
 // WithMaxBuckets bounds the buckets the Client holds and reports
-// (default DefaultMaxBuckets): a decision on a new key beyond them is
+// (default 1024): a decision on a new key beyond them is
 // ErrNoAssignment, and the rule's FailMode applies.
 func WithMaxBuckets(n int) Option { return func(o *options) { o.maxBucket = n } }
 
@@ -67,7 +67,7 @@ func WithBucketID(f BucketIDFunc) Option { return func(o *options) { o.bucketID 
 
 // WithIdleReports sets how many reports a bucket goes without a decision
 // before it is forgotten and no longer reported (default
-// DefaultIdleReports).
+// 30).
 func WithIdleReports(n int) Option { return func(o *options) { o.idle = n } }
 
 // WithClock sets the clock assignments expire by and the local buckets
@@ -98,7 +98,7 @@ var _ tollgate.Settler = (*Client)(nil)
 // New returns a Client reporting usage for domain on conn and starts its
 // stream. Close it to stop the stream.
 func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client, error) {
-	o := options{interval: DefaultReportInterval, firstWait: DefaultFirstAssignmentWait, idle: DefaultIdleReports, maxBucket: DefaultMaxBuckets, bucketID: RuleBucketID, clock: time.Now}
+	o := options{interval: defaultReportInterval, firstWait: defaultFirstAssignmentWait, idle: defaultIdleReports, maxBucket: defaultMaxBuckets, bucketID: RuleBucketID, clock: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -29,7 +29,7 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 2}
 `)})
 	st, _ := store.NewMemory()
-	srv, _ := rls.NewServer(st, rls.WithConfig(cfg))
+	srv, _ := rls.NewServer(st, rls.Options{Config: cfg})
 	quota, _ := rls.NewQuotaServer(srv)
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()

@@ -52,7 +52,7 @@ func quotaServerOf(t testing.TB, st tollgate.Store, config string, opts ...rls.Q
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreTimeout(5*time.Second))
+	srv, err := rls.NewServer(st, rls.Options{Config: cfg, StoreTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := rls.NewServer(newMemory(b), rls.WithConfig(cfg))
+	srv, err := rls.NewServer(newMemory(b), rls.Options{Config: cfg})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 )
 
 // maxDepth bounds the nesting of descriptors in a configuration file; no
-// request can carry more entries than MaxEntries anyway.
-const maxDepth = MaxEntries
+// request can carry more entries than maxEntries anyway.
+const maxDepth = maxEntries
 
 // compiler turns a decoded file into a domain, checking what the schema
 // alone cannot: every error names the file, the line and the descriptor.
@@ -136,7 +136,7 @@ func (c compiler) rule(y *rateLimitYAML, path string, shadow, detailed, countOve
 		case y.Unit != "":
 			return nil, c.errorf(y.Pos.at("unit"), path, "unlimited: true with a unit: an unlimited descriptor has none")
 		case ext != nil:
-			return nil, c.errorf(ext.Pos.line(), path, "unlimited: true with a %s block: an unlimited descriptor has no algorithm", ExtensionKey)
+			return nil, c.errorf(ext.Pos.line(), path, "unlimited: true with a %s block: an unlimited descriptor has no algorithm", extensionKey)
 		}
 		r.unlimited = true
 		return r, nil
@@ -194,7 +194,7 @@ func (c compiler) limit(y *limitYAML, ext *extensionYAML, first bool, path, name
 		return ruleLimit{}, c.errorf(y.Pos.at("requests_per_unit"), path, "requests_per_unit %d is out of range (0 to %d)", rate, uint32(math.MaxUint32))
 	}
 	if !first && rate == 0 {
-		return ruleLimit{}, c.errorf(y.Pos.line(), path, "a limit of the %s block needs requests_per_unit above 0", ExtensionKey)
+		return ruleLimit{}, c.errorf(y.Pos.line(), path, "a limit of the %s block needs requests_per_unit above 0", extensionKey)
 	}
 	alg, ok := algorithmNamed(y.Algorithm)
 	if !ok {

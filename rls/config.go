@@ -54,9 +54,9 @@ type File struct {
 	Data []byte
 }
 
-// MaxConfigFileSize is the largest configuration file ParseConfig accepts
+// maxConfigFileSize is the largest configuration file ParseConfig accepts
 // (4 MiB): a rate-limit configuration is written by people.
-const MaxConfigFileSize = 4 << 20
+const maxConfigFileSize = 4 << 20
 
 // ErrConfig is wrapped by every error ParseConfig and LoadDir return for a
 // bad configuration; the error is a *ConfigError naming the place.
@@ -111,8 +111,8 @@ func LoadDir(dir string) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
-		if info.Size() > MaxConfigFileSize {
-			return nil, &ConfigError{File: path, Msg: fmt.Sprintf("%d bytes, more than %d", info.Size(), MaxConfigFileSize)}
+		if info.Size() > maxConfigFileSize {
+			return nil, &ConfigError{File: path, Msg: fmt.Sprintf("%d bytes, more than %d", info.Size(), maxConfigFileSize)}
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -130,8 +130,8 @@ func LoadDir(dir string) (*Config, error) {
 func ParseConfig(files ...File) (*Config, error) {
 	c := newConfig()
 	for _, f := range files {
-		if len(f.Data) > MaxConfigFileSize {
-			return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("%d bytes, more than %d", len(f.Data), MaxConfigFileSize)}
+		if len(f.Data) > maxConfigFileSize {
+			return nil, &ConfigError{File: f.Name, Msg: fmt.Sprintf("%d bytes, more than %d", len(f.Data), maxConfigFileSize)}
 		}
 		doc, err := decodeFile(f)
 		if err != nil {

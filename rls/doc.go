@@ -8,7 +8,7 @@
 // is a wildcard), rate_limit with unit and requests_per_unit, unlimited,
 // shadow_mode, quota_mode, name and replaces, detailed_metric,
 // share_threshold. Its units become fixed windows aligned as that project
-// aligns them; the tollgate block inside rate_limit (ExtensionKey) chooses
+// aligns them; the tollgate block inside rate_limit (key tollgate) chooses
 // another algorithm, a burst, or calendar windows. ParseConfig and LoadDir
 // report a mistake with its file, line and descriptor;
 // ParseRateLimitConfigs compiles the same configuration pushed over xDS

@@ -38,7 +38,7 @@ descriptors:
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := rls.NewServer(st, rls.WithConfig(cfg))
+	srv, err := rls.NewServer(st, rls.Options{Config: cfg})
 	if err != nil {
 		log.Fatal(err)
 	}

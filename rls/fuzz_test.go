@@ -30,7 +30,7 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			return
 		}
-		srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithResponseHeaders("", "", ""))
+		srv, err := rls.NewServer(newMemory(t), rls.Options{Config: cfg, ResponseHeaders: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := rls.NewServer(newMemory(f), rls.WithConfig(cfg), rls.WithResponseHeaders("", "", ""))
+	srv, err := rls.NewServer(newMemory(f), rls.Options{Config: cfg, ResponseHeaders: true})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -66,7 +66,7 @@ type env struct {
 // their domains prefixed with a unique prefix (and, for a clocked store,
 // their second, minute and hour units turned into days, so that a window
 // never rolls over during a test).
-func newEnv(t *testing.T, b backend, files []string, opts ...rls.Option) *env {
+func newEnv(t *testing.T, b backend, files []string, opts ...func(*rls.Options)) *env {
 	t.Helper()
 	e := &env{prefix: strings.ReplaceAll(redistest.KeyPrefix(t), ":", "_")}
 	cfg, err := rls.ParseConfig(e.files(b, files)...)
@@ -76,7 +76,11 @@ func newEnv(t *testing.T, b backend, files []string, opts ...rls.Option) *env {
 	// A generous store deadline: these tests prove behaviour, and a
 	// loaded machine (-race, a Cluster's first slot lookup) must not turn
 	// into the fail policy.
-	srv, err := rls.NewServer(b.store(t), append([]rls.Option{rls.WithConfig(cfg), rls.WithStoreTimeout(5 * time.Second)}, opts...)...)
+	o := rls.Options{Config: cfg, StoreTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	srv, err := rls.NewServer(b.store(t), o)
 	if err != nil {
 		t.Fatal(err)
 	}

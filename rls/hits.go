@@ -19,7 +19,7 @@ type HitCounts struct {
 	Total, WithinLimit, NearLimit, OverLimit, ShadowMode uint64
 }
 
-// hitCounter splits a request's hits for WithHitCounts.
+// hitCounter splits a request's hits for Options.HitCounts.
 type hitCounter struct {
 	ratio  float32
 	record func(HitCounts)

@@ -34,7 +34,7 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: day, requests_per_unit: 10}
 `
-	e := newEnv(t, backends()[0], []string{conf}, rls.WithCountOverLimit(), rls.WithHitCounts(0.8, record))
+	e := newEnv(t, backends()[0], []string{conf}, func(o *rls.Options) { o.CountOverLimit, o.HitCounts = true, record })
 	// 7 (within), 2 (8, 9: one within, one near), 3 (10, 11, 12: one near,
 	// two over), 1 (over).
 	for _, hits := range []uint32{7, 2, 3, 1} {

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"strconv"
 	"time"
 
@@ -39,29 +40,89 @@ func (a StoreFailAnswer) String() string {
 	return "storefailanswer(" + strconv.Itoa(int(a)) + ")"
 }
 
-// Defaults of WithStoreTimeout and WithBreaker, the same as package
-// interceptor's.
+// defaultNearLimitRatio is envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
+const defaultNearLimitRatio = 0.8
+
+// Default header names of Options.ResponseHeaders: the names Envoy's rate
+// limit filter and package interceptor use.
 const (
-	// DefaultStoreTimeout is how long one store call may take before the
-	// fail mode applies (50ms).
-	DefaultStoreTimeout = storecall.DefaultTimeout
-	// DefaultBreakerFailures consecutive store failures open the breaker (5).
-	DefaultBreakerFailures = storecall.DefaultBreakerFailures
-	// DefaultBreakerCoolDown is how long the open breaker keeps calls from
-	// the store before one probes it (1s).
-	DefaultBreakerCoolDown = storecall.DefaultBreakerCoolDown
+	defaultLimitHeader     = "x-ratelimit-limit"
+	defaultRemainingHeader = "x-ratelimit-remaining"
+	defaultResetHeader     = "x-ratelimit-reset"
 )
 
-// Default header names of WithResponseHeaders: the names Envoy's rate limit
-// filter and package interceptor use.
-const (
-	DefaultLimitHeader     = "x-ratelimit-limit"
-	DefaultRemainingHeader = "x-ratelimit-remaining"
-	DefaultResetHeader     = "x-ratelimit-reset"
-)
-
-// Option configures a Server.
-type Option func(*options)
+// Options configures a Server. The zero value is every default: no domain
+// until SetConfig, AnswerUnavailable when the store cannot decide, 50ms
+// store calls behind a breaker, no response headers, no shadow or quota
+// mode, and the global OpenTelemetry providers.
+type Options struct {
+	// Config is the configuration the server starts with. Without it the
+	// server knows no domain and answers OK to every request until
+	// SetConfig.
+	Config *Config
+	// StoreFailAnswer is what the server answers when the store cannot
+	// decide: AnswerUnavailable (the zero value) or AnswerOK.
+	StoreFailAnswer StoreFailAnswer
+	// StoreTimeout bounds each store call; 0 means 50ms, and past it the
+	// fail answer applies. store.Memory, which decides in process and
+	// never waits, is called under the request's context alone. Envoy's
+	// own timeout for the rate limit service is 20ms by default: keep this
+	// below it, or raise Envoy's.
+	StoreTimeout time.Duration
+	// BreakerFailures consecutive store failures open the circuit breaker
+	// in front of the store, as engine.Config's does: no call waits on the
+	// store for BreakerCoolDown, then one call probes it. 0 means 5
+	// failures and 1s; a negative BreakerFailures turns the breaker off.
+	BreakerFailures int
+	BreakerCoolDown time.Duration
+	// ResponseHeaders makes every response carry response_headers_to_add
+	// with the limit, the remaining count and the seconds until reset of
+	// the descriptor closest to its limit (an over-limit one if any), as
+	// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED, named
+	// LimitHeader, RemainingHeader and ResetHeader (empty: x-ratelimit-limit,
+	// x-ratelimit-remaining, x-ratelimit-reset; that project's own
+	// defaults are RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset).
+	ResponseHeaders                           bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// Shadow puts every descriptor in shadow mode, as envoyproxy/ratelimit's
+	// SHADOW_MODE does (and engine.Rule.Shadow a rule): requests are
+	// decided and debited as usual, but the overall code is always OK.
+	// Decisions that would have refused a request are counted with
+	// tollgate.outcome "shadow_denied".
+	Shadow bool
+	// QuotaMode puts every limited descriptor in quota mode, as
+	// envoyproxy/ratelimit's QUOTA_MODE does (a descriptor's quota_mode:
+	// true does it for one): a descriptor over its limit is answered OK
+	// with its limit and what remains (nothing), never refuses the
+	// request, and is named in the response's dynamic metadata
+	// (DynamicMetadata).
+	QuotaMode bool
+	// CountOverLimit counts every descriptor's hits even over its limit,
+	// each descriptor on its own, as envoyproxy/ratelimit counts them (its
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, the default), and as
+	// a configuration file's count_over_limit does for its domain: answers
+	// are then envoyproxy/ratelimit's, request after request. Without it a
+	// refused request debits none of its descriptors.
+	CountOverLimit bool
+	// DynamicMetadata makes every answer carry dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain,
+	// the descriptors' entries ("key=value") and hits_addend,
+	// quotaModeEnabled and, when a quota-mode descriptor is over its
+	// limit, quotaModeViolations (the indexes of those descriptors).
+	DynamicMetadata bool
+	// HitCounts, when set, is called after every decided request with each
+	// limited descriptor's HitCounts, split as envoyproxy/ratelimit's
+	// statistics split hits: a hit is near the limit above
+	// ⌊NearLimitRatio·limit⌋ (that project's NEAR_LIMIT_RATIO; 0 means its
+	// default, 0.8). It is called on the request's goroutine: it must be
+	// quick and safe for concurrent use.
+	HitCounts      func(HitCounts)
+	NearLimitRatio float32
+	// TracerProvider and MeterProvider say where spans and metrics go
+	// (nil: the global providers).
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+}
 
 type options struct {
 	config         *Config
@@ -78,113 +139,28 @@ type options struct {
 	meterProvider  metric.MeterProvider
 }
 
-func defaultOptions() options {
-	return options{
-		storeCalls:  storecall.Config{Timeout: DefaultStoreTimeout, BreakerFailures: DefaultBreakerFailures, BreakerCoolDown: DefaultBreakerCoolDown},
-		headerNames: [3]string{DefaultLimitHeader, DefaultRemainingHeader, DefaultResetHeader},
+// resolve gives every zero field of o its default.
+func (o Options) resolve() options {
+	r := options{
+		config:         o.Config,
+		storeFail:      o.StoreFailAnswer,
+		storeCalls:     storecall.Config{Timeout: o.StoreTimeout, BreakerFailures: o.BreakerFailures, BreakerCoolDown: o.BreakerCoolDown}.WithDefaults(),
+		headers:        o.ResponseHeaders,
+		headerNames:    [3]string{defaultLimitHeader, defaultRemainingHeader, defaultResetHeader},
+		shadow:         o.Shadow,
+		quota:          o.QuotaMode,
+		countOver:      o.CountOverLimit,
+		metadata:       o.DynamicMetadata,
+		tracerProvider: o.TracerProvider,
+		meterProvider:  o.MeterProvider,
 	}
-}
-
-// WithConfig sets the configuration the server starts with. Without it the
-// server knows no domain and answers OK to every request until SetConfig.
-func WithConfig(c *Config) Option {
-	return func(o *options) { o.config = c }
-}
-
-// WithStoreFailAnswer sets what the server answers when the store cannot
-// decide: AnswerUnavailable (the default) or AnswerOK.
-func WithStoreFailAnswer(a StoreFailAnswer) Option {
-	return func(o *options) { o.storeFail = a }
-}
-
-// WithStoreTimeout bounds each store call (default DefaultStoreTimeout);
-// past it the fail mode applies. store.Memory, which decides in process and
-// never waits, is called under the request's context alone. Envoy's
-// own timeout for the rate limit service is 20ms by default: keep this
-// below it, or raise Envoy's.
-func WithStoreTimeout(d time.Duration) Option {
-	return func(o *options) { o.storeCalls.Timeout = d }
-}
-
-// WithBreaker configures the circuit breaker in front of the store, as
-// interceptor.WithBreaker does: after failures consecutive store failures
-// no call waits on the store for coolDown, then one call probes it.
-// failures 0 disables it. The defaults are DefaultBreakerFailures and
-// DefaultBreakerCoolDown.
-func WithBreaker(failures int, coolDown time.Duration) Option {
-	return func(o *options) { o.storeCalls.BreakerFailures, o.storeCalls.BreakerCoolDown = failures, coolDown }
-}
-
-// WithResponseHeaders makes every response carry response_headers_to_add
-// with the limit, the remaining count and the seconds until reset of the
-// descriptor closest to its limit (an over-limit one if any), as
-// envoyproxy/ratelimit does with LIMIT_RESPONSE_HEADERS_ENABLED. Empty
-// names keep the defaults (DefaultLimitHeader, DefaultRemainingHeader,
-// DefaultResetHeader); that project's own defaults are RateLimit-Limit,
-// RateLimit-Remaining and RateLimit-Reset.
-func WithResponseHeaders(limit, remaining, reset string) Option {
-	return func(o *options) {
-		o.headers = true
-		for i, name := range [3]string{limit, remaining, reset} {
-			if name != "" {
-				o.headerNames[i] = name
-			}
+	for i, name := range [3]string{o.LimitHeader, o.RemainingHeader, o.ResetHeader} {
+		if name != "" {
+			r.headerNames[i] = name
 		}
 	}
-}
-
-// WithShadow puts every descriptor in shadow mode, as
-// envoyproxy/ratelimit's SHADOW_MODE does (and interceptor.WithShadow every
-// rule): requests are decided and debited as usual, but the overall code is
-// always OK. Decisions that would have refused a request are counted with
-// tollgate.outcome "shadow_denied".
-func WithShadow() Option {
-	return func(o *options) { o.shadow = true }
-}
-
-// WithQuotaMode puts every limited descriptor in quota mode, as
-// envoyproxy/ratelimit's QUOTA_MODE does (a descriptor's quota_mode: true
-// does it for one): a descriptor over its limit is answered OK with its
-// limit and what remains (nothing), never refuses the request, and is named
-// in the response's dynamic metadata (WithDynamicMetadata).
-func WithQuotaMode() Option {
-	return func(o *options) { o.quota = true }
-}
-
-// WithCountOverLimit counts every descriptor's hits even over its limit,
-// each descriptor on its own, as envoyproxy/ratelimit counts them (its
-// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false, the default), and as a
-// configuration file's count_over_limit does for its domain: answers are
-// then envoyproxy/ratelimit's, request after request. Without it a refused
-// request debits none of its descriptors.
-func WithCountOverLimit() Option {
-	return func(o *options) { o.countOver = true }
-}
-
-// WithDynamicMetadata makes every answer carry dynamic_metadata as
-// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain, the
-// descriptors' entries ("key=value") and hits_addend, quotaModeEnabled and,
-// when a quota-mode descriptor is over its limit, quotaModeViolations (the
-// indexes of those descriptors).
-func WithDynamicMetadata() Option {
-	return func(o *options) { o.metadata = true }
-}
-
-// WithHitCounts calls record after every decided request with each
-// limited descriptor's HitCounts, split as envoyproxy/ratelimit's
-// statistics split hits: a hit is near the limit above ⌊nearRatio·limit⌋
-// (that project's NEAR_LIMIT_RATIO, 0.8 by default). record is called on
-// the request's goroutine: it must be quick and safe for concurrent use.
-func WithHitCounts(nearRatio float32, record func(HitCounts)) Option {
-	return func(o *options) { o.hits = &hitCounter{ratio: nearRatio, record: record} }
-}
-
-// WithTracerProvider sets where spans go (default the global provider).
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracerProvider = tp }
-}
-
-// WithMeterProvider sets where metrics go (default the global provider).
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.meterProvider = mp }
+	if o.HitCounts != nil {
+		r.hits = &hitCounter{ratio: cmp.Or(o.NearLimitRatio, defaultNearLimitRatio), record: o.HitCounts}
+	}
+	return r
 }

@@ -192,8 +192,8 @@ func (st *quotaStream) checkReport(r *rlqspb.RateLimitQuotaUsageReports) error {
 		return status.Errorf(codes.InvalidArgument, "report for domain %q on a stream of domain %q: open another stream", domain, st.domain)
 	case len(domain) > tollgate.MaxKeyLen:
 		return status.Errorf(codes.InvalidArgument, "domain is %d bytes, more than %d", len(domain), tollgate.MaxKeyLen)
-	case len(r.GetBucketQuotaUsages()) > MaxQuotaBuckets:
-		return status.Errorf(codes.InvalidArgument, "%d buckets in one report, more than %d", len(r.GetBucketQuotaUsages()), MaxQuotaBuckets)
+	case len(r.GetBucketQuotaUsages()) > maxQuotaBuckets:
+		return status.Errorf(codes.InvalidArgument, "%d buckets in one report, more than %d", len(r.GetBucketQuotaUsages()), maxQuotaBuckets)
 	}
 	if domain == "" {
 		domain = st.domain
@@ -204,8 +204,8 @@ func (st *quotaStream) checkReport(r *rlqspb.RateLimitQuotaUsageReports) error {
 		if len(pairs) == 0 {
 			return status.Errorf(codes.InvalidArgument, "bucket %d: empty BucketId", i)
 		}
-		if len(pairs) > MaxEntries {
-			return status.Errorf(codes.InvalidArgument, "bucket %d: %d pairs, more than %d", i, len(pairs), MaxEntries)
+		if len(pairs) > maxEntries {
+			return status.Errorf(codes.InvalidArgument, "bucket %d: %d pairs, more than %d", i, len(pairs), maxEntries)
 		}
 		n := len(domain) + len(keySeparator)
 		for k, v := range pairs {
@@ -221,16 +221,16 @@ func (st *quotaStream) checkReport(r *rlqspb.RateLimitQuotaUsageReports) error {
 			return status.Errorf(codes.InvalidArgument, "bucket %d: %d requests allowed and %d denied: more than %d is not a count", i, a, d, int64(tollgate.MaxRate))
 		}
 		if e := u.GetTimeElapsed(); e != nil {
-			if err := e.CheckValid(); err != nil || e.AsDuration() < 0 || e.AsDuration() > MaxTimeElapsed {
-				return status.Errorf(codes.InvalidArgument, "bucket %d: time_elapsed %s: want 0 to %s", i, e.AsDuration(), MaxTimeElapsed)
+			if err := e.CheckValid(); err != nil || e.AsDuration() < 0 || e.AsDuration() > maxTimeElapsed {
+				return status.Errorf(codes.InvalidArgument, "bucket %d: time_elapsed %s: want 0 to %s", i, e.AsDuration(), maxTimeElapsed)
 			}
 		}
 		if st.buckets[bucketKey(pairs)] == nil {
 			added++
 		}
 	}
-	if len(st.buckets)+added > MaxQuotaBuckets {
-		return status.Errorf(codes.InvalidArgument, "%d buckets on one stream, more than %d", len(st.buckets)+added, MaxQuotaBuckets)
+	if len(st.buckets)+added > maxQuotaBuckets {
+		return status.Errorf(codes.InvalidArgument, "%d buckets on one stream, more than %d", len(st.buckets)+added, maxQuotaBuckets)
 	}
 	return nil
 }

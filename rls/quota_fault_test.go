@@ -34,7 +34,7 @@ func TestQuotaStoreUnanswering(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := rls.NewServer(newRedis(t, srv.Client(t)), rls.WithConfig(cfg), rls.WithStoreTimeout(100*time.Millisecond), rls.WithBreaker(0, 0), rls.WithStoreFailAnswer(tc.mode))
+			s, err := rls.NewServer(newRedis(t, srv.Client(t)), rls.Options{Config: cfg, StoreTimeout: 100 * time.Millisecond, BreakerFailures: -1, StoreFailAnswer: tc.mode})
 			if err != nil {
 				t.Fatal(err)
 			}

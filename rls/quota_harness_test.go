@@ -114,7 +114,7 @@ func quotaReplicas(t *testing.T, stores []tollgate.Store, opts ...rls.QuotaOptio
 	}
 	var clients []rlqspb.RateLimitQuotaServiceClient
 	for _, st := range stores {
-		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreTimeout(5*time.Second))
+		srv, err := rls.NewServer(st, rls.Options{Config: cfg, StoreTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/tollgate/tollgate/internal/fakeclock"
 	"github.com/tollgate/tollgate/internal/grpctest"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 func usage(bucket map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage {
@@ -231,7 +231,7 @@ func TestQuotaTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.Options{Config: cfg, MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,26 +6,26 @@ import (
 
 // Defaults of the quota service (see QuotaOption).
 const (
-	// DefaultReportInterval is the report interval assumed for a bucket
+	// defaultReportInterval is the report interval assumed for a bucket
 	// whose reports have not said theirs yet: Envoy's rate_limit_quota
 	// filter reports every 5 seconds.
-	DefaultReportInterval = 5 * time.Second
-	// DefaultAssignmentReports is how many report intervals an
+	defaultReportInterval = 5 * time.Second
+	// defaultAssignmentReports is how many report intervals an
 	// assignment lives, and a data plane keeps its share, without
 	// another report.
-	DefaultAssignmentReports = 3
-	// DefaultRebalanceInterval is how often each stream's assignments are
+	defaultAssignmentReports = 3
+	// defaultRebalanceInterval is how often each stream's assignments are
 	// computed again from the demands last reported, between reports.
-	DefaultRebalanceInterval = time.Second
+	defaultRebalanceInterval = time.Second
 )
 
 // Bounds of the quota service's input. A report beyond them ends its
 // stream with codes.InvalidArgument before anything is stored.
 const (
-	// MaxQuotaBuckets is the most buckets one stream reports.
-	MaxQuotaBuckets = 1024
-	// MaxTimeElapsed is the longest time_elapsed a report may carry.
-	MaxTimeElapsed = 24 * time.Hour
+	// maxQuotaBuckets is the most buckets one stream reports.
+	maxQuotaBuckets = 1024
+	// maxTimeElapsed is the longest time_elapsed a report may carry.
+	maxTimeElapsed = 24 * time.Hour
 )
 
 // QuotaOption configures a QuotaServer.
@@ -47,9 +47,9 @@ type quotaOptions struct {
 
 func defaultQuotaOptions() quotaOptions {
 	return quotaOptions{
-		reportInterval: DefaultReportInterval,
-		reports:        DefaultAssignmentReports,
-		rebalance:      DefaultRebalanceInterval,
+		reportInterval: defaultReportInterval,
+		reports:        defaultAssignmentReports,
+		rebalance:      defaultRebalanceInterval,
 		clock:          time.Now,
 		idleFills:      1,
 		newTicker: func(d time.Duration) (<-chan time.Time, func()) {
@@ -61,14 +61,14 @@ func defaultQuotaOptions() quotaOptions {
 
 // WithReportInterval sets the report interval assumed for a bucket until
 // its reports say theirs (time_elapsed); the default is
-// DefaultReportInterval.
+// 5s, Envoy's.
 func WithReportInterval(d time.Duration) QuotaOption {
 	return func(o *quotaOptions) { o.reportInterval = d }
 }
 
 // WithAssignmentReports sets how many report intervals an assignment
 // lives without another report (rounded up to whole seconds, as Envoy
-// reads it); the default is DefaultAssignmentReports. A data plane that
+// reads it); the default is 3. A data plane that
 // stops reporting keeps its share in the store as long.
 func WithAssignmentReports(n int) QuotaOption {
 	return func(o *quotaOptions) { o.reports = n }
@@ -77,7 +77,7 @@ func WithAssignmentReports(n int) QuotaOption {
 // WithRebalanceInterval sets how often each stream's assignments are
 // computed again between reports, so that a data plane's share follows
 // the others' reports without waiting for its own; 0 turns it off. The
-// default is DefaultRebalanceInterval.
+// default is 1s.
 func WithRebalanceInterval(d time.Duration) QuotaOption {
 	return func(o *quotaOptions) { o.rebalance = d }
 }

@@ -25,7 +25,7 @@ descriptors:
 // request, and is named in the dynamic metadata, as envoyproxy/ratelimit
 // answers it; WithQuotaMode does it for every descriptor.
 func TestQuotaMode(t *testing.T) {
-	e := newEnv(t, backends()[0], []string{quotaYAML}, rls.WithDynamicMetadata())
+	e := newEnv(t, backends()[0], []string{quotaYAML}, func(o *rls.Options) { o.DynamicMetadata = true })
 	for range 2 {
 		expect(t, "within quota", e.must(t, "q", 0, d("plan", "p"), d("user", "u")), ok, ok, ok)
 	}
@@ -48,7 +48,7 @@ func TestQuotaMode(t *testing.T) {
 	// The user limit is enforced as ever.
 	expect(t, "user over", e.must(t, "q", 0, d("user", "u")), over, over)
 
-	g := newEnv(t, backends()[0], []string{quotaYAML}, rls.WithQuotaMode())
+	g := newEnv(t, backends()[0], []string{quotaYAML}, func(o *rls.Options) { o.QuotaMode = true })
 	for range 3 {
 		expect(t, "global quota mode", g.must(t, "q", 0, d("user", "w")), ok, ok)
 	}
@@ -58,7 +58,7 @@ func TestQuotaMode(t *testing.T) {
 // hits on its own, over the limit or not, as envoyproxy/ratelimit does: a
 // refused request's other descriptor is debited, and a refused hit counts.
 func TestCountOverLimitOption(t *testing.T) {
-	e := newEnv(t, backends()[0], []string{quotaYAML}, rls.WithCountOverLimit())
+	e := newEnv(t, backends()[0], []string{quotaYAML}, func(o *rls.Options) { o.CountOverLimit = true })
 	expect(t, "first", e.must(t, "q", 3, d("user", "a")), over, over)
 	expect(t, "second", e.must(t, "q", 1, d("user", "a")), over, over) // 3 counted: over for the day
 	expect(t, "two descriptors", e.must(t, "q", 1, d("user", "a"), d("user", "b")), over, over, ok)

@@ -9,7 +9,7 @@ import (
 // The schema of a configuration file: envoyproxy/ratelimit's (YamlRoot,
 // YamlDescriptor, YamlRateLimit and YamlReplaces in its
 // src/config/config_impl.go) with the keys it accepts that tollgate has no
-// use for, and tollgate's block in rate_limit (ExtensionKey). A file is
+// use for, and tollgate's block in rate_limit (extensionKey). A file is
 // decoded strictly: a key the schema does not name is an error.
 type (
 	fileYAML struct {
@@ -50,7 +50,7 @@ type (
 		Name string `yaml:"name"`
 		Pos  pos    `yaml:",inline"`
 	}
-	// extensionYAML is the tollgate block; see ExtensionKey.
+	// extensionYAML is the tollgate block; see extensionKey.
 	extensionYAML struct {
 		Algorithm      string      `yaml:"algorithm"`
 		Burst          integer     `yaml:"burst"`
@@ -72,7 +72,7 @@ type (
 	}
 )
 
-// ExtensionKey is the key, inside a rate_limit block, of tollgate's
+// extensionKey is the key, inside a rate_limit block, of tollgate's
 // extension: another algorithm, a burst, calendar windows, any period,
 // several limits, hits counted over the limit. For example
 //
@@ -99,7 +99,7 @@ type (
 // envoyproxy/ratelimit does, for hits reported after the fact (Envoy's
 // apply_on_stream_done); a file's top-level tollgate block may set it for
 // every descriptor of the domain.
-const ExtensionKey = "tollgate"
+const extensionKey = "tollgate"
 
 // pos is where a mapping of the file is, for the errors compile finds.
 // Embedded with ",inline", it is given the mapping's node before the

@@ -19,10 +19,10 @@ import (
 // Request bounds. A request beyond them is refused with
 // codes.InvalidArgument before anything is matched or stored.
 const (
-	// MaxDescriptors is the most descriptors one request may carry.
-	MaxDescriptors = 256
-	// MaxEntries is the most entries one descriptor may have.
-	MaxEntries = 64
+	// maxDescriptors is the most descriptors one request may carry.
+	maxDescriptors = 256
+	// maxEntries is the most entries one descriptor may have.
+	maxEntries = 64
 )
 
 // Server answers Envoy's ShouldRateLimit from a tollgate.Store. It is safe
@@ -41,11 +41,8 @@ var _ pb.RateLimitServiceServer = (*Server)(nil)
 
 // NewServer returns a Server deciding with st. An invalid option is an
 // error here.
-func NewServer(st tollgate.Store, opts ...Option) (*Server, error) {
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
+func NewServer(st tollgate.Store, opts Options) (*Server, error) {
+	o := opts.resolve()
 	switch {
 	case argcheck.Nil(st):
 		return nil, errors.New("rls: the store is nil")
@@ -163,15 +160,15 @@ func checkRequest(req *pb.RateLimitRequest) error {
 		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	case len(descs) == 0:
 		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	case len(descs) > MaxDescriptors:
-		return status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", len(descs), MaxDescriptors)
+	case len(descs) > maxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "%d descriptors, more than %d", len(descs), maxDescriptors)
 	case len(req.GetDomain()) > tollgate.MaxKeyLen:
 		return status.Errorf(codes.InvalidArgument, "domain is %d bytes, more than %d", len(req.GetDomain()), tollgate.MaxKeyLen)
 	}
 	for i, desc := range descs {
 		switch {
-		case len(desc.GetEntries()) > MaxEntries:
-			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(desc.GetEntries()), MaxEntries)
+		case len(desc.GetEntries()) > maxEntries:
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, more than %d", i, len(desc.GetEntries()), maxEntries)
 		case keyLen(req.GetDomain(), desc.GetEntries()) > tollgate.MaxKeyLen:
 			return status.Errorf(codes.InvalidArgument, "descriptor %d: its keys and values are more than %d bytes", i, tollgate.MaxKeyLen)
 		}

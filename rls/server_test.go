@@ -156,7 +156,7 @@ func TestShadowNeverBlocks(t *testing.T) {
 // TestGlobalShadowMode: everything is decided and debited, nothing refused.
 func TestGlobalShadowMode(t *testing.T) {
 	b := backends()[0]
-	e := newEnv(t, b, []string{limitsYAML}, rls.WithShadow())
+	e := newEnv(t, b, []string{limitsYAML}, func(o *rls.Options) { o.Shadow = true })
 	// As in envoyproxy/ratelimit, only the overall code is forced to OK:
 	// the statuses still say which descriptor was over.
 	for i := range 4 {
@@ -176,7 +176,7 @@ func TestGlobalShadowMode(t *testing.T) {
 // one winning, as envoyproxy/ratelimit picks it.
 func TestResponseHeaders(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		e := newEnv(t, b, []string{limitsYAML}, rls.WithResponseHeaders("", "", ""))
+		e := newEnv(t, b, []string{limitsYAML}, func(o *rls.Options) { o.ResponseHeaders = true })
 		resp := e.must(t, "api", 0, d("org", "h"), d("user", "h"))
 		h := headerMap(resp)
 		if h["x-ratelimit-limit"] != "2" || h["x-ratelimit-remaining"] != "1" || h["x-ratelimit-reset"] == "" || h["x-ratelimit-reset"] == "0" {
@@ -190,7 +190,9 @@ func TestResponseHeaders(t *testing.T) {
 		if resp := e.must(t, "api", 0, d("nothing", "x")); len(resp.ResponseHeadersToAdd) != 0 {
 			t.Fatalf("headers without a limit: %v", resp.ResponseHeadersToAdd)
 		}
-		e2 := newEnv(t, b, []string{limitsYAML}, rls.WithResponseHeaders("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"))
+		e2 := newEnv(t, b, []string{limitsYAML}, func(o *rls.Options) {
+			o.ResponseHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader = true, "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"
+		})
 		if h := headerMap(e2.must(t, "api", 0, d("org", "h"))); h["RateLimit-Limit"] != "5" || h["RateLimit-Remaining"] != "4" {
 			t.Fatalf("renamed headers %v", h)
 		}
@@ -311,7 +313,7 @@ func TestFailPolicy(t *testing.T) {
 	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x"), d("nothing", "y")}}
 
 	st := &failingStore{Store: newMemory(t)}
-	srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithBreaker(3, time.Hour))
+	srv, err := rls.NewServer(st, rls.Options{Config: cfg, BreakerFailures: 3, BreakerCoolDown: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +327,7 @@ func TestFailPolicy(t *testing.T) {
 	}
 
 	st = &failingStore{Store: newMemory(t)}
-	srv, err = rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreFailAnswer(rls.AnswerOK))
+	srv, err = rls.NewServer(st, rls.Options{Config: cfg, StoreFailAnswer: rls.AnswerOK})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func TestStoreDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(slowStore{}, rls.WithConfig(cfg), rls.WithStoreTimeout(20*time.Millisecond), rls.WithStoreFailAnswer(rls.AnswerOK))
+	srv, err := rls.NewServer(slowStore{}, rls.Options{Config: cfg, StoreTimeout: 20 * time.Millisecond, StoreFailAnswer: rls.AnswerOK})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,21 +369,20 @@ func TestStoreDeadline(t *testing.T) {
 
 func TestNewServerRejectsBadOptions(t *testing.T) {
 	st := newMemory(t)
-	for name, opts := range map[string][]rls.Option{
-		"timeout":     {rls.WithStoreTimeout(0)},
-		"breaker":     {rls.WithBreaker(-1, time.Second)},
-		"cool-down":   {rls.WithBreaker(3, 0)},
-		"fail answer": {rls.WithStoreFailAnswer(9)},
-		"header name": {rls.WithResponseHeaders("bad name", "", "")},
+	for name, opts := range map[string]rls.Options{
+		"timeout":     {StoreTimeout: -time.Second},
+		"cool-down":   {BreakerFailures: 3, BreakerCoolDown: -time.Second},
+		"fail answer": {StoreFailAnswer: 9},
+		"header name": {ResponseHeaders: true, LimitHeader: "bad name"},
 	} {
-		if _, err := rls.NewServer(st, opts...); err == nil {
+		if _, err := rls.NewServer(st, opts); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := rls.NewServer(nil); err == nil {
+	if _, err := rls.NewServer(nil, rls.Options{}); err == nil {
 		t.Error("nil store: no error")
 	}
-	if _, err := rls.NewServer((*store.Memory)(nil)); err == nil {
+	if _, err := rls.NewServer((*store.Memory)(nil), rls.Options{}); err == nil {
 		t.Error("typed nil store: no error")
 	}
 	if _, err := rls.NewQuotaServer(nil); err == nil {
@@ -446,7 +447,7 @@ func TestRedisDown(t *testing.T) {
 	}
 	req := &pb.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{d("tenant", "x")}}
 	for _, mode := range []rls.StoreFailAnswer{rls.AnswerUnavailable, rls.AnswerOK} {
-		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreFailAnswer(mode))
+		srv, err := rls.NewServer(st, rls.Options{Config: cfg, StoreFailAnswer: mode})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,7 +36,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := rls.NewServer(st, rls.WithConfig(cfg), rls.WithStoreTimeout(5*time.Second))
+		srv, err := rls.NewServer(st, rls.Options{Config: cfg, StoreTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

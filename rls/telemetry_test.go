@@ -13,8 +13,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // TestTelemetry: one span per call, one tollgate.decisions count per
@@ -33,7 +33,7 @@ func TestTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.NewServer(newMemory(t), rls.WithConfig(cfg), rls.WithTracerProvider(tp), rls.WithMeterProvider(mp))
+	srv, err := rls.NewServer(newMemory(t), rls.Options{Config: cfg, TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		t.Fatal(err)
 	}

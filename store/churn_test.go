@@ -253,6 +253,6 @@ func TestChurnSoak(t *testing.T) {
 		}
 		identities = n
 	}
-	t.Run("memory", func(t *testing.T) { churnMemory(t, identities, duration, DefaultMaxKeys) })
+	t.Run("memory", func(t *testing.T) { churnMemory(t, identities, duration, defaultMaxKeys) })
 	t.Run("redis", func(t *testing.T) { churnRedis(t, identities, duration, 64) })
 }

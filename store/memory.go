@@ -53,7 +53,7 @@ const (
 func NewMemory(opts ...MemoryOption) (*Memory, error) {
 	m := &Memory{
 		clock:   time.Now,
-		maxKeys: DefaultMaxKeys,
+		maxKeys: defaultMaxKeys,
 		replays: defaultReplays(),
 		seed:    maphash.MakeSeed(),
 	}

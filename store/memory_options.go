@@ -5,9 +5,9 @@ import "time"
 // The Memory store's options and their defaults; the options both stores
 // take are in options.go.
 
-// DefaultMaxKeys is the bound on entries a Memory store holds unless
+// defaultMaxKeys is the bound on entries a Memory store holds unless
 // WithMaxKeys says otherwise: about a million identities and request ids.
-const DefaultMaxKeys = 1 << 20
+const defaultMaxKeys = 1 << 20
 
 // WithClock sets the clock the store reads (default time.Now), for tests and
 // simulations; it must be safe for concurrent use. Only its microseconds
@@ -20,7 +20,7 @@ func WithClock(now func() time.Time) MemoryOption {
 }
 
 // WithMaxKeys bounds how many entries (identity states and remembered
-// request ids) the store holds (default DefaultMaxKeys); n below 1 is an
+// request ids) the store holds (default 1<<20, 1,048,576); n below 1 is an
 // error. When a new entry would exceed the bound, the entry closest to
 // expiry in its shard is dropped first: a bucket about to be full again, a window about to end, a
 // request id about to be forgotten. Its identity then starts afresh (a full

@@ -23,7 +23,7 @@ func TestMemoryConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Store:      newMemory(t, store.WithClock(clock.Now)),
 		Advance:    clock.Advance,
-		MaxReplays: store.DefaultMaxReplays,
+		MaxReplays: 4,
 	})
 }
 

@@ -11,16 +11,16 @@ import (
 // Defaults shared by the Memory and Redis stores, so that both give the same
 // answers unless configured otherwise.
 const (
-	// DefaultMaxReplays is how many times a request id that was admitted is
+	// defaultMaxReplays is how many times a request id that was admitted is
 	// replayed (Allowed and Replayed, not debited) before a call carrying it
 	// is judged afresh. gRPC's retry policy allows at most 5 attempts: one
 	// admission and 4 replays cover every retry of one call, and one
-	// admission never buys more than 1+DefaultMaxReplays calls with its id.
-	DefaultMaxReplays = 4
-	// DefaultReplayTTL is how long a request id is remembered after the
+	// admission never buys more than 1+defaultMaxReplays calls with its id.
+	defaultMaxReplays = 4
+	// defaultReplayTTL is how long a request id is remembered after the
 	// admission that created it, long enough for a client's retries with
 	// backoff and short enough that reused ids cannot pile up quota.
-	DefaultReplayTTL = 2 * time.Minute
+	defaultReplayTTL = 2 * time.Minute
 )
 
 // ErrInvalidOption is wrapped by the error NewRedis and NewMemory return
@@ -69,7 +69,7 @@ func (o badOption) applyMemory(*Memory) error { return o.err }
 
 // WithMaxReplays sets how many times a request admitted with a RequestID is
 // replayed (allowed again without a debit) for later requests carrying the
-// same id (default DefaultMaxReplays). One admission thus buys at most 1+n
+// same id (default 4). One admission thus buys at most 1+n
 // calls with that id within the replay TTL. 0 turns request ids off: each
 // request is judged and debited on its own. A negative n is an error.
 func WithMaxReplays(n int) Option {
@@ -80,7 +80,7 @@ func WithMaxReplays(n int) Option {
 }
 
 // WithReplayTTL sets how long after an admission its RequestID keeps
-// replaying (default DefaultReplayTTL). It is used in whole milliseconds,
+// replaying (default 2 minutes). It is used in whole milliseconds,
 // rounded up; d must be above 0. It should cover the caller's whole retry
 // window: a retry arriving later is judged, and debited, afresh.
 func WithReplayTTL(d time.Duration) Option {
@@ -96,7 +96,7 @@ type replays struct {
 	ttl time.Duration // how long an admitted id keeps replaying
 }
 
-func defaultReplays() replays { return replays{max: DefaultMaxReplays, ttl: DefaultReplayTTL} }
+func defaultReplays() replays { return replays{max: defaultMaxReplays, ttl: defaultReplayTTL} }
 
 // ttlMs is the replay TTL as both stores apply it: whole milliseconds,
 // rounded up, at least one.

@@ -35,7 +35,7 @@ func TestConstructorsRejectBadOptions(t *testing.T) {
 		{store.WithPrefix("}"), `WithPrefix("}")`},
 		{store.WithPrefix("x{y}:"), `WithPrefix("x{y}:")`},
 		{store.WithClusterTags(-1), "WithClusterTags(-1)"},
-		{store.WithClusterTags(store.MaxClusterTags + 1), "WithClusterTags(16385)"},
+		{store.WithClusterTags(16384 + 1), "WithClusterTags(16385)"},
 		{store.WithBatching(-1, 2), "WithBatching(-1, 2)"},
 		{store.WithBatching(128, -1), "WithBatching(128, -1)"},
 		{store.WithDenyCache(-1), "WithDenyCache(-1)"},
@@ -91,12 +91,12 @@ func TestConstructorsRejectBadOptions(t *testing.T) {
 }
 
 // The edges of every range are accepted: 0 where it turns a feature off,
-// and the largest MaxClusterTags.
+// and the largest maxClusterTags.
 func TestConstructorsAcceptEdgeOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the store is only made and closed
 	defer c.Close()
 	st, err := store.NewRedis(c, store.WithPrefix(""), store.WithMaxReplays(0), store.WithReplayTTL(time.Nanosecond),
-		store.WithClusterTags(0), store.WithClusterTags(store.MaxClusterTags), store.WithBatching(0, 0), store.WithDenyCache(0),
+		store.WithClusterTags(0), store.WithClusterTags(16384), store.WithBatching(0, 0), store.WithDenyCache(0),
 		store.WithJournal(0), store.WithLogger(slog.Default()))
 	if err != nil {
 		t.Fatal(err)

@@ -90,10 +90,10 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 		return nil, fmt.Errorf("%w: NewRedis: the client is nil", ErrInvalidOption)
 	}
 	r := &Redis{
-		road:    road{sender: sender{client: c}, batch: &batcher{maxBatch: DefaultBatchSize, maxPipelines: DefaultMaxPipelines}},
-		prefix:  DefaultPrefix,
+		road:    road{sender: sender{client: c}, batch: &batcher{maxBatch: defaultBatchSize, maxPipelines: defaultMaxPipelines}},
+		prefix:  defaultPrefix,
 		replays: defaultReplays(),
-		deny:    newDenyCache(DefaultDenyCacheSize),
+		deny:    newDenyCache(defaultDenyCacheSize),
 		levels:  newLevels(),
 
 		journalWindow: DefaultJournalWindow,
@@ -217,7 +217,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 // a full bucket or an empty window again. Request ids it admitted are still
 // remembered. This store's deny cache forgets the identity too; another
 // store's remembered denial of it runs out on its own (at most
-// MaxDenyCacheTTL).
+// 10 s).
 func (r *Redis) Reset(ctx context.Context, req tollgate.Request) error {
 	req, err := check.Normalize(req)
 	if err != nil {

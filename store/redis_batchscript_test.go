@@ -219,7 +219,7 @@ func TestBatchScriptSplitsLargeBatches(t *testing.T) {
 	c := redis.NewClient(redistest.Single(t).Options())
 	defer c.Close()
 	ctx := context.Background()
-	for _, src := range []string{lua.Source(lua.Decide), lua.Source(lua.Batch)} {
+	for _, src := range []string{lua.Decide.Source(), lua.Batch.Source()} {
 		if err := c.ScriptLoad(ctx, src).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -234,7 +234,7 @@ func (dc *denyCache) record(k denyKey, l tollgate.Limit, cost, sent int64, d tol
 		return
 	}
 	wait := int64(d.RetryAfter)
-	expires := sent + min(wait-wait>>10, int64(MaxDenyCacheTTL)) // less 1/1024 of the wait for a Redis clock running fast
+	expires := sent + min(wait-wait>>10, int64(maxDenyCacheTTL)) // less 1/1024 of the wait for a Redis clock running fast
 	if wait <= 0 || expires <= now {
 		return
 	}

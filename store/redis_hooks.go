@@ -167,7 +167,7 @@ func (h *clientHooks) failoverFor(r *Redis) *failover.Client {
 // allScripts are the scripts the store calls, loaded at connect: every
 // script package lua has.
 var allScripts = func() (all []lua.Script) {
-	for s := lua.Script(0); lua.Source(s) != ""; s++ {
+	for s := lua.Script(0); s.Source() != ""; s++ {
 		all = append(all, s)
 	}
 	return all
@@ -180,7 +180,7 @@ var allScripts = func() (all []lua.Script) {
 func loadScripts(ctx context.Context, cn *redis.Conn) (inf failover.ReplInfo, ok bool) {
 	shas := make([]string, len(allScripts))
 	for i, s := range allScripts {
-		shas[i] = lua.Hash(s)
+		shas[i] = s.Hash()
 	}
 	pipe := cn.Pipeline()
 	exists := pipe.ScriptExists(ctx, shas...)
@@ -196,7 +196,7 @@ func loadScripts(ctx context.Context, cn *redis.Conn) (inf failover.ReplInfo, ok
 	pipe = cn.Pipeline()
 	for i, ok := range have {
 		if !ok {
-			pipe.ScriptLoad(ctx, lua.Source(allScripts[i]))
+			pipe.ScriptLoad(ctx, allScripts[i].Source())
 		}
 	}
 	if pipe.Len() > 0 {

@@ -175,7 +175,7 @@ func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {
 	decisionMix(t, newRedis(t, pc))
 	ctx := context.Background()
 	awaitAcknowledged(t, primary, "ops:synced") // outside the store's prefix: not compared
-	keys := scanKeys(t, pc, DefaultPrefix)
+	keys := scanKeys(t, pc, defaultPrefix)
 	if len(keys) == 0 {
 		t.Fatal("no keys written")
 	}
@@ -188,7 +188,7 @@ func TestRedisReplicaMatchesPrimaryByteForByte(t *testing.T) {
 				k, pd, perr, pe, rd, rerr, re)
 		}
 	}
-	if rk := scanKeys(t, rc, DefaultPrefix); len(rk) != len(keys) {
+	if rk := scanKeys(t, rc, defaultPrefix); len(rk) != len(keys) {
 		t.Errorf("replica has %d keys, primary %d", len(rk), len(keys))
 	}
 }

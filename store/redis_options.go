@@ -13,30 +13,30 @@ import (
 // WithExactness are in redis_failover.go, the options both stores take in
 // options.go.
 
-// DefaultPrefix starts every key the Redis store writes, unless WithPrefix
+// defaultPrefix starts every key the Redis store writes, unless WithPrefix
 // says otherwise.
-const DefaultPrefix = "tollgate:"
+const defaultPrefix = "tollgate:"
 
 // Batching defaults (see WithBatching).
 const (
-	// DefaultBatchSize is the most decisions one pipeline carries.
-	DefaultBatchSize = 128
-	// DefaultMaxPipelines is how many round trips one store keeps in flight
+	// defaultBatchSize is the most decisions one pipeline carries.
+	defaultBatchSize = 128
+	// defaultMaxPipelines is how many round trips one store keeps in flight
 	// at once: two, so that Redis runs one batch of scripts while the next
 	// is being written and the previous one's replies read.
-	DefaultMaxPipelines = 2
+	defaultMaxPipelines = 2
 )
 
-// DefaultDenyCacheSize is how many denials a Redis store remembers unless
+// defaultDenyCacheSize is how many denials a Redis store remembers unless
 // WithDenyCache says otherwise: about 4096 × 140 bytes of memory.
-const DefaultDenyCacheSize = 4096
+const defaultDenyCacheSize = 4096
 
-// MaxDenyCacheTTL is the longest a denial is repeated from memory, however
+// maxDenyCacheTTL is the longest a denial is repeated from memory, however
 // long Redis said to wait: a key deleted by hand, or a Redis that lost its
 // data, is noticed within it.
-const MaxDenyCacheTTL = 10 * time.Second
+const maxDenyCacheTTL = 10 * time.Second
 
-// WithPrefix sets the string every key starts with (default DefaultPrefix),
+// WithPrefix sets the string every key starts with (default "tollgate:"),
 // to share one Redis between applications or environments. The prefix must
 // not contain "{" or "}": the hash tag that keeps a decision's keys on one
 // Cluster slot must be the first braces in every key. A prefix with braces
@@ -48,9 +48,9 @@ func WithPrefix(prefix string) RedisOption {
 	return redisOption(func(r *Redis) { r.prefix = prefix })
 }
 
-// MaxClusterTags is the most hash tags WithClusterTags takes: one per
+// maxClusterTags is the most hash tags WithClusterTags takes: one per
 // Cluster slot.
-const MaxClusterTags = 16384
+const maxClusterTags = 16384
 
 // WithClusterTags turns on the tagged key layout: every identity's keys go
 // behind one of n hash tags, chosen by a hash of the identity, instead of
@@ -64,11 +64,11 @@ const MaxClusterTags = 16384
 // n: changing n, or turning the layout on or off, moves every identity to
 // a key it never had (its state starts afresh, full buckets and empty
 // windows). n of 0, the default, keeps each identity on a tag of its own
-// (see Redis); n below 0 or above MaxClusterTags is an error.
+// (see Redis); n below 0 or above 16384 is an error.
 // docs/deployment.md says how to choose n.
 func WithClusterTags(n int) RedisOption {
-	if n < 0 || n > MaxClusterTags {
-		return badOption{invalidOption("WithClusterTags", n, fmt.Sprintf("0 (off) to %d", MaxClusterTags))}
+	if n < 0 || n > maxClusterTags {
+		return badOption{invalidOption("WithClusterTags", n, fmt.Sprintf("0 (off) to %d", maxClusterTags))}
 	}
 	return redisOption(func(r *Redis) { r.tagCount = n })
 }
@@ -84,7 +84,7 @@ func WithClusterTags(n int) RedisOption {
 // a primary that is slow or unreachable holds up only the decisions whose
 // keys it serves.
 //
-// The defaults are DefaultBatchSize and DefaultMaxPipelines. maxBatch or
+// The defaults are 128 decisions and 2 pipelines. maxBatch or
 // maxPipelines of 0 turns batching off: every decision is its own round
 // trip (EVALSHA, and EVAL once on NOSCRIPT), as go-redis's AutoPipeliner
 // needs when the store is given one as its client. A negative value is an
@@ -121,7 +121,7 @@ func WithBatchScript(on bool) RedisOption {
 }
 
 // WithDenyCache sets how many denials the store remembers in process
-// (rounded up to a multiple of denyWays; default DefaultDenyCacheSize); 0
+// (rounded up to a multiple of denyWays; default 4096); 0
 // turns the cache off, and a negative size is an error.
 //
 // While a denial Redis gave is in force, the store answers requests with the
@@ -130,7 +130,7 @@ func WithBatchScript(on bool) RedisOption {
 // since, or sends them to Redis when those cannot be known exactly. It never
 // denies what Redis would admit; requests with a RequestID always go to
 // Redis. Remaining is the remembered denial's. A denial is remembered at
-// most MaxDenyCacheTTL, and when one runs out a single request asks Redis
+// most 10 s, and when one runs out a single request asks Redis
 // for the identity while the others wait for its answer. docs/store.md has
 // the reasoning.
 func WithDenyCache(size int) RedisOption {

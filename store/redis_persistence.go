@@ -12,14 +12,14 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate"
-	"github.com/tollgate/tollgate/telemetry"
+	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
-// LongWindow is the shortest period of a limit whose count a restart of a
+// longWindow is the shortest period of a limit whose count a restart of a
 // Redis without persistence visibly forgets: the Redis store checks, once,
 // that Redis persists its data when it first decides such a limit (or a
 // calendar window). docs/redis.md#persistence has the measurements.
-const LongWindow = time.Hour
+const longWindow = time.Hour
 
 // persistenceTimeout bounds the check.
 const persistenceTimeout = 2 * time.Second
@@ -35,7 +35,7 @@ type persistence struct {
 // needsPersistence reports whether l is a limit a restart would visibly
 // forget.
 func needsPersistence(l tollgate.Limit) bool {
-	return l.Calendar != 0 || l.Period >= LongWindow
+	return l.Calendar != 0 || l.Period >= longWindow
 }
 
 // note starts the check of the nodes' persistence, through r, at the

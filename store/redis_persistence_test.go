@@ -16,7 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
-	"github.com/tollgate/tollgate/telemetry"
+	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // syncBuffer is a log destination written by the check's goroutine.

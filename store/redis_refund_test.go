@@ -134,7 +134,7 @@ func TestRefundOnceAndNeverBeyondTheDebit(t *testing.T) {
 // bound) and logs both, without the deny cache and with it (a set with a
 // member remembered denied is judged without a debit).
 func TestAllowAllAcrossSlotsExactUnderLoad(t *testing.T) {
-	for _, size := range []int{0, DefaultDenyCacheSize} {
+	for _, size := range []int{0, defaultDenyCacheSize} {
 		t.Run("deny cache "+strconv.Itoa(size), func(t *testing.T) { acrossSlotsExact(t, size) })
 	}
 }

@@ -80,7 +80,7 @@ type resendCase struct {
 // demonstration) runs several times and debits each time.
 // plainDecide is the decide script as a go-redis Script, whose calls the
 // client re-sends like any command: what the store must never do.
-var plainDecide = redis.NewScript(lua.Source(lua.Decide))
+var plainDecide = redis.NewScript(lua.Decide.Source())
 
 func checkNeverResent(t *testing.T, tc resendCase) {
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	}
 	if st.batchScript { // and the batch script, which carries a batch here
 		for _, srv := range tc.servers {
-			if err := srv.Client(t).ScriptLoad(ctx, lua.Source(lua.Batch)).Err(); err != nil {
+			if err := srv.Client(t).ScriptLoad(ctx, lua.Batch.Source()).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -251,9 +251,9 @@ func requestIDReplays(t *testing.T, st *Redis) {
 			}
 		}
 		// Each admission debits 1 and replays MaxReplays times.
-		if want := capacity * (1 + DefaultMaxReplays); allowed != want || replayed != capacity*DefaultMaxReplays {
+		if want := capacity * (1 + defaultMaxReplays); allowed != want || replayed != capacity*defaultMaxReplays {
 			t.Errorf("%s: 100 calls reusing one id: %d allowed (%d replayed), want %d allowed: %d debits × (1 + %d replays)",
-				alg, allowed, replayed, want, capacity, DefaultMaxReplays)
+				alg, allowed, replayed, want, capacity, defaultMaxReplays)
 		}
 	}
 }

@@ -32,7 +32,7 @@ var (
 // state or a seat (decide, batch, settle, admit, finish, seat, restore) is
 // stamped.
 func newScript(s lua.Script, newCmd func(context.Context, ...any) redis.Cmder) *script {
-	sc := &script{sha: lua.Hash(s), src: lua.Source(s), newCmd: newCmd}
+	sc := &script{sha: s.Hash(), src: s.Source(), newCmd: newCmd}
 	switch s {
 	case lua.Decide, lua.Batch, lua.Settle, lua.Admit, lua.Finish, lua.Seat, lua.Restore:
 		sc.stamped = true

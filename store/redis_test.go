@@ -84,7 +84,7 @@ func TestRedisConformance(t *testing.T) {
 			Store:      newRedis(t, c, WithPrefix(redistest.KeyPrefix(t))),
 			Advance:    redistest.Elapse, // Redis's clock
 			Slack:      realClockSlack,
-			MaxReplays: DefaultMaxReplays,
+			MaxReplays: defaultMaxReplays,
 		})
 	})
 }
@@ -100,7 +100,7 @@ func TestRedisConformanceExact(t *testing.T) {
 			Store:      st,
 			Advance:    redistest.Elapse, // Redis's clock
 			Slack:      realClockSlack,
-			MaxReplays: DefaultMaxReplays,
+			MaxReplays: defaultMaxReplays,
 		})
 		if s := st.Stats(); s.ExactPrimaries == 0 || s.ExactPrimaries != s.Primaries {
 			t.Errorf("%d of %d primaries exact, want every one", s.ExactPrimaries, s.Primaries)
@@ -118,7 +118,7 @@ func TestRedisConformanceTagged(t *testing.T) {
 			Store:      newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)), WithClusterTags(6)),
 			Advance:    redistest.Elapse, // Redis's clock
 			Slack:      realClockSlack,
-			MaxReplays: DefaultMaxReplays,
+			MaxReplays: defaultMaxReplays,
 		})
 	})
 }
@@ -270,7 +270,7 @@ func TestRedisThroughSentinelFailoverClient(t *testing.T) {
 			t.Fatalf("decision through Sentinel = %+v, %v; want allowed with %d remaining", d, err, want)
 		}
 	}
-	if n := len(scanKeys(t, primary.Client(t), DefaultPrefix)); n == 0 {
+	if n := len(scanKeys(t, primary.Client(t), defaultPrefix)); n == 0 {
 		t.Fatal("no keys on the primary Sentinel names")
 	}
 	// A set is one script call through Sentinel, whatever its keys' tags.

@@ -30,8 +30,8 @@ func sentOnceMixed(ctx context.Context, args ...any) redis.Cmder {
 	return shareCmd{redis.NewSliceCmd(ctx, args...)}
 }
 
-// DefaultShareTimeout bounds a Share call whose context has no deadline.
-const DefaultShareTimeout = time.Second
+// defaultShareTimeout bounds a Share call whose context has no deadline.
+const defaultShareTimeout = time.Second
 
 // shareSlots is how many hash tags the shares spread over; the shares of
 // one tag and the mark of the store's memory on its slot go together.
@@ -41,7 +41,7 @@ var _ tollgate.ShareStore = (*Redis)(nil)
 
 // Share records s.Member's demand on s.Key and grants it its share (see
 // tollgate.ShareStore) with one share script call. A context without a
-// deadline is given DefaultShareTimeout.
+// deadline is given one second.
 //
 // The shares of s.Key are one hash, <prefix>{!sh<n>}/<key>:sh, n of 256
 // tags chosen by the key, beside the tag's mark <prefix>{!sh<n>}:mark (a
@@ -108,11 +108,11 @@ func (r *Redis) LookShare(ctx context.Context, key string, window int64, lease t
 }
 
 // shareCalls sends calls through the store's one send path, under
-// DefaultShareTimeout when ctx has no deadline.
+// defaultShareTimeout when ctx has no deadline.
 func (r *Redis) shareCalls(ctx context.Context, calls []scriptCall) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultShareTimeout)
+		ctx, cancel = context.WithTimeout(ctx, defaultShareTimeout)
 		defer cancel()
 	}
 	return r.exchange(ctx, calls) // on an error the calls are abandoned: their cmds are not to be read

@@ -6,11 +6,10 @@ import (
 	"github.com/tollgate/tollgate/telemetry"
 )
 
-// A dashboard's query names the decisions counter and its attributes.
+// A test that reads overload control's metrics names the shed counter and
+// the attribute it is split by.
 func Example() {
-	fmt.Printf("%s by %s, %s\n", telemetry.MetricDecisions, telemetry.AttrRule, telemetry.AttrOutcome)
-	fmt.Printf("%s by %s\n", telemetry.MetricSeats, telemetry.AttrSeatOutcome)
+	fmt.Printf("%s by %s\n", telemetry.MetricOverloadShed, telemetry.AttrCriticality)
 	// Output:
-	// tollgate.decisions by tollgate.rule, tollgate.outcome
-	// tollgate.seats by tollgate.seat.outcome
+	// tollgate.overload.shed by tollgate.criticality
 }

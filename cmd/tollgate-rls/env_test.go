@@ -69,7 +69,7 @@ func TestFlagsWinOverVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.reference || c.addr != "127.0.0.1:7" || !c.headers || c.headerNames[0] != rls.DefaultLimitHeader || c.httpAddr != "" || c.countOver || c.redis.URL != env["REDIS_URL"] {
+	if c.reference || c.addr != "127.0.0.1:7" || !c.headers || c.headerNames[0] != "" || c.httpAddr != "" || c.countOver || c.redis.URL != env["REDIS_URL"] {
 		t.Fatalf("%+v", c)
 	}
 	c, err = parseFlags([]string{"-config", "d"}, func(k string) string { return env[k] }, io.Discard)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/internal/serving"
+	"github.com/tollgate/tollgate/internal/storecall"
 	"github.com/tollgate/tollgate/rls"
 )
 
@@ -70,11 +71,11 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "TCP address to listen on (GRPC_HOST:GRPC_PORT)")
 	fs.StringVar(&c.httpAddr, "http-addr", "", "TCP address of the HTTP listener serving /healthcheck (HOST:PORT; empty: none)")
 	fs.StringVar(&failMode, "fail-mode", "closed", "when the store cannot decide: closed, also spelled error (UNAVAILABLE: Envoy's failure_mode_deny decides) or open (answer OK)")
-	fs.DurationVar(&c.storeTimeout, "store-timeout", rls.DefaultStoreTimeout, "how long a request waits for the store before the fail mode applies")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", storecall.DefaultTimeout, "how long a request waits for the store before the fail mode applies")
 	fs.BoolVar(&c.headers, "response-headers", false, "add the limit, remaining and reset headers to responses (LIMIT_RESPONSE_HEADERS_ENABLED)")
-	fs.StringVar(&c.headerNames[0], "limit-header", rls.DefaultLimitHeader, "name of the limit header (LIMIT_LIMIT_HEADER)")
-	fs.StringVar(&c.headerNames[1], "remaining-header", rls.DefaultRemainingHeader, "name of the remaining header (LIMIT_REMAINING_HEADER)")
-	fs.StringVar(&c.headerNames[2], "reset-header", rls.DefaultResetHeader, "name of the reset header (LIMIT_RESET_HEADER)")
+	fs.StringVar(&c.headerNames[0], "limit-header", "", "name of the limit header (LIMIT_LIMIT_HEADER; empty: x-ratelimit-limit)")
+	fs.StringVar(&c.headerNames[1], "remaining-header", "", "name of the remaining header (LIMIT_REMAINING_HEADER; empty: x-ratelimit-remaining)")
+	fs.StringVar(&c.headerNames[2], "reset-header", "", "name of the reset header (LIMIT_RESET_HEADER; empty: x-ratelimit-reset)")
 	fs.BoolVar(&c.shadow, "shadow-mode", false, "decide and debit as usual but always answer OK (SHADOW_MODE)")
 	fs.BoolVar(&c.countOver, "count-over-limit", false, "count every descriptor's hits even over its limit, as envoyproxy/ratelimit does (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false); without it a refused request counts none")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 5*time.Second, "how long a graceful stop waits for running calls")
@@ -82,8 +83,8 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	fs.StringVar(&c.tls.Cert, "tls-cert", "", "PEM certificate to serve TLS with (with -tls-key; reloaded when the file changes) (GRPC_SERVER_TLS_CERT)")
 	fs.StringVar(&c.tls.Key, "tls-key", "", "PEM private key of -tls-cert (GRPC_SERVER_TLS_KEY)")
 	fs.StringVar(&c.tls.ClientCA, "tls-client-ca", "", "PEM CA that must have signed every client's certificate (mutual TLS) (GRPC_CLIENT_TLS_CACERT or GRPC_SERVER_TLS_CA_CERT)")
-	fs.IntVar(&c.quotaReports, "quota-assignment-reports", rls.DefaultAssignmentReports, "rate limit quota service: how many report intervals an assignment lives without another report")
-	fs.DurationVar(&c.quotaRebalance, "quota-rebalance", rls.DefaultRebalanceInterval, "rate limit quota service: how often each stream's assignments are computed again between reports (0: only at reports)")
+	fs.IntVar(&c.quotaReports, "quota-assignment-reports", 3, "rate limit quota service: how many report intervals an assignment lives without another report")
+	fs.DurationVar(&c.quotaRebalance, "quota-rebalance", time.Second, "rate limit quota service: how often each stream's assignments are computed again between reports (0: only at reports)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tollgate-rls [-config DIR] [flags]\n\nEnvoy's rate limit service over a tollgate store. %s\nA change to the configuration directory, or SIGHUP, reloads it. Started without -config, it reads envoyproxy/ratelimit's environment (CONFIG_TYPE=FILE or GRPC_XDS_SOTW, REDIS_URL, ...) as that server does; a flag wins over its variable.\n\n", serving.EnvHelp)
 		fs.PrintDefaults()
@@ -93,6 +94,9 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.storeTimeout <= 0 { // rls.Options reads 0 as its default
+		return config{}, fmt.Errorf("-store-timeout must be > 0, got %s", c.storeTimeout)
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

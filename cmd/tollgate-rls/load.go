@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // loader swaps configurations into the server, from the directory or from

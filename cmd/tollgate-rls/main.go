@@ -59,8 +59,8 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/tollgate/tollgate/internal/serving"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/rls"
-	"github.com/tollgate/tollgate/telemetry"
 )
 
 // Environment variables that select a Redis store, as the example server
@@ -148,17 +148,13 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 	}
 	defer closeStore()
 	var srv *rls.Server
-	opts := []rls.Option{rls.WithStoreFailAnswer(cfg.storeFail), rls.WithStoreTimeout(cfg.storeTimeout)}
-	for on, opt := range map[bool]rls.Option{cfg.shadow: rls.WithShadow(), cfg.quotaMode: rls.WithQuotaMode(), cfg.countOver: rls.WithCountOverLimit(), cfg.metadata: rls.WithDynamicMetadata()} {
-		if on {
-			opts = append(opts, opt)
-		}
+	opts := rls.Options{
+		StoreFailAnswer: cfg.storeFail, StoreTimeout: cfg.storeTimeout,
+		Shadow: cfg.shadow, QuotaMode: cfg.quotaMode, CountOverLimit: cfg.countOver, DynamicMetadata: cfg.metadata,
+		ResponseHeaders: cfg.headers, LimitHeader: cfg.headerNames[0], RemainingHeader: cfg.headerNames[1], ResetHeader: cfg.headerNames[2],
 	}
-	if cfg.headers {
-		opts = append(opts, rls.WithResponseHeaders(cfg.headerNames[0], cfg.headerNames[1], cfg.headerNames[2]))
-	}
-	if tp != nil {
-		opts = append(opts, rls.WithTracerProvider(tp))
+	if tp != nil { // a nil *sdktrace.TracerProvider is not a nil interface
+		opts.TracerProvider = tp
 	}
 	dump := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -178,7 +174,7 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 		}
 		defer stopMetrics()
 		meters = provider
-		opts = append(opts, rls.WithMeterProvider(provider), rls.WithHitCounts(cmp.Or(cfg.nearRatio, 0.8), ref.record))
+		opts.MeterProvider, opts.HitCounts, opts.NearLimitRatio = provider, ref.record, cfg.nearRatio
 		if reloads, err = reloadCounter(provider); err != nil {
 			return err
 		}
@@ -194,7 +190,7 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 	if cfg.maxConnAge > 0 {
 		serverOpts = append(serverOpts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.maxConnAge, MaxConnectionAgeGrace: cfg.maxConnAgeGrace}))
 	}
-	if srv, err = rls.NewServer(st, opts...); err != nil {
+	if srv, err = rls.NewServer(st, opts); err != nil {
 		return err
 	}
 	loads := &loader{srv: srv, logger: logger, reloads: reloads, ref: ref, ctx: ctx}

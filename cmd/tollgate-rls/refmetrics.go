@@ -58,7 +58,7 @@ func (m *refMetrics) collectors() []prometheus.Collector {
 	return out
 }
 
-// record counts one descriptor's hits (rls.WithHitCounts).
+// record counts one descriptor's hits (rls.Options.HitCounts).
 func (m *refMetrics) record(h rls.HitCounts) {
 	v, ok := m.byKey.Load(h.Key)
 	if !ok {

@@ -59,6 +59,28 @@ type Policy struct {
 	breaker  *breaker.Breaker
 }
 
+// WithDefaults gives c's zero fields their defaults, as engine.Config and
+// rls.Options read them: a zero Timeout is DefaultTimeout, a zero
+// BreakerFailures or BreakerCoolDown DefaultBreakerFailures or
+// DefaultBreakerCoolDown, and a negative BreakerFailures turns the breaker
+// off.
+func (c Config) WithDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	switch {
+	case c.BreakerFailures < 0:
+		c.BreakerFailures, c.BreakerCoolDown = 0, 0
+		return c
+	case c.BreakerFailures == 0:
+		c.BreakerFailures = DefaultBreakerFailures
+	}
+	if c.BreakerCoolDown == 0 {
+		c.BreakerCoolDown = DefaultBreakerCoolDown
+	}
+	return c
+}
+
 // New returns the policy for calling st. An invalid setting is an error
 // naming it.
 func New(st tollgate.Store, c Config) (*Policy, error) {

@@ -72,7 +72,7 @@ func (m *measurer) clusterSection(ctx context.Context) ([]row, error) {
 			}
 			if m.cfg.variants {
 				subjects = append(subjects, tg("tollgate "+alg.String()+" tagged ("+strconv.Itoa(clusterPrimaries)+" tags), one round trip at a time"+suffix,
-					alg, id, store.WithClusterTags(clusterPrimaries), store.WithBatching(store.DefaultBatchSize, 1)))
+					alg, id, store.WithClusterTags(clusterPrimaries), store.WithBatching(128, 1)))
 			}
 		}
 	}

@@ -53,7 +53,7 @@ func grpcServers() []server {
 func redisServer(name string, opts ...interceptor.Option) server {
 	return server{name: name, interceptors: func(m *measurer) ([]grpc.UnaryServerInterceptor, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st, err := redisStore(c, store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize))
+		st, err := redisStore(c, store.WithPrefix(prefix()), store.WithDenyCache(4096))
 		if err != nil {
 			return nil, nil, err
 		}

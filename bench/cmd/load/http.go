@@ -29,7 +29,7 @@ func httpVariants() []bench.HTTPMiddleware {
 	return []bench.HTTPMiddleware{
 		bench.TollgateMemoryHTTP("tollgate httplimit, Memory store, no RateLimit fields", false, httplimit.WithoutRateLimitFields()),
 		bench.TollgateMemoryHTTP("tollgate httplimit, Memory store, on the route", true),
-		bench.TollgateRedisHTTP("tollgate httplimit, Redis store, one pipeline", store.WithBatching(store.DefaultBatchSize, 1)),
+		bench.TollgateRedisHTTP("tollgate httplimit, Redis store, one pipeline", store.WithBatching(128, 1)),
 		bench.TollgateRedisHTTP("tollgate httplimit, Redis store, unbatched", store.WithBatching(0, 0)),
 	}
 }

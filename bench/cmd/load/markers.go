@@ -39,7 +39,7 @@ func markerLimit() tollgate.Limit {
 // markersSection measures the Redis memory request-id markers hold:
 // markerCalls admitted calls with fresh ids, each under a markerDeadline
 // context, on identities whose state exists beforehand, first without
-// Request.ReplayTTL (the store's replay TTL applies, store.DefaultReplayTTL
+// Request.ReplayTTL (the store's replay TTL applies, 2 minutes
 // unless configured), then with ReplayTTL = the call's time left +
 // markerMargin, as a caller that knows its deadline sets it. The first
 // run's markers outlive the second's measurement, so they do not blur it.

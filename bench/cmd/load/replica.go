@@ -164,7 +164,7 @@ func redisRateOn(name string, reference bool, anchor string, newClient func() re
 func storeSubject(name string, alg tollgate.Algorithm, requestID bool, anchor string, newClient func() redis.UniversalClient, opts ...store.RedisOption) subject {
 	return subject{name: name, anchor: anchor, requestID: requestID, make: func(_ *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := newClient()
-		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
+		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(4096)}, opts...)...)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -112,7 +112,7 @@ func redisStore(c redis.UniversalClient, opts ...store.RedisOption) (*store.Redi
 func replayTTLSubject(name string, alg tollgate.Algorithm, requestID bool, replayTTL time.Duration, opts ...store.RedisOption) subject {
 	return subject{name: name, requestID: requestID, make: func(m *measurer, limit func(tollgate.Algorithm) tollgate.Limit) (bench.Decider, func(), error) {
 		c := redis.NewClient(cloneOptions(m.opts))
-		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(store.DefaultDenyCacheSize)}, opts...)...)
+		st, err := redisStore(c, append([]store.RedisOption{store.WithPrefix(prefix()), store.WithDenyCache(4096)}, opts...)...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -130,7 +130,7 @@ func autoPipelineSubject(alg tollgate.Algorithm) subject {
 			_ = c.Close()
 			return nil, nil, err
 		}
-		st, err := store.NewRedis(ap, store.WithPrefix(prefix()), store.WithBatching(0, 0), store.WithDenyCache(store.DefaultDenyCacheSize))
+		st, err := store.NewRedis(ap, store.WithPrefix(prefix()), store.WithBatching(0, 0), store.WithDenyCache(4096))
 		if err != nil {
 			_ = c.Close()
 			return nil, nil, err
@@ -160,7 +160,7 @@ func (m *measurer) storeSubjects() []subject {
 	if m.cfg.variants {
 		subjects = append(subjects,
 			tollgateSubject("tollgate gcra unbatched", tollgate.GCRA, false, store.WithBatching(0, 0)),
-			tollgateSubject("tollgate gcra one round trip at a time", tollgate.GCRA, false, store.WithBatching(store.DefaultBatchSize, 1)),
+			tollgateSubject("tollgate gcra one round trip at a time", tollgate.GCRA, false, store.WithBatching(128, 1)),
 			tollgateSubject("tollgate gcra no deny cache", tollgate.GCRA, false, store.WithDenyCache(0)),
 			autoPipelineSubject(tollgate.GCRA))
 		for _, alg := range []tollgate.Algorithm{tollgate.TokenBucket, tollgate.GCRA} {
