@@ -23,6 +23,9 @@ var perSecond600 = tollgate.PerSecond(600)
 // up to more than the limit, nor what is admitted over any span to more
 // than B + R·τ + N·k.
 func TestProcessesPerRegion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 18 s of three rigs of up to 24 processes; the full test command runs it")
+	}
 	for _, procs := range []int{1, 2, 8} {
 		t.Run(fmt.Sprint(procs, " processes"), func(t *testing.T) {
 			c := rigConfig
