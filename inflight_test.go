@@ -263,6 +263,7 @@ func TestInFlightBesideARate(t *testing.T) {
 // call's own answer is unchanged, and the next call on the replica is
 // admitted as soon as Redis is back, long before the seat would expire.
 func TestInFlightFailedReleaseIsRetried(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	srv := redistest.Start(t)
 	o := srv.Options()
 	o.ContextTimeoutEnabled = true

@@ -112,6 +112,7 @@ func callWhileAsleep(t *testing.T, srv *redistest.Server, c *echo.Client, d time
 // every later attempt replays it, and the call ends admitted as a replay:
 // one logical call, one debit.
 func TestReliabilityDelayedReplyDebitedOnce(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	srv := redistest.Start(t) // private: it is put to sleep and its stats read
 	const quota = 10
 

@@ -173,6 +173,7 @@ func TestCloseDeliversSettlementsOwedWhileRedisRefusedWrites(t *testing.T) {
 // it still owes (whose script calls, sent before, may still run when the
 // pause ends: a lost reply leaves the outcome unknown).
 func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	srv := redistest.Start(t)
 	o := srv.Options() // go-redis's defaults: deadlines are not honoured on the socket
 	client := redis.NewClient(o)
@@ -227,6 +228,7 @@ func TestSettledResponseNotHeldByAPausedRedis(t *testing.T) {
 // store deadline of 50ms, a fail-closed rule with an in-flight bound, Redis
 // paused 3s: the call is refused UNAVAILABLE while Redis is still paused.
 func TestInFlightFailClosedOnAPausedRedis(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	srv := redistest.Start(t)
 	client := redis.NewClient(srv.Options())
 	t.Cleanup(func() { _ = client.Close() })

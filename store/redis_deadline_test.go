@@ -20,6 +20,7 @@ import (
 // its own deadline, alone or batched, and not after the client's read
 // timeouts.
 func TestDeadlineWithoutContextTimeouts(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	srv := redistest.Start(t)
 	for _, tc := range []struct {
 		name string
@@ -85,6 +86,7 @@ func TestDeadlineWithoutContextTimeouts(t *testing.T) {
 // On a single node, through Sentinel, and on a 3-primary Cluster (every
 // node paused).
 func TestEveryCallBoundedWithoutContextTimeouts(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	for _, tc := range []struct {
 		name  string
 		setup func(t *testing.T) (redis.UniversalClient, []*redistest.Server)

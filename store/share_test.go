@@ -399,6 +399,7 @@ func forEachPrimary(c redis.UniversalClient, f func(*redis.Client) error) error 
 // that does not end commands at their context's end: a Share under a
 // 100ms deadline still returns at it, with the deadline's error.
 func TestShareBoundedByDeadline(t *testing.T) {
+	redistest.SkipFaultShort(t)
 	srv := redistest.Start(t)
 	st := newRedis(t, srv.Client(t))
 	reportShare(t, st, "k", "m", 10, 1, time.Minute) // the script loaded, the connection open

@@ -403,3 +403,14 @@ func skipShort(t testing.TB, what string) {
 		t.Skipf("-short: needs %s; the full test command runs it", what)
 	}
 }
+
+// SkipFaultShort skips t under go test -short: a fault test that waits out
+// deadlines on a server it freezes (CLIENT PAUSE, DEBUG SLEEP), seconds of
+// real time each. Call it before the test starts anything. The full test
+// command runs it.
+func SkipFaultShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: a fault test that waits out deadlines; the full test command runs it")
+	}
+}
