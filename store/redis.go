@@ -96,8 +96,8 @@ func NewRedis(c redis.UniversalClient, opts ...RedisOption) (*Redis, error) {
 		deny:    newDenyCache(defaultDenyCacheSize),
 		levels:  newLevels(),
 
-		journalWindow: DefaultJournalWindow,
-		journalBytes:  DefaultJournalBytes,
+		journalWindow: defaultJournalWindow,
+		journalBytes:  defaultJournalBytes,
 	}
 	r.persistence.done = make(chan struct{})
 	for _, o := range opts {

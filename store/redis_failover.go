@@ -11,22 +11,22 @@ import (
 	"github.com/tollgate/tollgate/store/internal/failover"
 )
 
-// DefaultJournalWindow is the longest a Redis store keeps a write in its
+// defaultJournalWindow is the longest a Redis store keeps a write in its
 // failover journal (see WithJournal) when the replicas of its primary have
 // not acknowledged it sooner: replicas acknowledge about once a second,
 // and Redis's own bound on a replica's lag for writes to go on
 // (min-replicas-max-lag) is 10s by default.
-const DefaultJournalWindow = 10 * time.Second
+const defaultJournalWindow = 10 * time.Second
 
-// DefaultJournalBytes is the most memory a failover journal holds (see
+// defaultJournalBytes is the most memory a failover journal holds (see
 // WithJournalBytes), 48 MiB: at about 200 bytes a write, a quarter of a
 // million writes, the whole window at 25,000 writes a second with no
 // replica acknowledging.
-const DefaultJournalBytes = failover.DefaultMaxBytes
+const defaultJournalBytes = failover.DefaultMaxBytes
 
 // WithJournal sets how long a Redis store keeps each write, at most, to
-// restore it after a failover (default DefaultJournalWindow); 0 turns the
-// journal off.
+// restore it after a failover (default 10 s: replicas acknowledge about once a second, and
+// Redis's min-replicas-max-lag is 10 s by default); 0 turns the journal off.
 //
 // With the journal on, every state the store writes carries its lineage
 // (the primary that wrote it and a sequence), and the store keeps each
@@ -39,19 +39,19 @@ const DefaultJournalBytes = failover.DefaultMaxBytes
 // compares each write with its key's lineage. docs/reliability.md has the
 // design and what remains. A write older than window is forgotten even
 // when no replica acknowledged it: window should exceed the replicas' lag.
-// A negative window, or one above MaxJournalWindow, is an error.
+// A negative window, or one above 10 minutes, is an error.
 func WithJournal(window time.Duration) RedisOption {
-	if window < 0 || window > MaxJournalWindow {
-		return badOption{invalidOption("WithJournal", window, fmt.Sprintf("0 (off) to %s", MaxJournalWindow))}
+	if window < 0 || window > maxJournalWindow {
+		return badOption{invalidOption("WithJournal", window, fmt.Sprintf("0 (off) to %s", maxJournalWindow))}
 	}
 	return redisOption(func(r *Redis) { r.journalWindow = window })
 }
 
-// MaxJournalWindow is the longest window WithJournal takes: a slot's
+// maxJournalWindow is the longest window WithJournal takes: a slot's
 // lineage lives at least 20 minutes after its last write (lua/doc.go,
 // Lineage), longer than a write waits in the journal, its window and up to
 // failover.MaxSilence (10 minutes) for a primary that stopped answering.
-const MaxJournalWindow = 10 * time.Minute
+const maxJournalWindow = 10 * time.Minute
 
 // Exactness says when a Redis store pays for exact failovers
 // (docs/reliability.md#when-exactness-is-paid): the lineage its scripts
@@ -101,7 +101,7 @@ func WithExactness(e Exactness) RedisOption {
 }
 
 // WithJournalBytes caps the memory of the failover journal (default
-// DefaultJournalBytes). Past it the oldest writes are dropped, each logged
+// 48 MiB: about a quarter of a million writes). Past it the oldest writes are dropped, each logged
 // and counted (RedisStats.JournalDropped): a write dropped before its
 // replicas acknowledged it is forgotten if its primary is lost. A cap
 // below 1 MiB is an error.

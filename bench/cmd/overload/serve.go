@@ -37,7 +37,7 @@ import (
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/overload"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/telemetry"
+	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // tollgateStats is what tollgate's server reports of its overload control,

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate/lua"
-	"github.com/tollgate/tollgate/telemetry"
+	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // Config is what a client's failover machinery needs from the store that
