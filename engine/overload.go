@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tollgate/tollgate/internal/shed"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/overload"
-	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // admission is the overload control every call passes before its rules

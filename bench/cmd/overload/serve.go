@@ -34,10 +34,10 @@ import (
 	"github.com/tollgate/tollgate/engine"
 	"github.com/tollgate/tollgate/examples/echo"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/telemetry"
 	"github.com/tollgate/tollgate/keyfunc"
 	"github.com/tollgate/tollgate/overload"
 	"github.com/tollgate/tollgate/store"
-	"github.com/tollgate/tollgate/internal/telemetry"
 )
 
 // tollgateStats is what tollgate's server reports of its overload control,

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/tollgate/tollgate/lua"
 	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/lua"
 )
 
 // Config is what a client's failover machinery needs from the store that
