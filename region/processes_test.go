@@ -31,7 +31,7 @@ func TestProcessesPerRegion(t *testing.T) {
 			c := rigConfig
 			c.Limits = []tollgate.Limit{perSecond600}
 			g := newRedisRig(t, procs, c)
-			start := time.Now()
+			start, lag := time.Now(), startLagProbe(t)
 			for i, d := range []float64{10, 50, 1000} {
 				g.pace(i, "tenant", perSecond600, 1, d, nil)
 			}
@@ -49,13 +49,14 @@ func TestProcessesPerRegion(t *testing.T) {
 			total := admitted.Rate(-1, from, end)
 			t.Logf("%d processes a region: admitted %.1f, %.1f, %.1f (%.0f/s, %.1f%% of the limit); asked %.1f, %.1f, %.1f; fair %.1f, %.1f, %.1f",
 				procs, got[0], got[1], got[2], total, 100*total/float64(perSecond600.Rate), want[0], want[1], want[2], fair[0], fair[1], fair[2])
+			share, used := lag.floor(t, 0.95), lag.floor(t, 0.97)
 			for i := range got {
-				if got[i] < 0.95*fair[i] {
-					t.Errorf("region %d admitted %.1f/s, less than 95%% of its fair share %.1f", i, got[i], fair[i])
+				if got[i] < share*fair[i] {
+					t.Errorf("region %d admitted %.1f/s, less than %.0f%% of its fair share %.1f", i, got[i], 100*share, fair[i])
 				}
 			}
-			if total < 0.97*float64(perSecond600.Rate) {
-				t.Errorf("admitted %.0f/s together, less than 97%% of the limit", total)
+			if total < used*float64(perSecond600.Rate) {
+				t.Errorf("admitted %.0f/s together, less than %.0f%% of the limit", total, 100*used)
 			}
 			g.checkShares("tenant", perSecond600, start, end)
 			g.checkEnvelope(perSecond600, g.slack(end.Sub(start), rigConfig.Rebalance), 100*time.Millisecond, time.Second)

@@ -1,0 +1,84 @@
+package region
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// How much of the limit the regions use, and of its fair share each gets,
+// depends on their goroutines running on time: a share arrives a
+// rebalance late when the process that computes or applies it waits for a
+// CPU. The tests' floors (95–97% of the limit) are the design's on a
+// machine that keeps time; on one that does not (a CPU hog beside the
+// race detector and every other package's tests) they are checked against
+// busyFloor instead, which a region stuck at its floor share or a
+// rebalance that never arrives still fails. What is never loosened: the
+// shares in force never add up to more than the limit, and no span admits
+// more than B + R·τ + N·k.
+
+// lagProbe measures how late this process's goroutines run: every 5 ms a
+// goroutine notes how much later than asked its sleep ended.
+type lagProbe struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+	late   []time.Duration
+	logged bool
+}
+
+// busyLag is the 90th percentile of a probe's lateness above which the
+// machine did not keep time: on an idle one a 5 ms sleep ends within a
+// few hundred µs of when it was asked to.
+const busyLag = 2 * time.Millisecond
+
+// busyFloor is the fraction of a utilisation or fair-share floor a test
+// requires when its probe found the machine busy.
+const busyFloor = 0.8
+
+func startLagProbe(t *testing.T) *lagProbe {
+	p := &lagProbe{stop: make(chan struct{})}
+	p.wg.Go(func() {
+		for {
+			at := time.Now()
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			p.late = append(p.late, time.Since(at)-5*time.Millisecond)
+		}
+	})
+	t.Cleanup(p.halt)
+	return p
+}
+
+func (p *lagProbe) halt() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	p.wg.Wait()
+}
+
+// floor is strict when the machine kept time during the probe, and
+// busyFloor × strict when it did not (which it logs, once).
+func (p *lagProbe) floor(t *testing.T, strict float64) float64 {
+	t.Helper()
+	p.halt()
+	if len(p.late) == 0 {
+		return strict
+	}
+	s := slices.Clone(p.late)
+	slices.Sort(s)
+	p90 := s[len(s)*9/10]
+	if p90 <= busyLag {
+		return strict
+	}
+	if !p.logged {
+		p.logged = true
+		t.Logf("the machine ran goroutines %s late (p90 of a 5 ms sleep, above %s): floors at %.0f%% of the design's", p90.Round(10*time.Microsecond), busyLag, 100*busyFloor)
+	}
+	return busyFloor * strict
+}
