@@ -21,8 +21,8 @@ import (
 // lagProbe measures how late this process's goroutines run: every 5 ms a
 // goroutine notes how much later than asked its sleep ended.
 type lagProbe struct {
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop   chan struct{}
+	wg     sync.WaitGroup
 	late   []time.Duration
 	logged bool
 }
