@@ -21,6 +21,8 @@ import (
 	"github.com/tollgate/tollgate/interceptor"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/lease"
+	"github.com/tollgate/tollgate/rlqs"
+	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -53,7 +55,7 @@ func BenchmarkReplicas(b *testing.B) {
 	for _, mode := range modes {
 		var quota *grpc.ClientConn
 		if mode == "rlqs" {
-			quota = quotaServerOf(b, newRedis(b, srv.Client(b), store.WithPrefix(prefix)), high)
+			quota = quotaServerOf(b, newRedis(b, srv.Client(b), store.WithPrefix(prefix)), high, rls.QuotaOptions{})
 		}
 		for range replicas {
 			var st tollgate.Store
@@ -69,7 +71,7 @@ func BenchmarkReplicas(b *testing.B) {
 				}
 				st = tier
 			case "rlqs":
-				st = newClient(b, quota)
+				st = newClient(b, quota, rlqs.Options{})
 			}
 			setups[mode] = append(setups[mode], replica(b, st, rule))
 		}
@@ -122,7 +124,7 @@ func BenchmarkReplicas(b *testing.B) {
 // from its assignment.
 func BenchmarkAllow(b *testing.B) {
 	high := strings.Replace(quotaConfig, "requests_per_unit: 100}", "requests_per_unit: 100000000}", 1)
-	c := newClient(b, quotaServerOf(b, newMemory(b), high))
+	c := newClient(b, quotaServerOf(b, newMemory(b), high, rls.QuotaOptions{}), rlqs.Options{})
 	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100_000_000)}
 	for name, st := range map[string]tollgate.Store{"memory": newMemory(b), "rlqs": c} {
 		if _, err := st.Allow(context.Background(), req); err != nil {

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 // the stream is down. The rule's FailMode applies.
 var ErrNoAssignment = errors.New("rlqs: no valid quota assignment")
 
-// Defaults of the options.
+// Defaults of Options.
 const (
 	// defaultReportInterval is how often the Client reports usage.
 	defaultReportInterval = time.Second
@@ -35,8 +36,31 @@ const (
 	defaultFirstAssignmentWait = 50 * time.Millisecond
 )
 
-// Option configures a Client.
-type Option func(*options)
+// Options configures a Client. The zero value is every default: usage
+// reported every second, a decision on a new bucket waiting up to 50ms for
+// its first assignment, at most 1,024 buckets, each forgotten after 30
+// reports without a decision, RuleBucketID, and time.Now.
+type Options struct {
+	// ReportInterval is how often usage is reported; 0 means 1s. At least
+	// 10ms.
+	ReportInterval time.Duration
+	// FirstAssignmentWait bounds how long a decision on a new bucket waits
+	// for its first assignment before the rule's FailMode applies; 0 means
+	// 50ms, and a negative FirstAssignmentWait does not wait.
+	FirstAssignmentWait time.Duration
+	// MaxBuckets bounds the buckets the Client holds and reports; 0 means
+	// 1024. A decision on a new key beyond them is ErrNoAssignment, and the
+	// rule's FailMode applies.
+	MaxBuckets int
+	// IdleReports is how many reports a bucket goes without a decision
+	// before it is forgotten and no longer reported; 0 means 30.
+	IdleReports int
+	// BucketID is how a store key becomes a BucketId (nil: RuleBucketID).
+	BucketID BucketIDFunc
+	// Clock is the clock assignments expire by and the local buckets
+	// refill by (nil: time.Now).
+	Clock func() time.Time
+}
 
 type options struct {
 	interval  time.Duration
@@ -47,32 +71,32 @@ type options struct {
 	clock     func() time.Time
 }
 
-// WithReportInterval sets how often usage is reported (default
-// 1s, at least 10ms).
-func WithReportInterval(d time.Duration) Option { return func(o *options) { o.interval = d } }
-
-// WithFirstAssignmentWait bounds how long a decision on a new bucket
-// waits for its first assignment before the rule's FailMode applies
-// (default 50ms).
-func WithFirstAssignmentWait(d time.Duration) Option { return func(o *options) { o.firstWait = d } }
-
-// WithMaxBuckets bounds the buckets the Client holds and reports
-// (default 1024): a decision on a new key beyond them is
-// ErrNoAssignment, and the rule's FailMode applies.
-func WithMaxBuckets(n int) Option { return func(o *options) { o.maxBucket = n } }
-
-// WithBucketID sets how a store key becomes a BucketId (default
-// RuleBucketID).
-func WithBucketID(f BucketIDFunc) Option { return func(o *options) { o.bucketID = f } }
-
-// WithIdleReports sets how many reports a bucket goes without a decision
-// before it is forgotten and no longer reported (default
-// 30).
-func WithIdleReports(n int) Option { return func(o *options) { o.idle = n } }
-
-// WithClock sets the clock assignments expire by and the local buckets
-// refill by (default time.Now).
-func WithClock(now func() time.Time) Option { return func(o *options) { o.clock = now } }
+// resolve checks o and gives every zero field its default.
+func (o Options) resolve() (options, error) {
+	switch {
+	case o.ReportInterval != 0 && o.ReportInterval < 10*time.Millisecond:
+		return options{}, fmt.Errorf("rlqs: report interval %s: want at least 10ms (0: the default, 1s)", o.ReportInterval)
+	case o.IdleReports < 0:
+		return options{}, fmt.Errorf("rlqs: idle reports %d: want at least 1 (0: the default, 30)", o.IdleReports)
+	case o.MaxBuckets < 0:
+		return options{}, fmt.Errorf("rlqs: max buckets %d: want at least 1 (0: the default, 1024)", o.MaxBuckets)
+	}
+	r := options{
+		interval:  cmp.Or(o.ReportInterval, defaultReportInterval),
+		firstWait: max(0, cmp.Or(o.FirstAssignmentWait, defaultFirstAssignmentWait)),
+		idle:      cmp.Or(o.IdleReports, defaultIdleReports),
+		maxBucket: cmp.Or(o.MaxBuckets, defaultMaxBuckets),
+		bucketID:  o.BucketID,
+		clock:     o.Clock,
+	}
+	if r.bucketID == nil {
+		r.bucketID = RuleBucketID
+	}
+	if r.clock == nil {
+		r.clock = time.Now
+	}
+	return r, nil
+}
 
 // Client is a tollgate.Store deciding from RLQS assignments (see the
 // package doc). It is safe for concurrent use; Close stops its stream.
@@ -97,26 +121,16 @@ var _ tollgate.Settler = (*Client)(nil)
 
 // New returns a Client reporting usage for domain on conn and starts its
 // stream. Close it to stop the stream.
-func New(conn grpc.ClientConnInterface, domain string, opts ...Option) (*Client, error) {
-	o := options{interval: defaultReportInterval, firstWait: defaultFirstAssignmentWait, idle: defaultIdleReports, maxBucket: defaultMaxBuckets, bucketID: RuleBucketID, clock: time.Now}
-	for _, opt := range opts {
-		opt(&o)
-	}
+func New(conn grpc.ClientConnInterface, domain string, opts Options) (*Client, error) {
 	switch {
 	case check.Nil(conn):
 		return nil, errors.New("rlqs: the connection is nil")
 	case domain == "":
 		return nil, errors.New("rlqs: the domain is empty")
-	case o.interval < 10*time.Millisecond:
-		return nil, fmt.Errorf("rlqs: report interval %s: want at least 10ms", o.interval)
-	case o.firstWait < 0:
-		return nil, fmt.Errorf("rlqs: first-assignment wait %s: want 0 or more", o.firstWait)
-	case o.idle < 1:
-		return nil, fmt.Errorf("rlqs: idle reports %d: want at least 1", o.idle)
-	case o.maxBucket < 1:
-		return nil, fmt.Errorf("rlqs: max buckets %d: want at least 1", o.maxBucket)
-	case o.bucketID == nil || o.clock == nil:
-		return nil, errors.New("rlqs: the bucket id function and the clock must not be nil")
+	}
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
 	}
 	local, err := store.NewMemory(store.WithClock(o.clock))
 	if err != nil {

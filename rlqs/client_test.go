@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/interceptor"
+	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/rlqs"
 	"github.com/tollgate/tollgate/rls"
 )
@@ -29,14 +31,14 @@ import (
 func TestInterceptorDecidesFromAssignment(t *testing.T) {
 	for name, st := range stores(t) {
 		t.Run(name, func(t *testing.T) {
-			conn := quotaServer(t, st(), rls.WithRebalanceInterval(100*time.Millisecond))
+			conn := quotaServer(t, st(), rls.QuotaOptions{RebalanceInterval: 100 * time.Millisecond})
 			var admitted, denied atomic.Int64
 			var wg sync.WaitGroup
 			for range 2 {
 				// The first call waits for its bucket's first assignment,
 				// however busy the machine (a generous first-assignment
 				// wait, where the default is 50ms).
-				c := newClient(t, conn, rlqs.WithReportInterval(100*time.Millisecond), rlqs.WithFirstAssignmentWait(5*time.Second))
+				c := newClient(t, conn, rlqs.Options{ReportInterval: 100 * time.Millisecond, FirstAssignmentWait: 5 * time.Second})
 				svc := replica(t, c, perTenant(interceptor.FailClosed))
 				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", "acme")
 				// Warm up: the first report subscribes. A replica joining
@@ -89,11 +91,11 @@ func TestInterceptorDecidesFromAssignment(t *testing.T) {
 // assignment expires and the rule's fail mode decides: FailClosed answers
 // UNAVAILABLE, FailOpen admits. The Client's error wraps ErrNoAssignment.
 func TestNoAssignmentIsTheFailMode(t *testing.T) {
-	conn := quotaServer(t, stores(t)["memory"](), rls.WithAssignmentReports(1), rls.WithReportInterval(time.Second))
+	conn := quotaServer(t, stores(t)["memory"](), rls.QuotaOptions{AssignmentReports: 1, ReportInterval: time.Second})
 	now := time.Now()
 	var offset atomic.Int64
 	clock := func() time.Time { return now.Add(time.Duration(offset.Load())) }
-	c := newClient(t, conn, rlqs.WithClock(clock))
+	c := newClient(t, conn, rlqs.Options{Clock: clock})
 	ctx := context.Background()
 	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
 	if d, err := c.Allow(ctx, req); err != nil || !d.Allowed {
@@ -118,7 +120,7 @@ func TestNoAssignmentIsTheFailMode(t *testing.T) {
 // TestAllowAllAllOrNothing: a set with a bucket assigned DENY_ALL is
 // refused whole, and its token-bucket requests are not debited.
 func TestAllowAllAllOrNothing(t *testing.T) {
-	c := newClient(t, quotaServer(t, stores(t)["memory"]()))
+	c := newClient(t, quotaServer(t, stores(t)["memory"](), rls.QuotaOptions{}), rlqs.Options{})
 	ctx := context.Background()
 	acme := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100), Cost: 10}
 	blocked := tollgate.Request{Key: "blocked\x00ck:acme", Limit: tollgate.PerSecond(100)}
@@ -139,7 +141,7 @@ func TestAllowAllAllOrNothing(t *testing.T) {
 // TestMaxBuckets: a key beyond the Client's most buckets is
 // ErrNoAssignment at once, and the keys it holds keep deciding.
 func TestMaxBuckets(t *testing.T) {
-	c := newClient(t, quotaServer(t, stores(t)["memory"]()), rlqs.WithMaxBuckets(2))
+	c := newClient(t, quotaServer(t, stores(t)["memory"](), rls.QuotaOptions{}), rlqs.Options{MaxBuckets: 2})
 	ctx := context.Background()
 	for _, k := range []string{"a", "b"} {
 		if _, err := c.Allow(ctx, tollgate.Request{Key: "per-tenant\x00ck:" + k, Limit: tollgate.PerSecond(100)}); err != nil {
@@ -154,19 +156,46 @@ func TestMaxBuckets(t *testing.T) {
 	}
 }
 
-// TestClientBadOptions: New refuses what it cannot run with.
+// TestClientBadOptions: New refuses what it cannot run with, and takes the
+// zero value and a negative FirstAssignmentWait (no wait).
 func TestClientBadOptions(t *testing.T) {
-	conn := quotaServer(t, stores(t)["memory"]())
-	for _, opts := range [][]rlqs.Option{{rlqs.WithReportInterval(time.Millisecond)}, {rlqs.WithIdleReports(0)}, {rlqs.WithBucketID(nil)}, {rlqs.WithMaxBuckets(0)}, {rlqs.WithFirstAssignmentWait(-1)}} {
-		if _, err := rlqs.New(conn, "services", opts...); err == nil {
-			t.Errorf("options %v: no error", opts)
+	conn := quotaServer(t, stores(t)["memory"](), rls.QuotaOptions{})
+	for name, opts := range map[string]rlqs.Options{
+		"report interval below 10ms": {ReportInterval: 9 * time.Millisecond},
+		"negative report interval":   {ReportInterval: -time.Second},
+		"negative idle reports":      {IdleReports: -1},
+		"negative max buckets":       {MaxBuckets: -1},
+	} {
+		if _, err := rlqs.New(conn, "services", opts); err == nil {
+			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := rlqs.New(conn, ""); err == nil {
+	if _, err := rlqs.New(conn, "", rlqs.Options{}); err == nil {
 		t.Error("an empty domain: no error")
 	}
-	if _, err := rlqs.New((*grpc.ClientConn)(nil), "services"); err == nil {
+	if _, err := rlqs.New((*grpc.ClientConn)(nil), "services", rlqs.Options{}); err == nil {
 		t.Error("a typed nil connection: no error")
+	}
+	for name, opts := range map[string]rlqs.Options{
+		"zero value":  {},
+		"no wait":     {FirstAssignmentWait: -1},
+		"every field": {ReportInterval: 10 * time.Millisecond, FirstAssignmentWait: time.Second, MaxBuckets: 1, IdleReports: 1, BucketID: rlqs.RuleBucketID, Clock: time.Now},
+	} {
+		t.Run(name, func(t *testing.T) { newClient(t, conn, opts) }) // fails on an error
+	}
+}
+
+// TestNoFirstAssignmentWait: with a negative FirstAssignmentWait a decision
+// on a new bucket does not wait for an assignment that never comes: it is
+// ErrNoAssignment at once, under a context without a deadline.
+func TestNoFirstAssignmentWait(t *testing.T) {
+	silent := grpctest.Serve(t, func(s *grpc.Server) {
+		rlqspb.RegisterRateLimitQuotaServiceServer(s, rlqspb.UnimplementedRateLimitQuotaServiceServer{})
+	}, nil)
+	c := newClient(t, silent, rlqs.Options{FirstAssignmentWait: -1})
+	_, err := c.Allow(context.Background(), tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)})
+	if !errors.Is(err, rlqs.ErrNoAssignment) {
+		t.Fatalf("a new bucket, no wait: %v, want ErrNoAssignment", err)
 	}
 }
 
@@ -174,7 +203,7 @@ func TestClientBadOptions(t *testing.T) {
 // tollgate.ErrInvalidRequest, as every store refuses it; a set whose
 // lengths disagree panicked.
 func TestSettleValidation(t *testing.T) {
-	c := newClient(t, quotaServer(t, newMemory(t)), rlqs.WithFirstAssignmentWait(5*time.Second))
+	c := newClient(t, quotaServer(t, newMemory(t), rls.QuotaOptions{}), rlqs.Options{FirstAssignmentWait: 5 * time.Second})
 	ctx := context.Background()
 	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
 	d, err := c.Allow(ctx, req)

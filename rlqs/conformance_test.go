@@ -30,8 +30,8 @@ const byAssignment = "rlqs.Client decides by the assignment tollgate-rls sends f
 // is skipped, each case with the reason.
 func TestConformance(t *testing.T) {
 	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
-	conn := quotaServerOf(t, newMemory(t, store.WithClock(clock.Now)), conformanceConfig, rls.WithClock(clock.Now))
-	c := newClient(t, conn, rlqs.WithClock(clock.Now), rlqs.WithFirstAssignmentWait(5*time.Second))
+	conn := quotaServerOf(t, newMemory(t, store.WithClock(clock.Now)), conformanceConfig, rls.QuotaOptions{Clock: clock.Now})
+	c := newClient(t, conn, rlqs.Options{Clock: clock.Now, FirstAssignmentWait: 5 * time.Second})
 	skip := map[string]string{}
 	for _, name := range []string{
 		"validation", "key_isolation", "empty_key",

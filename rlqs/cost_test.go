@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/rlqs"
+	"github.com/tollgate/tollgate/rls"
 	"github.com/tollgate/tollgate/store"
 )
 
@@ -78,8 +79,8 @@ func TestRedisCallsIndependentOfCallRate(t *testing.T) {
 // callsAtTwoRates measures the scripts Redis runs (countScripts) for one
 // Client's decisions at two rates, its quota server on st.
 func callsAtTwoRates(t *testing.T, st tollgate.Store, countScripts func() int64) {
-	conn := quotaServer(t, st)
-	c := newClient(t, conn, rlqs.WithReportInterval(100*time.Millisecond))
+	conn := quotaServer(t, st, rls.QuotaOptions{})
+	c := newClient(t, conn, rlqs.Options{ReportInterval: 100 * time.Millisecond})
 	req := tollgate.Request{Key: "per-tenant\x00ck:acme", Limit: tollgate.PerSecond(100)}
 	ctx := context.Background()
 	if _, err := c.Allow(ctx, req); err != nil {

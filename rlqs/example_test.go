@@ -30,7 +30,7 @@ descriptors:
 `)})
 	st, _ := store.NewMemory()
 	srv, _ := rls.NewServer(st, rls.Options{Config: cfg})
-	quota, _ := rls.NewQuotaServer(srv)
+	quota, _ := rls.NewQuotaServer(srv, rls.QuotaOptions{})
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
 	rlqspb.RegisterRateLimitQuotaServiceServer(gs, quota)
@@ -40,7 +40,7 @@ descriptors:
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	defer conn.Close()
 
-	c, err := rlqs.New(conn, "services")
+	c, err := rlqs.New(conn, "services", rlqs.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -40,13 +40,13 @@ descriptors:
 
 // quotaServer serves tollgate-rls's quota service over st and returns a
 // connection to it.
-func quotaServer(t testing.TB, st tollgate.Store, opts ...rls.QuotaOption) *grpc.ClientConn {
+func quotaServer(t testing.TB, st tollgate.Store, opts rls.QuotaOptions) *grpc.ClientConn {
 	t.Helper()
-	return quotaServerOf(t, st, quotaConfig, opts...)
+	return quotaServerOf(t, st, quotaConfig, opts)
 }
 
 // quotaServerOf is quotaServer with the configuration config.
-func quotaServerOf(t testing.TB, st tollgate.Store, config string, opts ...rls.QuotaOption) *grpc.ClientConn {
+func quotaServerOf(t testing.TB, st tollgate.Store, config string, opts rls.QuotaOptions) *grpc.ClientConn {
 	t.Helper()
 	cfg, err := rls.ParseConfig(rls.File{Name: "services.yaml", Data: []byte(config)})
 	if err != nil {
@@ -56,7 +56,7 @@ func quotaServerOf(t testing.TB, st tollgate.Store, config string, opts ...rls.Q
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := rls.NewQuotaServer(srv, opts...)
+	q, err := rls.NewQuotaServer(srv, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +64,9 @@ func quotaServerOf(t testing.TB, st tollgate.Store, config string, opts ...rls.Q
 }
 
 // newClient returns a Client on conn, closed when the test ends.
-func newClient(t testing.TB, conn grpc.ClientConnInterface, opts ...rlqs.Option) *rlqs.Client {
+func newClient(t testing.TB, conn grpc.ClientConnInterface, opts rlqs.Options) *rlqs.Client {
 	t.Helper()
-	c, err := rlqs.New(conn, "services", opts...)
+	c, err := rlqs.New(conn, "services", opts)
 	if err != nil {
 		t.Fatal(err)
 	}

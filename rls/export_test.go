@@ -48,8 +48,16 @@ func (r *Rebalancer) AwaitStreams(t testing.TB, n int) {
 	}
 }
 
+// QuotaHook changes what QuotaOptions does not say of a quota server.
+type QuotaHook = func(*quotaOptions)
+
+// NewQuotaServerHooked is NewQuotaServer with hooks applied after opts.
+func NewQuotaServerHooked(s *Server, opts QuotaOptions, hooks ...QuotaHook) (*QuotaServer, error) {
+	return newQuotaServer(s, opts, hooks...)
+}
+
 // WithRebalancer makes r tick the quota server's streams.
-func WithRebalancer(r *Rebalancer) QuotaOption {
+func WithRebalancer(r *Rebalancer) QuotaHook {
 	return func(o *quotaOptions) {
 		o.rebalance = time.Second
 		o.newTicker = func(time.Duration) (<-chan time.Time, func()) {
@@ -97,6 +105,6 @@ func (r *Rebalancer) Tick() {
 // WithIdleFills sets how many fills of the limit the data planes whose
 // last report refused nothing hold as burst between them (0: none, every
 // bucket's max_tokens is its share).
-func WithIdleFills(f float64) QuotaOption {
+func WithIdleFills(f float64) QuotaHook {
 	return func(o *quotaOptions) { o.idleFills = f }
 }

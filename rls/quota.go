@@ -56,7 +56,13 @@ var _ rlqspb.RateLimitQuotaServiceServer = (*QuotaServer)(nil)
 // NewQuotaServer returns the quota service of s: its configuration (and
 // SetConfig's changes), store, store policy, fail mode and telemetry.
 // s's store must be a tollgate.ShareStore.
-func NewQuotaServer(s *Server, opts ...QuotaOption) (*QuotaServer, error) {
+func NewQuotaServer(s *Server, opts QuotaOptions) (*QuotaServer, error) {
+	return newQuotaServer(s, opts)
+}
+
+// newQuotaServer is NewQuotaServer; tests give hooks that change what
+// QuotaOptions does not say.
+func newQuotaServer(s *Server, opts QuotaOptions, hooks ...func(*quotaOptions)) (*QuotaServer, error) {
 	if s == nil {
 		return nil, errors.New("rls: the server is nil")
 	}
@@ -64,19 +70,12 @@ func NewQuotaServer(s *Server, opts ...QuotaOption) (*QuotaServer, error) {
 	if !ok {
 		return nil, fmt.Errorf("rls: the store (%T) cannot share a limit: it is not a tollgate.ShareStore", s.store)
 	}
-	o := defaultQuotaOptions()
-	for _, opt := range opts {
-		opt(&o)
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case o.reportInterval < time.Second:
-		return nil, fmt.Errorf("rls: report interval %s: want at least 1s", o.reportInterval)
-	case o.reports < 1:
-		return nil, fmt.Errorf("rls: assignment reports %d: want at least 1", o.reports)
-	case o.rebalance < 0:
-		return nil, fmt.Errorf("rls: rebalance interval %s: want 0 (off) or more", o.rebalance)
-	case o.clock == nil:
-		return nil, errors.New("rls: the quota clock is nil")
+	for _, h := range hooks {
+		h(&o)
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])

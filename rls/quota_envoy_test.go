@@ -74,7 +74,7 @@ func TestQuotaEnvoyLikeDataPlanes(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/%s/fills=%g", b.name, sc.name, f), func(t *testing.T) {
 					clock := fakeclock.New(quotaStart)
 					reb := &rls.Rebalancer{}
-					clients := quotaReplicas(t, b.stores(t, 2, clock), rls.WithClock(clock.Now), rls.WithRebalancer(reb), rls.WithIdleFills(f))
+					clients := quotaReplicas(t, b.stores(t, 2, clock), rls.QuotaOptions{Clock: clock.Now}, rls.WithRebalancer(reb), rls.WithIdleFills(f))
 					s := &sim{clock: clock}
 					for i := range 4 {
 						s.planes = append(s.planes, newPlane(t, clients[i%2], "edge", map[string]string{"api": fmt.Sprintf("envoy-%s-%g", sc.name, f)}, sc.demand(0, i)))

@@ -39,7 +39,7 @@ func TestQuotaStoreUnanswering(t *testing.T) {
 				t.Fatal(err)
 			}
 			clock := fakeclock.New(quotaStart)
-			q, err := rls.NewQuotaServer(s, rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))
+			q, err := rls.NewQuotaServer(s, rls.QuotaOptions{Clock: clock.Now, RebalanceInterval: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

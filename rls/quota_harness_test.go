@@ -106,7 +106,7 @@ func quotaBackends(t *testing.T) []quotaBackend {
 
 // quotaReplicas serves the quota service of one tollgate-rls replica per
 // store, each on its own bufconn listener, and returns their clients.
-func quotaReplicas(t *testing.T, stores []tollgate.Store, opts ...rls.QuotaOption) []rlqspb.RateLimitQuotaServiceClient {
+func quotaReplicas(t *testing.T, stores []tollgate.Store, opts rls.QuotaOptions, hooks ...rls.QuotaHook) []rlqspb.RateLimitQuotaServiceClient {
 	t.Helper()
 	cfg, err := rls.ParseConfig(rls.File{Name: "edge.yaml", Data: []byte(quotaConfig)})
 	if err != nil {
@@ -118,7 +118,7 @@ func quotaReplicas(t *testing.T, stores []tollgate.Store, opts ...rls.QuotaOptio
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := rls.NewQuotaServer(srv, opts...)
+		q, err := rls.NewQuotaServerHooked(srv, opts, hooks...)
 		if err != nil {
 			t.Fatal(err)
 		}

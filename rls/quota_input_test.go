@@ -68,7 +68,7 @@ func TestQuotaReadsBucketsAsDescriptors(t *testing.T) {
 	for _, b := range quotaBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := fakeclock.New(quotaStart)
-			c := quotaReplicas(t, b.stores(t, 1, clock), rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))[0]
+			c := quotaReplicas(t, b.stores(t, 1, clock), rls.QuotaOptions{Clock: clock.Now, RebalanceInterval: -1})[0]
 			allow := typev3.RateLimitStrategy_ALLOW_ALL
 			deny := typev3.RateLimitStrategy_DENY_ALL
 			cases := []struct {
@@ -116,7 +116,7 @@ func TestQuotaReadsBucketsAsDescriptors(t *testing.T) {
 // stream stops reporting is abandoned once its time to live has passed.
 func TestQuotaAssignmentLifecycle(t *testing.T) {
 	clock := fakeclock.New(quotaStart)
-	c := quotaReplicas(t, quotaBackends(t)[0].stores(t, 1, clock), rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))[0]
+	c := quotaReplicas(t, quotaBackends(t)[0].stores(t, 1, clock), rls.QuotaOptions{Clock: clock.Now, RebalanceInterval: -1})[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := c.StreamRateLimitQuotas(ctx)
@@ -196,7 +196,7 @@ func TestQuotaBadInput(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := fakeclock.New(quotaStart)
 			reb := &rls.Rebalancer{} // never ticked: it tells when a stream runs
-			c := quotaReplicas(t, b.stores(t, 1, clock), rls.WithClock(clock.Now), rls.WithRebalancer(reb))[0]
+			c := quotaReplicas(t, b.stores(t, 1, clock), rls.QuotaOptions{Clock: clock.Now}, rls.WithRebalancer(reb))[0]
 			for _, tc := range bad {
 				_, err := exchange(t, c, tc.reports...)
 				if status.Code(err) != codes.InvalidArgument {
@@ -235,7 +235,7 @@ func TestQuotaTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := rls.NewQuotaServer(srv, rls.WithRebalanceInterval(0))
+	q, err := rls.NewQuotaServer(srv, rls.QuotaOptions{RebalanceInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

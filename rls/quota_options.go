@@ -1,10 +1,12 @@
 package rls
 
 import (
+	"cmp"
+	"fmt"
 	"time"
 )
 
-// Defaults of the quota service (see QuotaOption).
+// Defaults of the quota service (see QuotaOptions).
 const (
 	// defaultReportInterval is the report interval assumed for a bucket
 	// whose reports have not said theirs yet: Envoy's rate_limit_quota
@@ -28,13 +30,35 @@ const (
 	maxTimeElapsed = 24 * time.Hour
 )
 
-// QuotaOption configures a QuotaServer.
-type QuotaOption func(*quotaOptions)
+// QuotaOptions configures a QuotaServer. The zero value is every default:
+// Envoy's 5s report interval until a bucket's reports say theirs,
+// assignments that live 3 report intervals, a rebalance every second, and
+// time.Now.
+type QuotaOptions struct {
+	// ReportInterval is the report interval assumed for a bucket until its
+	// reports say theirs (time_elapsed); 0 means 5s, Envoy's. At least 1s.
+	ReportInterval time.Duration
+	// AssignmentReports is how many report intervals an assignment lives
+	// without another report (rounded up to whole seconds, as Envoy reads
+	// it); 0 means 3. A data plane that stops reporting keeps its share in
+	// the store as long.
+	AssignmentReports int
+	// RebalanceInterval is how often each stream's assignments are
+	// computed again between reports, so that a data plane's share follows
+	// the others' reports without waiting for its own; 0 means 1s, and a
+	// negative RebalanceInterval turns it off (assignments are computed
+	// at reports only).
+	RebalanceInterval time.Duration
+	// Clock is the clock the quota service tells a silent bucket by (nil:
+	// time.Now), as engine.Config.Clock is a Limiter's. Shares expire by
+	// the store's clock.
+	Clock func() time.Time
+}
 
 type quotaOptions struct {
 	reportInterval time.Duration
 	reports        int
-	rebalance      time.Duration
+	rebalance      time.Duration // 0: off
 	clock          func() time.Time
 	// idleFills is how many fills of the limit the data planes whose
 	// last report refused nothing hold as burst between them (split
@@ -45,48 +69,29 @@ type quotaOptions struct {
 	newTicker func(time.Duration) (<-chan time.Time, func())
 }
 
-func defaultQuotaOptions() quotaOptions {
-	return quotaOptions{
-		reportInterval: defaultReportInterval,
-		reports:        defaultAssignmentReports,
-		rebalance:      defaultRebalanceInterval,
-		clock:          time.Now,
+// resolve checks o and gives every zero field its default.
+func (o QuotaOptions) resolve() (quotaOptions, error) {
+	switch {
+	case o.ReportInterval != 0 && o.ReportInterval < time.Second:
+		return quotaOptions{}, fmt.Errorf("rls: report interval %s: want at least 1s (0: the default, 5s)", o.ReportInterval)
+	case o.AssignmentReports < 0:
+		return quotaOptions{}, fmt.Errorf("rls: assignment reports %d: want at least 1 (0: the default, 3)", o.AssignmentReports)
+	}
+	r := quotaOptions{
+		reportInterval: cmp.Or(o.ReportInterval, defaultReportInterval),
+		reports:        cmp.Or(o.AssignmentReports, defaultAssignmentReports),
+		rebalance:      max(0, cmp.Or(o.RebalanceInterval, defaultRebalanceInterval)),
+		clock:          o.Clock,
 		idleFills:      1,
 		newTicker: func(d time.Duration) (<-chan time.Time, func()) {
 			t := time.NewTicker(d)
 			return t.C, t.Stop
 		},
 	}
-}
-
-// WithReportInterval sets the report interval assumed for a bucket until
-// its reports say theirs (time_elapsed); the default is
-// 5s, Envoy's.
-func WithReportInterval(d time.Duration) QuotaOption {
-	return func(o *quotaOptions) { o.reportInterval = d }
-}
-
-// WithAssignmentReports sets how many report intervals an assignment
-// lives without another report (rounded up to whole seconds, as Envoy
-// reads it); the default is 3. A data plane that
-// stops reporting keeps its share in the store as long.
-func WithAssignmentReports(n int) QuotaOption {
-	return func(o *quotaOptions) { o.reports = n }
-}
-
-// WithRebalanceInterval sets how often each stream's assignments are
-// computed again between reports, so that a data plane's share follows
-// the others' reports without waiting for its own; 0 turns it off. The
-// default is 1s.
-func WithRebalanceInterval(d time.Duration) QuotaOption {
-	return func(o *quotaOptions) { o.rebalance = d }
-}
-
-// WithClock sets the clock the quota service tells a silent bucket by
-// (default time.Now), as interceptor.WithClock does for a Limiter. Shares
-// expire by the store's clock.
-func WithClock(now func() time.Time) QuotaOption {
-	return func(o *quotaOptions) { o.clock = now }
+	if r.clock == nil {
+		r.clock = time.Now
+	}
+	return r, nil
 }
 
 // idleBurst is the burst beyond its share that a data plane whose last

@@ -22,7 +22,7 @@ func TestQuotaFairShares(t *testing.T) {
 	for _, b := range quotaBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := fakeclock.New(quotaStart)
-			clients := quotaReplicas(t, b.stores(t, 2, clock), rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))
+			clients := quotaReplicas(t, b.stores(t, 2, clock), rls.QuotaOptions{Clock: clock.Now, RebalanceInterval: -1})
 			s := &sim{clock: clock}
 			for i, d := range []float64{10, 50, 200, 1000} {
 				s.planes = append(s.planes, newPlane(t, clients[i%2], "edge", map[string]string{"api": "search"}, d))
@@ -89,7 +89,7 @@ func TestQuotaIdleBurst(t *testing.T) {
 	for _, b := range quotaBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			clock := fakeclock.New(quotaStart)
-			clients := quotaReplicas(t, b.stores(t, 2, clock), rls.WithClock(clock.Now), rls.WithRebalanceInterval(0))
+			clients := quotaReplicas(t, b.stores(t, 2, clock), rls.QuotaOptions{Clock: clock.Now, RebalanceInterval: -1})
 			s := &sim{clock: clock}
 			for i, d := range []float64{10, 1000} {
 				s.planes = append(s.planes, newPlane(t, clients[i%2], "edge", map[string]string{"api": "burst"}, d))

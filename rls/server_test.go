@@ -385,8 +385,36 @@ func TestNewServerRejectsBadOptions(t *testing.T) {
 	if _, err := rls.NewServer((*store.Memory)(nil), rls.Options{}); err == nil {
 		t.Error("typed nil store: no error")
 	}
-	if _, err := rls.NewQuotaServer(nil); err == nil {
+	if _, err := rls.NewQuotaServer(nil, rls.QuotaOptions{}); err == nil {
 		t.Error("nil server: no error")
+	}
+}
+
+// TestNewQuotaServerRejectsBadOptions: a QuotaOptions the quota service
+// cannot run with is an error at construction; the zero value and a
+// negative RebalanceInterval (off) are not.
+func TestNewQuotaServerRejectsBadOptions(t *testing.T) {
+	srv, err := rls.NewServer(newMemory(t), rls.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string]rls.QuotaOptions{
+		"report interval below 1s":    {ReportInterval: 999 * time.Millisecond},
+		"negative report interval":    {ReportInterval: -time.Second},
+		"negative assignment reports": {AssignmentReports: -1},
+	} {
+		if _, err := rls.NewQuotaServer(srv, opts); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	for name, opts := range map[string]rls.QuotaOptions{
+		"zero value":    {},
+		"rebalance off": {RebalanceInterval: -1},
+		"every field":   {ReportInterval: time.Second, AssignmentReports: 1, RebalanceInterval: time.Millisecond, Clock: time.Now},
+	} {
+		if _, err := rls.NewQuotaServer(srv, opts); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
 

@@ -98,6 +98,12 @@ func parseFlags(args []string, getenv func(string) string, errOut io.Writer) (co
 	if c.storeTimeout <= 0 { // rls.Options reads 0 as its default
 		return config{}, fmt.Errorf("-store-timeout must be > 0, got %s", c.storeTimeout)
 	}
+	if c.quotaReports < 1 { // rls.QuotaOptions reads 0 as its default
+		return config{}, fmt.Errorf("-quota-assignment-reports must be at least 1, got %d", c.quotaReports)
+	}
+	if c.quotaRebalance < 0 { // 0 is off here; rls.QuotaOptions says off with a negative interval
+		return config{}, fmt.Errorf("-quota-rebalance must be 0 (off) or more, got %s", c.quotaRebalance)
+	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	env, err := readEnv(getenv)

@@ -230,7 +230,11 @@ func serve(ctx context.Context, cfg config, lis net.Listener, hup chan os.Signal
 	}
 	gs := grpc.NewServer(serverOpts...)
 	pb.RegisterRateLimitServiceServer(gs, &gate{srv: srv, loaded: &loads.any})
-	quota, err := rls.NewQuotaServer(srv, rls.WithAssignmentReports(cfg.quotaReports), rls.WithRebalanceInterval(cfg.quotaRebalance))
+	rebalance := cfg.quotaRebalance
+	if rebalance == 0 {
+		rebalance = -1 // -quota-rebalance 0: only at reports
+	}
+	quota, err := rls.NewQuotaServer(srv, rls.QuotaOptions{AssignmentReports: cfg.quotaReports, RebalanceInterval: rebalance})
 	if err != nil {
 		return err
 	}

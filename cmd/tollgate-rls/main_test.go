@@ -222,15 +222,17 @@ func TestParseFlags(t *testing.T) {
 		args []string
 		env  map[string]string
 	}{
-		"bad config type":   {nil, map[string]string{"CONFIG_TYPE": "CONSUL"}},
-		"bad bool":          {nil, map[string]string{"SHADOW_MODE": "maybe"}},
-		"memcache":          {nil, map[string]string{"BACKEND_TYPE": "memcache"}},
-		"tls without cert":  {nil, map[string]string{"GRPC_SERVER_USE_TLS": "true"}},
-		"sentinel one node": {nil, map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster"}},
-		"bad fail mode":     {[]string{"-config", "d", "-fail-mode", "maybe"}, nil},
-		"two stores":        {[]string{"-config", "d"}, map[string]string{envRedisURL: "redis://x", envRedisClusterAddrs: "a:1"}},
-		"sentinel nameless": {[]string{"-config", "d"}, map[string]string{envRedisSentinelAddrs: "a:1"}},
-		"extra args":        {[]string{"-config", "d", "x"}, nil},
+		"bad config type":       {nil, map[string]string{"CONFIG_TYPE": "CONSUL"}},
+		"bad bool":              {nil, map[string]string{"SHADOW_MODE": "maybe"}},
+		"memcache":              {nil, map[string]string{"BACKEND_TYPE": "memcache"}},
+		"tls without cert":      {nil, map[string]string{"GRPC_SERVER_USE_TLS": "true"}},
+		"sentinel one node":     {nil, map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster"}},
+		"bad fail mode":         {[]string{"-config", "d", "-fail-mode", "maybe"}, nil},
+		"two stores":            {[]string{"-config", "d"}, map[string]string{envRedisURL: "redis://x", envRedisClusterAddrs: "a:1"}},
+		"sentinel nameless":     {[]string{"-config", "d"}, map[string]string{envRedisSentinelAddrs: "a:1"}},
+		"extra args":            {[]string{"-config", "d", "x"}, nil},
+		"no assignment reports": {[]string{"-config", "d", "-quota-assignment-reports", "0"}, nil},
+		"negative rebalance":    {[]string{"-config", "d", "-quota-rebalance", "-1s"}, nil},
 	} {
 		if _, err := parseFlags(c.args, env(c.env), io.Discard); err == nil {
 			t.Errorf("%s: no error", name)
