@@ -111,6 +111,104 @@ func TestRedisWatchOverrides(t *testing.T) {
 	})
 }
 
+// A watch established on a Cluster hears every change even while the
+// cluster bus is down: each change is announced on the node the watch
+// subscribes on, the primary of the channel's slot, which delivers it
+// itself. Before each change every node drops its bus links to the others
+// (DEBUG CLUSTERLINK KILL TO); a PUBLISH sent to another node, to be
+// handed on over the bus, was lost then (with no link to send it on; on
+// Valkey 8.0 also on a link re-made and not yet established both ways, as
+// on a Cluster just started or on a busy machine), so that a watch missed
+// about two changes in three.
+func TestRedisWatchOverridesBusDown(t *testing.T) {
+	cl := redistest.NewClusterTimeout(t, 0, 5*time.Second)
+	ctx := context.Background()
+	ids := map[string]string{} // by address
+	for _, n := range cl.Nodes {
+		id, err := n.Client(t).ClusterMyID(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[n.Addr()] = id
+	}
+	cutBus := func() {
+		for _, n := range cl.Nodes {
+			c := n.Client(t)
+			// Every link up first: Redis 7.0 crashes killing a link that
+			// is not there.
+			redistest.Eventually(t, 5*time.Second, func() error {
+				to, err := linksTo(ctx, c)
+				if err != nil {
+					return err
+				}
+				for addr, id := range ids {
+					if addr != n.Addr() && !to[id] {
+						return fmt.Errorf("%s has no bus link to %s yet", n.Addr(), addr)
+					}
+				}
+				return nil
+			})
+			for addr, id := range ids {
+				if addr == n.Addr() {
+					continue
+				}
+				if err := c.Do(ctx, "DEBUG", "CLUSTERLINK", "KILL", "TO", id).Err(); err != nil {
+					t.Fatalf("DEBUG CLUSTERLINK KILL on %s: %v", n.Addr(), err)
+				}
+			}
+		}
+	}
+	prefix := redistest.KeyPrefix(t)
+	a, b := newRedis(t, cl.Client(t), WithPrefix(prefix)), newRedis(t, cl.Client(t), WithPrefix(prefix))
+	var heard announcements
+	stop := b.WatchOverrides(heard.heard)
+	defer stop()
+	heard.await(t, 1, 5*time.Second) // the subscription
+	for i := range int64(6) {
+		cutBus()
+		if err := a.SetOverride(ctx, "g", tollgate.Override{Key: fmt.Sprint("k", i), Limits: []tollgate.Limit{tollgate.PerHour(1 + i)}}, 0); err != nil {
+			t.Fatal(err)
+		}
+		// Within 2s (a round trip when heard; never when lost), with room
+		// for a busy machine.
+		heard.await(t, 2+i, 2*time.Second)
+	}
+}
+
+// linksTo returns the Cluster nodes (by id) c's server has an outgoing
+// bus link to (CLUSTER LINKS).
+func linksTo(ctx context.Context, c *redis.Client) (map[string]bool, error) {
+	links, err := c.Do(ctx, "CLUSTER", "LINKS").Slice()
+	if err != nil {
+		return nil, err
+	}
+	to := map[string]bool{}
+	for _, l := range links {
+		var fields []any
+		switch l := l.(type) {
+		case []any:
+			fields = l
+		case map[any]any: // RESP3
+			for k, v := range l {
+				fields = append(fields, k, v)
+			}
+		}
+		var dir, node string
+		for i := 0; i+1 < len(fields); i += 2 {
+			switch fields[i] {
+			case "direction":
+				dir, _ = fields[i+1].(string)
+			case "node":
+				node, _ = fields[i+1].(string)
+			}
+		}
+		if dir == "to" {
+			to[node] = true
+		}
+	}
+	return to, nil
+}
+
 // A Memory store's watch is called after each change, in the goroutine
 // that made it; stop ends it.
 func TestMemoryWatchOverrides(t *testing.T) {

@@ -79,6 +79,9 @@ type ledger struct {
 	admitted, drained, unknown []atomic.Int64
 	mu                         sync.Mutex
 	events                     []loadEvent
+	// hold keeps the callers out while planHeld drains the identities:
+	// each call holds it for reading, planHeld for writing.
+	hold sync.RWMutex
 }
 
 func startLedger(st *Redis, identities int, op ledgerOp) *ledger {
@@ -97,7 +100,9 @@ func startLedger(st *Redis, identities int, op ledgerOp) *ledger {
 				}
 				id := i % len(l.ids)
 				ctx, cancel := context.WithTimeout(context.Background(), failoverCallTimeout)
+				l.hold.RLock()
 				units, unknown, err := op(ctx, st, l.ids[id])
+				l.hold.RUnlock()
 				cancel()
 				l.admitted[id].Add(units)
 				l.unknown[id].Add(unknown)
@@ -130,7 +135,9 @@ func (l *ledger) report() failoverReport {
 // after another d of load (the rate measured over the load since from):
 // the failover the test makes then meets quotas nearly used up. The units
 // are debited with Overdraw, before anything fails, and counted as the
-// identity's.
+// identity's. The load goes on while it drains: on a busy machine the drain
+// takes a second or more, which the horizons of the tests that plan with it
+// count on (see planHeld).
 func (l *ledger) plan(t *testing.T, from rateMark, d time.Duration) {
 	t.Helper()
 	rate := float64(l.units()-from.units) / float64(len(l.ids)) / time.Since(from.at).Seconds() // units per identity per second
@@ -150,18 +157,34 @@ func (l *ledger) plan(t *testing.T, from rateMark, d time.Duration) {
 	t.Logf("about %.0f units per identity per second: each identity drained to %d units, to be nearly used up in %s", rate, ahead, d)
 }
 
+// planHeld is plan with the callers waiting while it drains, so that d
+// counts from its return for every identity: for a horizon shorter than
+// the drain takes on a busy machine (1-1.7s beside the load), where the
+// identities drained first would be used up before the failover, no
+// decision would meet it, and the test would prove nothing.
+func (l *ledger) planHeld(t *testing.T, from rateMark, d time.Duration) {
+	t.Helper()
+	l.hold.Lock()
+	defer l.hold.Unlock()
+	l.plan(t, from, d)
+}
+
 // awaitUsedUp waits, for at most timeout, until the callers were told
 // that most identities' quotas are used up.
 func (l *ledger) awaitUsedUp(timeout time.Duration) {
-	redistest.Await(timeout, func() bool {
-		n := 0
-		for i := range l.ids {
-			if l.admitted[i].Load()+l.drained[i].Load() >= ledgerLimit.Burst {
-				n++
-			}
+	redistest.Await(timeout, func() bool { return l.usedUp() >= len(l.ids)*9/10 })
+}
+
+// usedUp counts the identities the callers were told have used up their
+// quotas.
+func (l *ledger) usedUp() int {
+	n := 0
+	for i := range l.ids {
+		if l.admitted[i].Load()+l.drained[i].Load() >= ledgerLimit.Burst {
+			n++
 		}
-		return n >= len(l.ids)*9/10
-	})
+	}
+	return n
 }
 
 // ledgerWarmUp is how many calls the load makes before a test plans its
@@ -529,7 +552,8 @@ func TestFailoverDemotedPrimaryLeftAtOnce(t *testing.T) {
 	st := newRedis(t, c, WithPrefix(redistest.KeyPrefix(t)))
 
 	l := startLedger(st, ledgerIdentities, decideOne)
-	l.plan(t, l.warmUp(t), 100*time.Millisecond)
+	l.planHeld(t, l.warmUp(t), 100*time.Millisecond)
+	usedUp := l.usedUp() // none, unless the callers outran the plan
 	rc, oc := replica.Client(t), old.Client(t)
 	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
@@ -550,7 +574,8 @@ func TestFailoverDemotedPrimaryLeftAtOnce(t *testing.T) {
 	readonly := old.ErrorCount(t, "READONLY")
 	s := st.Stats()
 	t.Logf("%d calls (%.0f/s) on %d identities by %d callers, %d errors: %v", r.decisions, r.rate(), len(l.ids), ledgerCallers, r.errors, r.kinds)
-	t.Logf("the demoted primary answered READONLY %d times; every identity served again %s after the switch", readonly, served.Sub(switched).Round(time.Millisecond))
+	t.Logf("%d of %d identities used up at the switch; the demoted primary answered READONLY %d times; every identity served again %s after the switch",
+		usedUp, len(l.ids), readonly, served.Sub(switched).Round(time.Millisecond))
 	t.Logf("%v; journal: %d primary changes, %d writes restored (%d units), %d held", f, s.PrimaryChanges, s.Restored, s.RestoredUnits, s.Held)
 	if s.PrimaryChanges == 0 {
 		t.Fatal("the store never met its new primary: the test proves nothing")

@@ -53,26 +53,37 @@ func (r *Redis) SetOverride(ctx context.Context, scope string, o tollgate.Overri
 // message to the store's watchers, in that order: a replica that hears the
 // message reads the new version, and one that reads the new version finds
 // the override. One pipeline keeps that order on one node; a Cluster's
-// pipeline sends each node's commands at once, so there each step waits for
-// the one before.
+// pipeline sends each node's commands at once, so there the override is
+// written first, and the version and the message follow on their own node
+// (announce).
 func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
-	if r.cluster == nil {
-		pipe := r.client.Pipeline()
-		write(pipe)
-		pipe.Incr(ctx, r.keys.overrideVersion())
-		pipe.Publish(ctx, r.keys.overrideChannel(), "1")
-		_, err := pipe.Exec(ctx)
-		return err
-	}
 	pipe := r.client.Pipeline()
 	write(pipe)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return err
+	if r.cluster != nil {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+		pipe = r.client.Pipeline()
 	}
-	if err := r.client.Incr(ctx, r.keys.overrideVersion()).Err(); err != nil {
-		return err
-	}
-	return r.client.Publish(ctx, r.keys.overrideChannel(), "1").Err()
+	r.announce(ctx, pipe)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// announce adds to pipe the INCR of the version and the PUBLISH of the
+// change, in that order, both sent on a Cluster to the primary of the {!ov}
+// slot: the node a watch subscribes on (go-redis subscribes to a channel
+// on its slot's primary), which delivers the message to its subscribers
+// itself. go-redis would send a PUBLISH, which names no key, to any node,
+// which hands it to the others over the cluster bus: Valkey 8.0 loses a
+// message sent on a bus link not yet established both ways (a node
+// restarted or met again, a link re-made on a busy machine), so a watch
+// that was subscribed missed the change (TestRedisWatchOverridesBusDown).
+func (r *Redis) announce(ctx context.Context, pipe redis.Pipeliner) {
+	pipe.Incr(ctx, r.keys.overrideVersion())
+	msg := redis.NewIntCmd(ctx, "publish", r.keys.overrideChannel(), "1")
+	msg.SetFirstKeyPos(1) // routed by the channel's slot, {!ov}
+	_ = pipe.Process(ctx, msg)
 }
 
 // DeleteOverride removes key's override from scope.

@@ -14,14 +14,13 @@ import (
 //
 //	<prefix>{!ov}:changed
 //
-// in the same pipeline that writes it, after the version. A subscriber
-// reads the overrides again when a message arrives, and when its
-// subscription is (re)established, since messages published while it was
-// away are lost. On a Cluster, PUBLISH reaches every node over the cluster
-// bus, so the subscriber's node (the channel's slot's primary, as go-redis
-// picks it) hears changes published through any node; on Sentinel the
-// subscription follows the primary after a failover, and what was published
-// in between is covered by the resubscription.
+// after the version (see announce). A subscriber reads the overrides again
+// when a message arrives, and when its subscription is (re)established,
+// since messages published while it was away are lost. On a Cluster the
+// change is published on the channel's slot's primary, where go-redis
+// subscribes, which delivers it without the cluster bus; on Sentinel the
+// subscription follows the primary after a failover, and what was
+// published in between is covered by the resubscription.
 
 // watchPing is how long a subscription may stay silent before the watcher
 // pings it, so that a dead connection is noticed and replaced.
