@@ -138,7 +138,7 @@ func TestFailoverReplicaAttachedLater(t *testing.T) {
 	target.Store(replica.Addr())
 	switched := time.Now()
 	served := l.awaitServed(t, switched, 10*time.Second)
-	l.awaitUsedUp(3 * time.Second)
+	l.awaitUsedUp(usedUpWait)
 	l.finish()
 	settle(st)
 

@@ -171,6 +171,13 @@ func (l *ledger) planHeld(t *testing.T, from rateMark, d time.Duration) {
 
 // awaitUsedUp waits, for at most timeout, until the callers were told
 // that most identities' quotas are used up.
+// usedUpWait is how long a failover test waits, once every identity is
+// served again, for nine in ten of them to use up their quotas: about 2 s
+// on a quiet machine, which a loaded one (the failover's errors, a CPU hog
+// beside the race detector) can stretch several times. More calls after
+// the failover only give a forgotten write more chances to show.
+const usedUpWait = 20 * time.Second
+
 func (l *ledger) awaitUsedUp(timeout time.Duration) {
 	redistest.Await(timeout, func() bool { return l.usedUp() >= len(l.ids)*9/10 })
 }
@@ -449,7 +456,7 @@ func TestFailoverSentinelOrdered(t *testing.T) {
 		t.Fatalf("Sentinel named %s, want the replica %s", addr, replica.Addr())
 	}
 	l.awaitServed(t, named, 10*time.Second)
-	l.awaitUsedUp(3 * time.Second)
+	l.awaitUsedUp(usedUpWait)
 	l.finish()
 	promoted, lastOld, oldWrites := watch()
 	settle(st)
@@ -506,7 +513,7 @@ func TestFailoverSentinelLagging(t *testing.T) {
 		t.Fatalf("Sentinel named %s, want the replica %s", addr, replica.Addr())
 	}
 	served := l.awaitServed(t, named, 10*time.Second)
-	l.awaitUsedUp(3 * time.Second)
+	l.awaitUsedUp(usedUpWait)
 	l.finish()
 	settle(st)
 
@@ -565,7 +572,7 @@ func TestFailoverDemotedPrimaryLeftAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := l.awaitServed(t, switched, 5*time.Second)
-	l.awaitUsedUp(3 * time.Second)
+	l.awaitUsedUp(usedUpWait)
 	l.finish()
 	settle(st)
 
@@ -635,7 +642,7 @@ func TestFailoverClusterLagging(t *testing.T) {
 	replica.Thaw(t)
 	promoted := cl.AwaitPromoted(t, replica, 20*time.Second)
 	served := l.awaitServed(t, promoted, 10*time.Second)
-	l.awaitUsedUp(3 * time.Second)
+	l.awaitUsedUp(usedUpWait)
 	l.finish()
 	settle(st)
 	clusterFigures(t, l, st, onVictim, killed, promoted, served)
@@ -659,7 +666,7 @@ func TestFailoverClusterInSync(t *testing.T) {
 	killed := time.Now()
 	promoted := cl.AwaitPromoted(t, replica, 20*time.Second)
 	served := l.awaitServed(t, promoted, 10*time.Second)
-	l.awaitUsedUp(3 * time.Second)
+	l.awaitUsedUp(usedUpWait)
 	l.finish()
 	settle(st)
 	clusterFigures(t, l, st, onVictim, killed, promoted, served)
@@ -768,7 +775,7 @@ func TestFailoverKeepsSettlementsAndOverdraws(t *testing.T) {
 			replica.Thaw(t)
 			_, named := redistest.AwaitSentinelPrimary(t, sentinel, primary.Addr(), 20*time.Second)
 			l.awaitServed(t, named, 10*time.Second)
-			l.awaitUsedUp(3 * time.Second)
+			l.awaitUsedUp(usedUpWait)
 			l.finish()
 			settle(st)
 			r := l.report()
