@@ -41,6 +41,7 @@ func BenchmarkGRPC(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.Cleanup(func() { _ = lim.Close(context.Background()) })
 			return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}
 		}},
 	} {

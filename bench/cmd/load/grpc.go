@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
@@ -64,8 +65,15 @@ func redisServer(name string, opts ...interceptor.Option) server {
 			_ = c.Close()
 			return nil, nil, err
 		}
-		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() { _ = c.Close() }, nil
+		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() { closeLimiter(lim); _ = c.Close() }, nil
 	}}
+}
+
+// closeLimiter ends lim's goroutines (its overrides watch), bounded.
+func closeLimiter(lim *interceptor.Limiter) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = lim.Close(ctx)
 }
 
 // memoryServer is tollgate's interceptor on its in-process Memory store,
@@ -83,7 +91,7 @@ func memoryServer(name string, opts ...interceptor.Option) server {
 		if err != nil {
 			return nil, nil, err
 		}
-		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() {}, nil
+		return []grpc.UnaryServerInterceptor{lim.UnaryServerInterceptor()}, func() { closeLimiter(lim) }, nil
 	}}
 }
 
