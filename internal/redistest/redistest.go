@@ -410,7 +410,5 @@ func skipShort(t testing.TB, what string) {
 // command runs it.
 func SkipFaultShort(t testing.TB) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: a fault test that waits out deadlines; the full test command runs it")
-	}
+	skipShort(t, "seconds of a frozen server's deadlines waited out")
 }
