@@ -11,7 +11,7 @@ import (
 // depends on their goroutines running on time: a share arrives late when
 // the process that reports, computes or applies it waits for a CPU, and a
 // lease not renewed in time falls back to the floor share, safe and
-// small. The tests' floors (95–97% of the limit) are the design's on a
+// small. The tests' floors (90–95% of the limit and of a fair share) hold on a
 // machine that keeps time; on one that does not (a CPU hog beside the
 // race detector and every other package's tests, 24 processes' goroutines
 // in one binary) they are logged, and only what is never loosened is
