@@ -22,14 +22,16 @@ import (
 // it overrides to the same limits, and one version counts every change:
 //
 //	<prefix>{!ov!<hash of scope>}:index
+//	<prefix>{!ov!<hash of scope>}:gen     counts the index's changes
 //	<prefix>{!ov}:version
 //
 // A tag never starts with "!" (an identity's "!" is escaped), so no
-// identity names these. The index and the version are configuration, kept
-// without a TTL; a field whose override expired is dropped when the scope
-// is listed. A change writes the override and the index, then the version,
-// then announces it (change), so a replica that sees the new version finds
-// the change.
+// identity names these. The index, its generation and the version are
+// configuration, kept without a TTL; a field whose override expired is
+// dropped when the scope is listed, unless the index changed meanwhile. A
+// change writes the override, then the index, then the version, then
+// announces it (change), so a replica that sees the new version finds the
+// change.
 
 // SetOverride stores o in scope for ttl (0: until deleted).
 func (r *Redis) SetOverride(ctx context.Context, scope string, o tollgate.Override, ttl time.Duration) error {
@@ -38,10 +40,12 @@ func (r *Redis) SetOverride(ctx context.Context, scope string, o tollgate.Overri
 	}
 	enc := encodeLimits(o.Limits)
 	_, err := bounded(&r.road, ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
-			pipe.Set(ctx, r.keys.override(scope, o.Key), enc, ttl)
-			pipe.HSet(ctx, r.keys.overrideIndex(scope), o.Key, enc)
-		})
+		return struct{}{}, r.change(ctx,
+			func(pipe redis.Pipeliner) { pipe.Set(ctx, r.keys.override(scope, o.Key), enc, ttl) },
+			func(pipe redis.Pipeliner) {
+				pipe.HSet(ctx, r.keys.overrideIndex(scope), o.Key, enc)
+				pipe.Incr(ctx, r.keys.overrideIndexGen(scope))
+			})
 	})
 	if err != nil {
 		return fmt.Errorf("tollgate: redis store: set override: %w", err)
@@ -49,21 +53,25 @@ func (r *Redis) SetOverride(ctx context.Context, scope string, o tollgate.Overri
 	return nil
 }
 
-// change writes an override with write, then the new version, then the
-// message to the store's watchers, in that order: a replica that hears the
-// message reads the new version, and one that reads the new version finds
-// the override. One pipeline keeps that order on one node; a Cluster's
-// pipeline sends each node's commands at once, so there the override is
-// written first, and the version and the message follow on their own node
-// (announce).
-func (r *Redis) change(ctx context.Context, write func(redis.Pipeliner)) error {
+// change writes an override's key with key, then its index with index,
+// then the new version, then the message to the store's watchers, in that
+// order: a replica that hears the message reads the new version, one that
+// reads the new version finds the index changed, and one that finds the
+// index's field finds the override's key (a field whose key is missing is
+// taken for an expired override's, and dropped: see overrides). One
+// pipeline keeps that order on one node; a Cluster's pipeline sends each
+// node's commands at once, so there each step waits for the one before,
+// and the version and the message follow on their own node (announce).
+func (r *Redis) change(ctx context.Context, key, index func(redis.Pipeliner)) error {
 	pipe := r.client.Pipeline()
-	write(pipe)
-	if r.cluster != nil {
-		if _, err := pipe.Exec(ctx); err != nil {
-			return err
+	for _, write := range []func(redis.Pipeliner){key, index} {
+		write(pipe)
+		if r.cluster != nil {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return err
+			}
+			pipe = r.client.Pipeline()
 		}
-		pipe = r.client.Pipeline()
 	}
 	r.announce(ctx, pipe)
 	_, err := pipe.Exec(ctx)
@@ -92,10 +100,12 @@ func (r *Redis) DeleteOverride(ctx context.Context, scope, key string) error {
 		return err
 	}
 	_, err := bounded(&r.road, ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, r.change(ctx, func(pipe redis.Pipeliner) {
-			pipe.Del(ctx, r.keys.override(scope, key))
-			pipe.HDel(ctx, r.keys.overrideIndex(scope), key)
-		})
+		return struct{}{}, r.change(ctx,
+			func(pipe redis.Pipeliner) { pipe.Del(ctx, r.keys.override(scope, key)) },
+			func(pipe redis.Pipeliner) {
+				pipe.HDel(ctx, r.keys.overrideIndex(scope), key)
+				pipe.Incr(ctx, r.keys.overrideIndexGen(scope))
+			})
 	})
 	if err != nil {
 		return fmt.Errorf("tollgate: redis store: delete override: %w", err)
@@ -111,14 +121,19 @@ func (r *Redis) Overrides(ctx context.Context, scope string) ([]tollgate.Overrid
 
 // overrides is Overrides, unbounded.
 func (r *Redis) overrides(ctx context.Context, scope string) ([]tollgate.Override, error) {
-	index := r.keys.overrideIndex(scope)
-	fields, err := r.client.HGetAll(ctx, index).Result()
-	if err != nil {
+	index, gen := r.keys.overrideIndex(scope), r.keys.overrideIndexGen(scope)
+	// The generation first, on the index's node: a field written after it
+	// was read changes it, so the cleanup below leaves that field alone.
+	pipe := r.client.Pipeline()
+	genCmd, all := pipe.Get(ctx, gen), pipe.HGetAll(ctx, index)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	if err := errors.Join(all.Err(), ignoreNil(genCmd.Err())); err != nil {
 		return nil, fmt.Errorf("tollgate: redis store: overrides: %w", err)
 	}
+	fields, read := all.Val(), genCmd.Val()
 	keys := make([]string, 0, len(fields))
 	pttls := make([]*redis.DurationCmd, 0, len(fields))
-	pipe := r.client.Pipeline()
+	pipe = r.client.Pipeline()
 	for k := range fields {
 		keys = append(keys, k)
 		pttls = append(pttls, pipe.PTTL(ctx, r.keys.override(scope, k)))
@@ -148,10 +163,27 @@ func (r *Redis) overrides(ctx context.Context, scope string) ([]tollgate.Overrid
 		out = append(out, o)
 	}
 	if len(gone) > 0 {
-		// Best effort: a field left behind is dropped at the next listing.
-		_ = r.client.HDel(ctx, index, gone...).Err()
+		r.dropExpired(ctx, index, gen, read, gone)
 	}
 	return out, nil
+}
+
+// dropExpired removes the fields gone from index, whose overrides expired,
+// unless the index changed since its generation read read: the override
+// may have been set again meanwhile, and its field is then kept. Best
+// effort: a field left behind is dropped at a later listing.
+func (r *Redis) dropExpired(ctx context.Context, index, gen, read string, gone []string) {
+	_ = r.client.Watch(ctx, func(tx *redis.Tx) error {
+		now, err := tx.Get(ctx, gen).Result()
+		if err != nil && !errors.Is(err, redis.Nil) || now != read {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.HDel(ctx, index, gone...)
+			return nil
+		})
+		return err
+	}, gen)
 }
 
 // OverridesVersion returns the count of override changes.
@@ -182,6 +214,16 @@ func (k *keySpace) overrideIndex(scope string) string {
 	b.WriteString(k.prefix + "{!ov!")
 	appendHash(&b, scope)
 	b.WriteString("}:index")
+	return b.String()
+}
+
+// overrideIndexGen is the key counting the changes of scope's index, on
+// the index's slot.
+func (k *keySpace) overrideIndexGen(scope string) string {
+	var b strings.Builder
+	b.WriteString(k.prefix + "{!ov!")
+	appendHash(&b, scope)
+	b.WriteString("}:gen")
 	return b.String()
 }
 
@@ -220,4 +262,12 @@ func decodeLimits(s string) ([]tollgate.Limit, error) {
 		out = append(out, tollgate.Limit{Algorithm: tollgate.Algorithm(n[0]), Rate: n[1], Period: time.Duration(n[2]) * time.Microsecond, Burst: n[3], Calendar: tollgate.Calendar(n[4])})
 	}
 	return out, nil
+}
+
+// ignoreNil is err, unless it is redis.Nil: a key that is not there.
+func ignoreNil(err error) error {
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
 }
