@@ -40,6 +40,11 @@ type Call struct {
 	// whose seat could never be given back, refuses the call as a Fault,
 	// and a rule with Settle keeps its reservation.
 	NoEnd bool
+	// QuietAdmitted says the door reports no limits on an admitted call
+	// (the RPC doors without Config.AdmittedTrailers): Limits is then empty
+	// for it, unless a decision replayed a request id, so that the call
+	// does not pay for states nobody reads. A refused call's are kept.
+	QuietAdmitted bool
 }
 
 // LimitDecision is one deciding limit's part in a Verdict: its own state
@@ -135,7 +140,7 @@ func (l *Limiter) Begin(ctx context.Context, call Call) (v Verdict) {
 		v.seat.Done()
 	}
 	if call.Stream && len(set.messages.plans) > 0 {
-		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer}}
+		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer, QuietAdmitted: call.QuietAdmitted}}
 	}
 	if v.err == nil && v.after != nil && v.after.settles != nil {
 		v.ctx = withReport(ctx)

@@ -134,7 +134,11 @@ func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call *Call, out 
 		}
 	}
 	l.decideChecks(ctx, all, set.enforcing, call, res)
-	l.collectLimits(ctx, out, all[:set.enforcing], res)
+	if res.err != nil || !call.QuietAdmitted || replayed(all[:set.enforcing]) {
+		l.collectLimits(ctx, out, all[:set.enforcing], res)
+	} else {
+		out.n, out.many = 0, nil
+	}
 	if set.owes && res.err == nil && !call.NoEnd {
 		// A call whose door never ends it owes nothing: its settlements
 		// are dropped (the reservations stand), and it took no seat

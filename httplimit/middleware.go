@@ -81,7 +81,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	v := m.l.Begin(r.Context(), engine.Call{Method: route, Header: keyfunc.HTTPHeader(r.Header), Peer: r.RemoteAddr})
+	v := m.l.Begin(r.Context(), engine.Call{Method: route, Header: keyfunc.HTTPHeader(r.Header), Peer: r.RemoteAddr, QuietAdmitted: !m.c.fields})
 	if m.c.fields {
 		setFields(w.Header(), v.Limits())
 	}

@@ -24,7 +24,7 @@ var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicke
 // stay retryable by the client's retry policy.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Request: req})
+		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Request: req, QuietAdmitted: !l.AdmittedTrailers()})
 		if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -53,7 +53,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Stream: true})
+		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Stream: true, QuietAdmitted: !l.AdmittedTrailers()})
 		if err := grpcstatus.Refusal(&v); err != nil {
 			if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 				ss.SetTrailer(md)
