@@ -318,7 +318,7 @@ type requestID struct {
 // by picking one, since a proxy that appends its own id would otherwise
 // silently decide which attempts share a debit.
 func (l *Limiter) requestID(h keyfunc.Header) requestID {
-	vals, err := h.Values(l.header)
+	vals, err := l.requestIDs(h)
 	if err != nil || len(vals) == 0 {
 		return requestID{err: err}
 	}

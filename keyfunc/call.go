@@ -82,6 +82,16 @@ func (h Header) Values(key string) ([]string, error) {
 	return h.values(key, string(b))
 }
 
+// Values returns a function that gives a Header's values of the key name
+// (any case) as Header.Values does, with name's case folded once here
+// rather than on every call: for a key read on every call, such as a
+// request id header.
+func Values(name string) func(Header) ([]string, error) {
+	lower := strings.ToLower(name)
+	canonical := textproto.CanonicalMIMEHeaderKey(lower)
+	return func(h Header) ([]string, error) { return h.values(lower, canonical) }
+}
+
 // values returns the values of a key given lower-case and canonical, as
 // Values does.
 func (h Header) values(lower, canonical string) ([]string, error) {

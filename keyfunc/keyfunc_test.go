@@ -104,6 +104,29 @@ func TestMetadataOverHTTP(t *testing.T) {
 	}
 }
 
+// TestValues: Values reads a key in any case, given in any case, as
+// Header.Values does, on HTTP headers and on gRPC metadata.
+func TestValues(t *testing.T) {
+	md := map[string][]string{"x-request-id": {"r1"}, "x-tenant-bin": {"acme"}}
+	grpcMD := keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })
+	h := http.Header{}
+	h.Add("X-REQUEST-ID", "r1")
+	h.Add("x-tenant-bin", "YWNtZQ")
+	for _, name := range []string{"x-request-id", "X-Request-Id", "X-REQUEST-ID"} {
+		for door, hd := range map[string]keyfunc.Header{"metadata": grpcMD, "http": keyfunc.HTTPHeader(h)} {
+			if vs, err := keyfunc.Values(name)(hd); err != nil || len(vs) != 1 || vs[0] != "r1" {
+				t.Errorf("%s: Values(%q) = %q, %v; want [r1]", door, name, vs, err)
+			}
+			if vs, err := keyfunc.Values("X-Tenant-Bin")(hd); err != nil || len(vs) != 1 || vs[0] != "acme" {
+				t.Errorf("%s: Values(\"X-Tenant-Bin\") = %q, %v; want [acme]", door, vs, err)
+			}
+		}
+	}
+	if vs, err := keyfunc.Values("x-tenant")(keyfunc.Header{}); vs != nil || err != nil {
+		t.Errorf("the zero Header has %q, %v", vs, err)
+	}
+}
+
 func TestMetadataRejectsBadHeader(t *testing.T) {
 	for _, h := range []string{"", "x tenant", "x:tenant", "tenant\n", "ünï"} {
 		wantMisconfigured(t, fmt.Sprintf("Metadata(%q)", h), keyfunc.Metadata(h), "keyfunc.Metadata: "+strconv.Quote(h)+" is not a valid gRPC metadata key")
