@@ -66,7 +66,7 @@ func (i *limiter) call(spec connect.Spec, header http.Header, peer connect.Peer,
 	return engine.Call{
 		Method:        spec.Procedure,
 		Header:        keyfunc.HTTPHeader(header),
-		Peer:          peer.Addr,
+		Peer:          keyfunc.Addr(peer.Addr),
 		Request:       req,
 		Stream:        spec.StreamType != connect.StreamTypeUnary,
 		QuietAdmitted: !i.l.AdmittedTrailers(),

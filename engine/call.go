@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -26,9 +27,10 @@ type Call struct {
 	// Header is the call's headers or metadata, where key functions and
 	// the request id are read (keyfunc.HTTPHeader, keyfunc.MetadataHeader).
 	Header keyfunc.Header
-	// Peer is the address of the call's remote end ("host:port"), which
-	// keyfunc.Peer reads; "" for none.
-	Peer string
+	// Peer is the address of the call's remote end, which keyfunc.Peer
+	// reads (keyfunc.Call.Peer); nil for none. It is formatted only when a
+	// key function reads it; an address known as text is a keyfunc.Addr.
+	Peer net.Addr
 	// Request is the request message a rule's CostFunc prices; nil for
 	// none, and then the rule's Cost applies.
 	Request any

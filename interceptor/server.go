@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -80,12 +81,13 @@ func header(ctx context.Context) keyfunc.Header {
 	return keyfunc.MetadataHeader(ctx, metadata.ValueFromIncomingContext)
 }
 
-// peerOf is the address of the call's peer, or "".
-func peerOf(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
+// peerOf is the address of the call's peer, or nil. It is formatted only
+// when a key function reads it: a TCP address's String allocates.
+func peerOf(ctx context.Context) net.Addr {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr
 	}
-	return ""
+	return nil
 }
 
 // limitedStream gives the handler the call's context (carrying its cost

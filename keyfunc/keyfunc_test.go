@@ -162,7 +162,7 @@ func TestMethod(t *testing.T) {
 
 // withPeer is call with the peer addr.
 func withPeer(call keyfunc.Call, addr string) keyfunc.Call {
-	call.Peer = addr
+	call.Peer = keyfunc.Addr(addr)
 	return call
 }
 
@@ -177,8 +177,11 @@ func TestPeer(t *testing.T) {
 	} {
 		want(t, withPeer(bare, addr), f, v, nil)
 	}
-	want(t, withPeer(bare, (&net.TCPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 1}).String()), f, "198.51.100.7", nil)
+	tcp := bare
+	tcp.Peer = &net.TCPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 1}
+	want(t, tcp, f, "198.51.100.7", nil)
 	want(t, bare, f, "", keyfunc.ErrMissing)
+	want(t, withPeer(bare, ""), f, "", keyfunc.ErrMissing)
 }
 
 func TestConstant(t *testing.T) {
