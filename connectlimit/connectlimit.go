@@ -62,13 +62,14 @@ var errPanicked = status.Error(codes.Internal, "connectlimit: the handler panick
 // call presents a call of spec with header from peer to the engine. It is
 // inlined where Begin is called, so that neither the call nor the Verdict
 // is copied on the way: a handler's goroutine starts with a small stack.
-func call(spec connect.Spec, header http.Header, peer connect.Peer, req any) engine.Call {
+func (i *limiter) call(spec connect.Spec, header http.Header, peer connect.Peer, req any) engine.Call {
 	return engine.Call{
-		Method:  spec.Procedure,
-		Header:  keyfunc.HTTPHeader(header),
-		Peer:    peer.Addr,
-		Request: req,
-		Stream:  spec.StreamType != connect.StreamTypeUnary,
+		Method:        spec.Procedure,
+		Header:        keyfunc.HTTPHeader(header),
+		Peer:          keyfunc.Addr(peer.Addr),
+		Request:       req,
+		Stream:        spec.StreamType != connect.StreamTypeUnary,
+		QuietAdmitted: !i.l.AdmittedTrailers(),
 	}
 }
 
@@ -79,7 +80,7 @@ func (i *limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			sendCriticality(ctx, req.Header())
 			return next(ctx, req)
 		}
-		v := i.l.Begin(ctx, call(req.Spec(), req.Header(), req.Peer(), req.Any()))
+		v := i.l.Begin(ctx, i.call(req.Spec(), req.Header(), req.Peer(), req.Any()))
 		if err := grpcstatus.Refusal(&v); err != nil {
 			return nil, refusal(err, i.trailer(&v))
 		}
@@ -118,7 +119,7 @@ func sendCriticality(ctx context.Context, h http.Header) {
 // stream opens, then one per message received under PerMessage rules.
 func (i *limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		v := i.l.Begin(ctx, call(conn.Spec(), conn.RequestHeader(), conn.Peer(), nil))
+		v := i.l.Begin(ctx, i.call(conn.Spec(), conn.RequestHeader(), conn.Peer(), nil))
 		if err := grpcstatus.Refusal(&v); err != nil {
 			return refusal(err, i.trailer(&v))
 		}

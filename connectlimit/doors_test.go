@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -577,4 +578,52 @@ func TestInFlightHintIsTheTenantsOwn(t *testing.T) {
 			t.Errorf("seat.hold bounds %v counts %v: want the 2 s hold alone in (1, 2]", hist.Bounds, hist.BucketCounts)
 		}
 	})
+}
+
+// The peer reaches key functions on every door, though a door hands the
+// engine an address it formats only when read: keyfunc.Peer gives grpc-go's
+// bufconn address on the gRPC door and the loopback address on the HTTP
+// and Connect doors, which share that one identity. A limit of 4 per peer:
+// 5 gRPC calls admit 4, and 3 calls through each of the four HTTP and
+// Connect clients admit 4 in all.
+func TestPeerIsReadOnEveryDoor(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]map[string]bool{} // method → peers its calls had
+	peer := keyfunc.Peer()
+	key := func(ctx context.Context, call keyfunc.Call) (string, error) {
+		v, err := peer(ctx, call)
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[call.Method] == nil {
+			seen[call.Method] = map[string]bool{}
+		}
+		seen[call.Method][v] = true
+		return v, err
+	}
+	l := newEngine(t, storefixture.Memory(t), engine.Config{Rules: []engine.Rule{{
+		Name: "per-peer", Key: key, Limits: engine.Fixed(tollgate.Limit{Rate: 4, Period: time.Hour}),
+	}}})
+	ds := doors(t, l)
+	admitted := map[string]int{}
+	for _, name := range slices.Sorted(maps.Keys(ds)) {
+		n := 3
+		if name == "grpc" {
+			n = 5
+		}
+		for range n {
+			if ds[name](context.Background(), "X-Tenant", "acme").admitted {
+				admitted[name]++
+			}
+		}
+	}
+	if admitted["grpc"] != 4 {
+		t.Errorf("gRPC: %d of 5 calls admitted, want 4", admitted["grpc"])
+	}
+	if got := admitted["http"] + admitted["connect-connect"] + admitted["connect-grpc"] + admitted["connect-grpcweb"]; got != 4 {
+		t.Errorf("HTTP and Connect, one peer: %d of 12 calls admitted (%v), want 4", got, admitted)
+	}
+	want := map[string]map[string]bool{echo.SayMethod: {"bufconn": true, "127.0.0.1": true}, "GET /v1/say/{word}": {"127.0.0.1": true}}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("key functions saw the peers %v, want %v", seen, want)
+	}
 }

@@ -34,7 +34,7 @@ func BenchmarkBeginRefused(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		v := l.Begin(ctx, engine.Call{Method: "GET /say", Header: headers[i%len(headers)], Peer: "192.0.2.1:5000"})
+		v := l.Begin(ctx, engine.Call{Method: "GET /say", Header: headers[i%len(headers)], Peer: keyfunc.Addr("192.0.2.1:5000")})
 		if v.Err() == nil {
 			b.Fatal("admitted")
 		}

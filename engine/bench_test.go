@@ -28,7 +28,7 @@ func BenchmarkBegin(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		v := l.Begin(ctx, engine.Call{Method: "GET /say", Header: headers[i%len(headers)], Peer: "192.0.2.1:5000"})
+		v := l.Begin(ctx, engine.Call{Method: "GET /say", Header: headers[i%len(headers)], Peer: keyfunc.Addr("192.0.2.1:5000")})
 		if v.Err() != nil {
 			b.Fatal(v.Err())
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/tollgate/tollgate"
@@ -26,9 +27,10 @@ type Call struct {
 	// Header is the call's headers or metadata, where key functions and
 	// the request id are read (keyfunc.HTTPHeader, keyfunc.MetadataHeader).
 	Header keyfunc.Header
-	// Peer is the address of the call's remote end ("host:port"), which
-	// keyfunc.Peer reads; "" for none.
-	Peer string
+	// Peer is the address of the call's remote end, which keyfunc.Peer
+	// reads (keyfunc.Call.Peer); nil for none. It is formatted only when a
+	// key function reads it; an address known as text is a keyfunc.Addr.
+	Peer net.Addr
 	// Request is the request message a rule's CostFunc prices; nil for
 	// none, and then the rule's Cost applies.
 	Request any
@@ -40,6 +42,11 @@ type Call struct {
 	// whose seat could never be given back, refuses the call as a Fault,
 	// and a rule with Settle keeps its reservation.
 	NoEnd bool
+	// QuietAdmitted says the door reports no limits on an admitted call
+	// (the RPC doors without Config.AdmittedTrailers): Limits is then empty
+	// for it, unless a decision replayed a request id, so that the call
+	// does not pay for states nobody reads. A refused call's are kept.
+	QuietAdmitted bool
 }
 
 // LimitDecision is one deciding limit's part in a Verdict: its own state
@@ -135,7 +142,7 @@ func (l *Limiter) Begin(ctx context.Context, call Call) (v Verdict) {
 		v.seat.Done()
 	}
 	if call.Stream && len(set.messages.plans) > 0 {
-		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer}}
+		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer, QuietAdmitted: call.QuietAdmitted}}
 	}
 	if v.err == nil && v.after != nil && v.after.settles != nil {
 		v.ctx = withReport(ctx)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/textproto"
 	"strings"
 	"time"
 
@@ -115,10 +114,9 @@ type Config struct {
 // settings are a Config with its defaults applied and checked.
 type settings struct {
 	Config
-	header          string // RequestIDHeader, lower-case
-	headerCanonical string // the same, as net/http keeps it
-	breaker         storecall.Config
-	clock           clock
+	header  string // RequestIDHeader, lower-case
+	breaker storecall.Config
+	clock   clock
 }
 
 // settle applies c's defaults and checks every setting.
@@ -131,7 +129,6 @@ func (c Config) settle() (settings, error) {
 		return s, err
 	}
 	s.header = s.RequestIDHeader
-	s.headerCanonical = textproto.CanonicalMIMEHeaderKey(s.header)
 	s.breaker = storecall.Config{Timeout: c.StoreTimeout, BreakerFailures: c.BreakerFailures, BreakerCoolDown: c.BreakerCoolDown}
 	switch {
 	case c.StoreTimeout == 0:

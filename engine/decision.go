@@ -134,7 +134,11 @@ func (l *Limiter) decideOnce(ctx context.Context, set *planSet, call *Call, out 
 		}
 	}
 	l.decideChecks(ctx, all, set.enforcing, call, res)
-	l.collectLimits(ctx, out, all[:set.enforcing], res)
+	if res.err != nil || !call.QuietAdmitted || replayed(all[:set.enforcing]) {
+		l.collectLimits(ctx, out, all[:set.enforcing], res)
+	} else {
+		out.n, out.many = 0, nil
+	}
 	if set.owes && res.err == nil && !call.NoEnd {
 		// A call whose door never ends it owes nothing: its settlements
 		// are dropped (the reservations stand), and it took no seat
@@ -314,7 +318,7 @@ type requestID struct {
 // by picking one, since a proxy that appends its own id would otherwise
 // silently decide which attempts share a debit.
 func (l *Limiter) requestID(h keyfunc.Header) requestID {
-	vals, err := h.Values(l.header)
+	vals, err := l.requestIDs(h)
 	if err != nil || len(vals) == 0 {
 		return requestID{err: err}
 	}

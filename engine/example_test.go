@@ -39,7 +39,7 @@ func ExampleLimiter_Begin() {
 		v := l.Begin(context.Background(), engine.Call{
 			Method: "JOB /nightly-export",
 			Header: keyfunc.HTTPHeader(header),
-			Peer:   "192.0.2.1:5000",
+			Peer:   keyfunc.Addr("192.0.2.1:5000"),
 		})
 		if err := v.Err(); err != nil {
 			fmt.Printf("%s, retry after %s: %v\n", v.Kind(), v.RetryAfter(), err)

@@ -28,8 +28,10 @@ type Limiter struct {
 	book atomic.Pointer[rulebook]
 	// mu orders SetRules calls.
 	mu sync.Mutex
-	// header is the request id header, lower-case and as net/http keeps it.
-	header, headerCanonical string
+	// header is the request id header, lower-case, and requestIDs reads it
+	// (its case folded once).
+	header     string
+	requestIDs func(keyfunc.Header) ([]string, error)
 	// calls is how the Limiter calls its store: a deadline, a breaker.
 	calls    *storecall.Policy
 	replicas int64
@@ -86,7 +88,7 @@ func New(st tollgate.Store, c Config) (*Limiter, error) {
 		store:            st,
 		calls:            calls,
 		header:           s.header,
-		headerCanonical:  s.headerCanonical,
+		requestIDs:       keyfunc.Values(s.header),
 		admittedTrailers: s.AdmittedTrailers,
 		replicas:         int64(s.Replicas),
 		tel:              tel,

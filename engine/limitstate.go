@@ -52,6 +52,19 @@ func (l *Limiter) collectLimits(ctx context.Context, out *limitList, enforcing [
 	}
 }
 
+// replayed reports whether a decision of the checks replayed a request id:
+// a door reports that on every admitted call (x-ratelimit-replayed).
+func replayed(checks []*check) bool {
+	for _, c := range checks {
+		for _, d := range c.decs {
+			if d.Replayed {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // add appends ld.
 func (ll *limitList) add(ld LimitDecision) {
 	if ll.many != nil {

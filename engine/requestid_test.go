@@ -12,8 +12,9 @@ import (
 	"github.com/tollgate/tollgate/keyfunc"
 )
 
-// headers returns md as each door presents it: gRPC metadata, and HTTP
-// (Connect) headers.
+// headers returns md as each door presents it: gRPC metadata (read as
+// metadata.ValueFromIncomingContext reads it: the key as given, else any
+// key equal to it in another case), and HTTP (Connect) headers.
 func headers(md map[string][]string) map[string]keyfunc.Header {
 	h := http.Header{}
 	for k, vs := range md {
@@ -22,8 +23,18 @@ func headers(md map[string][]string) map[string]keyfunc.Header {
 		}
 	}
 	return map[string]keyfunc.Header{
-		"metadata": keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] }),
-		"http":     keyfunc.HTTPHeader(h),
+		"metadata": keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string {
+			if vs, ok := md[k]; ok {
+				return vs
+			}
+			for mk, vs := range md {
+				if strings.EqualFold(mk, k) {
+					return vs
+				}
+			}
+			return nil
+		}),
+		"http": keyfunc.HTTPHeader(h),
 	}
 }
 
@@ -50,6 +61,9 @@ func TestRequestID(t *testing.T) {
 		{name: "other key", md: pairs("x-other", "abc"), want: ""},
 		{name: "default header", md: pairs("x-request-id", "abc-123"), want: "abc-123"},
 		{name: "custom header", md: pairs("idempotency-key", "k1"), header: "idempotency-key", want: "k1"},
+		{name: "header in another case", md: pairs("X-Request-ID", "abc-123"), want: "abc-123"},
+		{name: "custom header in another case", md: pairs("IDEMPOTENCY-Key", "k1"), header: "idempotency-key", want: "k1"},
+		{name: "repeated in two cases, equal", md: pairs("x-request-id", "a", "X-REQUEST-ID", "a"), want: "a"},
 		{name: "empty value", md: pairs("x-request-id", ""), want: ""},
 		{name: "longest", md: pairs("x-request-id", long), want: long},
 		{name: "repeated, equal", md: pairs("x-request-id", "a", "x-request-id", "a"), want: "a"},

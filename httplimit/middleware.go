@@ -81,7 +81,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-	v := m.l.Begin(r.Context(), engine.Call{Method: route, Header: keyfunc.HTTPHeader(r.Header), Peer: r.RemoteAddr})
+	v := m.l.Begin(r.Context(), engine.Call{Method: route, Header: keyfunc.HTTPHeader(r.Header), Peer: (*remoteAddr)(r), QuietAdmitted: !m.c.fields})
 	if m.c.fields {
 		setFields(w.Header(), v.Limits())
 	}
@@ -102,6 +102,16 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.next.ServeHTTP(rec, r.WithContext(v.Context())) // the report of engine.ReportCost
 	v.End(rec.response(), rec.err())
 }
+
+// remoteAddr is a request's RemoteAddr as the call's peer: a pointer to
+// the request, so that presenting it allocates nothing.
+type remoteAddr http.Request
+
+// Network returns "": net/http does not say.
+func (*remoteAddr) Network() string { return "" }
+
+// String returns the request's RemoteAddr.
+func (a *remoteAddr) String() string { return a.RemoteAddr }
 
 // route returns the call r is to the rules: its route's method and
 // ServeMux pattern, "GET /items/{id}". The pattern is the one the ServeMux

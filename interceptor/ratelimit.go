@@ -33,7 +33,7 @@ type middlewareLimiter struct{ l *Limiter }
 // grpc.Method. It returns nil when the call may proceed.
 func (m middlewareLimiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	v := m.l.Begin(ctx, engine.Call{Method: method, Header: header(ctx), Peer: peerOf(ctx), NoEnd: true})
+	v := m.l.Begin(ctx, engine.Call{Method: method, Header: header(ctx), Peer: peerOf(ctx), NoEnd: true, QuietAdmitted: !m.l.AdmittedTrailers()})
 	if md := grpcstatus.Trailer(&v, m.l.AdmittedTrailers()); md != nil {
 		_ = grpc.SetTrailer(ctx, md)
 	}

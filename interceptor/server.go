@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,7 +25,7 @@ var errPanicked = status.Error(codes.Internal, "interceptor: the handler panicke
 // stay retryable by the client's retry policy.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Request: req})
+		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Request: req, QuietAdmitted: !l.AdmittedTrailers()})
 		if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 			// SetTrailer fails only outside a gRPC server call, where there
 			// is no one to tell.
@@ -53,7 +54,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
-		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Stream: true})
+		v := l.Begin(ctx, engine.Call{Method: info.FullMethod, Header: header(ctx), Peer: peerOf(ctx), Stream: true, QuietAdmitted: !l.AdmittedTrailers()})
 		if err := grpcstatus.Refusal(&v); err != nil {
 			if md := grpcstatus.Trailer(&v, l.AdmittedTrailers()); md != nil {
 				ss.SetTrailer(md)
@@ -80,12 +81,13 @@ func header(ctx context.Context) keyfunc.Header {
 	return keyfunc.MetadataHeader(ctx, metadata.ValueFromIncomingContext)
 }
 
-// peerOf is the address of the call's peer, or "".
-func peerOf(ctx context.Context) string {
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		return p.Addr.String()
+// peerOf is the address of the call's peer, or nil. It is formatted only
+// when a key function reads it: a TCP address's String allocates.
+func peerOf(ctx context.Context) net.Addr {
+	if p, ok := peer.FromContext(ctx); ok {
+		return p.Addr
 	}
-	return ""
+	return nil
 }
 
 // limitedStream gives the handler the call's context (carrying its cost

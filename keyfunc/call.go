@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
 	"net/textproto"
 	"strings"
@@ -19,10 +20,24 @@ type Call struct {
 	Method string
 	// Header is the call's metadata (gRPC) or headers (HTTP, Connect).
 	Header Header
-	// Peer is the address of the connection's remote end ("host:port", a
-	// Unix socket's path), or "" when the door knows none.
-	Peer string
+	// Peer is the address of the connection's remote end: its String is
+	// "host:port" or a Unix socket's path. It is nil when the door knows
+	// none. It is formatted only when read (a key function calling
+	// String), so that a call whose rules do not read it does not pay for
+	// it.
+	Peer net.Addr
 }
+
+// Addr is an address the door knows as text (an http.Request's
+// RemoteAddr, "host:port") as a Call's Peer. Its network is unknown: ""
+// (an empty Addr is no address: Peer treats it as missing).
+type Addr string
+
+// Network returns "": the network of an address known as text is unknown.
+func (Addr) Network() string { return "" }
+
+// String returns the address.
+func (a Addr) String() string { return string(a) }
 
 // Header is a call's headers or metadata as key functions read them: keys
 // are matched without regard to case (an HTTP header and a gRPC metadata
@@ -80,6 +95,16 @@ func (h Header) Values(key string) ([]string, error) {
 		b[i], upper = c, c == '-'
 	}
 	return h.values(key, string(b))
+}
+
+// Values returns a function that gives a Header's values of the key name
+// (any case) as Header.Values does, with name's case folded once here
+// rather than on every call: for a key read on every call, such as a
+// request id header.
+func Values(name string) func(Header) ([]string, error) {
+	lower := strings.ToLower(name)
+	canonical := textproto.CanonicalMIMEHeaderKey(lower)
+	return func(h Header) ([]string, error) { return h.values(lower, canonical) }
 }
 
 // values returns the values of a key given lower-case and canonical, as

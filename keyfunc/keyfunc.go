@@ -202,7 +202,10 @@ func Method() Func {
 // interceptor instead.
 func Peer() Func {
 	return func(_ context.Context, call Call) (string, error) {
-		addr := call.Peer
+		var addr string
+		if call.Peer != nil {
+			addr = call.Peer.String()
+		}
 		if addr == "" {
 			return "", fmt.Errorf("%w: the call has no peer", ErrMissing)
 		}

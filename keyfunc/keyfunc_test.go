@@ -104,6 +104,29 @@ func TestMetadataOverHTTP(t *testing.T) {
 	}
 }
 
+// TestValues: Values reads a key in any case, given in any case, as
+// Header.Values does, on HTTP headers and on gRPC metadata.
+func TestValues(t *testing.T) {
+	md := map[string][]string{"x-request-id": {"r1"}, "x-tenant-bin": {"acme"}}
+	grpcMD := keyfunc.MetadataHeader(context.Background(), func(_ context.Context, k string) []string { return md[k] })
+	h := http.Header{}
+	h.Add("X-REQUEST-ID", "r1")
+	h.Add("x-tenant-bin", "YWNtZQ")
+	for _, name := range []string{"x-request-id", "X-Request-Id", "X-REQUEST-ID"} {
+		for door, hd := range map[string]keyfunc.Header{"metadata": grpcMD, "http": keyfunc.HTTPHeader(h)} {
+			if vs, err := keyfunc.Values(name)(hd); err != nil || len(vs) != 1 || vs[0] != "r1" {
+				t.Errorf("%s: Values(%q) = %q, %v; want [r1]", door, name, vs, err)
+			}
+			if vs, err := keyfunc.Values("X-Tenant-Bin")(hd); err != nil || len(vs) != 1 || vs[0] != "acme" {
+				t.Errorf("%s: Values(\"X-Tenant-Bin\") = %q, %v; want [acme]", door, vs, err)
+			}
+		}
+	}
+	if vs, err := keyfunc.Values("x-tenant")(keyfunc.Header{}); vs != nil || err != nil {
+		t.Errorf("the zero Header has %q, %v", vs, err)
+	}
+}
+
 func TestMetadataRejectsBadHeader(t *testing.T) {
 	for _, h := range []string{"", "x tenant", "x:tenant", "tenant\n", "ünï"} {
 		wantMisconfigured(t, fmt.Sprintf("Metadata(%q)", h), keyfunc.Metadata(h), "keyfunc.Metadata: "+strconv.Quote(h)+" is not a valid gRPC metadata key")
@@ -139,7 +162,7 @@ func TestMethod(t *testing.T) {
 
 // withPeer is call with the peer addr.
 func withPeer(call keyfunc.Call, addr string) keyfunc.Call {
-	call.Peer = addr
+	call.Peer = keyfunc.Addr(addr)
 	return call
 }
 
@@ -154,8 +177,11 @@ func TestPeer(t *testing.T) {
 	} {
 		want(t, withPeer(bare, addr), f, v, nil)
 	}
-	want(t, withPeer(bare, (&net.TCPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 1}).String()), f, "198.51.100.7", nil)
+	tcp := bare
+	tcp.Peer = &net.TCPAddr{IP: net.IPv4(198, 51, 100, 7), Port: 1}
+	want(t, tcp, f, "198.51.100.7", nil)
 	want(t, bare, f, "", keyfunc.ErrMissing)
+	want(t, withPeer(bare, ""), f, "", keyfunc.ErrMissing)
 }
 
 func TestConstant(t *testing.T) {
