@@ -209,21 +209,18 @@ func (k *keySpace) override(scope, key string) string {
 }
 
 // overrideIndex is the key listing scope's overrides.
-func (k *keySpace) overrideIndex(scope string) string {
-	var b strings.Builder
-	b.WriteString(k.prefix + "{!ov!")
-	appendHash(&b, scope)
-	b.WriteString("}:index")
-	return b.String()
-}
+func (k *keySpace) overrideIndex(scope string) string { return k.overrideScope(scope, "index") }
 
 // overrideIndexGen is the key counting the changes of scope's index, on
 // the index's slot.
-func (k *keySpace) overrideIndexGen(scope string) string {
+func (k *keySpace) overrideIndexGen(scope string) string { return k.overrideScope(scope, "gen") }
+
+// overrideScope is scope's key named name, on the slot of scope's index.
+func (k *keySpace) overrideScope(scope, name string) string {
 	var b strings.Builder
 	b.WriteString(k.prefix + "{!ov!")
 	appendHash(&b, scope)
-	b.WriteString("}:gen")
+	b.WriteString("}:" + name)
 	return b.String()
 }
 
