@@ -286,7 +286,8 @@ func ServeMetricsWith(ctx context.Context, addr string, logger *log.Logger, o Me
 // Serve serves srv on lis until ctx is done, calling onHangup (when not nil)
 // each time hangup receives, then stops gracefully: hs turns NOT_SERVING,
 // new calls are refused, and running ones get timeout to finish before they
-// are cancelled. It returns nil after a stop caused by ctx.
+// are cancelled. It returns nil after a stop caused by ctx, even one that
+// came before srv began serving.
 func Serve(ctx context.Context, srv *grpc.Server, hs *health.Server, lis net.Listener, timeout time.Duration, logger *log.Logger, hangup <-chan os.Signal, onHangup func()) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -318,7 +319,9 @@ func Serve(ctx context.Context, srv *grpc.Server, hs *health.Server, lis net.Lis
 		srv.Stop()
 		<-stopped
 	}
-	if err := <-served; err != nil {
+	// A stop that came before Serve began makes it return
+	// grpc.ErrServerStopped (it closes lis then): the stop ctx asked for.
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve: %w", err)
 	}
 	logger.Printf("stopped")
