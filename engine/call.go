@@ -88,8 +88,11 @@ type Verdict struct {
 	stream *messages // a stream's with PerMessage rules; nil without
 	after  *afterCall
 	seat   *shed.Seat // overload control's (Config.Overload); nil without
-	limits limitList  // of the latest decision with a limit to report
-	err    error      // the latest refusal (a *refusal); nil admits
+	// ruleSeats are the seats of the rules' own overload control
+	// (Rule.Overload); nil without.
+	ruleSeats []*shed.Seat
+	limits    limitList // of the latest decision with a limit to report
+	err       error     // the latest refusal (a *refusal); nil admits
 }
 
 // messages is what a stream's messages are decided by: the PerMessage
@@ -127,19 +130,19 @@ func (ll *limitList) list() []LimitDecision {
 // here, before the rules are matched.
 func (l *Limiter) Begin(ctx context.Context, call Call) (v Verdict) {
 	v.l, v.ctx = l, ctx
-	if l.admission != nil {
-		if !l.admission.admit(&v, &call) {
+	set := l.book.Load().matcher.match(call.Method)
+	if l.admission != nil || set != nil && set.admissions != nil {
+		if !l.admit(&v, &call, set) {
 			return v
 		}
 		ctx = v.ctx
 	}
-	set := l.book.Load().matcher.match(call.Method)
-	if set == nil {
+	if set == nil || len(set.calls.plans) == 0 {
 		return v
 	}
 	v.after, v.err = l.decide(ctx, &set.calls, &call, &v.limits)
-	if v.err != nil && v.seat != nil {
-		v.seat.Done()
+	if v.err != nil {
+		v.releaseSeats()
 	}
 	if call.Stream && len(set.messages.plans) > 0 {
 		v.stream = &messages{plans: &set.messages, call: Call{Method: call.Method, Header: call.Header, Peer: call.Peer, QuietAdmitted: call.QuietAdmitted}}
@@ -214,9 +217,7 @@ func (v *Verdict) Settles() bool { return v.after != nil && v.after.settles != n
 // released, without the response waiting for the store. A call ends once:
 // later calls of End do nothing, and End on a refused call does nothing.
 func (v *Verdict) End(resp any, err error) {
-	if v.seat != nil {
-		v.seat.Done()
-	}
+	v.doneSeats()
 	v.l.end(v.ctx, v.after, resp, err)
 }
 
@@ -224,8 +225,6 @@ func (v *Verdict) End(resp any, err error) {
 // rules' Settle see errPanicked. After End, it does nothing, so a door
 // defers it before running the handler.
 func (v *Verdict) EndPanicked() {
-	if v.seat != nil {
-		v.seat.Done()
-	}
+	v.doneSeats()
 	v.l.end(v.ctx, v.after, nil, errPanicked)
 }

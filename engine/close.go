@@ -19,7 +19,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	// deadline); then renewals stop and the end-of-call work is drained.
 	l.ov.stop()
 	l.closeRefused()
-	l.admission.close()
+	l.overloadTel.close()
 	l.renewals.close()
 	return l.sender.close(l, ctx)
 }

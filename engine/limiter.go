@@ -56,7 +56,8 @@ type Limiter struct {
 	refused refusedBook
 	health  health
 	// admission is overload control (Config.Overload); nil without.
-	admission *admission
+	admission   *admission
+	overloadTel overloadTelemetry
 }
 
 // New returns a Limiter that asks st for decisions, configured by c (its
@@ -111,16 +112,29 @@ func New(st tollgate.Store, c Config) (*Limiter, error) {
 	if err := l.health.init(s.Logger, meterOf(s.MeterProvider)); err != nil {
 		return nil, fmt.Errorf("engine: creating metrics: %w", err)
 	}
-	if l.admission, err = newAdmission(s.Overload, meterOf(s.MeterProvider)); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+	if err := l.overloadTel.init(meterOf(s.MeterProvider), l.rulesInForce); err != nil {
+		return nil, fmt.Errorf("engine: creating metrics: %w", err)
 	}
+	if l.admission, err = newAdmission(s.Overload, "", nil, &l.overloadTel); err != nil {
+		return nil, fmt.Errorf("engine: Overload: %w", err)
+	}
+	l.overloadTel.server = l.admission
 	book, err := l.compile(s.Rules)
 	if err != nil {
 		return nil, err
 	}
 	l.book.Store(book)
-	l.ov.init(st, l.clk, calls, s.OverrideRefresh, s.StoreTimeout, func() []*rule { return l.book.Load().rules })
+	l.ov.init(st, l.clk, calls, s.OverrideRefresh, s.StoreTimeout, l.rulesInForce)
 	return l, nil
+}
+
+// rulesInForce returns the rules in force; none before New has compiled
+// them.
+func (l *Limiter) rulesInForce() []*rule {
+	if b := l.book.Load(); b != nil {
+		return b.rules
+	}
+	return nil
 }
 
 // AdmittedTrailers reports whether the RPC doors send the rate-limit
@@ -167,6 +181,13 @@ func (l *Limiter) compile(rules []Rule) (*rulebook, error) {
 		}
 		if err := l.checkSettler(r); err != nil {
 			return nil, err
+		}
+		var prev *admission
+		if old := l.book.Load(); old != nil && old.byName[r.Name] != nil {
+			prev = old.byName[r.Name].admission
+		}
+		if cr.admission, err = newAdmission(r.Overload, r.Name, prev, &l.overloadTel); err != nil {
+			return nil, fmt.Errorf("engine: rule %q: Overload: %w", r.Name, err)
 		}
 		// The same policy for every key function: an empty value is
 		// missing, an oversized one invalid.

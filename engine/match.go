@@ -114,7 +114,9 @@ func splitMethod(full string) (service, method string, ok bool) {
 // ruleSet is what applies to the calls of one method: the plans of every
 // matching rule that no other matching rule replaces, in WithRules order.
 type ruleSet struct {
-	calls planSet
+	// admissions are the overload controls of the rules with Overload.
+	admissions []*admission
+	calls      planSet
 	// messages are the message plans of those rules with PerMessage.
 	messages planSet
 }
@@ -220,12 +222,17 @@ func newMatcher(rules []*rule) (matcher, error) {
 			if replacedAmong(r, applying) {
 				continue
 			}
-			set.calls.add(r.call)
+			if r.admission != nil {
+				set.admissions = append(set.admissions, r.admission)
+			}
+			if r.call != nil {
+				set.calls.add(r.call)
+			}
 			if r.message != nil {
 				set.messages.add(r.message)
 			}
 		}
-		if len(set.calls.plans) == 0 {
+		if len(set.calls.plans) == 0 && len(set.admissions) == 0 {
 			return nil, nil
 		}
 		if err := checkSetSize(q, set); err != nil {

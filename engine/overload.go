@@ -3,7 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -14,82 +17,150 @@ import (
 	"github.com/tollgate/tollgate/overload"
 )
 
-// admission is the overload control every call passes before its rules
-// (Config.Overload): a seat under the adaptive concurrency limit, waited
-// for in the room by criticality and tenant. A unary call holds its seat
-// until End; a stream, and a call whose door never ends it (Call.NoEnd),
-// is only refused when a call of its criticality would be shed now, and
-// holds none: a stream's life is not a handler's latency, and a seat never
-// given back would close the server.
+// admission is one overload control a call passes before its store
+// limits: the server's (Config.Overload) or a rule's (Rule.Overload). It
+// is a seat under an adaptive concurrency limit, waited for in the room by
+// criticality and tenant. A unary call holds its seat until End; a
+// stream, and a call whose door never ends it (Call.NoEnd), is only
+// refused when a call of its criticality would be shed now, and holds
+// none: a stream's life is not a handler's latency, and a seat never given
+// back would close the server.
 type admission struct {
 	l      *shed.Limiter
+	o      overload.Options
+	rule   string // "" for the server's
 	tenant keyfunc.Func
-	shed   metric.Int64Counter
-	reg    metric.Registration
+	tel    *overloadTelemetry
 	// shedAttrs are the shed counter's attributes, by criticality, reason
 	// and tenant share (over or not), built once: building a set per
 	// refusal sorts it, and grows the small stack of the handler's
 	// goroutine, on the path that must stay cheapest under overload.
 	shedAttrs [shed.Levels][shed.QueueTimeout + 1][2]metric.AddOption
+	// observed is the gauges' attributes: the rule, if any.
+	observed metric.ObserveOption
 }
 
-// newAdmission returns the admission step o configures, or nil for none.
-func newAdmission(o *overload.Options, meter metric.Meter) (*admission, error) {
+// overloadTelemetry is overload control's instruments, made once per
+// Limiter: its callback observes the server's admission and those of the
+// rules in force.
+type overloadTelemetry struct {
+	shed             metric.Int64Counter
+	limit            metric.Float64ObservableGauge
+	inFlight, queued metric.Int64ObservableGauge
+	meter            metric.Meter
+	reg              metric.Registration // nil until start
+	server           *admission          // Config.Overload's; nil without
+	rules            func() []*rule      // the rules in force
+}
+
+// init makes the instruments; the gauges' callback is registered the
+// first time an admission exists (start), so that a Limiter without
+// overload control registers none.
+func (t *overloadTelemetry) init(meter metric.Meter, rules func() []*rule) error {
+	t.meter, t.rules = meter, rules
+	var err error
+	if t.shed, err = meter.Int64Counter(telemetry.MetricOverloadShed, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls shed by overload control, by criticality, reason and tenant share (and rule, for a rule's own).")); err != nil {
+		return err
+	}
+	if t.limit, err = meter.Float64ObservableGauge(telemetry.MetricOverloadLimit, metric.WithUnit("{call}"),
+		metric.WithDescription("The adaptive concurrency limit (per rule, for a rule's own).")); err != nil {
+		return err
+	}
+	if t.inFlight, err = meter.Int64ObservableGauge(telemetry.MetricOverloadInFlight, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls holding a seat of the concurrency limit.")); err != nil {
+		return err
+	}
+	t.queued, err = meter.Int64ObservableGauge(telemetry.MetricOverloadQueued, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls waiting for a seat."))
+	return err
+}
+
+// start registers the gauges' callback, once; callers hold the Limiter's
+// configuration lock (New, SetRules).
+func (t *overloadTelemetry) start() error {
+	if t.reg != nil {
+		return nil
+	}
+	reg, err := t.meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		observe := func(a *admission) {
+			st := a.l.Stats()
+			ob.ObserveFloat64(t.limit, st.Limit, a.observed)
+			ob.ObserveInt64(t.inFlight, int64(st.InFlight), a.observed)
+			ob.ObserveInt64(t.queued, int64(st.Queued), a.observed)
+		}
+		if t.server != nil {
+			observe(t.server)
+		}
+		for _, r := range t.rules() {
+			if r.admission != nil {
+				observe(r.admission)
+			}
+		}
+		return nil
+	}, t.limit, t.inFlight, t.queued)
+	if err != nil {
+		return err
+	}
+	t.reg = reg
+	return nil
+}
+
+// close stops the gauges' callback.
+func (t *overloadTelemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
+
+// newAdmission returns the admission step o configures for rule ("" for
+// the server's), or nil for none. A rule's step whose options are those
+// of prev (the same rule's before SetRules) keeps prev's limit, its room
+// and the calls in it: what it learnt of the server stays.
+func newAdmission(o *overload.Options, rule string, prev *admission, tel *overloadTelemetry) (*admission, error) {
 	if o == nil {
 		return nil, nil
 	}
-	l, err := shed.New(*o)
-	if err != nil {
-		return nil, err
+	a := &admission{o: *o, rule: rule, tenant: o.Tenant, tel: tel}
+	if prev != nil && sameOverload(prev.o, a.o) {
+		a.l = prev.l
+	} else {
+		l, err := shed.New(*o)
+		if err != nil {
+			return nil, err
+		}
+		a.l = l
 	}
-	a := &admission{l: l, tenant: o.Tenant}
+	var ruleAttr []attribute.KeyValue
+	if rule != "" {
+		ruleAttr = []attribute.KeyValue{telemetry.AttrRule.String(rule)}
+	}
+	a.observed = metric.WithAttributeSet(attribute.NewSet(ruleAttr...))
 	for c := range a.shedAttrs {
 		for r := range a.shedAttrs[c] {
 			for over, share := range [2]string{"within", "over"} {
-				a.shedAttrs[c][r][over] = metric.WithAttributeSet(attribute.NewSet(
+				a.shedAttrs[c][r][over] = metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
 					telemetry.AttrCriticality.String(shed.Criticality(c).String()),
 					telemetry.AttrOverloadReason.String(strings.ReplaceAll(shed.Reason(r).String(), " ", "_")),
-					telemetry.AttrTenantShare.String(share)))
+					telemetry.AttrTenantShare.String(share)}, ruleAttr...)...))
 			}
 		}
 	}
-	if a.shed, err = meter.Int64Counter(telemetry.MetricOverloadShed, metric.WithUnit("{call}"),
-		metric.WithDescription("Calls shed by overload control, by criticality, reason and tenant share.")); err != nil {
-		return nil, err
-	}
-	limit, err := meter.Float64ObservableGauge(telemetry.MetricOverloadLimit, metric.WithUnit("{call}"),
-		metric.WithDescription("The adaptive concurrency limit."))
-	if err != nil {
-		return nil, err
-	}
-	inFlight, err := meter.Int64ObservableGauge(telemetry.MetricOverloadInFlight, metric.WithUnit("{call}"),
-		metric.WithDescription("Calls holding a seat of the concurrency limit."))
-	if err != nil {
-		return nil, err
-	}
-	queued, err := meter.Int64ObservableGauge(telemetry.MetricOverloadQueued, metric.WithUnit("{call}"),
-		metric.WithDescription("Calls waiting for a seat."))
-	if err != nil {
-		return nil, err
-	}
-	a.reg, err = meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
-		st := l.Stats()
-		ob.ObserveFloat64(limit, st.Limit)
-		ob.ObserveInt64(inFlight, int64(st.InFlight))
-		ob.ObserveInt64(queued, int64(st.Queued))
-		return nil
-	}, limit, inFlight, queued)
-	if err != nil {
+	if err := tel.start(); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// admit passes v's call through the admission step: it returns false with
-// v refused when the call is shed (or its caller goes away while it
-// waits), and otherwise true, v.ctx carrying the call's criticality for
-// the calls its handler makes and v.seat its seat, if it takes one.
-func (a *admission) admit(v *Verdict, call *Call) bool {
+// sameOverload reports whether a and b configure the same limit: every
+// field but Tenant, which is read per call.
+func sameOverload(a, b overload.Options) bool {
+	a.Tenant, b.Tenant = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+// criticalityOf reads a call's criticality from its headers.
+func criticalityOf(call *Call) shed.Criticality {
 	c, _ := shed.CriticalityOf(func(k string) string {
 		vs, _ := call.Header.Values(k)
 		if len(vs) == 0 {
@@ -97,41 +168,110 @@ func (a *admission) admit(v *Verdict, call *Call) bool {
 		}
 		return vs[0]
 	})
-	sc := shed.Call{Criticality: c}
-	if a.tenant != nil {
-		sc.Tenant, _ = a.tenant(v.ctx, keyfunc.Call{Method: call.Method, Header: call.Header, Peer: call.Peer})
+	return c
+}
+
+// admit passes v's call through overload control: the steps of its rules
+// (set's, Rule.Overload) in their order, then the server's
+// (Config.Overload). It returns false with v refused when a step sheds the
+// call (or its caller goes away while it waits), having given back the
+// seats it took; and otherwise true, v.ctx carrying the call's criticality
+// for the calls its handler makes, and v holding its seats. The rules'
+// steps go first so that a call waiting for a slow method's seat holds
+// none of the server's.
+func (l *Limiter) admit(v *Verdict, call *Call, set *ruleSet) bool {
+	c := criticalityOf(call)
+	if set != nil {
+		for _, a := range set.admissions {
+			seat, ok := a.admit(v, call, c)
+			if !ok {
+				v.releaseSeats()
+				return false
+			}
+			if seat != nil {
+				v.ruleSeats = append(v.ruleSeats, seat)
+			}
+		}
 	}
-	var err error
-	if call.Stream || call.NoEnd {
-		err = a.l.Check(sc)
-	} else {
-		v.seat, err = a.l.Acquire(v.ctx, sc)
-	}
-	if err != nil {
-		v.err = a.refusal(v.ctx, err)
-		return false
+	if l.admission != nil {
+		seat, ok := l.admission.admit(v, call, c)
+		if !ok {
+			v.releaseSeats()
+			return false
+		}
+		v.seat = seat
+		if seat != nil && len(v.ruleSeats) > 0 {
+			now := time.Now()
+			for _, s := range v.ruleSeats {
+				s.Restart(now) // a rule's latency is its handler's, not the wait for the server's seat
+			}
+		}
 	}
 	v.ctx = overload.WithCriticality(v.ctx, c)
 	return true
 }
 
+// admit passes the call, of criticality c, through this step: a seat (nil
+// for a stream or a call never ended), or false with v refused.
+func (a *admission) admit(v *Verdict, call *Call, c shed.Criticality) (*shed.Seat, bool) {
+	sc := shed.Call{Criticality: c}
+	if a.tenant != nil {
+		sc.Tenant, _ = a.tenant(v.ctx, keyfunc.Call{Method: call.Method, Header: call.Header, Peer: call.Peer})
+	}
+	var seat *shed.Seat
+	var err error
+	if call.Stream || call.NoEnd {
+		err = a.l.Check(sc)
+	} else {
+		seat, err = a.l.Acquire(v.ctx, sc)
+	}
+	if err != nil {
+		v.err = a.refusal(v.ctx, err)
+		return nil, false
+	}
+	return seat, true
+}
+
 // refusal is the refusal of a call the admission step did not admit.
 func (a *admission) refusal(ctx context.Context, err error) *refusal {
+	whose := "overload"
+	if a.rule != "" {
+		whose = "rule " + strconv.Quote(a.rule) + ": overload"
+	}
 	var r *shed.Refusal
 	if !errors.As(err, &r) {
-		return &refusal{kind: Canceled, msg: "overload: the caller went away while waiting for a seat: " + err.Error(), cause: err}
+		return &refusal{kind: Canceled, msg: whose + ": the caller went away while waiting for a seat: " + err.Error(), cause: err}
 	}
 	over := 0
 	if r.OverShare {
 		over = 1
 	}
-	a.shed.Add(ctx, 1, a.shedAttrs[min(int(r.Criticality), shed.Levels-1)][min(r.Reason, shed.QueueTimeout)][over])
-	return &refusal{kind: Shed, msg: r.Error(), retryAfter: r.RetryAfter, cause: r}
+	a.tel.shed.Add(ctx, 1, a.shedAttrs[min(int(r.Criticality), shed.Levels-1)][min(r.Reason, shed.QueueTimeout)][over])
+	msg := r.Error()
+	if a.rule != "" {
+		msg = "rule " + strconv.Quote(a.rule) + ": " + msg
+	}
+	return &refusal{kind: Shed, msg: msg, retryAfter: r.RetryAfter, cause: r}
 }
 
-// close stops the metrics' callback; on a nil admission it does nothing.
-func (a *admission) close() {
-	if a != nil && a.reg != nil {
-		_ = a.reg.Unregister()
+// releaseSeats gives back the overload seats of a call refused before its
+// handler ran: no latency is recorded for them.
+func (v *Verdict) releaseSeats() {
+	if v.seat != nil {
+		v.seat.Release()
+	}
+	for _, s := range v.ruleSeats {
+		s.Release()
+	}
+}
+
+// doneSeats gives back the overload seats of a call whose handler ran,
+// recording its latency.
+func (v *Verdict) doneSeats() {
+	if v.seat != nil {
+		v.seat.Done()
+	}
+	for _, s := range v.ruleSeats {
+		s.Done()
 	}
 }

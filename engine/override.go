@@ -97,9 +97,9 @@ func (l *Limiter) DeleteOverride(ctx context.Context, rule string, who Caller) e
 // Overrides returns the overrides of the named rule in force, as the store
 // holds them now. Errors are those of SetOverride.
 func (l *Limiter) Overrides(ctx context.Context, rule string) ([]CallerOverride, error) {
-	r := l.book.Load().byName[rule]
-	if r == nil {
-		return nil, unknownRule(rule)
+	r, err := l.limitingRule(rule)
+	if err != nil {
+		return nil, err
 	}
 	if l.ov.st == nil {
 		return nil, nil
@@ -121,9 +121,9 @@ func (l *Limiter) Overrides(ctx context.Context, rule string) ([]CallerOverride,
 
 // overrideTarget returns the call plan of rule and the store key of who.
 func (l *Limiter) overrideTarget(ctx context.Context, rule string, who Caller) (*plan, string, error) {
-	r := l.book.Load().byName[rule]
-	if r == nil {
-		return nil, "", unknownRule(rule)
+	r, err := l.limitingRule(rule)
+	if err != nil {
+		return nil, "", err
 	}
 	if l.ov.st == nil {
 		return nil, "", opError{fmt.Sprintf("override of rule %q: the store does not keep overrides (tollgate.OverrideStore)", rule), errors.ErrUnsupported}

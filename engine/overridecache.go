@@ -216,6 +216,9 @@ func (o *overrides) read(ctx context.Context) (map[string]map[string]cachedOverr
 	byRule := make(map[string]map[string]cachedOverride)
 	n := 0
 	for _, r := range o.rules() {
+		if r.call == nil {
+			continue // only Overload: no caller to override
+		}
 		os, err := o.st.Overrides(ctx, r.Name)
 		if err != nil {
 			return nil, 0, err

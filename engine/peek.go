@@ -84,6 +84,19 @@ func (e opError) Error() string        { return e.msg }
 func (e opError) Is(target error) bool { return target == e.is }
 
 // unknownRule is the error of an unknown rule name.
+// limitingRule returns the named rule in force, or an error when there is
+// none or it keeps no quota per caller (a rule with only Overload).
+func (l *Limiter) limitingRule(name string) (*rule, error) {
+	r := l.book.Load().byName[name]
+	if r == nil {
+		return nil, unknownRule(name)
+	}
+	if r.call == nil {
+		return nil, invalidArg("rule %q has only Overload: it keeps no quota per caller to read, override, reset or count", name)
+	}
+	return r, nil
+}
+
 func unknownRule(name string) error {
 	return opError{fmt.Sprintf("engine: no rate limit rule is named %q", name), ErrUnknownRule}
 }
@@ -184,9 +197,9 @@ type limitItem struct {
 // limits), the message limit last; for an in-flight limit, a request of the
 // identity's key with no Limit.
 func (l *Limiter) eachLimit(ctx context.Context, rule string, who Caller, f func(*plan, limitItem) error) error {
-	r := l.book.Load().byName[rule]
-	if r == nil {
-		return unknownRule(rule)
+	r, err := l.limitingRule(rule)
+	if err != nil {
+		return err
 	}
 	value, anonymous, err := r.identify(ctx, who)
 	if err != nil {

@@ -193,10 +193,10 @@ func (l *Limiter) sketch(rule string, shadow, make bool) *heavy.Sketch {
 // none. A limit of 0 means 10; at most 100. Errors are those of Peek; a
 // Limiter whose counting is off answers one matching errors.ErrUnsupported.
 func (l *Limiter) TopRefused(ctx context.Context, rule string, limit int, local bool) (Refused, error) {
-	r := l.book.Load().byName[rule]
+	r, err := l.limitingRule(rule)
 	switch {
-	case r == nil:
-		return Refused{}, unknownRule(rule)
+	case err != nil:
+		return Refused{}, err
 	case limit < 0 || limit > maxTopRefused:
 		return Refused{}, invalidArg("TopRefused: the limit %d is out of range: 0 (meaning %d) to %d", limit, defaultTopRefused, maxTopRefused)
 	case l.refused.off:

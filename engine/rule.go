@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate/tollgate"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/overload"
 )
 
 // maxRuleNameLen is the longest Rule.Name New accepts, in bytes.
@@ -102,6 +103,23 @@ type Rule struct {
 	// apart from the enforcing ones, after them and only for calls they
 	// admit, so a shadow denial never blocks or undoes another rule's debit.
 	Shadow bool
+	// Overload, when set, gives the calls this rule matches an adaptive
+	// concurrency limit and a waiting room of their own, apart from the
+	// server's (Config.Overload): a method that waits on a slow dependency
+	// is shed by what that dependency takes, and the server's limit, and
+	// every other method, do not come down with it. A call takes its rules'
+	// seats first, in the rules' order, then the server's; a rule that
+	// replaces this one where both match replaces its Overload too. A rule
+	// may have Overload alone, with Name and Methods (no Key: whom a call
+	// is for is Overload.Tenant's); a Shadow rule may not have it, since it
+	// never refuses. docs/overload.md.
+	Overload *overload.Options
+}
+
+// overloadOnly reports whether r has Overload and nothing to decide in a
+// store: no rate, in-flight or message limit.
+func (r *Rule) overloadOnly() bool {
+	return r.Overload != nil && r.Limits.kind == limitsNone && r.InFlight.Max == 0 && r.MaxInFlight == 0 && !r.PerMessage.on()
 }
 
 // withInFlightMax returns r with MaxInFlight taken as InFlight.Max.
@@ -119,6 +137,10 @@ func (r Rule) withInFlightMax() (Rule, error) {
 // clone returns r with nothing shared: its slices are copied.
 func (r Rule) clone() Rule {
 	r.Methods, r.Replaces, r.Limits = slices.Clone(r.Methods), slices.Clone(r.Replaces), r.Limits.clone()
+	if r.Overload != nil {
+		o := *r.Overload
+		r.Overload = &o
+	}
 	return r
 }
 
@@ -130,9 +152,12 @@ type rule struct {
 	// maxShapeWait in total (PerMessage).
 	shape        bool
 	maxShapeWait time.Duration
-	// call decides calls and stream openings; message decides stream
-	// messages and is nil without PerMessage.
+	// call decides calls and stream openings, and is nil for a rule with
+	// only Overload; message decides stream messages and is nil without
+	// PerMessage.
 	call, message *plan
+	// admission is the rule's own overload control (Overload); nil without.
+	admission *admission
 }
 
 // compileRule validates r and precomputes what the hot path needs. replicas
@@ -143,6 +168,12 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 	}
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("rule %q: "+format, append([]any{r.Name}, args...)...)
+	}
+	if r.Shadow && r.Overload != nil {
+		return nil, fail("Shadow and Overload: a shadow rule never refuses a call, and Overload sheds them; give the adaptive limit a rule of its own")
+	}
+	if r.overloadOnly() {
+		return compileOverloadOnly(r, index, fail)
 	}
 	if r.Key == nil {
 		return nil, fail("Key is nil: every rule needs a key function (keyfunc.Method() limits all callers together)")
@@ -206,6 +237,33 @@ func compileRule(r Rule, index int, replicas int64, seatTimeout time.Duration) (
 		}
 	}
 	return c, nil
+}
+
+// compileOverloadOnly validates a rule with only Overload: it matches
+// calls and has nothing a store decides, so the fields of store limits are
+// refused rather than ignored.
+func compileOverloadOnly(r Rule, index int, fail func(string, ...any) error) (*rule, error) {
+	if r.Key != nil {
+		if err := keyfunc.Validate(r.Key); err != nil {
+			return nil, fail("Key: %w", err)
+		}
+	}
+	for _, m := range r.Methods {
+		if err := validatePattern(m); err != nil {
+			return nil, fail("%w", err)
+		}
+	}
+	switch {
+	case r.Cost != 0 || r.CostFunc != nil:
+		return nil, fail("Cost and CostFunc price a rate limit, and the rule has only Overload: set Limits, or drop them")
+	case r.Settle != nil:
+		return nil, fail("Settle needs a rate limit to settle (Limits), and the rule has only Overload")
+	case r.ShareMissing:
+		return nil, fail("ShareMissing shares a rate limit's bucket, and the rule has only Overload: set Limits, or drop it")
+	case r.FailMode != (FailMode{}):
+		return nil, fail("FailMode is what a store limit does when the store fails, and the rule has only Overload, which asks no store")
+	}
+	return &rule{Rule: r, index: index}, nil
 }
 
 // limitChooser is a rule's function choosing limits per identity

@@ -80,6 +80,26 @@ func (s *Seat) Done() {
 	l.dispatch(now)
 }
 
+// Release gives the seat back for a call whose handler never ran (the
+// call was refused after it was seated): it records no latency, since the
+// call measured nothing of the server. Calls after the first, or after
+// Done, do nothing.
+func (s *Seat) Release() {
+	if s.done.Swap(true) {
+		return
+	}
+	l := s.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight--
+	l.dispatch(time.Now())
+}
+
+// Restart starts the seat's latency over at now: a call seated here that
+// then waited for another limit's seat is measured from when its handler
+// could run. Call it before Done, from the goroutine that will call Done.
+func (s *Seat) Restart(now time.Time) { s.start = now }
+
 // Check reports, without waiting, whether Acquire would refuse the call
 // now: a door calls it before it spends anything on the call (before a
 // gRPC stream or an HTTP body). A nil answer is no promise; a Refusal is

@@ -50,6 +50,8 @@ type cell struct {
 	Offered, OK       [levels]int64
 	Refused, Timeout  [levels]int64
 	Asked, Served     [tenants]int64
+	TRefused          [tenants]int64 // refused, by tenant
+	TTimeout          [tenants]int64 // past the deadline, by tenant
 	Lat               [levels]bench.Histogram
 	All               bench.Histogram
 	Lag               bench.Histogram // the generator's lateness
@@ -216,8 +218,10 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 			c.All.Record(lat)
 		case code == codes.DeadlineExceeded || err == nil || errors.Is(err, context.DeadlineExceeded):
 			c.Timeout[s.class]++
+			c.TTimeout[s.tenant]++
 		default:
 			c.Refused[s.class]++
+			c.TRefused[s.tenant]++
 		}
 	}
 	start := time.Now()

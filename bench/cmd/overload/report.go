@@ -118,8 +118,8 @@ func (r *report) print(w io.Writer) {
 	if xs, subjects := r.points("tenant"); len(xs) > 0 {
 		fmt.Fprintln(w, "Tenants: CRITICAL only; tenant-0 asks 10× its fair share (capacity/10), nine others 0.9× theirs.")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| subject | goodput | tenant-0 served | well-behaved served, worst | well-behaved served, median of nine |")
-		fmt.Fprintln(w, "|---|---|---|---|---|")
+		fmt.Fprintln(w, "| subject | goodput | tenant-0 served | well-behaved served, worst | well-behaved served, median of nine | the nine: refused, late |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|")
 		for _, s := range subjects {
 			cs := r.group("tenant", xs[0], s)
 			heavy := statOf(cs, func(c *cell) float64 { return frac(c.Served[0], c.Asked[0]) })
@@ -138,7 +138,19 @@ func (r *report) print(w io.Writer) {
 				slices.Sort(v)
 				return v[len(v)/2]
 			})
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", s, statOf(cs, r.goodput).num("%.2f"), heavy.pct(), worst.pct(), median.pct())
+			nine := func(f func(c *cell) [tenants]int64) stat {
+				return statOf(cs, func(c *cell) float64 {
+					var n, asked int64
+					for t := 1; t < tenants; t++ {
+						n += f(c)[t]
+						asked += c.Asked[t]
+					}
+					return frac(n, asked)
+				})
+			}
+			refused := nine(func(c *cell) [tenants]int64 { return c.TRefused })
+			late := nine(func(c *cell) [tenants]int64 { return c.TTimeout })
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s, %s |\n", s, statOf(cs, r.goodput).num("%.2f"), heavy.pct(), worst.pct(), median.pct(), refused.pct(), late.pct())
 		}
 		fmt.Fprintln(w)
 	}
@@ -245,7 +257,7 @@ func (r *report) printServers(w io.Writer) {
 		switch {
 		case c.Server.Tollgate != nil:
 			st := c.Server.Tollgate
-			fmt.Fprintf(w, "- %s %.1f× %s: limit %.1f, shed %v\n", c.Scenario, c.X, c.Subject, st.Limit, st.Shed)
+			fmt.Fprintf(w, "- %s %.1f× %s: limit %.1f, shed %v, by reason and share %v\n", c.Scenario, c.X, c.Subject, st.Limit, st.Shed, st.Why)
 		case c.Server.Failsafe != nil:
 			fmt.Fprintf(w, "- %s %.1f× %s: limit %d, inflight %d, queued %d\n", c.Scenario, c.X, c.Subject, c.Server.Failsafe.Limit, c.Server.Failsafe.Inflight, c.Server.Failsafe.Queued)
 		}

@@ -45,6 +45,7 @@ import (
 type tollgateStats struct {
 	Limit float64
 	Shed  map[string]int64 // by criticality
+	Why   map[string]int64 // by reason and the tenant's share
 }
 
 // tollgateServer is the gRPC door of an engine with overload control o and
@@ -63,7 +64,7 @@ func tollgateServer(o overload.Options) ([]grpc.ServerOption, func() serverStats
 	}
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())}
 	return opts, func() serverStats {
-		st := tollgateStats{Shed: map[string]int64{}}
+		st := tollgateStats{Shed: map[string]int64{}, Why: map[string]int64{}}
 		var rm metricdata.ResourceMetrics
 		_ = reader.Collect(context.Background(), &rm)
 		for _, sm := range rm.ScopeMetrics {
@@ -78,6 +79,9 @@ func tollgateServer(o overload.Options) ([]grpc.ServerOption, func() serverStats
 						for _, p := range d.DataPoints {
 							c, _ := p.Attributes.Value(telemetry.AttrCriticality)
 							st.Shed[c.AsString()] += p.Value
+							r, _ := p.Attributes.Value(telemetry.AttrOverloadReason)
+							sh, _ := p.Attributes.Value(telemetry.AttrTenantShare)
+							st.Why[r.AsString()+"/"+sh.AsString()] += p.Value
 						}
 					}
 				}

@@ -1,0 +1,149 @@
+package connectlimit_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc/codes"
+
+	"github.com/tollgate/tollgate"
+	"github.com/tollgate/tollgate/engine"
+	"github.com/tollgate/tollgate/examples/echo"
+	"github.com/tollgate/tollgate/internal/storefixture"
+	"github.com/tollgate/tollgate/internal/telemetry"
+	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/overload"
+)
+
+// A rule's own adaptive limit (Rule.Overload) through the three doors of
+// one engine, beside a rate limit of the same rule decided in the store.
+
+// sayRoutes are the routes overloadDoors serves: the RPC method and the
+// HTTP route.
+var sayRoutes = []string{echo.SayMethod, "GET /v1/say/{word}"}
+
+// A call the rule's limit sheds is refused on every door as the server's
+// step refuses one (Unavailable, 503), counted under the rule's name; the
+// calls of other methods, and the server's own seats, are not touched.
+func TestRuleOverloadShedsOnEveryDoor(t *testing.T) {
+	eachBackend(t, func(t *testing.T, st tollgate.Store) {
+		reader := sdkmetric.NewManualReader()
+		l := newEngine(t, st, engine.Config{
+			Rules: []engine.Rule{{
+				Name: "say", Methods: sayRoutes, Key: keyfunc.Constant("all"),
+				Limits: engine.Fixed(tollgate.Limit{Rate: 1000, Period: time.Second}),
+				Overload: &overload.Options{MinLimit: 1, MaxLimit: 1, InitialLimit: 1, ProbeInterval: -1,
+					MaxWait: time.Millisecond, Target: time.Millisecond},
+			}},
+			Overload:      &overload.Options{MinLimit: 8, MaxLimit: 8, InitialLimit: 8, ProbeInterval: -1},
+			MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		})
+		held := l.Begin(t.Context(), engine.Call{Method: echo.SayMethod, Header: keyfunc.HTTPHeader(nil)})
+		if err := held.Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer held.End(nil, nil)
+		calls := 0
+		for name, call := range overloadDoors(t, l, func(context.Context) { t.Error("a shed call reached its handler") }) {
+			calls++
+			if a := call(t.Context(), ""); a.code != codes.Unavailable || a.retryAfter == "" {
+				t.Errorf("%s: %s, retry-after %q: want Unavailable (503) with a retry-after", name, a.code, a.retryAfter)
+			}
+		}
+		byRule := shedByRule(t, reader)
+		if byRule["say"] != int64(calls) || len(byRule) != 1 {
+			t.Fatalf("%s by rule: %v, want %d under \"say\" and nothing else", telemetry.MetricOverloadShed, byRule, calls)
+		}
+		// Another method takes the server's seats, all but the held call's.
+		for range 7 {
+			v := l.Begin(t.Context(), engine.Call{Method: "/hold.Service/Hold", Header: keyfunc.HTTPHeader(nil)})
+			if err := v.Err(); err != nil {
+				t.Fatalf("a call the rule does not match: %v", err)
+			}
+			defer v.End(nil, nil)
+		}
+		// The rule's rate limit counted the held call only: the shed ones
+		// never reached the store.
+		qs, err := l.Peek(t.Context(), "say", engine.Caller{Value: "all"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(qs) != 1 || qs[0].Decision.Remaining != 999 {
+			t.Fatalf("Peek: %+v, want 999 of 1000 left", qs)
+		}
+	})
+}
+
+// Five clients, one on each door, call a method whose rule allows two
+// calls at once and lets a call wait for a seat: every call is admitted,
+// never more than two handlers run at once, and both seats are used.
+func TestRuleOverloadBoundsHandlersOnEveryDoor(t *testing.T) {
+	st := storefixture.Memory(t)
+	l := newEngine(t, st, engine.Config{Rules: []engine.Rule{{
+		Name: "say", Methods: sayRoutes,
+		Overload: &overload.Options{MinLimit: 2, MaxLimit: 2, InitialLimit: 2, ProbeInterval: -1, MaxWait: time.Minute, Target: time.Minute},
+	}}})
+	var running, most atomic.Int64
+	hook := func(context.Context) {
+		n := running.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond) // long enough for the others to pile up
+		running.Add(-1)
+	}
+	var (
+		mu      sync.Mutex
+		answers = map[codes.Code]int{}
+		wg      sync.WaitGroup
+	)
+	const perDoor = 20
+	doors := 0
+	for _, call := range overloadDoors(t, l, hook) {
+		doors++
+		wg.Go(func() {
+			for range perDoor {
+				a := call(t.Context(), "")
+				mu.Lock()
+				answers[a.code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if answers[codes.OK] != doors*perDoor || len(answers) != 1 {
+		t.Fatalf("answers %v, want all %d admitted", answers, doors*perDoor)
+	}
+	if m := most.Load(); m != 2 {
+		t.Fatalf("at most %d handlers ran at once under the rule's limit of 2, want 2", m)
+	}
+}
+
+// shedByRule is the shed counter by rule ("" for the server's step).
+func shedByRule(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricOverloadShed {
+				for _, p := range s.DataPoints {
+					r, _ := p.Attributes.Value(telemetry.AttrRule)
+					n[r.AsString()] += p.Value
+				}
+			}
+		}
+	}
+	return n
+}
