@@ -17,12 +17,22 @@ import (
 // (Config.Overload, its tenant the rule's): what the admission step adds
 // to an admitted call, a seat taken and given back, below capacity.
 func BenchmarkBeginOverload(b *testing.B) {
-	l, err := engine.New(storefixture.Memory(b), engine.Config{
-		Rules: []engine.Rule{{
-			Name: "per-tenant", Key: keyfunc.Metadata("x-tenant"), Limits: engine.Fixed(tollgate.PerSecond(1_000_000_000)),
-		}},
-		Overload: &overload.Options{Tenant: keyfunc.Metadata("x-tenant")},
-	})
+	benchmarkOverload(b, false)
+}
+
+// BenchmarkBeginRuleOverload is BenchmarkBeginOverload with the rule's own
+// limit too (Rule.Overload): two seats a call.
+func BenchmarkBeginRuleOverload(b *testing.B) {
+	benchmarkOverload(b, true)
+}
+
+func benchmarkOverload(b *testing.B, ruleToo bool) {
+	tenant := keyfunc.Metadata("x-tenant")
+	rule := engine.Rule{Name: "per-tenant", Key: tenant, Limits: engine.Fixed(tollgate.PerSecond(1_000_000_000))}
+	if ruleToo {
+		rule.Overload = &overload.Options{Tenant: tenant}
+	}
+	l, err := engine.New(storefixture.Memory(b), engine.Config{Rules: []engine.Rule{rule}, Overload: &overload.Options{Tenant: tenant}})
 	if err != nil {
 		b.Fatal(err)
 	}
