@@ -214,7 +214,7 @@ func (l *Limiter) admit(v *Verdict, call *Call, set *ruleSet) bool {
 // admit passes the call, of criticality c, through this step: a seat (nil
 // for a stream or a call never ended), or false with v refused.
 func (a *admission) admit(v *Verdict, call *Call, c shed.Criticality) (*shed.Seat, bool) {
-	sc := shed.Call{Criticality: c}
+	sc := shed.Call{Criticality: c, Class: call.Method}
 	if a.tenant != nil {
 		sc.Tenant, _ = a.tenant(v.ctx, keyfunc.Call{Method: call.Method, Header: call.Header, Peer: call.Peer})
 	}

@@ -25,28 +25,75 @@ import (
 // calls have run alone (Envoy's minRTT window, BBR's ProbeRTT). A value
 // measured at a higher concurrency would ratchet the limit up; only calls
 // alone count.
+//
+// A server's calls are not alike: one method answers in a millisecond,
+// another waits ten on a database. Compared with the fastest call's
+// latency alone, a mix of the two would read as a server ten times slower
+// than it can be, and the limit would fall to one call while nothing was
+// short. So each class of call (Call.Class: its method) has its own
+// latency alone, and the interval's statistic is the mean, over the calls
+// that finished, of each call's latency ÷ its class's latency alone: the
+// gradient is Tolerance ÷ that mean. With one class it is mean ÷ alone, as
+// above. A class not measured alone yet counts for nothing until it is (a
+// probe measures whichever calls come through); one not measured alone
+// for classWindows windows forgets its value, and past maxClasses classes
+// the others share one.
 type gradient struct {
 	o     *Options
 	limit float64
 
 	// the interval being measured
 	start       time.Time
-	n           int
-	sum         time.Duration
+	n           int     // calls finished
+	ratios      float64 // the sum of latency ÷ latency alone of its class, over nr calls
+	nr          int     // calls finished whose class has a latency alone
 	maxInflight int
 	throughput  float64 // calls/s finished, smoothed; 0 before the first interval
 
-	// latency alone
-	alone     time.Duration // 0: not measured yet
+	// latency alone, per class
+	classes   map[string]*class
+	other     class         // the classes past maxClasses
+	alone     time.Duration // the shortest of the classes' (Stats); 0: none measured
 	winStart  time.Time
-	winMin    time.Duration // minimum of the calls alone since winStart; 0: none
-	stale     bool          // no call ran alone in the last window
+	winAny    bool // some call ran alone since winStart
+	stale     bool // no call ran alone in the last window
 	probing   bool
 	probeLeft int
 }
 
+// class is the latency alone of one class of call.
+type class struct {
+	alone  time.Duration // 0: not measured, or forgotten
+	winMin time.Duration // minimum of its calls alone since winStart; 0: none
+	idle   int           // windows in a row without a call alone
+}
+
+const (
+	// maxClasses bounds the classes measured apart; past it the others
+	// share one (an HTTP door's routes are bounded by its mux, its paths
+	// without one are not).
+	maxClasses = 256
+	// classWindows is how many windows in a row a class may go without a
+	// call alone before its latency alone is forgotten: a value measured
+	// long ago may no longer be what a call of the class costs.
+	classWindows = 6
+)
+
 func newGradient(o *Options, now time.Time) gradient {
-	return gradient{o: o, limit: float64(o.InitialLimit), start: now, winStart: now, stale: true}
+	return gradient{o: o, limit: float64(o.InitialLimit), start: now, winStart: now, stale: true, classes: map[string]*class{}}
+}
+
+// classOf returns the class named name, made if need be.
+func (g *gradient) classOf(name string) *class {
+	if c, ok := g.classes[name]; ok {
+		return c
+	}
+	if len(g.classes) >= maxClasses {
+		return &g.other
+	}
+	c := &class{}
+	g.classes[name] = c
+	return c
 }
 
 // admits reports whether one more call may run with inflight running: the
@@ -71,24 +118,32 @@ func (g *gradient) binding() {
 	}
 }
 
-// finished records a call's latency, ran alone or not, and moves the limit
-// when an interval is complete; inflight no longer counts the call.
-func (g *gradient) finished(now time.Time, latency time.Duration, alone bool, inflight int) {
+// finished records the latency of a call of class c, ran alone or not,
+// and moves the limit when an interval is complete; inflight no longer
+// counts the call.
+func (g *gradient) finished(now time.Time, latency time.Duration, alone bool, inflight int, c *class) {
 	g.n++
-	g.sum += latency
 	if alone {
-		if g.winMin == 0 || latency < g.winMin {
-			g.winMin = latency
+		if c.winMin == 0 || latency < c.winMin {
+			c.winMin = latency
+		}
+		if c.alone == 0 || latency < c.alone {
+			c.alone = latency
 		}
 		if g.alone == 0 || latency < g.alone {
 			g.alone = latency
 		}
+		g.winAny = true
 		if g.probing {
 			if g.probeLeft--; g.probeLeft <= 0 {
 				g.probing = false
 				g.rotate(now)
 			}
 		}
+	}
+	if c.alone > 0 {
+		g.nr++
+		g.ratios += float64(latency) / float64(c.alone)
 	}
 	elapsed := now.Sub(g.start)
 	if elapsed < g.o.Interval || (g.n < 5 && elapsed < 10*g.o.Interval) {
@@ -100,9 +155,8 @@ func (g *gradient) finished(now time.Time, latency time.Duration, alone bool, in
 	} else {
 		g.throughput += (rate - g.throughput) / 2
 	}
-	if g.alone > 0 && !g.probing {
-		mean := g.sum / time.Duration(g.n)
-		grad := g.o.Tolerance * float64(g.alone) / float64(max(mean, 1))
+	if g.nr > 0 && !g.probing {
+		grad := g.o.Tolerance / math.Max(g.ratios/float64(g.nr), 1e-9)
 		grad = math.Max(0.5, math.Min(2, grad))
 		if grad > 1 && 2*g.maxInflight < int(g.limit) {
 			grad = 1 // not using the limit: no evidence it should grow
@@ -113,7 +167,7 @@ func (g *gradient) finished(now time.Time, latency time.Duration, alone bool, in
 	if now.Sub(g.winStart) >= g.window() {
 		g.rotate(now)
 	}
-	g.start, g.n, g.sum, g.maxInflight = now, 0, 0, inflight
+	g.start, g.n, g.nr, g.ratios, g.maxInflight = now, 0, 0, 0, inflight
 }
 
 // window is how long a latency alone is trusted.
@@ -124,12 +178,29 @@ func (g *gradient) window() time.Duration {
 	return 10 * time.Second
 }
 
-// rotate starts a new window of latency alone: the last one's minimum, if
-// any call ran alone in it, becomes the latency alone.
+// rotate starts a new window of latency alone: each class's minimum in
+// the last one, if a call of it ran alone, becomes its latency alone; a
+// class without one for classWindows windows forgets it.
 func (g *gradient) rotate(now time.Time) {
-	g.stale = g.winMin == 0
-	if !g.stale {
-		g.alone = g.winMin
+	g.stale = !g.winAny
+	g.alone = 0
+	roll := func(c *class) bool {
+		if c.winMin > 0 {
+			c.alone, c.idle = c.winMin, 0
+		} else if c.idle++; c.idle >= classWindows {
+			c.alone = 0
+		}
+		c.winMin = 0
+		if c.alone > 0 && (g.alone == 0 || c.alone < g.alone) {
+			g.alone = c.alone
+		}
+		return c.alone > 0 || c.idle < classWindows
 	}
-	g.winStart, g.winMin = now, 0
+	for name, c := range g.classes {
+		if !roll(c) {
+			delete(g.classes, name) // idle for classWindows windows; a call still holding it updates it unseen
+		}
+	}
+	roll(&g.other)
+	g.winStart, g.winAny = now, false
 }

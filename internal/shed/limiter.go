@@ -15,6 +15,10 @@ type Call struct {
 	// Tenant is whom the call is for: calls of one Tenant share one fair
 	// share under overload. "" is a tenant like any other.
 	Tenant string
+	// Class is what the call is (its method): a call's latency is compared
+	// with the latency alone of its own class, so that a slow method is
+	// not read as a slow server. "" is a class like any other.
+	Class string
 }
 
 // Limiter is an adaptive concurrency limit with a waiting room. It is safe
@@ -56,6 +60,7 @@ type Seat struct {
 	start time.Time
 	seq   uint64
 	alone bool // admitted into an empty server
+	class *class
 	done  atomic.Bool
 }
 
@@ -72,7 +77,7 @@ func (s *Seat) Done() {
 	now := time.Now()
 	alone := s.alone && l.grants == s.seq
 	l.inflight--
-	l.g.finished(now, now.Sub(s.start), alone, l.inflight)
+	l.g.finished(now, now.Sub(s.start), alone, l.inflight, s.class)
 	if now.Sub(l.swept) >= l.o.Interval {
 		l.tenants.sweep()
 		l.swept = now
@@ -130,7 +135,7 @@ func (l *Limiter) Acquire(ctx context.Context, c Call) (*Seat, error) {
 	now := time.Now()
 	l.expire(now)
 	if l.admitsNow(c.Criticality) {
-		s := l.grant(c.Criticality, l.tenants.take(c.Tenant), now)
+		s := l.grant(c, l.tenants.take(c.Tenant), now)
 		l.mu.Unlock()
 		return s, nil
 	}
@@ -211,14 +216,14 @@ func (l *Limiter) Stats() Stats {
 	}
 }
 
-func (l *Limiter) grant(c Criticality, tag int64, now time.Time) *Seat {
+func (l *Limiter) grant(c Call, tag int64, now time.Time) *Seat {
 	alone := l.inflight == 0
 	l.inflight++
 	l.grants++
 	l.g.granted(l.inflight)
 	l.tenants.admitted(tag)
-	l.admitted[min(c, CriticalPlus)]++
-	return &Seat{l: l, start: now, seq: l.grants, alone: alone}
+	l.admitted[min(c.Criticality, CriticalPlus)]++
+	return &Seat{l: l, start: now, seq: l.grants, alone: alone, class: l.g.classOf(c.Class)}
 }
 
 // admits reports whether a call of criticality c may take a seat now:
@@ -250,7 +255,7 @@ func (l *Limiter) dispatch(now time.Time) {
 		// its own to the oldest, now the first to shed.
 		w.tag, head.tag = head.tag, w.tag
 		l.room.remove(w, now)
-		w.seat = l.grant(w.call.Criticality, w.tag, now)
+		w.seat = l.grant(w.call, w.tag, now)
 		close(w.ready)
 	}
 }

@@ -40,6 +40,7 @@ type stream struct {
 	rate   float64
 	class  overload.Criticality
 	tenant int
+	wait   bool // calls waitMethod, which waits instead of computing
 }
 
 // cell is the outcome of one subject under one load.
@@ -52,6 +53,10 @@ type cell struct {
 	Asked, Served     [tenants]int64
 	TRefused          [tenants]int64 // refused, by tenant
 	TTimeout          [tenants]int64 // past the deadline, by tenant
+	// WaitAsked and WaitServed count the calls of waitMethod (mix), of
+	// those counted above; WaitLat their latency.
+	WaitAsked, WaitServed int64
+	WaitLat               bench.Histogram
 	Lat               [levels]bench.Histogram
 	All               bench.Histogram
 	Lag               bench.Histogram // the generator's lateness
@@ -147,7 +152,7 @@ func (s *server) stop() (serverStats, error) {
 // run offers streams to a fresh server of subject for warmup+window and
 // counts the calls scheduled in the window.
 func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*cell, error) {
-	cfg := serverConfig{Subject: serverOf(subject), CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs}
+	cfg := serverConfig{Subject: serverOf(subject), CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs, Wait: m.wait}
 	if m.profiles != "" {
 		cfg.Profile = fmt.Sprintf("%s/%s-%s-%g.pprof", m.profiles, scenario, subject, x)
 	}
@@ -164,6 +169,7 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 		return nil, err
 	}
 	conns := make([]*echo.Client, tenants)
+	ccs := make([]*grpc.ClientConn, tenants)
 	for i := range conns {
 		dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 		if strings.TrimSuffix(subject, baseSuffix) == subjectThrottle {
@@ -179,7 +185,7 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 			return nil, err
 		}
 		defer cc.Close()
-		conns[i] = echo.NewClient(cc)
+		conns[i], ccs[i] = echo.NewClient(cc), cc
 	}
 	c := &cell{Subject: subject, Scenario: scenario, X: x, Window: m.window}
 	total := 0.0
@@ -201,7 +207,12 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 		ctx, cancel := context.WithDeadline(context.Background(), at.Add(deadline))
 		defer cancel()
 		ctx = metadata.NewOutgoingContext(ctx, mds[s.tenant][s.class])
-		_, err := conns[s.tenant].Say(ctx, wrapperspb.String("x"))
+		var err error
+		if s.wait {
+			err = ccs[s.tenant].Invoke(ctx, waitMethod, wrapperspb.String("x"), new(wrapperspb.StringValue))
+		} else {
+			_, err = conns[s.tenant].Say(ctx, wrapperspb.String("x"))
+		}
 		lat := time.Since(at)
 		if !measured {
 			return
@@ -210,6 +221,13 @@ func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*
 		defer mu.Unlock()
 		c.Offered[s.class]++
 		c.Asked[s.tenant]++
+		if s.wait {
+			c.WaitAsked++
+			if err == nil && lat <= deadline {
+				c.WaitServed++
+				c.WaitLat.Record(lat)
+			}
+		}
 		switch code := status.Code(err); {
 		case err == nil && lat <= deadline:
 			c.OK[s.class]++

@@ -38,11 +38,12 @@ type measurer struct {
 	warmup, window       time.Duration
 	profiles             string // a directory for the servers' CPU profiles
 	base                 string // the server executable of the subjects named …@base
+	wait                 time.Duration // how long a call of waitMethod waits (mix)
 }
 
 func main() {
 	serveCfg := flag.String("serve", "", "run as the server process (internal)")
-	sections := flag.String("sections", "sweep,spike,tenant", "comma-separated: sweep, spike, tenant, refusal")
+	sections := flag.String("sections", "sweep,spike,tenant", "comma-separated: sweep, spike, tenant, refusal, mix")
 	loads := flag.String("loads", "0.5,1,2,4,8,12", "offered loads of the sweep, in capacities")
 	subjects := flag.String("subjects", subjectNone+","+subjectFailsafe+","+subjectTollgate+","+subjectThrottle, "subjects, comma-separated")
 	shares := flag.String("shares", "0.1,0.2,0.3,0.4", "shares of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE in the mix")
@@ -58,6 +59,7 @@ func main() {
 	flag.IntVar(&m.serverProcs, "server-procs", 1, "GOMAXPROCS of the server process, all on its one CPU (with 1, a P always busy with handlers polls the network only every 10ms)")
 	replot := flag.String("replot", "", "draw -plot from the cells of an earlier -json file (with its -capacity) and exit")
 	flag.StringVar(&m.profiles, "profiles", "", "write each server's CPU profile into this directory")
+	flag.DurationVar(&m.wait, "wait", 20*time.Millisecond, "how long a call of the mix's waiting method waits")
 	flag.StringVar(&m.base, "base", "", "this command built at another commit: subjects named X"+baseSuffix+" run their server from it (old code beside new)")
 	flag.Parse()
 	if *serveCfg != "" {
@@ -182,6 +184,18 @@ func (m *measurer) runSections(r *report, sections, loads string, subjects []str
 			ss = append(ss, stream{rate: 0.9 * fair, class: 2, tenant: t})
 		}
 		points = append(points, point{"tenant", 10 + 0.9*9/10, ss, subjects})
+	}
+	if want["mix"] {
+		// Two methods, neither short of anything: half a capacity of the
+		// computing one, and a capacity of one that waits (about 19 in
+		// flight at 20ms), all Critical. A limit that read the waiting
+		// method's latency as the server slowing down would shed both.
+		var ss []stream
+		for t := range tenants {
+			ss = append(ss, stream{rate: 0.5 * m.capacity / tenants, class: 2, tenant: t},
+				stream{rate: m.capacity / tenants, class: 2, tenant: t, wait: true})
+		}
+		points = append(points, point{"mix", 1.5, ss, subjects})
 	}
 	if want["refusal"] {
 		// Every call refused or answered without work, at 5× capacity.

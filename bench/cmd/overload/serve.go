@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/bench"
 	"github.com/tollgate/tollgate/engine"
@@ -128,6 +129,41 @@ type serverConfig struct {
 	Spin    int    // iterations of the work loop per step
 	Profile string // write a CPU profile of the server here
 	Procs   int    // GOMAXPROCS of the server (all on its one CPU)
+	Wait    time.Duration // how long a call of waitMethod waits
+}
+
+// waitMethod is a method whose calls wait (on a dependency, say) rather
+// than compute: the mix scenario's second class of call.
+const waitMethod = "/tollgate.bench.Wait/Say"
+
+// waitService serves waitMethod: each call waits d, or until its caller
+// gives up. Its handler names the method it is (a copy of the echo
+// service's description would name echo's Say to the interceptors).
+func waitService(d time.Duration) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: "tollgate.bench.Wait",
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Say", Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, req any) (any, error) {
+				t := time.NewTimer(d)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					return req, nil
+				case <-ctx.Done():
+					return nil, status.FromContextError(ctx.Err()).Err()
+				}
+			}
+			if icpt == nil {
+				return h(ctx, in)
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: waitMethod}, h)
+		}}},
+	}
 }
 
 // serverStats is what a server process reports when it is stopped.
@@ -223,6 +259,7 @@ func serve(cfgJSON string) error {
 		before = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 	}
 	echo.Register(srv, &echo.Server{Before: before})
+	srv.RegisterService(waitService(cfg.Wait), struct{}{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
