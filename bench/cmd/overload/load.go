@@ -57,11 +57,11 @@ type cell struct {
 	// those counted above; WaitLat their latency.
 	WaitAsked, WaitServed int64
 	WaitLat               bench.Histogram
-	Lat               [levels]bench.Histogram
-	All               bench.Histogram
-	Lag               bench.Histogram // the generator's lateness
-	Server            serverStats
-	Wall              time.Duration // the server process's life
+	Lat                   [levels]bench.Histogram
+	All                   bench.Histogram
+	Lag                   bench.Histogram // the generator's lateness
+	Server                serverStats
+	Wall                  time.Duration // the server process's life
 }
 
 func (c *cell) sum(a [levels]int64) (n int64) {

@@ -36,8 +36,8 @@ type measurer struct {
 	capacity             float64 // calls/s the server completes when saturated
 	shares               []float64
 	warmup, window       time.Duration
-	profiles             string // a directory for the servers' CPU profiles
-	base                 string // the server executable of the subjects named …@base
+	profiles             string        // a directory for the servers' CPU profiles
+	base                 string        // the server executable of the subjects named …@base
 	wait                 time.Duration // how long a call of waitMethod waits (mix)
 }
 

@@ -124,11 +124,11 @@ func serverOf(subject string) string {
 // serverConfig is what the measuring process tells a server process.
 type serverConfig struct {
 	Subject string
-	CPU     int    // the CPU the server is pinned to
-	Steps   int    // steps of work per call
-	Spin    int    // iterations of the work loop per step
-	Profile string // write a CPU profile of the server here
-	Procs   int    // GOMAXPROCS of the server (all on its one CPU)
+	CPU     int           // the CPU the server is pinned to
+	Steps   int           // steps of work per call
+	Spin    int           // iterations of the work loop per step
+	Profile string        // write a CPU profile of the server here
+	Procs   int           // GOMAXPROCS of the server (all on its one CPU)
 	Wait    time.Duration // how long a call of waitMethod waits
 }
 
