@@ -29,7 +29,8 @@ var sayRoutes = []string{echo.SayMethod, "GET /v1/say/{word}"}
 
 // A call the rule's limit sheds is refused on every door as the server's
 // step refuses one (Unavailable, 503), counted under the rule's name; the
-// calls of other methods, and the server's own seats, are not touched.
+// calls of other methods, and the server's seats, are not touched: the
+// rule's limit stands in for the server's.
 func TestRuleOverloadShedsOnEveryDoor(t *testing.T) {
 	eachBackend(t, func(t *testing.T, st tollgate.Store) {
 		reader := sdkmetric.NewManualReader()
@@ -59,8 +60,9 @@ func TestRuleOverloadShedsOnEveryDoor(t *testing.T) {
 		if byRule["say"] != int64(calls) || len(byRule) != 1 {
 			t.Fatalf("%s by rule: %v, want %d under \"say\" and nothing else", telemetry.MetricOverloadShed, byRule, calls)
 		}
-		// Another method takes the server's seats, all but the held call's.
-		for range 7 {
+		// Another method takes every one of the server's seats: the rule's
+		// calls, the held one and the shed ones, hold none.
+		for range 8 {
 			v := l.Begin(t.Context(), engine.Call{Method: "/hold.Service/Hold", Header: keyfunc.HTTPHeader(nil)})
 			if err := v.Err(); err != nil {
 				t.Fatalf("a call the rule does not match: %v", err)

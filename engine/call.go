@@ -87,10 +87,10 @@ type Verdict struct {
 	ctx    context.Context
 	stream *messages // a stream's with PerMessage rules; nil without
 	after  *afterCall
-	seat   *shed.Seat // overload control's (Config.Overload); nil without
-	// ruleSeats are the seats of the rules' own overload control
-	// (Rule.Overload); nil without.
-	ruleSeats []*shed.Seat
+	seat   *shed.Seat // overload control's (Config.Overload, or a rule's own); nil without
+	// moreSeats are the seats of a call matched by more than one rule with
+	// an Overload of its own, past the first; nil without.
+	moreSeats []*shed.Seat
 	limits    limitList // of the latest decision with a limit to report
 	err       error     // the latest refusal (a *refusal); nil admits
 }

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -172,40 +171,36 @@ func criticalityOf(call *Call) shed.Criticality {
 }
 
 // admit passes v's call through overload control: the steps of its rules
-// (set's, Rule.Overload) in their order, then the server's
-// (Config.Overload). It returns false with v refused when a step sheds the
-// call (or its caller goes away while it waits), having given back the
-// seats it took; and otherwise true, v.ctx carrying the call's criticality
-// for the calls its handler makes, and v holding its seats. The rules'
-// steps go first so that a call waiting for a slow method's seat holds
-// none of the server's.
+// (set's, Rule.Overload) in their order when it has any, and otherwise the
+// server's (Config.Overload). A rule's limit stands in for the server's:
+// the server's is the CPU's, and a method bounded by its own limit (one
+// waiting on a dependency, say) would otherwise hold a seat of the CPU's
+// while it waits, and its dependency's latency would bring the CPU's limit
+// down for every method. It returns false with v refused when a step sheds
+// the call (or its caller goes away while it waits), having given back
+// the seats it took; and otherwise true, v.ctx carrying the call's
+// criticality for the calls its handler makes, and v holding its seats.
 func (l *Limiter) admit(v *Verdict, call *Call, set *ruleSet) bool {
 	c := criticalityOf(call)
-	if set != nil {
+	if set != nil && set.admissions != nil {
 		for _, a := range set.admissions {
 			seat, ok := a.admit(v, call, c)
 			if !ok {
 				v.releaseSeats()
 				return false
 			}
-			if seat != nil {
-				v.ruleSeats = append(v.ruleSeats, seat)
+			if v.seat == nil {
+				v.seat = seat
+			} else if seat != nil {
+				v.moreSeats = append(v.moreSeats, seat)
 			}
 		}
-	}
-	if l.admission != nil {
+	} else {
 		seat, ok := l.admission.admit(v, call, c)
 		if !ok {
-			v.releaseSeats()
 			return false
 		}
 		v.seat = seat
-		if seat != nil && len(v.ruleSeats) > 0 {
-			now := time.Now()
-			for _, s := range v.ruleSeats {
-				s.Restart(now) // a rule's latency is its handler's, not the wait for the server's seat
-			}
-		}
 	}
 	v.ctx = overload.WithCriticality(v.ctx, c)
 	return true
@@ -260,7 +255,7 @@ func (v *Verdict) releaseSeats() {
 	if v.seat != nil {
 		v.seat.Release()
 	}
-	for _, s := range v.ruleSeats {
+	for _, s := range v.moreSeats {
 		s.Release()
 	}
 }
@@ -271,7 +266,7 @@ func (v *Verdict) doneSeats() {
 	if v.seat != nil {
 		v.seat.Done()
 	}
-	for _, s := range v.ruleSeats {
+	for _, s := range v.moreSeats {
 		s.Done()
 	}
 }

@@ -21,7 +21,8 @@ func BenchmarkBeginOverload(b *testing.B) {
 }
 
 // BenchmarkBeginRuleOverload is BenchmarkBeginOverload with the rule's own
-// limit too (Rule.Overload): two seats a call.
+// limit too (Rule.Overload), which stands in for the server's: one seat a
+// call, the rule's.
 func BenchmarkBeginRuleOverload(b *testing.B) {
 	benchmarkOverload(b, true)
 }

@@ -151,9 +151,10 @@ func TestRuleOverloadBoundsItsMethods(t *testing.T) {
 	held.End(nil, nil) // the old limit's seat goes back to the old limit
 }
 
-// A call waiting for a rule's seat holds none of the server's
-// (Config.Overload): the server's seats stay free for the other methods.
-func TestRuleOverloadWaiterHoldsNoServerSeat(t *testing.T) {
+// A rule's limit stands in for the server's (Config.Overload): a call of
+// its methods, running or waiting for the rule's seat, holds none of the
+// server's, whose seats stay with the other methods.
+func TestRuleOverloadStandsInForTheServers(t *testing.T) {
 	wait := oneSeat()
 	wait.MaxWait, wait.Target = time.Minute, time.Minute
 	server := &overload.Options{MinLimit: 2, MaxLimit: 2, InitialLimit: 2, ProbeInterval: -1, MaxWait: time.Millisecond, Target: time.Millisecond}
@@ -161,7 +162,7 @@ func TestRuleOverloadWaiterHoldsNoServerSeat(t *testing.T) {
 	l := newOverloadEngine(t, engine.Config{Overload: server, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Rules: []engine.Rule{{Name: "slow", Methods: []string{slowMethod}, Overload: wait}}})
 	ctx := t.Context()
-	held := begin(l, ctx, slowMethod) // the rule's seat and one of the server's two
+	held := begin(l, ctx, slowMethod) // the rule's one seat
 	if err := held.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,22 +172,28 @@ func TestRuleOverloadWaiterHoldsNoServerSeat(t *testing.T) {
 	for range waiters {
 		go func() { done <- begin(l, waitCtx, slowMethod) }()
 	}
-	// The waiters are in the rule's room (its gauge says so); the server's
-	// second seat is still free, and then none is.
+	// The waiters are in the rule's room (its gauge says so), none in the
+	// server's; both of the server's seats are free for other methods, and
+	// then none is.
 	for queued(t, reader, "slow") != waiters {
 		runtime.Gosched()
 	}
 	if n := queued(t, reader, ""); n != 0 {
 		t.Fatalf("%d calls wait for the server's seats, want none", n)
 	}
-	other := begin(l, ctx, "/shop.Stock/List")
-	if err := other.Err(); err != nil {
-		t.Fatalf("a call of another method while %d wait for the rule's seat: %v", waiters, err)
+	var others []engine.Verdict
+	for range 2 {
+		o := begin(l, ctx, "/shop.Stock/List")
+		if err := o.Err(); err != nil {
+			t.Fatalf("a call of another method while the rule's calls run and wait: %v", err)
+		}
+		others = append(others, o)
 	}
-	if v := begin(l, ctx, "/shop.Stock/List"); v.Kind() != engine.Shed {
-		t.Fatalf("a third call with the server's two seats taken: %v, want Shed", v.Err())
+	if v := begin(l, ctx, "/shop.Stock/List"); v.Kind() != engine.Shed || strings.Contains(v.Err().Error(), "rule") {
+		t.Fatalf("a third call with the server's two seats taken: %v, want the server's Shed", v.Err())
 	}
-	// The held call ends: a waiter takes the rule's seat and its server seat.
+	// The held call ends: a waiter takes the rule's seat, with the server's
+	// two still taken.
 	held.End(nil, nil)
 	first := <-done
 	if err := first.Err(); err != nil {
@@ -199,12 +206,14 @@ func TestRuleOverloadWaiterHoldsNoServerSeat(t *testing.T) {
 		}
 	}
 	first.End(nil, nil)
-	other.End(nil, nil)
-	// Every seat is back: two calls of other methods take the server's two.
-	for range 2 {
-		v := begin(l, ctx, "/shop.Stock/List")
+	for _, o := range others {
+		o.End(nil, nil)
+	}
+	// Every seat is back: the rule's one and the server's two.
+	for _, m := range []string{slowMethod, "/shop.Stock/List", "/shop.Stock/List"} {
+		v := begin(l, ctx, m)
 		if err := v.Err(); err != nil {
-			t.Fatalf("after every call ended: %v", err)
+			t.Fatalf("%s after every call ended: %v", m, err)
 		}
 		defer v.End(nil, nil)
 	}

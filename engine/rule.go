@@ -104,15 +104,16 @@ type Rule struct {
 	// admit, so a shadow denial never blocks or undoes another rule's debit.
 	Shadow bool
 	// Overload, when set, gives the calls this rule matches an adaptive
-	// concurrency limit and a waiting room of their own, apart from the
+	// concurrency limit and a waiting room of their own, in place of the
 	// server's (Config.Overload): a method that waits on a slow dependency
-	// is shed by what that dependency takes, and the server's limit, and
-	// every other method, do not come down with it. A call takes its rules'
-	// seats first, in the rules' order, then the server's; a rule that
-	// replaces this one where both match replaces its Overload too. A rule
-	// may have Overload alone, with Name and Methods (no Key: whom a call
-	// is for is Overload.Tenant's); a Shadow rule may not have it, since it
-	// never refuses. docs/overload.md.
+	// is shed by what that dependency takes, and holds none of the server's
+	// seats while it waits, so the server's limit, and every other method,
+	// do not come down with it. A call matched by several such rules takes
+	// a seat of each, in the rules' order; a rule that replaces this one
+	// where both match replaces its Overload too. A rule may have Overload
+	// alone, with Name and Methods (no Key: whom a call is for is
+	// Overload.Tenant's); a Shadow rule may not have it, since it never
+	// refuses. docs/overload.md.
 	Overload *overload.Options
 }
 

@@ -100,11 +100,6 @@ func (s *Seat) Release() {
 	l.dispatch(time.Now())
 }
 
-// Restart starts the seat's latency over at now: a call seated here that
-// then waited for another limit's seat is measured from when its handler
-// could run. Call it before Done, from the goroutine that will call Done.
-func (s *Seat) Restart(now time.Time) { s.start = now }
-
 // Check reports, without waiting, whether Acquire would refuse the call
 // now: a door calls it before it spends anything on the call (before a
 // gRPC stream or an HTTP body). A nil answer is no promise; a Refusal is

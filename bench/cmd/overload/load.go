@@ -153,6 +153,9 @@ func (s *server) stop() (serverStats, error) {
 // counts the calls scheduled in the window.
 func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*cell, error) {
 	cfg := serverConfig{Subject: serverOf(subject), CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs, Wait: m.wait}
+	if scenario == "dependency" {
+		cfg.DepSlots = m.depSlots
+	}
 	if m.profiles != "" {
 		cfg.Profile = fmt.Sprintf("%s/%s-%s-%g.pprof", m.profiles, scenario, subject, x)
 	}

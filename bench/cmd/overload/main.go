@@ -38,12 +38,13 @@ type measurer struct {
 	warmup, window       time.Duration
 	profiles             string        // a directory for the servers' CPU profiles
 	base                 string        // the server executable of the subjects named …@base
-	wait                 time.Duration // how long a call of waitMethod waits (mix)
+	wait                 time.Duration // how long a call of waitMethod waits (mix, dependency)
+	depSlots             int           // the dependency's calls at once (dependency)
 }
 
 func main() {
 	serveCfg := flag.String("serve", "", "run as the server process (internal)")
-	sections := flag.String("sections", "sweep,spike,tenant", "comma-separated: sweep, spike, tenant, refusal, mix")
+	sections := flag.String("sections", "sweep,spike,tenant", "comma-separated: sweep, spike, tenant, refusal, mix, dependency")
 	loads := flag.String("loads", "0.5,1,2,4,8,12", "offered loads of the sweep, in capacities")
 	subjects := flag.String("subjects", subjectNone+","+subjectFailsafe+","+subjectTollgate+","+subjectThrottle, "subjects, comma-separated")
 	shares := flag.String("shares", "0.1,0.2,0.3,0.4", "shares of CRITICAL_PLUS, CRITICAL, SHEDDABLE_PLUS, SHEDDABLE in the mix")
@@ -59,7 +60,8 @@ func main() {
 	flag.IntVar(&m.serverProcs, "server-procs", 1, "GOMAXPROCS of the server process, all on its one CPU (with 1, a P always busy with handlers polls the network only every 10ms)")
 	replot := flag.String("replot", "", "draw -plot from the cells of an earlier -json file (with its -capacity) and exit")
 	flag.StringVar(&m.profiles, "profiles", "", "write each server's CPU profile into this directory")
-	flag.DurationVar(&m.wait, "wait", 20*time.Millisecond, "how long a call of the mix's waiting method waits")
+	flag.DurationVar(&m.wait, "wait", 20*time.Millisecond, "how long a call of the waiting method waits (mix, dependency)")
+	flag.IntVar(&m.depSlots, "dep-slots", 4, "how many calls of the waiting method its dependency serves at once (dependency)")
 	flag.StringVar(&m.base, "base", "", "this command built at another commit: subjects named X"+baseSuffix+" run their server from it (old code beside new)")
 	flag.Parse()
 	if *serveCfg != "" {
@@ -196,6 +198,19 @@ func (m *measurer) runSections(r *report, sections, loads string, subjects []str
 				stream{rate: m.capacity / tenants, class: 2, tenant: t, wait: true})
 		}
 		points = append(points, point{"mix", 1.5, ss, subjects})
+	}
+	if want["dependency"] {
+		// The waiting method's dependency serves depSlots calls at once
+		// (200 calls/s at 4 and 20ms), offered twice that, beside half a
+		// capacity of the computing method: the dependency is short, the
+		// CPU is not.
+		depCap := float64(m.depSlots) / m.wait.Seconds()
+		var ss []stream
+		for t := range tenants {
+			ss = append(ss, stream{rate: 0.5 * m.capacity / tenants, class: 2, tenant: t},
+				stream{rate: 2 * depCap / tenants, class: 2, tenant: t, wait: true})
+		}
+		points = append(points, point{"dependency", 0.5 + 2*depCap/m.capacity, ss, subjects})
 	}
 	if want["refusal"] {
 		// Every call refused or answered without work, at 5× capacity.

@@ -154,31 +154,13 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	if xs, subjects := r.points("mix"); len(xs) > 0 {
-		fmt.Fprintln(w, "Mix: CRITICAL only; 0.5× of the computing method and 1× of a method that waits (no CPU), neither short of anything.")
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| subject | computing method served | waiting method served | calls/s served ÷ offered | waiting method p99 ms | limit at the end |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|")
-		for _, s := range subjects {
-			cs := r.group("mix", xs[0], s)
-			cpu := statOf(cs, func(c *cell) float64 {
-				return frac(c.sum(c.OK)-c.WaitServed, c.sum(c.Offered)-c.WaitAsked)
-			})
-			wait := statOf(cs, func(c *cell) float64 { return frac(c.WaitServed, c.WaitAsked) })
-			all := statOf(cs, func(c *cell) float64 { return frac(c.sum(c.OK), c.sum(c.Offered)) })
-			p99 := statOf(cs, func(c *cell) float64 { return ms(c.WaitLat.Quantile(0.99)) })
-			limit := statOf(cs, func(c *cell) float64 {
-				switch {
-				case c.Server.Tollgate != nil:
-					return c.Server.Tollgate.Limit
-				case c.Server.Failsafe != nil:
-					return float64(c.Server.Failsafe.Limit)
-				}
-				return 0
-			})
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", s, cpu.pct(), wait.pct(), all.pct(), p99.num("%.1f"), limit.num("%.1f"))
+	for _, sc := range []struct{ name, title string }{
+		{"mix", "Mix: CRITICAL only; 0.5× of the computing method and 1× of a method that waits (no CPU), neither short of anything."},
+		{"dependency", "Dependency: CRITICAL only; 0.5× of the computing method, and twice what the waiting method's dependency serves."},
+	} {
+		if xs, subjects := r.points(sc.name); len(xs) > 0 {
+			r.printTwoMethods(w, sc.name, sc.title, xs[0], subjects)
 		}
-		fmt.Fprintln(w)
 	}
 	if xs, _ := r.points("sweep"); len(xs) > 0 && xs[0] < 1 && len(r.group("sweep", xs[0], subjectNone)) > 0 {
 		fmt.Fprintf(w, "Overhead at %.1f× (no shedding), each subject ÷ %s within a repetition:\n\n", xs[0], subjectNone)
@@ -291,3 +273,38 @@ func (r *report) printServers(w io.Writer) {
 }
 
 func (r *report) plot(path string) error { return plotSweep(r, path) }
+
+// printTwoMethods is the table of a scenario of two methods (mix,
+// dependency): what each was served, and the limits at the end.
+func (r *report) printTwoMethods(w io.Writer, scenario, title string, x float64, subjects []string) {
+	fmt.Fprintln(w, title)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| subject | computing method served | waiting method served | calls/s served ÷ offered | waiting method p99 ms | limit at the end | the rule's limit |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	for _, s := range subjects {
+		cs := r.group(scenario, x, s)
+		cpu := statOf(cs, func(c *cell) float64 {
+			return frac(c.sum(c.OK)-c.WaitServed, c.sum(c.Offered)-c.WaitAsked)
+		})
+		wait := statOf(cs, func(c *cell) float64 { return frac(c.WaitServed, c.WaitAsked) })
+		all := statOf(cs, func(c *cell) float64 { return frac(c.sum(c.OK), c.sum(c.Offered)) })
+		p99 := statOf(cs, func(c *cell) float64 { return ms(c.WaitLat.Quantile(0.99)) })
+		limit := statOf(cs, func(c *cell) float64 {
+			switch {
+			case c.Server.Tollgate != nil:
+				return c.Server.Tollgate.Limit
+			case c.Server.Failsafe != nil:
+				return float64(c.Server.Failsafe.Limit)
+			}
+			return 0
+		})
+		rule := statOf(cs, func(c *cell) float64 {
+			if c.Server.Tollgate != nil {
+				return c.Server.Tollgate.RuleLimit
+			}
+			return 0
+		})
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", s, cpu.pct(), wait.pct(), all.pct(), p99.num("%.1f"), limit.num("%.1f"), rule.num("%.1f"))
+	}
+	fmt.Fprintln(w)
+}

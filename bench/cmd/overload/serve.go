@@ -44,20 +44,21 @@ import (
 // tollgateStats is what tollgate's server reports of its overload control,
 // read from its metrics.
 type tollgateStats struct {
-	Limit float64
-	Shed  map[string]int64 // by criticality
-	Why   map[string]int64 // by reason and the tenant's share
+	Limit     float64
+	RuleLimit float64          // the waiting method's rule's own limit (tollgate+rule)
+	Shed      map[string]int64 // by criticality
+	Why       map[string]int64 // by reason and the tenant's share
 }
 
 // tollgateServer is the gRPC door of an engine with overload control o and
 // no rules, and how to read its metrics at the end.
-func tollgateServer(o overload.Options) ([]grpc.ServerOption, func() serverStats, error) {
+func tollgateServer(o overload.Options, rules ...engine.Rule) ([]grpc.ServerOption, func() serverStats, error) {
 	reader := sdkmetric.NewManualReader()
 	mem, err := store.NewMemory()
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := interceptor.New(mem, interceptor.WithOverload(o), func(c *engine.Config) {
+	l, err := interceptor.New(mem, interceptor.WithOverload(o), interceptor.WithRules(rules...), func(c *engine.Config) {
 		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	})
 	if err != nil {
@@ -72,8 +73,14 @@ func tollgateServer(o overload.Options) ([]grpc.ServerOption, func() serverStats
 			for _, m := range sm.Metrics {
 				switch d := m.Data.(type) {
 				case metricdata.Gauge[float64]:
-					if m.Name == telemetry.MetricOverloadLimit && len(d.DataPoints) > 0 {
-						st.Limit = d.DataPoints[0].Value
+					if m.Name == telemetry.MetricOverloadLimit {
+						for _, p := range d.DataPoints {
+							if _, ok := p.Attributes.Value(telemetry.AttrRule); ok {
+								st.RuleLimit = p.Value
+							} else {
+								st.Limit = p.Value
+							}
+						}
 					}
 				case metricdata.Sum[int64]:
 					if m.Name == telemetry.MetricOverloadShed {
@@ -101,6 +108,7 @@ const (
 	subjectFailsafe   = "failsafe-go"
 	subjectTollgate   = "tollgate"
 	subjectThrottle   = "tollgate+throttle" // tollgate, and clients that throttle themselves
+	subjectRule       = "tollgate+rule"     // tollgate, and a limit of its own for waitMethod (Rule.Overload)
 	subjectRefuseIcpt = "refuse-interceptor"
 	subjectRefuseDoor = "refuse-tollgate" // tollgate's gRPC door shedding every call
 	subjectRefuseSigs = "refuse-signals"  // an interceptor refusing as tollgate does (RetryInfo, trailers), without deciding
@@ -130,6 +138,9 @@ type serverConfig struct {
 	Profile string        // write a CPU profile of the server here
 	Procs   int           // GOMAXPROCS of the server (all on its one CPU)
 	Wait    time.Duration // how long a call of waitMethod waits
+	// DepSlots, when > 0, is how many calls of waitMethod its dependency
+	// serves at once; the others wait their turn (dependency).
+	DepSlots int
 }
 
 // waitMethod is a method whose calls wait (on a dependency, say) rather
@@ -137,9 +148,14 @@ type serverConfig struct {
 const waitMethod = "/tollgate.bench.Wait/Say"
 
 // waitService serves waitMethod: each call waits d, or until its caller
-// gives up. Its handler names the method it is (a copy of the echo
+// gives up, after waiting for one of slots seats of its dependency when
+// slots > 0. Its handler names the method it is (a copy of the echo
 // service's description would name echo's Say to the interceptors).
-func waitService(d time.Duration) *grpc.ServiceDesc {
+func waitService(d time.Duration, slots int) *grpc.ServiceDesc {
+	var dep chan struct{}
+	if slots > 0 {
+		dep = make(chan struct{}, slots)
+	}
 	return &grpc.ServiceDesc{
 		ServiceName: "tollgate.bench.Wait",
 		HandlerType: (*any)(nil),
@@ -149,6 +165,14 @@ func waitService(d time.Duration) *grpc.ServiceDesc {
 				return nil, err
 			}
 			h := func(ctx context.Context, req any) (any, error) {
+				if dep != nil {
+					select {
+					case dep <- struct{}{}:
+						defer func() { <-dep }()
+					case <-ctx.Done():
+						return nil, status.FromContextError(ctx.Err()).Err()
+					}
+				}
 				t := time.NewTimer(d)
 				defer t.Stop()
 				select {
@@ -259,7 +283,7 @@ func serve(cfgJSON string) error {
 		before = func(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 	}
 	echo.Register(srv, &echo.Server{Before: before})
-	srv.RegisterService(waitService(cfg.Wait), struct{}{})
+	srv.RegisterService(waitService(cfg.Wait, cfg.DepSlots), struct{}{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -294,6 +318,10 @@ func protection(subject string) ([]grpc.ServerOption, func() serverStats, error)
 		return nil, none, nil
 	case subjectTollgate:
 		return tollgateServer(overload.Options{Tenant: keyfunc.Metadata(bench.TenantHeader)})
+	case subjectRule:
+		tenant := keyfunc.Metadata(bench.TenantHeader)
+		return tollgateServer(overload.Options{Tenant: tenant},
+			engine.Rule{Name: "wait", Methods: []string{waitMethod}, Overload: &overload.Options{Tenant: tenant}})
 	case subjectRefuseSigs:
 		// What tollgate's door sends a shed call, built per call as it is:
 		// the wire cost of the signals, apart from the decision's.
