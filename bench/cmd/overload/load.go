@@ -152,7 +152,7 @@ func (s *server) stop() (serverStats, error) {
 // run offers streams to a fresh server of subject for warmup+window and
 // counts the calls scheduled in the window.
 func (m *measurer) run(subject, scenario string, x float64, streams []stream) (*cell, error) {
-	cfg := serverConfig{Subject: serverOf(subject), CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs, Wait: m.wait}
+	cfg := serverConfig{Subject: serverOf(subject), CPU: m.serverCPU, Steps: m.steps, Spin: m.spin, Procs: m.serverProcs, Wait: m.wait, StreamWorkers: m.streamWorkers}
 	if scenario == "dependency" {
 		cfg.DepSlots = m.depSlots
 	}

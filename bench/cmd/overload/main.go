@@ -40,6 +40,7 @@ type measurer struct {
 	base                 string        // the server executable of the subjects named …@base
 	wait                 time.Duration // how long a call of waitMethod waits (mix, dependency)
 	depSlots             int           // the dependency's calls at once (dependency)
+	streamWorkers        int           // grpc.NumStreamWorkers of the servers; 0: none
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	replot := flag.String("replot", "", "draw -plot from the cells of an earlier -json file (with its -capacity) and exit")
 	flag.StringVar(&m.profiles, "profiles", "", "write each server's CPU profile into this directory")
 	flag.DurationVar(&m.wait, "wait", 20*time.Millisecond, "how long a call of the waiting method waits (mix, dependency)")
+	flag.IntVar(&m.streamWorkers, "stream-workers", 0, "grpc.NumStreamWorkers of every server (0: a goroutine per stream, grpc-go's default)")
 	flag.IntVar(&m.depSlots, "dep-slots", 4, "how many calls of the waiting method its dependency serves at once (dependency)")
 	flag.StringVar(&m.base, "base", "", "this command built at another commit: subjects named X"+baseSuffix+" run their server from it (old code beside new)")
 	flag.Parse()

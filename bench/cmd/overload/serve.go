@@ -141,6 +141,9 @@ type serverConfig struct {
 	// DepSlots, when > 0, is how many calls of waitMethod its dependency
 	// serves at once; the others wait their turn (dependency).
 	DepSlots int
+	// StreamWorkers, when > 0, is grpc.NumStreamWorkers: goroutines
+	// reused for the server's streams instead of one started per stream.
+	StreamWorkers int
 }
 
 // waitMethod is a method whose calls wait (on a dependency, say) rather
@@ -271,6 +274,9 @@ func serve(cfgJSON string) error {
 		defer pprof.StopCPUProfile()
 	}
 	var tm timing
+	if cfg.StreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)))
+	}
 	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(tm.interceptor)}, opts...)...)
 	w := work{steps: cfg.Steps, spin: cfg.Spin}
 	before := tm.handler(w.call)
