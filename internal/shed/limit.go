@@ -70,8 +70,8 @@ type class struct {
 
 const (
 	// maxClasses bounds the classes measured apart; past it the others
-	// share one (an HTTP door's routes are bounded by its mux, its paths
-	// without one are not).
+	// share one. A server's methods and routes are bounded by what it
+	// registers; the cap bounds memory whatever names a door is given.
 	maxClasses = 256
 	// classWindows is how many windows in a row a class may go without a
 	// call alone before its latency alone is forgotten: a value measured
