@@ -2,13 +2,10 @@ package connectlimit_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tollgate/tollgate"
@@ -56,7 +53,7 @@ func TestRuleOverloadShedsOnEveryDoor(t *testing.T) {
 				t.Errorf("%s: %s, retry-after %q: want Unavailable (503) with a retry-after", name, a.code, a.retryAfter)
 			}
 		}
-		byRule := shedByRule(t, reader)
+		byRule := shedBy(t, reader, telemetry.AttrRule)
 		if byRule["say"] != int64(calls) || len(byRule) != 1 {
 			t.Fatalf("%s by rule: %v, want %d under \"say\" and nothing else", telemetry.MetricOverloadShed, byRule, calls)
 		}
@@ -90,62 +87,12 @@ func TestRuleOverloadBoundsHandlersOnEveryDoor(t *testing.T) {
 		Name: "say", Methods: sayRoutes,
 		Overload: &overload.Options{MinLimit: 2, MaxLimit: 2, InitialLimit: 2, ProbeInterval: -1, MaxWait: time.Minute, Target: time.Minute},
 	}}})
-	var running, most atomic.Int64
-	hook := func(context.Context) {
-		n := running.Add(1)
-		for {
-			m := most.Load()
-			if n <= m || most.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		time.Sleep(time.Millisecond) // long enough for the others to pile up
-		running.Add(-1)
-	}
-	var (
-		mu      sync.Mutex
-		answers = map[codes.Code]int{}
-		wg      sync.WaitGroup
-	)
 	const perDoor = 20
-	doors := 0
-	for _, call := range overloadDoors(t, l, hook) {
-		doors++
-		wg.Go(func() {
-			for range perDoor {
-				a := call(t.Context(), "")
-				mu.Lock()
-				answers[a.code]++
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	answers, doors, most := callEveryDoorAtOnce(t, l, "", perDoor)
 	if answers[codes.OK] != doors*perDoor || len(answers) != 1 {
 		t.Fatalf("answers %v, want all %d admitted", answers, doors*perDoor)
 	}
-	if m := most.Load(); m != 2 {
-		t.Fatalf("at most %d handlers ran at once under the rule's limit of 2, want 2", m)
+	if most != 2 {
+		t.Fatalf("at most %d handlers ran at once under the rule's limit of 2, want 2", most)
 	}
-}
-
-// shedByRule is the shed counter by rule ("" for the server's step).
-func shedByRule(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	n := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricOverloadShed {
-				for _, p := range s.DataPoints {
-					r, _ := p.Attributes.Value(telemetry.AttrRule)
-					n[r.AsString()] += p.Value
-				}
-			}
-		}
-	}
-	return n
 }

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -228,6 +230,12 @@ func sumOf(m map[string]int64) (n int64) {
 // shedCount is the shed counter by criticality, reason and tenant share,
 // space-separated.
 func shedCount(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	return shedBy(t, reader, telemetry.AttrCriticality, telemetry.AttrOverloadReason, telemetry.AttrTenantShare)
+}
+
+// shedBy is the shed counter by the values of keys, space-separated (""
+// for a key a point does not have).
+func shedBy(t *testing.T, reader *sdkmetric.ManualReader, keys ...attribute.Key) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -238,10 +246,12 @@ func shedCount(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
 		for _, m := range sm.Metrics {
 			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == telemetry.MetricOverloadShed {
 				for _, p := range s.DataPoints {
-					c, _ := p.Attributes.Value(telemetry.AttrCriticality)
-					r, _ := p.Attributes.Value(telemetry.AttrOverloadReason)
-					sh, _ := p.Attributes.Value(telemetry.AttrTenantShare)
-					n[c.Emit()+" "+r.Emit()+" "+sh.Emit()] += p.Value
+					vs := make([]string, len(keys))
+					for i, k := range keys {
+						v, _ := p.Attributes.Value(k)
+						vs[i] = v.Emit()
+					}
+					n[strings.Join(vs, " ")] += p.Value
 				}
 			}
 		}
@@ -257,44 +267,13 @@ func TestEveryDoorSharesOneConcurrencyLimit(t *testing.T) {
 	l := newEngine(t, st, engine.Config{Overload: &overload.Options{
 		MinLimit: 2, MaxLimit: 2, InitialLimit: 2, ProbeInterval: -1, MaxWait: time.Minute, Target: time.Minute,
 	}})
-	var running, most atomic.Int64
-	hook := func(context.Context) {
-		n := running.Add(1)
-		for {
-			m := most.Load()
-			if n <= m || most.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		time.Sleep(time.Millisecond) // long enough for the others to pile up
-		running.Add(-1)
-	}
-	var (
-		mu      sync.Mutex
-		answers = map[codes.Code]int{}
-		wg      sync.WaitGroup
-	)
 	const perDoor = 20
-	doorCount := 0
-	for _, call := range overloadDoors(t, l, hook) {
-		doorCount++
-		for range 1 {
-			wg.Go(func() {
-				for range perDoor {
-					a := call(t.Context(), "SHEDDABLE_PLUS")
-					mu.Lock()
-					answers[a.code]++
-					mu.Unlock()
-				}
-			})
-		}
-	}
-	wg.Wait()
+	answers, doorCount, most := callEveryDoorAtOnce(t, l, "SHEDDABLE_PLUS", perDoor)
 	if answers[codes.OK] != doorCount*perDoor || len(answers) != 1 {
 		t.Fatalf("answers %v, want all %d admitted", answers, doorCount*perDoor)
 	}
-	if m := most.Load(); m > 2 {
-		t.Fatalf("%d handlers ran at once under a limit of 2", m)
+	if most > 2 {
+		t.Fatalf("%d handlers ran at once under a limit of 2", most)
 	}
 	// Every seat was given back: two more calls take both at once (a seat
 	// not given back would keep one of them waiting past its deadline),
@@ -388,4 +367,43 @@ func TestCriticalityTravelsThroughEveryDoor(t *testing.T) {
 			t.Fatalf("criticalities seen %v, want %v", got, want)
 		}
 	}
+}
+
+// callEveryDoorAtOnce has one client on each door of l make perDoor calls
+// of criticality, all doors at once, each handler running a millisecond;
+// it returns the answers, the doors, and the most handlers that ran at
+// once.
+func callEveryDoorAtOnce(t *testing.T, l *engine.Limiter, criticality string, perDoor int) (map[codes.Code]int, int, int64) {
+	t.Helper()
+	var running, most atomic.Int64
+	hook := func(context.Context) {
+		n := running.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond) // long enough for the others to pile up
+		running.Add(-1)
+	}
+	var (
+		mu      sync.Mutex
+		answers = map[codes.Code]int{}
+		wg      sync.WaitGroup
+	)
+	doors := 0
+	for _, call := range overloadDoors(t, l, hook) {
+		doors++
+		wg.Go(func() {
+			for range perDoor {
+				a := call(t.Context(), criticality)
+				mu.Lock()
+				answers[a.code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return answers, doors, most.Load()
 }
