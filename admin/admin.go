@@ -152,6 +152,7 @@ func (s *server) ListRules(context.Context, *adminv1.ListRulesRequest) (*adminv1
 			Replaces:      r.Replaces,
 			MaxInFlight:   r.InFlight.Max,
 			Settled:       r.Settle != nil,
+			Overload:      r.Overload != nil,
 		}
 		for _, l := range r.Limits.List() {
 			out.Limits = append(out.Limits, l.String())

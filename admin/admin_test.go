@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate/tollgate/internal/grpctest"
 	"github.com/tollgate/tollgate/internal/redistest"
 	"github.com/tollgate/tollgate/keyfunc"
+	"github.com/tollgate/tollgate/overload"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -317,5 +318,30 @@ func TestAdminInFlightRule(t *testing.T) {
 	wantRule := &adminv1.Rule{Name: "exports", FailMode: "open", MaxInFlight: 2}
 	if got := rules.GetRules(); len(got) != 1 || !proto.Equal(got[0], wantRule) {
 		t.Errorf("ListRules = %v, want only %v", rules, wantRule)
+	}
+}
+
+// A rule with only a limit of its own (Rule.Overload) is listed as such;
+// asking for a caller's quota under it is the caller's mistake, said.
+func TestAdminOverloadRule(t *testing.T) {
+	rule := interceptor.Rule{Name: "reserve", Methods: []string{echo.SayMethod}, Overload: &overload.Options{}}
+	l, err := interceptor.New(newMemory(t), interceptor.WithRules(rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	a := adminv1.NewAdminClient(grpctest.Serve(t, func(s *grpc.Server) { mustRegister(t, s, l) }, nil))
+	ctx := context.Background()
+	rules, err := a.ListRules(ctx, &adminv1.ListRulesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &adminv1.Rule{Name: "reserve", Methods: []string{echo.SayMethod}, FailMode: "open", Overload: true}
+	if got := rules.GetRules(); len(got) != 1 || !proto.Equal(got[0], want) {
+		t.Fatalf("ListRules = %v, want only %v", rules, want)
+	}
+	_, err = a.GetQuota(ctx, &adminv1.GetQuotaRequest{Rule: "reserve", Caller: &adminv1.Caller{Identity: &adminv1.Caller_Value{Value: "acme"}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "only Overload") {
+		t.Fatalf("GetQuota on a rule with only Overload: %v, want InvalidArgument saying so", err)
 	}
 }

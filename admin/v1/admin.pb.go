@@ -776,7 +776,10 @@ type Rule struct {
 	MaxInFlight int64 `protobuf:"varint,10,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	// Calls are debited cost units when they start and settled to their
 	// final cost when they end (Rule.Settle).
-	Settled       bool `protobuf:"varint,11,opt,name=settled,proto3" json:"settled,omitempty"`
+	Settled bool `protobuf:"varint,11,opt,name=settled,proto3" json:"settled,omitempty"`
+	// The rule's calls take a seat of an adaptive concurrency limit of its
+	// own, in place of the server's (Rule.Overload).
+	Overload      bool `protobuf:"varint,12,opt,name=overload,proto3" json:"overload,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -884,6 +887,13 @@ func (x *Rule) GetMaxInFlight() int64 {
 func (x *Rule) GetSettled() bool {
 	if x != nil {
 		return x.Settled
+	}
+	return false
+}
+
+func (x *Rule) GetOverload() bool {
+	if x != nil {
+		return x.Overload
 	}
 	return false
 }
@@ -1780,7 +1790,7 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x121\n" +
 	"\x06caller\x18\x02 \x01(\v2\x19.tollgate.admin.v1.CallerR\x06caller\"\x14\n" +
 	"\x12ResetQuotaResponse\"\x12\n" +
-	"\x10ListRulesRequest\"\xb7\x02\n" +
+	"\x10ListRulesRequest\"\xd3\x02\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\amethods\x18\x02 \x03(\tR\amethods\x12\x16\n" +
@@ -1794,7 +1804,8 @@ const file_tollgate_admin_v1_admin_proto_rawDesc = "" +
 	"\x04cost\x18\t \x01(\x03R\x04cost\x12\"\n" +
 	"\rmax_in_flight\x18\n" +
 	" \x01(\x03R\vmaxInFlight\x12\x18\n" +
-	"\asettled\x18\v \x01(\bR\asettled\"B\n" +
+	"\asettled\x18\v \x01(\bR\asettled\x12\x1a\n" +
+	"\boverload\x18\f \x01(\bR\boverload\"B\n" +
 	"\x11ListRulesResponse\x12-\n" +
 	"\x05rules\x18\x01 \x03(\v2\x17.tollgate.admin.v1.RuleR\x05rules\"\x9e\x01\n" +
 	"\x05Limit\x12\x1c\n" +
