@@ -270,3 +270,33 @@ func (v *Verdict) doneSeats() {
 		s.Done()
 	}
 }
+
+// OverloadState is the server's overload control now (Config.Overload):
+// what a load report says of the replica.
+type OverloadState struct {
+	// Limit is the adaptive concurrency limit (1 during a probe).
+	Limit float64
+	// InFlight and Queued are the calls holding a seat and those waiting
+	// for one.
+	InFlight, Queued int
+	// Throughput is the calls finished per second, smoothed over the
+	// limit's intervals; 0 before the first interval ends.
+	Throughput float64
+	// Shed counts the calls shed since the Limiter was made.
+	Shed uint64
+}
+
+// Overload returns the state of the server's overload control, and false
+// when it has none (Config.Overload nil). A rule's own limits
+// (Rule.Overload) are not in it.
+func (l *Limiter) Overload() (OverloadState, bool) {
+	if l.admission == nil {
+		return OverloadState{}, false
+	}
+	st := l.admission.l.Stats()
+	var shed uint64
+	for _, n := range st.ShedBy {
+		shed += n
+	}
+	return OverloadState{Limit: st.Limit, InFlight: st.InFlight, Queued: st.Queued, Throughput: st.Throughput, Shed: shed}, true
+}
