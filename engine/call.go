@@ -126,8 +126,8 @@ func (ll *limitList) list() []LimitDecision {
 // once the handler has returned (in a defer, so that a panic ends it too).
 //
 // Begin is the one entry of every door: a step every call must pass
-// whatever door it came through (an admission control, say) goes first
-// here, before the rules are matched.
+// whatever door it came through (overload control, say) goes here, before
+// any rule is decided.
 func (l *Limiter) Begin(ctx context.Context, call Call) (v Verdict) {
 	v.l, v.ctx = l, ctx
 	set := l.book.Load().matcher.match(call.Method)

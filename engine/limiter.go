@@ -118,7 +118,6 @@ func New(st tollgate.Store, c Config) (*Limiter, error) {
 	if l.admission, err = newAdmission(s.Overload, "", nil, &l.overloadTel); err != nil {
 		return nil, fmt.Errorf("engine: Overload: %w", err)
 	}
-	l.overloadTel.server = l.admission
 	book, err := l.compile(s.Rules)
 	if err != nil {
 		return nil, err

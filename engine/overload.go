@@ -145,6 +145,9 @@ func newAdmission(o *overload.Options, rule string, prev *admission, tel *overlo
 			}
 		}
 	}
+	if rule == "" {
+		tel.server = a // before the gauges' callback can read it
+	}
 	if err := tel.start(); err != nil {
 		return nil, err
 	}
