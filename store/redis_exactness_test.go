@@ -155,9 +155,13 @@ func TestFailoverReplicaAttachedLater(t *testing.T) {
 	// Redis gives a primary a new replication id as its first replica
 	// attaches (a backlog made afresh): a primary change, and the one
 	// change of exactness; the promoted replica is exact within the
-	// window, though alone.
-	if s.ExactnessChanges != 1 || s.PrimaryChanges != 2 {
-		t.Errorf("%d exactness changes, %d primary changes; want 1 (the replica's attachment) and 2 (the attachment, the failover)", s.ExactnessChanges, s.PrimaryChanges)
+	// window, though alone. A slow run reads these after the window, when
+	// the promoted replica's exactness may have ended: one change of
+	// exactness more then (and no exact primary left), still two primaries.
+	windowEnded := s.ExactnessChanges == 2 && s.ExactPrimaries == 0
+	if s.ExactnessChanges != 1 && !windowEnded || s.PrimaryChanges != 2 {
+		t.Errorf("%d exactness changes, %d primary changes (%d exact primaries now); want 1 (the replica's attachment; 2 if the window has ended, none exact then) and 2 (the attachment, the failover)",
+			s.ExactnessChanges, s.PrimaryChanges, s.ExactPrimaries)
 	}
 	f.usedUp(t, len(l.ids))
 	f.check(t)

@@ -99,6 +99,10 @@ type Gate struct {
 
 	cur  atomic.Pointer[epoch]
 	last string // the era verified last (each verification runs after the last ended)
+	// changedTo is the era the last primary change counted went to: a
+	// verification of the same primary again (its epoch ended by a change
+	// of exactness, a lost connection, a failed restore) counts nothing.
+	changedTo string
 
 	// runMu guards runs, the verifications under way, and idle, closed
 	// when runs falls to zero: Wait reads them (a WaitGroup's Wait may not
@@ -402,7 +406,10 @@ func (g *Gate) check(ctx context.Context, e *epoch) (*epoch, error) {
 	}
 	var boxed any = era
 	if len(before) > 0 {
-		g.changes.Add(1)
+		if g.changedTo != era {
+			g.changes.Add(1)
+			g.changedTo = era
+		}
 		if entries := g.journal.Take(before...); len(entries) > 0 {
 			// The restore is stamped whatever the new epoch's exactness:
 			// what it applies is checked against the lineage.

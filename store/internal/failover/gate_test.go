@@ -112,6 +112,18 @@ func TestGateRestoresBeforeServingANewPrimary(t *testing.T) {
 	if g.Changes() != 1 || !j.IsRetired("aaaaaaaaaaaa") {
 		t.Errorf("changes %d, era a retired %v", g.Changes(), j.IsRetired("aaaaaaaaaaaa"))
 	}
+	// The same primary verified again (its epoch ended, say, as its
+	// exactness did): it still names the old era as its second, and is no
+	// second change.
+	g.Invalidate()
+	p, err = g.Enter(context.Background())
+	if err != nil || p.Era() != "bbbbbbbbbbbb" {
+		t.Fatalf("Enter after a second verification: %v %v", p.Era(), err)
+	}
+	p.Leave()
+	if g.Changes() != 1 {
+		t.Errorf("changes %d after the new primary was verified again, want 1", g.Changes())
+	}
 }
 
 // TestGateKeepsWhatItCouldNotRestore fails a restore: the call gets the
