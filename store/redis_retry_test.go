@@ -38,11 +38,20 @@ func resendingClient(t *testing.T, srv *redistest.Server) *redis.Client {
 	return c
 }
 
-// openIdleConns opens n connections on c and returns them to its pool: a
-// re-send on a new connection would wait for its handshake on a sleeping
-// server and fail instead of running a copy.
+// openIdleConns opens n connections on c and returns them to its pool (on
+// every node of a Cluster): a call or a re-send on a new connection would
+// wait for its handshake on a sleeping server and fail instead of running.
 func openIdleConns(t *testing.T, c redis.UniversalClient, n int) {
 	t.Helper()
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		if err := cc.ForEachShard(context.Background(), func(_ context.Context, shard *redis.Client) error {
+			openIdleConns(t, shard, n)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -120,6 +129,7 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 	}
 	asleep := func(run func()) (runs int64) {
 		t.Helper()
+		openIdleConns(t, tc.client, 8) // the timed-out calls before closed theirs
 		before := evalshas()
 		woke := redistest.SleepAll(t, tc.servers, 400*time.Millisecond)
 		run()
@@ -144,11 +154,11 @@ func checkNeverResent(t *testing.T, tc resendCase) {
 		t.Fatalf("%s: a retried EVALSHA ran %d time(s) and debited %d: the client did not re-send, the test proves nothing", tc.name, runs, debits)
 	}
 
-	// A decision alone, on the caller's goroutine. On a loaded machine the
-	// call can time out before its script is sent (a connection, or the
-	// store's reading of the node, waited on the sleeping node): nothing
-	// ran, nothing was resent, and the case proves nothing; it is tried
-	// again, with a key of its own, up to three times.
+	// A decision alone, on the caller's goroutine. Should the call time
+	// out before its script is sent (a connection, or the store's reading
+	// of the node, waiting on the sleeping node), nothing ran, nothing was
+	// resent, and the case proves nothing; it is tried again, with a key
+	// of its own, up to three times.
 	var err error
 	for attempt := 1; ; attempt++ {
 		key := tag + "alone-" + strconv.Itoa(attempt)
