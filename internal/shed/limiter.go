@@ -67,7 +67,16 @@ type Seat struct {
 // Done gives the seat back when the handler returns (a deferred call, so a
 // panic frees it too) and records the call's latency. Calls after the
 // first do nothing.
-func (s *Seat) Done() {
+func (s *Seat) Done() { s.giveBack(true) }
+
+// Release gives the seat back for a call whose handler never ran (the
+// call was refused after it was seated): it records no latency, since the
+// call measured nothing of the server. Calls after the first, or after
+// Done, do nothing.
+func (s *Seat) Release() { s.giveBack(false) }
+
+// giveBack frees the seat, once, recording the call's latency when ran.
+func (s *Seat) giveBack(ran bool) {
 	if s.done.Swap(true) {
 		return
 	}
@@ -75,29 +84,16 @@ func (s *Seat) Done() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	alone := s.alone && l.grants == s.seq
 	l.inflight--
-	l.g.finished(now, now.Sub(s.start), alone, l.inflight, s.class)
-	if now.Sub(l.swept) >= l.o.Interval {
-		l.tenants.sweep()
-		l.swept = now
+	if ran {
+		alone := s.alone && l.grants == s.seq
+		l.g.finished(now, now.Sub(s.start), alone, l.inflight, s.class)
+		if now.Sub(l.swept) >= l.o.Interval {
+			l.tenants.sweep()
+			l.swept = now
+		}
 	}
 	l.dispatch(now)
-}
-
-// Release gives the seat back for a call whose handler never ran (the
-// call was refused after it was seated): it records no latency, since the
-// call measured nothing of the server. Calls after the first, or after
-// Done, do nothing.
-func (s *Seat) Release() {
-	if s.done.Swap(true) {
-		return
-	}
-	l := s.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.inflight--
-	l.dispatch(time.Now())
 }
 
 // Check reports, without waiting, whether Acquire would refuse the call
