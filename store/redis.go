@@ -190,11 +190,34 @@ func (r *Redis) wrap(req tollgate.Request, err error) error {
 // its read-only mode, which writes nothing. A denial also reports the
 // identity's Debt, which takes a settle script call at the reserved cost
 // (which writes nothing either).
+//
+// A peek writes nothing, so one whose connection was closed under it (the
+// reply lost: a killed client, a restarted proxy) is asked again, at most
+// peekAttempts times in all, while ctx lasts; a timeout is not asked again.
 func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
 	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
+	var d tollgate.Decision
+	for attempt := 1; ; attempt++ {
+		d, err = r.peek(ctx, req)
+		if err == nil || attempt == peekAttempts || !connectionLost(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: peek: %w", err)
+	}
+	return d, nil
+}
+
+// peekAttempts bounds how many times Peek asks when connections keep
+// closing under it.
+const peekAttempts = 3
+
+// peek is one attempt of Peek on a normalized req.
+func (r *Redis) peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
 	d, err := r.decide(ctx, req, decideMode{peek: true})
 	if err == nil && !d.Allowed {
 		// The debt, read by the settle script's look: a settlement at
@@ -207,10 +230,7 @@ func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decisi
 			d.Debt = s[0].Debt
 		}
 	}
-	if err != nil {
-		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: peek: %w", err)
-	}
-	return d, nil
+	return d, err
 }
 
 // Reset forgets req's Key under req's algorithm (a DEL of its state key):
