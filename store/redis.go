@@ -192,29 +192,18 @@ func (r *Redis) wrap(req tollgate.Request, err error) error {
 // (which writes nothing either).
 //
 // A peek writes nothing, so one whose connection was closed under it (the
-// reply lost: a killed client, a restarted proxy) is asked again, at most
-// peekAttempts times in all, while ctx lasts; a timeout is not asked again.
+// reply lost: a killed client, a restarted proxy) is asked again (askAgain).
 func (r *Redis) Peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {
 	req, err := check.Normalize(req)
 	if err != nil {
 		return tollgate.Decision{}, err
 	}
-	var d tollgate.Decision
-	for attempt := 1; ; attempt++ {
-		d, err = r.peek(ctx, req)
-		if err == nil || attempt == peekAttempts || !connectionLost(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	d, err := askAgain(ctx, func() (tollgate.Decision, error) { return r.peek(ctx, req) })
 	if err != nil {
 		return tollgate.Decision{}, fmt.Errorf("tollgate: redis store: peek: %w", err)
 	}
 	return d, nil
 }
-
-// peekAttempts bounds how many times Peek asks when connections keep
-// closing under it.
-const peekAttempts = 3
 
 // peek is one attempt of Peek on a normalized req.
 func (r *Redis) peek(ctx context.Context, req tollgate.Request) (tollgate.Decision, error) {

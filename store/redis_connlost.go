@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -20,4 +21,22 @@ func connectionLost(err error) bool {
 	}
 	var ne net.Error
 	return errors.Is(err, net.ErrClosed) && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// readAttempts bounds how many times askAgain asks when connections keep
+// closing under it.
+const readAttempts = 3
+
+// askAgain returns read's answer, asking again when the connection closed
+// under it (connectionLost), up to readAttempts times in all, while ctx
+// lasts. Only a read that writes nothing may be asked this way: a script
+// call that writes is sent at most once (scriptCmd), since Redis may have
+// run the lost copy.
+func askAgain[T any](ctx context.Context, read func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := read()
+		if err == nil || attempt == readAttempts || !connectionLost(err) || ctx.Err() != nil {
+			return v, err
+		}
+	}
 }

@@ -77,7 +77,9 @@ func (r *Redis) ReleaseSeat(ctx context.Context, s tollgate.Seat) error {
 
 // SeatsInUse reports how many seats of key are held now.
 func (r *Redis) SeatsInUse(ctx context.Context, key string) (int64, error) {
-	g, err := r.seatCall(ctx, tollgate.Seat{Key: key, Max: 1, ID: "-", TTL: 1}, seatCount)
+	g, err := askAgain(ctx, func() (seatReply, error) {
+		return r.seatCall(ctx, tollgate.Seat{Key: key, Max: 1, ID: "-", TTL: 1}, seatCount)
+	})
 	if err != nil {
 		return 0, err
 	}

@@ -96,11 +96,13 @@ func (r *Redis) LookShare(ctx context.Context, key string, window int64, lease t
 		return tollgate.ShareGrant{}, fmt.Errorf("%w: look share: a key of at most %d bytes, a window and a lease of 0 or more", tollgate.ErrInvalidRequest, tollgate.MaxKeyLen)
 	}
 	k, mark := r.shareKeys(key)
-	calls := []scriptCall{{script: shareScript, args: []any{nil, nil, 2, k, mark, "look", window, lease.Microseconds()}}}
-	if err := r.shareCalls(ctx, calls); err != nil {
-		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: look share: %w", err)
-	}
-	g, err := readShare(calls[0].cmd)
+	g, err := askAgain(ctx, func() (tollgate.ShareGrant, error) {
+		calls := []scriptCall{{script: shareScript, args: []any{nil, nil, 2, k, mark, "look", window, lease.Microseconds()}}}
+		if err := r.shareCalls(ctx, calls); err != nil {
+			return tollgate.ShareGrant{}, err
+		}
+		return readShare(calls[0].cmd)
+	})
 	if err != nil {
 		return tollgate.ShareGrant{}, fmt.Errorf("tollgate: redis store: look share: %w", err)
 	}
